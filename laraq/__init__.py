@@ -1,0 +1,9 @@
+"""laraq: Laravel's Redis queue, spoken natively by Python.
+
+See ARCHITECTURE.md for the module map. The stable public API is re-exported here as modules land.
+"""
+
+from laraq.versions import DEFAULT_VERSION, LaravelVersion
+
+__all__ = ["DEFAULT_VERSION", "LaravelVersion"]
+__version__ = "0.1.0"

@@ -1,0 +1,358 @@
+"""laraq's own Lua scripts for Laravel's Redis queue, loaded once and run by SHA.
+
+Every script here has the same observable effect on Redis as the script Laravel's ``RedisQueue``
+runs for the same operation (see ``compat-docs/protocol.md``), with one deliberate exception: the
+pop scripts never destroy a member they cannot reserve.
+
+Laravel's pop removes the head of the list *before* it decodes it, so a member that is not JSON, or
+whose ``attempts`` is not a number, makes the script fail after the removal and the job is lost
+(Redis does not roll a script back). laraq's pop decodes inside ``pcall`` first. A member that cannot
+be reserved is moved, byte for byte, to the dead-letter list ``queues:<name>:poison``, its ``:notify``
+token is consumed, and the script goes on with the next member (at most :data:`POISON_SKIPS_PER_CALL`
+per call, so a long run of bad members cannot stall Redis).
+
+For a valid member the reserved string is produced exactly as Laravel's script produces it: Redis'
+own ``cjson`` decodes the member, ``attempts`` gets ``+ 1`` (Lua's numeric coercion, so ``"3"``
+becomes ``4``) and ``cjson.encode`` writes the member that goes into ``:reserved``. The same Redis,
+the same cjson, so PHP workers see the same kind of bytes they would get from Laravel itself.
+
+:class:`Scripts` wraps redis-py :class:`redis.commands.core.Script` objects: each call is an
+``EVALSHA``; after a ``SCRIPT FLUSH`` or on a fresh server the ``NOSCRIPT`` reply makes redis-py
+``SCRIPT LOAD`` the text once and retry. Inside a redis-py pipeline, the pipeline checks and loads
+its scripts before it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+
+#: How many unusable members one pop call moves to the poison list before it gives up for now.
+POISON_SKIPS_PER_CALL = 100
+
+#: How many members one ``RPUSH`` receives in the migrate script (Lua's ``unpack`` stack limit).
+MIGRATE_CHUNK = 100
+
+# -- the scripts ---------------------------------------------------------------------------------
+
+#: KEYS: 1 list, 2 notify. ARGV: 1 payload. Appends the job and one wake-up token.
+PUSH = """\
+redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('RPUSH', KEYS[2], 1)
+"""
+
+#: KEYS: 1 delayed. ARGV: 1 available-at (unix seconds), 2 payload. No wake-up token.
+LATER = """\
+redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
+"""
+
+# The reservation step shared by both pop scripts. ``take`` returns job, reserved for the next
+# usable member, or false, false when the list is empty (or the poison budget ran out).
+_RESERVE_LIB = """\
+local budget = tonumber(ARGV[2]) or 100
+local moved = 0
+
+local function reservable(member)
+  local decoded_ok, doc = pcall(cjson.decode, member)
+  if not decoded_ok or type(doc) ~= 'table' then
+    return nil
+  end
+  local tries = tonumber(doc['attempts'])
+  if tries == nil then
+    return nil
+  end
+  doc['attempts'] = tries + 1
+  local encoded_ok, text = pcall(cjson.encode, doc)
+  if not encoded_ok then
+    return nil
+  end
+  return text
+end
+
+local function take()
+  while true do
+    local member = redis.call('LPOP', KEYS[1])
+    if not member then
+      return false, false
+    end
+    local reserved = reservable(member)
+    if reserved then
+      redis.call('ZADD', KEYS[2], ARGV[1], reserved)
+      redis.call('LPOP', KEYS[3])
+      return member, reserved
+    end
+    redis.call('RPUSH', KEYS[4], member)
+    redis.call('LPOP', KEYS[3])
+    moved = moved + 1
+    if moved >= budget then
+      return false, false
+    end
+  end
+end
+"""
+
+#: KEYS: 1 list, 2 reserved, 3 notify, 4 poison. ARGV: 1 reservation expiry (unix seconds),
+#: 2 poison budget. Returns ``{job, reserved, poisoned}``; job/reserved are nil when nothing was
+#: reserved.
+POP = _RESERVE_LIB + """\
+local job, reserved = take()
+return {job, reserved, moved}
+"""
+
+#: KEYS as :data:`POP`. ARGV: 1 expiry, 2 poison budget, 3 how many jobs at most.
+#: Returns ``{poisoned, job1, reserved1, job2, reserved2, ...}``.
+POP_MANY = _RESERVE_LIB + """\
+local out = {0}
+local wanted = tonumber(ARGV[3]) or 1
+while (#out - 1) / 2 < wanted do
+  local job, reserved = take()
+  if not job then
+    break
+  end
+  out[#out + 1] = job
+  out[#out + 1] = reserved
+end
+out[1] = moved
+return out
+"""
+
+#: KEYS: 1 delayed, 2 reserved. ARGV: 1 reserved member, 2 available-at. The ZADD happens even if
+#: the ZREM found nothing (Laravel does the same; see protocol.md). Returns 1.
+RELEASE = """\
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+return 1
+"""
+
+_MIGRATE_MOVE = """\
+local count = #due
+if count > 0 then
+  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, count - 1)
+  for first = 1, count, %(chunk)d do
+    local last = math.min(first + %(chunk)d - 1, count)
+    redis.call('RPUSH', KEYS[2], unpack(due, first, last))
+    for _ = first, last do
+      redis.call('RPUSH', KEYS[3], 1)
+    end
+  end
+end
+return due
+""" % {"chunk": MIGRATE_CHUNK}
+
+#: Laravel 8.0–9.22. KEYS: 1 source ZSET, 2 destination list, 3 its notify. ARGV: 1 now.
+#: Moves every member scored <= now, unchanged, to the tail of the list; returns them.
+MIGRATE = """\
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+""" + _MIGRATE_MOVE
+
+#: Laravel 9.23+. As :data:`MIGRATE` with ARGV 2 = the most members to move (-1 = all).
+MIGRATE_LIMITED = """\
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+""" + _MIGRATE_MOVE
+
+#: KEYS: 1 list, 2 delayed, 3 reserved. Returns LLEN + ZCARD + ZCARD (notify and poison not counted).
+SIZE = """\
+return redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3])
+"""
+
+#: Laravel 8.4–8.8. KEYS: 1 list, 2 delayed, 3 reserved. Returns the size counted before deleting.
+CLEAR = """\
+local total = redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+return total
+"""
+
+#: Laravel 8.9+. As :data:`CLEAR` plus KEYS[4] notify (deleted, not counted).
+CLEAR_WITH_NOTIFY = """\
+local total = redis.call('LLEN', KEYS[1]) + redis.call('ZCARD', KEYS[2]) + redis.call('ZCARD', KEYS[3])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+return total
+"""
+
+SCRIPT_TEXTS: dict[str, str] = {
+    "push": PUSH,
+    "later": LATER,
+    "pop": POP,
+    "pop_many": POP_MANY,
+    "release": RELEASE,
+    "migrate": MIGRATE,
+    "migrate_limited": MIGRATE_LIMITED,
+    "size": SIZE,
+    "clear": CLEAR,
+    "clear_with_notify": CLEAR_WITH_NOTIFY,
+}
+
+
+# -- results -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PopResult:
+    """What one pop call did: the reserved job (if any) and how many members went to ``:poison``."""
+
+    job: bytes | None
+    reserved: bytes | None
+    poisoned: int = 0
+
+
+@dataclass(frozen=True)
+class PopManyResult:
+    """What one batch pop did: ``(job, reserved)`` pairs in list order, and the poison count."""
+
+    jobs: list[tuple[bytes, bytes]]
+    poisoned: int = 0
+
+
+def _as_bytes(value: Any) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return str(value).encode("ascii")
+
+
+# -- the runner ----------------------------------------------------------------------------------
+
+class Scripts:
+    """laraq's queue scripts bound to one redis-py client.
+
+    Each method takes the full (prefixed) key names, like the ``KEYS`` of Laravel's ``EVAL`` calls,
+    and an optional ``client`` (a pipeline of the same connection) to queue the call there instead.
+    The script text is sent at most once per server (``SCRIPT LOAD`` on ``NOSCRIPT``); every other
+    call is a single ``EVALSHA`` round trip.
+    """
+
+    def __init__(self, client: redis.Redis | Any) -> None:
+        self.client = client
+        self._scripts: dict[str, Script] = {
+            name: client.register_script(text) for name, text in SCRIPT_TEXTS.items()
+        }
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def sha(self, name: str) -> str:
+        """The SHA1 of one script (what ``EVALSHA`` and ``SCRIPT EXISTS`` use)."""
+        return self._scripts[name].sha
+
+    def text(self, name: str) -> str:
+        """The Lua source of one script."""
+        return SCRIPT_TEXTS[name]
+
+    def load(self) -> None:
+        """``SCRIPT LOAD`` every script now (optional; calls load lazily on ``NOSCRIPT``)."""
+        for name, text in SCRIPT_TEXTS.items():
+            sha = self.client.script_load(text)
+            if isinstance(sha, bytes):
+                sha = sha.decode()
+            self._scripts[name].sha = sha
+
+    def run(self, name: str, keys: Sequence[Any], args: Sequence[Any] = (), client: Any = None) -> Any:
+        """Run one script by name; ``client`` may be a pipeline (the call is queued there)."""
+        target = self.client if client is None else client
+        return self._scripts[name](keys=list(keys), args=list(args), client=target)
+
+    # -- operations -------------------------------------------------------------------------------
+
+    def push(self, list_key: str, notify_key: str, payload: bytes | str, client: Any = None) -> Any:
+        """``RPUSH list payload`` + ``RPUSH notify 1``."""
+        return self.run("push", [list_key, notify_key], [payload], client)
+
+    def later(self, delayed_key: str, available_at: int, payload: bytes | str, client: Any = None) -> Any:
+        """``ZADD delayed available_at payload`` (Laravel 12.45+ runs this as a script)."""
+        return self.run("later", [delayed_key], [int(available_at), payload], client)
+
+    def pop(
+        self,
+        list_key: str,
+        reserved_key: str,
+        notify_key: str,
+        poison_key: str,
+        expires_at: int,
+        *,
+        poison_budget: int = POISON_SKIPS_PER_CALL,
+    ) -> PopResult:
+        """Reserve the next usable job; park unusable members in ``poison_key``."""
+        raw = self.run(
+            "pop", [list_key, reserved_key, notify_key, poison_key], [int(expires_at), int(poison_budget)]
+        )
+        job, reserved = _as_bytes(raw[0]), _as_bytes(raw[1])
+        poisoned = int(raw[2]) if len(raw) > 2 and raw[2] is not None else 0
+        return PopResult(job, reserved, poisoned)
+
+    def pop_many(
+        self,
+        list_key: str,
+        reserved_key: str,
+        notify_key: str,
+        poison_key: str,
+        expires_at: int,
+        count: int,
+        *,
+        poison_budget: int = POISON_SKIPS_PER_CALL,
+    ) -> PopManyResult:
+        """Reserve up to ``count`` jobs in one call (each exactly as :meth:`pop` would)."""
+        if count < 1:
+            return PopManyResult([], 0)
+        raw = self.run(
+            "pop_many",
+            [list_key, reserved_key, notify_key, poison_key],
+            [int(expires_at), int(poison_budget), int(count)],
+        )
+        poisoned = int(raw[0])
+        members = [_as_bytes(v) for v in raw[1:]]
+        pairs = [(members[i], members[i + 1]) for i in range(0, len(members) - 1, 2)]
+        return PopManyResult([(j, r) for j, r in pairs if j is not None and r is not None], poisoned)
+
+    def release(
+        self, delayed_key: str, reserved_key: str, reserved: bytes | str, available_at: int, client: Any = None
+    ) -> Any:
+        """``ZREM reserved <reserved>`` then ``ZADD delayed available_at <reserved>``."""
+        return self.run("release", [delayed_key, reserved_key], [reserved, int(available_at)], client)
+
+    def migrate(
+        self,
+        from_key: str,
+        to_key: str,
+        notify_key: str,
+        now: int,
+        limit: int | None = None,
+        client: Any = None,
+    ) -> list[bytes]:
+        """Move members of ``from_key`` scored <= ``now`` to the tail of ``to_key``.
+
+        ``limit=None`` runs the 8.0–9.22 script (no ``LIMIT``); an int runs the 9.23+ script with
+        ``LIMIT 0 limit`` (-1 = all). Returns the moved members in the order they were appended.
+        """
+        if limit is None:
+            result = self.run("migrate", [from_key, to_key, notify_key], [int(now)], client)
+        else:
+            result = self.run("migrate_limited", [from_key, to_key, notify_key], [int(now), int(limit)], client)
+        if client is not None and client is not self.client:
+            return result
+        return [m for m in (_as_bytes(v) for v in result or []) if m is not None]
+
+    def size(self, list_key: str, delayed_key: str, reserved_key: str, client: Any = None) -> Any:
+        """``LLEN list + ZCARD delayed + ZCARD reserved``."""
+        return self.run("size", [list_key, delayed_key, reserved_key], [], client)
+
+    def clear(
+        self,
+        list_key: str,
+        delayed_key: str,
+        reserved_key: str,
+        notify_key: str | None = None,
+        client: Any = None,
+    ) -> Any:
+        """Delete the queue's keys and return how many jobs they held.
+
+        Without ``notify_key`` this is the 8.4–8.8 script (the notify list survives); with it, the
+        8.9+ script that deletes it too.
+        """
+        if notify_key is None:
+            return self.run("clear", [list_key, delayed_key, reserved_key], [], client)
+        return self.run("clear_with_notify", [list_key, delayed_key, reserved_key, notify_key], [], client)

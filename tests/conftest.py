@@ -1,0 +1,144 @@
+"""Shared test fixtures: a real ``redis-server`` on a free loopback port, real PHP, the wire corpus.
+
+Tests never use a fake Redis. The session starts its own server (no persistence) and every test that
+asks for ``redis_client`` gets it flushed. Tests that need real PHP/Laravel are marked ``php``; when
+PHP is missing they are skipped locally, but under CI (``CI=true``) they fail, because ``.ci/run``
+installs PHP and a skipped interop test there would hide a broken set-up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+LARAVEL_APP = FIXTURES / "laravel8"
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def corpus_dir() -> Path:
+    """The Laravel wire corpus (``../shared/laravel-payloads`` beside the clone, or ``$LARAQ_CORPUS``)."""
+    env = os.environ.get("LARAQ_CORPUS")
+    return Path(env) if env else ROOT.parent / "shared" / "laravel-payloads"
+
+
+def require(condition: bool, reason: str) -> None:
+    """Skip locally, fail in CI: a missing prerequisite in CI is a broken ``.ci/run``."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"prerequisite missing in CI: {reason}")
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A throw-away ``redis-server`` process bound to 127.0.0.1."""
+
+    def __init__(self, workdir: Path, *extra_args: str) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server not found (bash .ci/run installs it)")
+        self.port = free_port()
+        self.workdir = workdir
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(workdir), *extra_args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis(port=self.port, socket_connect_timeout=0.2).ping()
+                break
+            except (redis.ConnectionError, redis.ResponseError):
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError("redis-server did not start") from None
+                time.sleep(0.02)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self, db: int = 0) -> redis.Redis:
+        return redis.Redis(port=self.port, db=db)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    client = redis_server.client()
+    client.flushall()
+    yield client
+    client.close()
+
+
+def dump_redis(client: redis.Redis, dbs: tuple[int, ...] = (0,)) -> dict[str, object]:
+    """Every key of the given databases with its type and full contents, for state comparisons."""
+    state: dict[str, object] = {}
+    pool_kwargs = client.connection_pool.connection_kwargs
+    for db in dbs:
+        c = redis.Redis(host=pool_kwargs.get("host", "127.0.0.1"), port=pool_kwargs["port"], db=db)
+        for key in sorted(c.scan_iter(count=1000)):
+            kind = c.type(key).decode()
+            if kind == "list":
+                value: object = c.lrange(key, 0, -1)
+            elif kind == "zset":
+                value = c.zrange(key, 0, -1, withscores=True)
+            elif kind == "string":
+                value = c.get(key)
+            elif kind == "hash":
+                value = c.hgetall(key)
+            elif kind == "set":
+                value = sorted(c.smembers(key))
+            else:
+                value = None
+            state[f"{db}:{key.decode()}"] = (kind, value)
+        c.close()
+    return state
+
+
+# -- PHP ----------------------------------------------------------------------------------------
+
+def php_available() -> bool:
+    return shutil.which("php") is not None and Path("/usr/share/php/Illuminate/autoload.php").exists()
+
+
+@pytest.fixture(scope="session")
+def php() -> str:
+    require(php_available(), "PHP + Debian's Laravel 8 are not installed (bash .ci/run installs them)")
+    probe = subprocess.run(["php", "-m"], capture_output=True, text=True, check=True).stdout
+    require("redis" in probe.split(), "php-redis extension missing")
+    return shutil.which("php") or "php"
+
+
+def load_json(path: Path) -> object:
+    return json.loads(path.read_bytes())
