@@ -132,8 +132,8 @@ _MIGRATE_MOVE = """\
 local count = #due
 if count > 0 then
   redis.call('ZREMRANGEBYRANK', KEYS[1], 0, count - 1)
-  for first = 1, count, %(chunk)d do
-    local last = math.min(first + %(chunk)d - 1, count)
+  for first = 1, count, CHUNK do
+    local last = math.min(first + CHUNK - 1, count)
     redis.call('RPUSH', KEYS[2], unpack(due, first, last))
     for _ = first, last do
       redis.call('RPUSH', KEYS[3], 1)
@@ -141,7 +141,7 @@ if count > 0 then
   end
 end
 return due
-""" % {"chunk": MIGRATE_CHUNK}
+""".replace("CHUNK", str(MIGRATE_CHUNK))
 
 #: Laravel 8.0–9.22. KEYS: 1 source ZSET, 2 destination list, 3 its notify. ARGV: 1 now.
 #: Moves every member scored <= now, unchanged, to the tail of the list; returns them.

@@ -197,6 +197,11 @@ class LaravelVersion:
         return self.major >= 13
 
     @property
+    def payload_has_context_hook(self) -> bool:
+        """11.0+: the Context payload hook adds ``illuminate:log:context`` (before ``id``) when non-empty."""
+        return self.major >= 11
+
+    @property
     def retry_until_falls_back_to_timeout_at(self) -> bool:
         """8.x reads the legacy ``timeoutAt`` when ``retryUntil`` is missing."""
         return self.major == 8

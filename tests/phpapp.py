@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,9 @@ class PhpApp:
     ) -> None:
         self.path = APP_PATH
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="laraq-php-"))
+        if workdir is None:
+            # Our own temporary directory: remove it when this handle goes away.
+            weakref.finalize(self, shutil.rmtree, str(self.workdir), True)
         self.storage = self.workdir / "storage"
         for sub in ("framework/cache/data", "framework/sessions", "framework/views", "logs", "app"):
             (self.storage / sub).mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,163 @@
+r"""The handler registry: which Python function runs which Laravel job.
+
+::
+
+    app = laraq.App()
+
+    @app.handler("App\\Jobs\\GenerateReport")          # a class-based (ShouldQueue) job
+    def generate(command, job):                         # command: the unserialized PHP object
+        render(command.document, command.options)
+
+    @app.handler("App\\Handlers\\Foo@bar")             # a string job: Queue::push("App\\Handlers\\Foo@bar", $data)
+    async def foo_bar(data, job):                       # async handlers run on the worker's event loop
+        ...
+
+    @app.failed("App\\Jobs\\GenerateReport")           # the job's failed() method: called once, on failure
+    def report_failed(command, job, exc): ...
+
+A payload is matched the way Laravel resolves the class that runs it: for object jobs
+(``Illuminate\\Queue\\CallQueuedHandler@call``) by ``data.commandName``, then ``displayName``; for
+string jobs by the ``job`` string (``Class@method``), then by the class alone when the method is the
+default ``fire``. Names are compared without a leading backslash.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from laraq.payload import CALL_QUEUED_HANDLER, Payload, PayloadError
+
+if TYPE_CHECKING:
+    from laraq.job import Job
+
+__all__ = ["App", "Handler", "HandlerFunc", "FailedFunc"]
+
+#: ``handle(command_or_data, job)``, plain or ``async``.
+HandlerFunc = Callable[[Any, "Job"], Any] | Callable[[Any, "Job"], Awaitable[Any]]
+#: ``failed(command_or_data, job, exception)``, plain or ``async``.
+FailedFunc = Callable[[Any, "Job", BaseException], Any]
+
+
+def _norm(name: str) -> str:
+    return name.strip().lstrip("\\")
+
+
+@dataclass(frozen=True)
+class Handler:
+    """One registered handler."""
+
+    name: str
+    func: HandlerFunc
+    kind: Literal["command", "string"]
+    is_async: bool
+    #: Release the ShouldBeUnique lock after success/failure (``None``: when the command has a ``uniqueId``).
+    unique: bool | None = None
+
+
+class App:
+    """A registry of job handlers; ``laraq work --app module:app`` runs it."""
+
+    def __init__(self, name: str = "laraq") -> None:
+        self.name = name
+        self._handlers: dict[str, Handler] = {}
+        self._failed: dict[str, FailedFunc] = {}
+
+    # -- registration ------------------------------------------------------------------------------
+
+    def handler(self, job_name: str, *, unique: bool | None = None) -> Callable[[HandlerFunc], HandlerFunc]:
+        """Decorator: run ``func`` for jobs named ``job_name`` (a class or ``Class@method``)."""
+
+        def decorate(func: HandlerFunc) -> HandlerFunc:
+            self.register(job_name, func, unique=unique)
+            return func
+
+        return decorate
+
+    def register(self, job_name: str, func: HandlerFunc, *, unique: bool | None = None) -> Handler:
+        """Register ``func`` for ``job_name``; a name can have only one handler."""
+        name = _norm(job_name)
+        if not name:
+            raise ValueError("a handler needs a job class name such as 'App\\Jobs\\SendInvoice'")
+        if name in self._handlers:
+            raise ValueError(f"a handler for {name} is already registered")
+        if not callable(func):
+            raise TypeError(f"handler for {name} is not callable")
+        kind: Literal["command", "string"] = "string" if "@" in name else "command"
+        handler = Handler(name, func, kind, inspect.iscoroutinefunction(func), unique)
+        self._handlers[name] = handler
+        return handler
+
+    def failed(self, job_name: str) -> Callable[[FailedFunc], FailedFunc]:
+        """Decorator: call ``func(command_or_data, job, exc)`` when a job of ``job_name`` fails."""
+
+        def decorate(func: FailedFunc) -> FailedFunc:
+            self._failed[_norm(job_name)] = func
+            return func
+
+        return decorate
+
+    # -- lookup ------------------------------------------------------------------------------------
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self._handlers)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and _norm(name) in self._handlers
+
+    def candidates(self, payload: Payload) -> list[str]:
+        """The names a payload may be registered under, most specific first."""
+        try:
+            job = payload.job
+        except PayloadError:
+            job = ""
+        names: list[str] = []
+        if _norm(job) == CALL_QUEUED_HANDLER or payload.command_name is not None:
+            names += [payload.command_name or "", payload.display_name or ""]
+        if job:
+            names.append(job)
+            cls, _, method = job.partition("@")
+            if not method or method == "fire":
+                names.append(cls)
+        out: list[str] = []
+        for n in names:
+            n = _norm(n)
+            if n and n not in out:
+                out.append(n)
+        return out
+
+    def resolve(self, payload: Payload) -> Handler | None:
+        """The handler for ``payload``, or ``None`` when Python has none (the unhandled policy applies)."""
+        for name in self.candidates(payload):
+            found = self._handlers.get(name)
+            if found is not None:
+                return found
+        return None
+
+    def failed_callback(self, payload: Payload) -> FailedFunc | None:
+        for name in self.candidates(payload):
+            found = self._failed.get(name)
+            if found is not None:
+                return found
+        return None
+
+
+def load_app(spec: str) -> App:
+    """Import ``module:attribute`` (``attribute`` defaults to ``app``) and return the :class:`App`."""
+    import importlib
+
+    module_name, _, attr = spec.partition(":")
+    if not module_name:
+        raise ValueError(f"--app must look like 'package.module:app', got {spec!r}")
+    module = importlib.import_module(module_name)
+    obj: Any = module
+    for part in (attr or "app").split("."):
+        obj = getattr(obj, part)
+    if callable(obj) and not isinstance(obj, App):
+        obj = obj()
+    if not isinstance(obj, App):
+        raise TypeError(f"{spec} is a {type(obj).__name__}, not a laraq.App")
+    return obj

@@ -1,0 +1,36 @@
+"""The ``laraq`` command line: one click group, commands registered from one module per family.
+
+* :mod:`laraq.cli.work` - ``laraq work`` (``php artisan queue:work``);
+* :mod:`laraq.cli.ops` - dispatch/status/peek/failed/retry/... (every command in its ``COMMANDS`` list),
+  registered when the module is installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+import click
+
+from laraq import __version__
+
+__all__ = ["main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="laraq")
+def main() -> None:
+    """Laravel's Redis queue, spoken natively by Python."""
+
+
+def _register() -> None:
+    from laraq.cli.work import work_cmd
+
+    main.add_command(work_cmd)
+    if importlib.util.find_spec("laraq.cli.ops") is not None:
+        ops = importlib.import_module("laraq.cli.ops")
+        for command in getattr(ops, "COMMANDS", []):
+            main.add_command(command)
+
+
+_register()

@@ -1,0 +1,212 @@
+"""What ``laraq work`` prints: ``queue:work``'s console lines, or one JSON object per event.
+
+Three console styles, chosen by the Laravel version profile like artisan's own output:
+
+* ``two-line`` (9.41+), the default::
+
+      2024-01-01 10:00:00 App\\Jobs\\SendEmail ........................... RUNNING
+      2024-01-01 10:00:00 App\\Jobs\\SendEmail ....................... 12.34ms DONE
+
+  ``DONE`` for success, ``FAIL`` (yellow) when released after an exception, ``FAIL`` (red) when failed.
+  ``-v`` adds the job id (and, 12.20+, connection and queue) after the name.
+* ``inline`` (9.21 – 9.40): the name, then `` .... 12.34ms DONE`` on the same line when the job ends.
+* ``legacy`` (8.0 – 9.20): ``[date][id] Processing: Name`` / ``Processed:`` / ``Failed:``.
+
+``--json`` (11.27+ style) prints ``{"level", "id", "uuid", "connection", "queue", "job", "status",
+"result", "attempts", "exception", "message", "timestamp", "duration"}`` with empty fields dropped,
+encoded like PHP's ``json_encode`` without flags. Colours only on a terminal. Every write is one
+``write()`` of whole lines under a lock, so lines of concurrent jobs never interleave.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from typing import IO, TYPE_CHECKING, Literal
+
+from laraq.failed import php_class_name
+from laraq.phpjson import php_json_encode
+
+if TYPE_CHECKING:
+    from laraq.job import Job
+    from laraq.versions import LaravelVersion
+
+__all__ = ["Output", "Status", "format_run_time"]
+
+Status = Literal["starting", "success", "released_after_exception", "failed", "unhandled"]
+
+_GRAY, _GREEN, _YELLOW, _RED, _BLUE, _RESET, _BOLD = (
+    "\x1b[90m", "\x1b[32m", "\x1b[33m", "\x1b[31m", "\x1b[44;37m", "\x1b[0m", "\x1b[1m",
+)
+
+
+def format_run_time(seconds: float, *, humanize: bool = True) -> str:
+    """``12.34ms`` below one second; from 10.13.1 longer runs read ``1s``, ``2m 3s``, ``1h 2m``."""
+    ms = seconds * 1000
+    if ms < 1000 or not humanize:
+        return f"{ms:,.2f}ms"
+    total = int(seconds)
+    parts: list[str] = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if total >= size:
+            parts.append(f"{total // size}{unit}")
+            total %= size
+    return " ".join(parts) or "1s"
+
+
+class Output:
+    """The worker's event printer (thread-safe)."""
+
+    def __init__(
+        self,
+        version: LaravelVersion,
+        *,
+        stream: IO[str] | None = None,
+        json_mode: bool = False,
+        quiet: bool = False,
+        verbosity: int = 0,
+        color: bool | None = None,
+        width: int | None = None,
+    ) -> None:
+        self.version = version
+        self.stream = stream if stream is not None else sys.stdout
+        self.json_mode = json_mode
+        self.quiet = quiet
+        self.verbosity = verbosity
+        isatty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.color = isatty and not json_mode if color is None else color
+        self.width = width or (shutil.get_terminal_size((80, 24)).columns if isatty else 80)
+        self._lock = threading.Lock()
+        self._started: dict[int, float] = {}
+
+    # -- plumbing ----------------------------------------------------------------------------------
+
+    def _write(self, text: str) -> None:
+        if self.quiet:
+            return
+        with self._lock:
+            try:
+                self.stream.write(text)
+                self.stream.flush()
+            except (OSError, ValueError):  # a closed pipe must never break the worker
+                pass
+
+    def _c(self, code: str, text: str) -> str:
+        return f"{code}{text}{_RESET}" if self.color else text
+
+    @staticmethod
+    def _now() -> datetime:
+        return datetime.now(UTC)
+
+    # -- events ------------------------------------------------------------------------------------
+
+    def starting_banner(self, queues: str) -> None:
+        """``INFO  Processing jobs from the [default] queue.`` (terminals only, never with --json)."""
+        if self.json_mode or self.version.output_style == "legacy" or not self.color:
+            return
+        self._write(f"\n  {self._c(_BLUE, ' INFO ')} Processing jobs from the [{queues}] queue.\n\n")
+
+    def job(self, job: Job, status: Status, exc: BaseException | None = None, *, detail: str = "") -> None:
+        """Report one job event."""
+        key = id(job)
+        now = time.monotonic()
+        if status == "starting":
+            self._started[key] = now
+            elapsed = 0.0
+        else:
+            elapsed = now - self._started.pop(key, now)
+        if self.json_mode:
+            self._json(job, status, exc, elapsed, detail)
+        elif status == "unhandled":
+            self._write(self._line(job, f"SKIPPED ({detail})" if detail else "SKIPPED", None, _YELLOW))
+        else:
+            style = self.version.output_style
+            if style == "legacy":
+                self._legacy(job, status)
+            else:
+                self._modern(job, status, elapsed, inline=style == "inline")
+
+    def message(self, text: str, level: str = "info") -> None:
+        """A worker-level line (restart, pause, shutdown)."""
+        if self.json_mode:
+            record = {"level": level, "message": text, "timestamp": self._stamp()}
+            self._write(php_json_encode(record, unescaped_unicode=False) + "\n")
+        else:
+            self._write(f"  {self._c(_GRAY, self._now().strftime('%Y-%m-%d %H:%M:%S'))} {text}\n")
+
+    # -- styles ------------------------------------------------------------------------------------
+
+    def _name_part(self, job: Job) -> tuple[str, int]:
+        name = job.name
+        extra = ""
+        if self.verbosity > 0:
+            extra = f" {job.id or ''}"
+            if self.version.since("12.20"):
+                extra += f" {job.connection} {job.queue}"
+        return name + (self._c(_GRAY, extra) if extra else ""), len(name) + len(extra)
+
+    def _line(self, job: Job, word: str, runtime: str | None, colour: str) -> str:
+        date = self._now().strftime("%Y-%m-%d %H:%M:%S")
+        label, label_len = self._name_part(job)
+        if runtime is None:
+            dots = max(self.width - label_len - 33, 0)
+            tail = f" {self._c(_BOLD + colour, word)}"
+        else:
+            dots = max(self.width - label_len - len(runtime) - 31, 0)
+            tail = f" {self._c(_GRAY, runtime)} {self._c(_BOLD + colour, word)}"
+        return f"  {self._c(_GRAY, date)} {label} {self._c(_GRAY, '.' * dots)}{tail}\n"
+
+    def _modern(self, job: Job, status: Status, elapsed: float, *, inline: bool) -> None:
+        if status == "starting":
+            if not inline:
+                self._write(self._line(job, "RUNNING", None, _YELLOW))
+            return
+        runtime = format_run_time(elapsed, humanize=self.version.since("10.13.1"))
+        word, colour = {
+            "success": ("DONE", _GREEN),
+            "released_after_exception": ("FAIL", _YELLOW),
+        }.get(status, ("FAIL", _RED))
+        self._write(self._line(job, word, runtime, colour))
+
+    def _legacy(self, job: Job, status: Status) -> None:
+        label = {"starting": "Processing:", "success": "Processed:", "failed": "Failed:"}.get(status)
+        if label is None:  # releases print nothing before 9.21
+            return
+        colour = {"starting": _YELLOW, "success": _GREEN, "failed": _RED}[status]
+        date = self._now().strftime("%Y-%m-%d %H:%M:%S")
+        head = self._c(colour, f"[{date}][{job.id or ''}] {label.ljust(11)}")
+        self._write(f"{head} {job.name}\n")
+
+    def _stamp(self) -> str:
+        return self._now().strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+
+    def _json(self, job: Job, status: Status, exc: BaseException | None, elapsed: float, detail: str) -> None:
+        if job.is_deleted:  # Laravel's order: a failed job was deleted too, so it reads "deleted"
+            result = "deleted"
+        elif job.is_released:
+            result = "released"
+        elif job.has_failed:
+            result = "failed"
+        else:
+            result = ""
+        fields: dict[str, object] = {
+            "level": "info" if status in ("starting", "success") else "warning",
+            "id": job.id,
+            "uuid": job.uuid,
+            "connection": job.connection,
+            "queue": job.queue,
+            "job": job.name,
+            "status": status,
+            "result": detail if status == "unhandled" else result,
+            "attempts": job.attempts,
+            "exception": php_class_name(exc) if exc is not None else "",
+            "message": str(exc) if exc is not None else None,
+            "timestamp": self._stamp(),
+        }
+        record = {k: v for k, v in fields.items() if v not in (None, "", 0, False)}
+        if status != "starting":
+            record["duration"] = round(elapsed, 6)
+        self._write(php_json_encode(record, unescaped_unicode=False) + "\n")

@@ -1,0 +1,740 @@
+"""The worker loop with ``php artisan queue:work``'s semantics (Laravel's ``Illuminate\\Queue\\Worker``).
+
+Loop (:meth:`Worker.daemon`): unless the app is down (and no ``--force``) or the worker is paused
+(SIGUSR2), pop the first job of the ``--queue`` list (skipping paused queues, 12.40+), run it, rest;
+else sleep ``--sleep``. After every iteration :meth:`Worker.stop_status` decides whether to stop:
+quit signal, ``--memory`` (exit 12), ``queue:restart``, ``--stop-when-empty``, ``--max-time``,
+``--max-jobs`` - in Laravel's order.
+
+Lifecycle (:meth:`Worker.process`, Laravel's ``process``): pre-run max-attempts check (``retryUntil``
+wins over tries), run the handler, delete on success unless the job was released, deleted or failed;
+on an exception fail it if this was the last attempt or ``maxExceptions`` is reached (the shared cache
+counter ``job-exceptions:<uuid>``, so PHP and Python count together), else release it with the
+backoff. Failing = ``ZREM`` + Python ``failed`` callback + ShouldBeUnique lock release + a
+``failed_jobs`` row holding the original body.
+
+Execution model: jobs run on ``--concurrency`` daemon threads ("slots"); ``async def`` handlers run
+on one asyncio loop thread, each awaited by its slot. A watchdog thread enforces the timeout
+(payload ``timeout``, else ``--timeout``; 0 = none). At the deadline it does Laravel's timeout
+bookkeeping (fail if this attempt was the last, if ``maxExceptions`` is reached, or if
+``failOnTimeout``) and abandons the job: unless it failed, the job stays in ``:reserved`` until
+``retry_after`` (what a SIGKILLed PHP worker leaves behind). An async handler is then cancelled; a
+sync handler cannot be interrupted, so the worker stops popping, lets the other slots finish and
+SIGKILLs its own process, as Laravel's ``Worker::kill`` does; ``laraq work``'s supervisor starts a new
+worker process (see :mod:`laraq.cli.work`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import queue as queue_mod
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, TypeVar
+
+import redis
+
+from laraq.app import App, Handler
+from laraq.encryption import Encrypter
+from laraq.failed import FailedJobStore, format_exception, max_attempts_exceeded, timeout_exceeded
+from laraq.job import Job, JobAbandoned, ManuallyFailedError, UnhandledJobError
+from laraq.output import Output
+from laraq.payload import Payload, PayloadError
+from laraq.queue import RedisQueue, ReservedJob
+from laraq.serializer import PHPObject, PHPSerializeError, loads
+from laraq.versions import DEFAULT_VERSION, LaravelVersion
+
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_MEMORY_LIMIT",
+    "EXIT_SUCCESS",
+    "EXIT_USAGE",
+    "Worker",
+    "WorkerOptions",
+]
+
+log = logging.getLogger("laraq.worker")
+
+EXIT_SUCCESS = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_MEMORY_LIMIT = 12
+
+UnhandledPolicy = Literal["fail", "release", "requeue"]
+T = TypeVar("T")
+
+#: KEYS: 1 reserved, 2 delayed. ARGV: 1 reserved member, 2 available-at, 3 original body.
+#: Put a job back exactly as it was pushed (attempts not burned), only if we still hold it.
+_REQUEUE = """\
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
+  return 1
+end
+return 0
+"""
+
+_REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+_UNKNOWN = object()
+
+
+class CacheLike(Protocol):
+    def restart_timestamp(self) -> int | None: ...
+    def paused_queues(self, connection: str, queues: list[str]) -> list[str]: ...
+    def job_exceptions_increment(self, uuid: str) -> int: ...
+    def job_exceptions_forget(self, uuid: str) -> bool: ...
+    def unique_lock_release(self, job_class: str, unique_id: str = "", display_name: str | None = None,
+                            *, owner: str | None = None) -> bool: ...
+
+
+@dataclass
+class WorkerOptions:
+    """``queue:work``'s options (Laravel's ``WorkerOptions``) plus laraq's own."""
+
+    name: str = "default"
+    backoff: str = "0"
+    memory: int = 128
+    timeout: int = 60
+    sleep: float = 3
+    max_tries: int = 1
+    force: bool = False
+    stop_when_empty: bool = False
+    max_jobs: int = 0
+    max_time: float = 0
+    rest: float = 0
+    once: bool = False
+    concurrency: int = 1
+    unhandled: UnhandledPolicy = "requeue"
+    unhandled_delay: int = 10
+    #: Seconds a cancelled async handler gets to unwind before the hard-kill path.
+    cancel_grace: float = 2.0
+
+
+@dataclass(eq=False)
+class _Running:
+    job: Job
+    deadline: float | None
+    state: str = "running"  # running -> finishing | timed_out
+    is_async: bool = False
+    task_done: threading.Event | None = None
+    future: concurrent.futures.Future[Any] | None = None
+    cancelled_at: float | None = None
+    #: Timed out and done with: bookkeeping finished, and the coroutine unwound or the kill is due.
+    settled: bool = False
+
+
+class Worker:
+    """Runs jobs from one Redis queue connection through an :class:`~laraq.app.App`."""
+
+    def __init__(
+        self,
+        app: App,
+        queue: RedisQueue,
+        queues: list[str] | str,
+        *,
+        options: WorkerOptions | None = None,
+        connection_name: str = "redis",
+        version: LaravelVersion | None = None,
+        cache: CacheLike | None = None,
+        failer: FailedJobStore | None = None,
+        encrypter: Encrypter | None = None,
+        output: Output | None = None,
+        maintenance: Callable[[], bool] | None = None,
+        on_job_popped: Callable[[], None] | None = None,
+        kill: Callable[[], None] | None = None,
+    ) -> None:
+        self.app = app
+        self.queue = queue
+        self.queues = [q for q in (queues.split(",") if isinstance(queues, str) else queues) if q] or ["default"]
+        self.options = options or WorkerOptions()
+        self.connection_name = connection_name
+        self.version = version or getattr(queue, "version", DEFAULT_VERSION)
+        self.cache = cache
+        self.failer = failer
+        self.encrypter = encrypter
+        self.output = output or Output(self.version, quiet=True)
+        self.maintenance = maintenance or (lambda: False)
+        self.on_job_popped = on_job_popped
+        self._kill = kill or _sigkill_self
+        self.should_quit = False
+        self.paused = False
+        self._wake = threading.Event()
+        self._failer_lock = threading.Lock()
+        self._requeue = queue.client.register_script(_REQUEUE)
+        # slots, watchdog, async loop
+        self._slots = threading.Semaphore(max(1, self.options.concurrency))
+        self._tasks: queue_mod.Queue[_Running] = queue_mod.Queue()
+        self._running: set[_Running] = set()
+        self._running_lock = threading.Condition()
+        self._threads_started = False
+        self._kill_pending = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._redis_down_since: float | None = None
+        self._reconnect_delay = 0.0
+
+    # == the daemon loop ============================================================================
+
+    def run(self) -> int:
+        """Run like ``queue:work`` (``--once`` or the daemon); returns the exit code."""
+        self.install_signal_handlers()
+        return self.run_once() if self.options.once else self.daemon()
+
+    def daemon(self) -> int:
+        """Laravel's ``Worker::daemon``: loop until a stop condition; returns the exit code."""
+        opts = self.options
+        last_restart = self._restart_stamp()
+        started = time.monotonic()
+        jobs_processed = 0
+        self.output.starting_banner(",".join(self.queues))
+        while True:
+            if not self._should_run():
+                self.sleep(opts.sleep if opts.sleep > 0 else 1)
+                status = self.stop_status(last_restart, started, 0, popped=False)
+                if status is not None:
+                    return self._stop(status)
+                continue
+            self._wait_for_slot()
+            job = self.next_job()
+            if job is not None:
+                jobs_processed += 1
+                self._submit(job)
+                self._wait_for_slot()
+                if opts.rest > 0:
+                    self.sleep(opts.rest)
+            else:
+                self.sleep(self._reconnect_delay or opts.sleep)
+            status = self.stop_status(last_restart, started, jobs_processed, popped=job is not None)
+            if status is not None:
+                return self._stop(status)
+
+    def run_once(self) -> int:
+        """``--once``: one pop, one job (Laravel's ``runNextJob``), still under the timeout watchdog."""
+        if self.maintenance() and not self.options.force:
+            self.sleep(self.options.sleep)
+            return EXIT_SUCCESS
+        job = self.next_job()
+        if job is None:
+            self.sleep(self.options.sleep)
+            return EXIT_SUCCESS
+        self._submit(job)
+        self._drain()
+        return EXIT_SUCCESS
+
+    def _should_run(self) -> bool:
+        if self._kill_pending or self.paused:
+            return False
+        try:
+            down = self.maintenance()
+        except Exception as exc:  # a broken maintenance probe must not stop the worker
+            log.warning("maintenance-mode check failed: %s", exc)
+            down = False
+        return not (down and not self.options.force)
+
+    def stop_status(self, last_restart: Any, started: float, jobs_processed: int, *, popped: bool) -> int | None:
+        """Laravel's ``stopIfNecessary``: the exit code to stop with, or ``None`` to keep going."""
+        opts = self.options
+        if self.should_quit:
+            return EXIT_SUCCESS
+        if self.memory_exceeded(opts.memory):
+            return EXIT_MEMORY_LIMIT
+        stamp = self._restart_stamp()
+        if stamp is not _UNKNOWN and last_restart is not _UNKNOWN and stamp != last_restart:
+            return EXIT_SUCCESS
+        if opts.stop_when_empty and not popped:
+            return EXIT_SUCCESS
+        if opts.max_time and time.monotonic() - started >= opts.max_time:
+            return EXIT_SUCCESS
+        if opts.max_jobs and jobs_processed >= opts.max_jobs:
+            return EXIT_SUCCESS
+        return None
+
+    def _stop(self, status: int) -> int:
+        self._drain()
+        if status == EXIT_MEMORY_LIMIT:
+            log.warning("memory limit of %d MB reached: stopping (exit %d)", self.options.memory, status)
+        return status
+
+    def memory_exceeded(self, limit_mb: int) -> bool:
+        if limit_mb <= 0 and self.version.memory_zero_is_unlimited:
+            return False
+        return _rss_mb() >= limit_mb
+
+    def _restart_stamp(self) -> Any:
+        if self.cache is None:
+            return None
+        try:
+            return self.cache.restart_timestamp()
+        except Exception as exc:
+            log.warning("could not read the queue:restart signal: %s", exc)
+            return _UNKNOWN
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep, waking early for a quit/pause/resume signal."""
+        if seconds <= 0 or self.should_quit:
+            return
+        self._wake.clear()
+        if self.should_quit:
+            return
+        self._wake.wait(seconds)
+
+    # == popping ======================================================================================
+
+    def next_job(self) -> Job | None:
+        """Laravel's ``getNextJob``: the first job of the queue list, skipping paused queues."""
+        try:
+            paused: set[str] = set()
+            if self.cache is not None and self.version.has_queue_pause:
+                paused = set(self.cache.paused_queues(self.connection_name, self.queues))
+            for index, name in enumerate(self.queues):
+                if name in paused:
+                    continue
+                reserved = self.queue.pop(name, index)
+                if reserved is not None:
+                    self._redis_up()
+                    if self.on_job_popped is not None:
+                        self.on_job_popped()
+                    return self.make_job(reserved)
+            self._redis_up()
+        except _REDIS_DOWN as exc:
+            self._redis_lost(exc)
+        except Exception:
+            log.exception("could not pop a job from %s", ",".join(self.queues))
+            self._reconnect_delay = 1.0
+        return None
+
+    def _redis_lost(self, exc: BaseException) -> None:
+        now = time.monotonic()
+        if self._redis_down_since is None:
+            self._redis_down_since = now
+        self._reconnect_delay = min(30.0, max(1.0, self._reconnect_delay * 2))
+        log.warning("Redis unreachable at %s (%s); retrying in %.0fs",
+                    self.queue.redacted_url(), exc, self._reconnect_delay)
+
+    def _redis_up(self) -> None:
+        if self._redis_down_since is not None:
+            log.warning("Redis reachable again after %.0fs", time.monotonic() - self._redis_down_since)
+        self._redis_down_since = None
+        self._reconnect_delay = 0.0
+
+    def make_job(self, reserved: ReservedJob) -> Job | None:
+        """Wrap a reservation; a body Python cannot read is failed (or put back) with a clear reason."""
+        try:
+            payload = Payload.parse(reserved.body, version=self.version)
+        except PayloadError as exc:
+            self._reject_unreadable(reserved, exc)
+            return None
+        return Job(self.queue, reserved, payload, connection_name=self.connection_name, on_fail=self._job_failed)
+
+    def _reject_unreadable(self, reserved: ReservedJob, exc: PayloadError) -> None:
+        error = PayloadError(f"laraq cannot read the job payload on queue {reserved.queue}: {exc}")
+        try:
+            self._log_failed(self.connection_name, reserved.queue, reserved.body, format_exception(error))
+            self.queue.delete_reserved(reserved)
+            log.error("%s: moved to failed_jobs", error)
+        except Exception as log_exc:
+            log.error("%s; could not write failed_jobs (%s): released for 60s", error, log_exc)
+            self._retrying(lambda: self.queue.release(reserved, 60))
+
+    # == slots, watchdog and async loop =================================================================
+
+    def _start_threads(self) -> None:
+        if self._threads_started:
+            return
+        self._threads_started = True
+        for i in range(max(1, self.options.concurrency)):
+            threading.Thread(target=self._slot_loop, name=f"laraq-slot-{i}", daemon=True).start()
+        threading.Thread(target=self._watchdog_loop, name="laraq-watchdog", daemon=True).start()
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="laraq-asyncio", daemon=True).start()
+            self._loop = loop
+        return self._loop
+
+    def _timeout_for(self, job: Job) -> int:
+        return job.timeout if job.timeout is not None else self.options.timeout
+
+    def _submit(self, job: Job) -> None:
+        self._start_threads()
+        self._slots.acquire()
+        timeout = self._timeout_for(job)
+        running = _Running(job, time.monotonic() + timeout if timeout > 0 else None)
+        with self._running_lock:
+            self._running.add(running)
+        self._tasks.put(running)
+
+    def _wait_for_slot(self) -> None:
+        self._slots.acquire()
+        self._slots.release()
+
+    def _drain(self) -> None:
+        """Wait until every job has finished or settled after its timeout; then die if one cannot stop."""
+        with self._running_lock:
+            while any(r.state != "timed_out" or not r.settled for r in self._running):
+                self._running_lock.wait(0.2)
+        if self._kill_pending:
+            self._kill_now()
+
+    def _slot_loop(self) -> None:
+        while True:
+            running = self._tasks.get()
+            try:
+                self.process(running.job, running)
+            except BaseException:  # never let a slot die
+                log.exception("unexpected error while running %s", running.job.name)
+            finally:
+                with self._running_lock:
+                    if running.state != "timed_out":
+                        self._running.discard(running)
+                    self._running_lock.notify_all()
+                self._slots.release()
+
+    def _claim(self, running: _Running | None, state: str) -> bool:
+        """Move ``running`` out of "running"; False if the other side (handler or watchdog) won."""
+        if running is None:
+            return True
+        with self._running_lock:
+            if running.state != "running":
+                return False
+            running.state = state
+            return True
+
+    def _watchdog_loop(self) -> None:
+        while True:
+            time.sleep(0.05)
+            try:
+                self._watchdog_tick()
+            except Exception:  # the watchdog must survive anything
+                log.exception("watchdog error")
+
+    def _watchdog_tick(self) -> None:
+        now = time.monotonic()
+        with self._running_lock:
+            expired = [r for r in self._running
+                       if r.state == "running" and r.deadline is not None and now >= r.deadline]
+        for running in expired:
+            if self._claim(running, "timed_out"):
+                self._timed_out(running)
+        with self._running_lock:
+            for r in list(self._running):
+                if r.state != "timed_out" or r.cancelled_at is None or r.task_done is None:
+                    continue
+                if r.task_done.is_set():  # the cancelled coroutine unwound: its slot is free
+                    self._running.discard(r)
+                elif now - r.cancelled_at > self.options.cancel_grace and not r.settled:
+                    log.error("%s ignored its cancellation", r.job.name)
+                    r.settled = True
+                    self._kill_pending = True
+            self._running_lock.notify_all()
+            others_busy = any(r.state != "timed_out" for r in self._running)
+        if self._kill_pending and not others_busy:
+            self._kill_now()
+
+    def _timed_out(self, running: _Running) -> None:
+        """Laravel's SIGALRM handler: timeout bookkeeping, then abandon the job."""
+        job = running.job
+        job.abandon()
+        exc = timeout_exceeded(job.name, self.version)
+        log.error("%s (id %s, attempt %d) timed out after %ss",
+                  job.name, job.id, job.attempts, self._timeout_for(job))
+        try:
+            self._fail_if_will_exceed_max_attempts(job, exc, force=True)
+            self._fail_if_will_exceed_max_exceptions(job, exc, force=True)
+            if job.fail_on_timeout:
+                job.fail_internal(exc, from_watchdog=True)
+        except Exception:
+            log.exception("timeout bookkeeping for %s failed", job.name)
+        if not job.has_failed:
+            log.warning("%s stays reserved until retry_after expires", job.name)
+        with self._running_lock:
+            if running.is_async and running.future is not None:
+                running.cancelled_at = time.monotonic()
+                running.future.cancel()
+            else:
+                running.settled = True
+                self._kill_pending = True
+            self._running_lock.notify_all()
+
+    def _kill_now(self) -> None:
+        log.error("a job timed out in a thread that cannot be interrupted: killing this worker process")
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        self._kill()
+
+    # == processing one job ============================================================================
+
+    def process(self, job: Job, running: _Running | None = None) -> None:
+        """Laravel's ``Worker::process`` for one job (``running`` ties it to the watchdog)."""
+        handler = self.app.resolve(job.payload)
+        if handler is None:
+            self._unhandled(job)
+            self._claim(running, "finishing")
+            return
+        job.handler = handler
+        self.output.job(job, "starting")
+        try:
+            self._fail_if_already_exceeds_max_attempts(job)
+            if job.is_deleted:
+                if self._claim(running, "finishing"):
+                    self.output.job(job, "success")
+                return
+            self._fire(job, handler, running)
+            if not self._claim(running, "finishing"):
+                return
+            self._after_success(job, handler)
+            self.output.job(job, "success")
+        except (JobAbandoned, concurrent.futures.CancelledError, asyncio.CancelledError):
+            if self._claim(running, "finishing"):  # cancelled by someone else than the watchdog
+                self._handle_job_exception(job, RuntimeError(f"{job.name} was cancelled"))
+        except Exception as exc:
+            if not self._claim(running, "finishing"):
+                return
+            self._report(job, exc)
+            self._handle_job_exception(job, exc)
+
+    def _report(self, job: Job, exc: BaseException) -> None:
+        log.error("%s (id %s, attempt %d) raised %s: %s", job.name, job.id, job.attempts,
+                  type(exc).__name__, exc, exc_info=(type(exc), exc, exc.__traceback__))
+
+    def _fire(self, job: Job, handler: Handler, running: _Running | None) -> None:
+        argument = self._decode(job, handler)
+        if not handler.is_async:
+            handler.func(argument, job)
+            return
+        done = threading.Event()
+
+        async def runner() -> Any:
+            try:
+                return await handler.func(argument, job)  # type: ignore[misc]
+            finally:
+                done.set()
+
+        future = asyncio.run_coroutine_threadsafe(runner(), self._event_loop())
+        if running is not None:
+            running.is_async, running.task_done, running.future = True, done, future
+        future.result()
+
+    def _decode(self, job: Job, handler: Handler) -> Any:
+        """The handler's first argument: the unserialized (decrypted) command, or ``data``."""
+        if handler.kind == "string":
+            job.command = job.payload.data
+            return job.command
+        text = job.payload.command
+        if text is None:
+            raise PayloadError(f"{job.name} (uuid {job.uuid}) has no data.command to unserialize")
+        if job.payload.is_encrypted_command:
+            if self.encrypter is None:
+                raise RuntimeError(f"Unable to extract job payload: {job.name} is encrypted and APP_KEY is not set")
+            try:
+                raw = self.encrypter.decrypt(text, unserialize=True)
+            except Exception as exc:
+                raise RuntimeError(f"Cannot decrypt the command of {job.name} (uuid {job.uuid}): {exc}") from exc
+        else:
+            raw = text.encode("utf-8")
+        try:
+            job.command = loads(raw)
+        except PHPSerializeError as exc:
+            raise PHPSerializeError(f"Cannot unserialize the command of {job.name} (uuid {job.uuid}): {exc}") from exc
+        return job.command
+
+    def _after_success(self, job: Job, handler: Handler) -> None:
+        """CallQueuedHandler after ``handle()``: release the unique lock, delete unless released."""
+        if not job.is_released:
+            self._release_unique_lock(job)
+        if not job.is_deleted_or_released and not job.has_failed:
+            self._retrying(job.delete)
+
+    # == Laravel's attempt bookkeeping ===================================================================
+
+    def _max_tries(self, job: Job) -> int:
+        return job.max_tries if job.max_tries is not None else int(self.options.max_tries)
+
+    def _fail_if_already_exceeds_max_attempts(self, job: Job) -> None:
+        retry_until = job.retry_until
+        if retry_until and time.time() <= retry_until:
+            return
+        max_tries = self._max_tries(job)
+        if not retry_until and (max_tries == 0 or job.attempts <= max_tries):
+            return
+        exc = max_attempts_exceeded(job.name, self.version)
+        job.fail(exc)
+        raise exc
+
+    def _fail_if_will_exceed_max_attempts(self, job: Job, exc: BaseException, *, force: bool = False) -> None:
+        retry_until = job.retry_until
+        if retry_until and retry_until <= time.time():
+            job.fail_internal(exc, from_watchdog=force)
+        max_tries = self._max_tries(job)
+        if not retry_until and max_tries > 0 and job.attempts >= max_tries:
+            job.fail_internal(exc, from_watchdog=force)
+
+    def _fail_if_will_exceed_max_exceptions(self, job: Job, exc: BaseException, *, force: bool = False) -> None:
+        if self.cache is None or job.uuid is None or job.max_exceptions is None:
+            return
+        if job.max_exceptions <= self.cache.job_exceptions_increment(job.uuid):
+            self.cache.job_exceptions_forget(job.uuid)
+            job.fail_internal(exc, from_watchdog=force)
+
+    def _handle_job_exception(self, job: Job, exc: BaseException) -> None:
+        try:
+            if not job.has_failed:
+                self._fail_if_will_exceed_max_attempts(job, exc)
+                self._fail_if_will_exceed_max_exceptions(job, exc)
+        except Exception:
+            log.exception("could not apply tries/maxExceptions to %s", job.name)
+        finally:
+            if not (job.is_deleted or job.is_released or job.has_failed):
+                backoff = job.payload.backoff_seconds(job.attempts, self.options.backoff)
+                self._retrying(lambda: job.release(backoff))
+                self.output.job(job, "released_after_exception", exc)
+
+    # == failing =======================================================================================
+
+    def _job_failed(self, job: Job, exc: BaseException | None) -> None:
+        """The ``JobFailed`` side of ``Job::fail``: callback, unique lock, ``failed_jobs`` row, output."""
+        error = exc if exc is not None else ManuallyFailedError("")
+        try:
+            callback = self.app.failed_callback(job.payload)
+            if callback is not None:
+                result = callback(job.command, job, error)
+                if asyncio.iscoroutine(result):
+                    asyncio.run_coroutine_threadsafe(result, self._event_loop()).result(self.options.timeout or None)
+            self._release_unique_lock(job)
+        except Exception:
+            log.exception("the failed() callback of %s raised", job.name)
+        finally:
+            text = format_exception(error, job_name=job.name)
+            try:
+                self._log_failed(job.connection, job.queue, job.body, text)
+            except Exception as log_exc:
+                log.error("%s (uuid %s) failed but failed_jobs could not be written (%s): "
+                          "putting it back on the queue in 60s", job.name, job.uuid, log_exc)
+                self._retrying(lambda: self._put_back(job, 60, require_reservation=False))
+            log.warning("%s (uuid %s) failed: %s", job.name, job.uuid, text.splitlines()[0] if text else "")
+            self.output.job(job, "failed", error)
+
+    def _log_failed(self, connection: str, queue: str, body: bytes, text: str) -> None:
+        if self.failer is None:
+            return
+        with self._failer_lock:
+            self.failer.log(connection, queue, body, text)
+
+    def _release_unique_lock(self, job: Job) -> None:
+        """Release a ShouldBeUnique lock when it can be identified (see ``compat-docs/worker.md``)."""
+        handler: Handler | None = getattr(job, "handler", None)
+        command = job.command
+        if self.cache is None or handler is None or handler.unique is False or not isinstance(command, PHPObject):
+            return
+        if handler.unique is None and "uniqueId" not in command:
+            return
+        unique_id = command.get("uniqueId")
+        owner = command.get("uniqueLockOwner") or None
+        try:
+            self.cache.unique_lock_release(
+                job.payload.command_name or job.name, "" if unique_id is None else str(unique_id),
+                job.display_name, owner=owner,
+            )
+        except Exception as exc:
+            log.warning("could not release the unique lock of %s: %s", job.name, exc)
+
+    # == jobs without a Python handler ====================================================================
+
+    def _unhandled(self, job: Job) -> None:
+        name = job.payload.command_name or job.name
+        reason = f"No Python handler registered for {name}"
+        policy = self.options.unhandled
+        delay = max(1, int(self.options.unhandled_delay))
+        if policy == "fail":
+            job.fail(UnhandledJobError(reason))
+            return
+        if policy == "release":
+            self._retrying(lambda: job.release(delay))
+            detail = f"released for {delay}s"
+        else:
+            self._retrying(lambda: self._put_back(job, delay))
+            detail = f"requeued untouched in {delay}s"
+        log.warning("%s (id %s on %s): %s", reason, job.id, job.queue, detail)
+        self.output.job(job, "unhandled", detail=detail)
+
+    def _put_back(self, job: Job, delay: int, *, require_reservation: bool = True) -> None:
+        """Put the original body back on ``:delayed`` (attempts not burned)."""
+        keys = self.queue.keys(job.queue)
+        if require_reservation:
+            self._requeue(keys=[keys.reserved, keys.delayed],
+                          args=[job.reserved, self.queue.available_at(delay), job.body])
+        else:
+            self.queue.client.zadd(keys.delayed, {job.body: self.queue.available_at(delay)})
+
+    # == signals =========================================================================================
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT/SIGQUIT: finish running jobs, then exit 0 (a second one: stop now).
+        SIGUSR2: pause. SIGCONT: resume. Only possible in the main thread."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+            signal.signal(sig, self._on_quit_signal)
+        signal.signal(signal.SIGUSR2, self._on_pause_signal)
+        signal.signal(signal.SIGCONT, self._on_resume_signal)
+
+    def _on_quit_signal(self, signum: int, _frame: Any) -> None:
+        if self.should_quit:
+            log.warning("second %s: stopping now; running jobs stay reserved until retry_after",
+                        signal.Signals(signum).name)
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(EXIT_ERROR)
+        self.should_quit = True
+        self._wake.set()
+
+    def _on_pause_signal(self, _signum: int, _frame: Any) -> None:
+        self.paused = True
+        self._wake.set()
+
+    def _on_resume_signal(self, _signum: int, _frame: Any) -> None:
+        self.paused = False
+        self._wake.set()
+
+    # == helpers ===========================================================================================
+
+    def _retrying(self, action: Callable[[], T], attempts: int = 4) -> T | None:
+        """Run a Redis write, retrying while Redis is unreachable (the outcome is known; keep it)."""
+        delay = 0.5
+        for attempt in range(attempts):
+            try:
+                return action()
+            except _REDIS_DOWN as exc:
+                if attempt == attempts - 1:
+                    log.error("Redis write failed after %d attempts (%s): the job stays reserved "
+                              "until retry_after", attempts, exc)
+                    return None
+                time.sleep(delay)
+                delay *= 2
+        return None
+
+
+def _rss_mb() -> float:
+    """Resident memory of this process in MB (Laravel compares ``memory_get_usage(true)``)."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            pages = int(fh.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 1048576
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _sigkill_self() -> None:
+    """``Worker::kill``: die by SIGKILL, leaving reserved jobs for ``retry_after``."""
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,115 @@
+"""Dispatcher unit tests (real Redis, no PHP): command bytes per version, payload fields, delays, bulk."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from laraq.dispatch import Dispatcher, serialize_command
+from laraq.encryption import Encrypter
+from laraq.queue import RedisQueue
+from laraq.serializer import loads
+
+KEY = "base64:srj9QVmuADIUchwd/iag/u7inuvvH26bDFBsn5w4ghI="
+
+
+def make(redis_client, version="8.83.26", now=1_800_000_000.0):
+    q = RedisQueue(redis_client, prefix="p_", version=version, clock=lambda: now)
+    return q, Dispatcher(q, encrypter=Encrypter.from_app_key(KEY))
+
+
+def test_command_bytes_match_the_reference_examples():
+    # laravel-internals.md §11: PlainJob with public $a=1; protected $b='x'; private $c=[1,2].
+    ours = serialize_command("App\\Jobs\\PlainJob", {"a": 1}, protected={"b": "x"}, private={"c": [1, 2]},
+                             version="8.83")
+    assert ours == (
+        b'O:17:"App\\Jobs\\PlainJob":13:{s:1:"a";i:1;s:4:"\0*\0b";s:1:"x";s:20:"\0App\\Jobs\\PlainJob\0c";'
+        b'a:2:{i:0;i:1;i:1;i:2;}s:3:"job";N;s:10:"connection";N;s:5:"queue";N;s:15:"chainConnection";N;'
+        b's:10:"chainQueue";N;s:19:"chainCatchCallbacks";N;s:5:"delay";N;s:11:"afterCommit";N;'
+        b's:10:"middleware";a:0:{}s:7:"chained";a:0:{}}'
+    )
+    v13 = serialize_command("App\\Jobs\\PlainJob", {"a": 1}, protected={"b": "x"}, private={"c": [1, 2]},
+                            version="13.26.1")
+    assert v13.endswith(
+        b's:3:"job";N;s:10:"connection";N;s:5:"queue";N;s:12:"messageGroup";N;s:12:"deduplicator";N;'
+        b's:13:"debounceOwner";s:0:"";s:15:"uniqueLockOwner";s:0:"";s:5:"delay";N;s:11:"afterCommit";N;'
+        b's:10:"middleware";a:0:{}s:7:"chained";a:0:{}s:15:"chainConnection";N;s:10:"chainQueue";N;'
+        b's:19:"chainCatchCallbacks";N;}'
+    )
+    assert v13.startswith(b'O:17:"App\\Jobs\\PlainJob":17:{')
+
+
+def test_skip_defaults_and_queueable_values():
+    cmd = serialize_command("App\\Jobs\\X", {"userId": 42}, version="13", queue="emails", delay=30,
+                            skip_defaults=True)
+    obj = loads(cmd)
+    assert list(obj.properties()) == ["userId", "queue", "delay"]
+    assert obj["queue"] == "emails" and obj["delay"] == 30
+    bare = serialize_command("App\\Jobs\\X", {"a": 1}, queueable_defaults=False)
+    assert bare == b'O:10:"App\\Jobs\\X":1:{s:1:"a";i:1;}'
+    with pytest.raises(ValueError):
+        serialize_command("App\\Jobs\\X", {"\0*\0a": 1}, protected={"a": 2})
+
+
+def test_payload_fields_and_push(redis_client):
+    q, d = make(redis_client)
+    res = d.dispatch_job("App\\Jobs\\EchoJob", {"args": [1]}, queue="emails", tries=3, backoff=[1, 5, 10],
+                         timeout=20, retry_until=1_800_000_600, max_exceptions=2, fail_on_timeout=True)
+    members = redis_client.lrange("p_queues:emails", 0, -1)
+    assert members == [res.payload]
+    assert redis_client.lrange("p_queues:emails:notify", 0, -1) == [b"1"]
+    p = json.loads(res.payload)
+    assert list(p) == ["uuid", "displayName", "job", "maxTries", "maxExceptions", "failOnTimeout", "backoff",
+                       "timeout", "retryUntil", "data", "id", "attempts"]
+    assert (p["maxTries"], p["backoff"], p["timeout"], p["retryUntil"], p["maxExceptions"], p["failOnTimeout"]) == (
+        3, "1,5,10", 20, 1_800_000_600, 2, True)
+    assert p["attempts"] == 0 and len(p["id"]) == 32 and p["id"] == res.id and p["uuid"] == res.uuid
+    assert loads(p["data"]["command"].encode())["queue"] == "emails"
+
+
+def test_laravel13_payload_and_delay(redis_client):
+    q, d = make(redis_client, version="13", now=1_800_000_000.5)
+    res = d.dispatch_job("App\\Jobs\\DelayedJob", {"label": "x"}, delay=30)
+    assert res.available_at == 1_800_000_030
+    assert redis_client.llen("p_queues:default") == 0
+    assert redis_client.zrange("p_queues:default:delayed", 0, -1, withscores=True) == [(res.payload, 1_800_000_030)]
+    p = json.loads(res.payload)
+    assert p["delay"] == 30 and p["createdAt"] == 1_800_000_000 and p["deleteWhenMissingModels"] is False
+    assert p["data"]["batchId"] is None
+    assert loads(p["data"]["command"].encode())["delay"] == 30
+
+
+def test_encrypted_command_round_trips(redis_client):
+    q, d = make(redis_client)
+    res = d.dispatch_job("App\\Jobs\\PythonJob", {"document": "a"}, encrypt=True)
+    command = json.loads(res.payload)["data"]["command"]
+    assert command.startswith("eyJpdiI6")
+    obj = loads(Encrypter.from_app_key(KEY).decrypt(command))
+    assert obj.class_name == "App\\Jobs\\PythonJob" and obj["document"] == "a"
+    _, plain = make(redis_client)
+    plain.encrypter = None
+    with pytest.raises(ValueError):
+        plain.dispatch_job("App\\Jobs\\PythonJob", {}, encrypt=True)
+
+
+def test_string_job(redis_client):
+    q, d = make(redis_client, version="12.67")
+    res = d.dispatch_string("App\\Handlers\\Foo@bar", {"x": 1, "y": []}, queue="s")
+    p = json.loads(res.payload)
+    assert p["job"] == "App\\Handlers\\Foo@bar" and p["displayName"] == "App\\Handlers\\Foo"
+    assert "retryUntil" not in p and p["data"] == {"x": 1, "y": []} and p["delay"] is None
+    with pytest.raises(ValueError):
+        d.dispatch_string("NoMethod", {})
+
+
+def test_bulk_one_transaction_across_queues(redis_client):
+    q, d = make(redis_client, version="12.67")
+    jobs = [d.prepare_job("App\\Jobs\\EchoJob", {"args": [i]}, queue="a" if i % 2 else "b") for i in range(6)]
+    jobs.append(d.prepare_string("App\\Handlers\\Foo@bar", {"n": 1}, delay=60))
+    results = d.bulk(jobs)
+    assert [r.queue for r in results] == ["b", "a", "b", "a", "b", "a", "default"]
+    assert redis_client.llen("p_queues:a") == 3 and redis_client.llen("p_queues:b") == 3
+    assert redis_client.llen("p_queues:a:notify") == 3
+    assert redis_client.zcard("p_queues:default:delayed") == 1
+    assert d.bulk([]) == []
