@@ -7,6 +7,9 @@
   on both sides, so neither PHP nor Python writes anything.
 * ``App\\Jobs\\BenchHashJob`` (``bench/php/BenchHashJob.php``): a chain of ``rounds`` SHA-256 digests,
   the CPU-light workload, byte for byte the PHP loop.
+
+``LARAQ_BENCH_SYNC=1`` registers ``EchoJob`` as a plain (sync) function instead, to measure what the
+async hand-off costs per job.
 """
 
 from __future__ import annotations
@@ -17,9 +20,12 @@ import json
 import os
 import time
 
-import laraq
+try:
+    from laraq import App
+except ImportError:  # older trees export it from laraq.app only
+    from laraq.app import App
 
-app = laraq.App("laraq-bench")
+app = App("laraq-bench")
 
 _LOG = os.environ.get("LARAQ_LOG") or None
 
@@ -37,12 +43,23 @@ def _record(command, job) -> None:
         f.write(json.dumps(line) + "\n")
 
 
-@app.handler("App\\Jobs\\EchoJob")
-async def echo(command, job) -> None:
-    if _LOG is not None:
-        _record(command, job)
-    if command.get("mode") == "sleep":
-        await asyncio.sleep(float(command.get("seconds") or 0))
+if os.environ.get("LARAQ_BENCH_SYNC"):  # the "sync handler" variant: a plain function, like PHP's handle()
+
+    @app.handler("App\\Jobs\\EchoJob")
+    def echo(command, job) -> None:
+        if _LOG is not None:
+            _record(command, job)
+        if command.get("mode") == "sleep":
+            time.sleep(float(command.get("seconds") or 0))
+
+else:
+
+    @app.handler("App\\Jobs\\EchoJob")
+    async def echo(command, job) -> None:
+        if _LOG is not None:
+            _record(command, job)
+        if command.get("mode") == "sleep":
+            await asyncio.sleep(float(command.get("seconds") or 0))
 
 
 @app.handler("App\\Jobs\\BenchHashJob")

@@ -3,7 +3,8 @@
 See ARCHITECTURE.md for the module map. The stable public API is re-exported here as modules land.
 """
 
+from laraq.app import App
 from laraq.versions import DEFAULT_VERSION, LaravelVersion
 
-__all__ = ["DEFAULT_VERSION", "LaravelVersion"]
+__all__ = ["App", "DEFAULT_VERSION", "LaravelVersion"]
 __version__ = "0.1.0"

@@ -59,6 +59,8 @@ def split_queue_key(key: str, prefix: str) -> tuple[str, str] | None:
     if not key.startswith(head):
         return None
     rest = key[len(head):]
+    if ":laraq-transfer:" in rest:  # laraq.migrate bookkeeping, not a queue
+        return None
     for suffix in SUFFIXES:
         if rest.endswith(suffix) and len(rest) > len(suffix):
             return rest[: -len(suffix)], suffix

@@ -170,7 +170,8 @@ class Worker:
         self._requeue = queue.client.register_script(_REQUEUE)
         # slots, watchdog, async loop
         self._slots = threading.Semaphore(max(1, self.options.concurrency))
-        self._tasks: queue_mod.Queue[_Running] = queue_mod.Queue()
+        self._tasks: queue_mod.Queue[_Running | None] = queue_mod.Queue()
+        self._closed = False
         self._running: set[_Running] = set()
         self._running_lock = threading.Condition()
         self._threads_started = False
@@ -192,6 +193,9 @@ class Worker:
         last_restart = self._restart_stamp()
         started = time.monotonic()
         jobs_processed = 0
+        log.info("worker %s (pid %d) processing [%s] on %s (Laravel %s profile, concurrency %d)",
+                 opts.name, os.getpid(), ",".join(self.queues), self.queue.redacted_url(), self.version,
+                 opts.concurrency)
         self.output.starting_banner(",".join(self.queues))
         while True:
             if not self._should_run():
@@ -383,9 +387,20 @@ class Worker:
         if self._kill_pending:
             self._kill_now()
 
+    def close(self) -> None:
+        """Stop the idle slot threads and the watchdog (for embedding; the CLI just exits)."""
+        self._closed = True
+        if self._threads_started:
+            for _ in range(max(1, self.options.concurrency)):
+                self._tasks.put(None)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+
     def _slot_loop(self) -> None:
         while True:
             running = self._tasks.get()
+            if running is None:
+                return
             try:
                 self.process(running.job, running)
             except BaseException:  # never let a slot die
@@ -408,7 +423,7 @@ class Worker:
             return True
 
     def _watchdog_loop(self) -> None:
-        while True:
+        while not self._closed:
             time.sleep(0.05)
             try:
                 self._watchdog_tick()

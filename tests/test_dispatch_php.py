@@ -7,11 +7,11 @@ import sqlite3
 import time
 
 import pytest
+from phpapp import TEST_APP_KEY, PhpApp
 
 from laraq.dispatch import Dispatcher
 from laraq.encryption import Encrypter
 from laraq.queue import RedisQueue
-from phpapp import TEST_APP_KEY, PhpApp
 
 pytestmark = pytest.mark.php
 

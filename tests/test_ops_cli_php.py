@@ -8,11 +8,11 @@ import sqlite3
 import click
 import pytest
 from click.testing import CliRunner
+from phpapp import PhpApp
 
 from laraq.cli.ops import COMMANDS
 from laraq.dispatch import Dispatcher
 from laraq.queue import RedisQueue
-from phpapp import PhpApp
 
 pytestmark = pytest.mark.php
 

@@ -24,13 +24,17 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from laraq.worker import EXIT_ERROR, EXIT_SUCCESS, EXIT_USAGE, Worker, WorkerOptions
 
-__all__ = ["work_cmd", "build_worker", "child_main"]
+if TYPE_CHECKING:
+    from laraq.app import App
+
+__all__ = ["work_cmd", "build_worker", "child_main", "default_params"]
 
 log = logging.getLogger("laraq.work")
 
@@ -124,8 +128,23 @@ def _run_worker(params: dict[str, Any], *, on_job_popped: Any = None) -> int:
         return EXIT_ERROR
 
 
-def build_worker(params: dict[str, Any], *, on_job_popped: Any = None) -> Worker:
-    """Build a :class:`~laraq.worker.Worker` from ``laraq work``'s options and the Laravel settings."""
+def default_params(**overrides: Any) -> dict[str, Any]:
+    """``laraq work``'s options with their defaults (for building a worker in-process)."""
+    params: dict[str, Any] = {p.name: p.default for p in work_cmd.params if p.name}
+    params.update(connection=None, app_spec=None)
+    unknown = set(overrides) - set(params)
+    if unknown:
+        raise TypeError(f"unknown laraq work options: {sorted(unknown)}")
+    params.update(overrides)
+    return params
+
+
+def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapping[str, str] | None = None,
+                 app: App | None = None) -> Worker:
+    """Build a :class:`~laraq.worker.Worker` from ``laraq work``'s options and the Laravel settings.
+
+    ``env`` replaces ``os.environ`` as the source of Laravel settings; ``app`` replaces ``--app``.
+    """
     import dataclasses
 
     import redis
@@ -137,15 +156,16 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None) -> Worker
     from laraq.queue import RedisQueue
 
     try:
-        settings = LaravelSettings.from_env(env_file=params.get("env_file"), version=params.get("laravel"))
+        settings = LaravelSettings.from_env(env, env_file=params.get("env_file"), version=params.get("laravel"))
     except (OSError, ValueError) as exc:
         raise click.UsageError(f"cannot read the Laravel settings: {exc}") from exc
     if params.get("prefix") is not None:
         settings = dataclasses.replace(settings, redis_prefix=params["prefix"])
-    try:
-        app = load_app(params["app_spec"])
-    except (ImportError, AttributeError, TypeError, ValueError) as exc:
-        raise click.UsageError(f"cannot load --app {params['app_spec']}: {exc}") from exc
+    if app is None:
+        try:
+            app = load_app(params["app_spec"])
+        except (ImportError, AttributeError, TypeError, ValueError) as exc:
+            raise click.UsageError(f"cannot load --app {params['app_spec']}: {exc}") from exc
     if not app.names:
         log.warning("the App %s has no handlers: every job will get the --unhandled policy", params["app_spec"])
 

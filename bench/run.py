@@ -1,0 +1,1116 @@
+#!/usr/bin/env python3
+"""laraq vs ``php artisan queue:work``: throughput, pickup latency, Redis cost and memory, on one Redis.
+
+    python3 bench/run.py                 # full run (a few minutes on 2 cores)
+    python3 bench/run.py --quick         # smoke run (about a minute)
+    python3 bench/run.py --json out.json # also write every number as JSON
+
+Everything runs on this machine against a ``redis-server`` the script starts itself (temporary dir,
+no persistence, a free loopback port). PHP is the Laravel 8 fixture app (``fixtures/laravel8``),
+copied to a temporary directory together with the two benchmark-only files in ``bench/php/`` (the
+CPU-light job class and a dispatch loop); the fixture itself is never changed. See bench/README.md
+for what each number means and how it is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import math
+import os
+import platform
+import random
+import re
+import select
+import shutil
+import signal
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+sys.path.insert(0, str(ROOT / "tests"))  # phpapp.PhpApp (no pytest needed)
+sys.path.insert(0, str(ROOT))
+
+import redis  # noqa: E402
+
+PREFIX = "laravel_database_"
+ECHO = "App\\Jobs\\EchoJob"
+HASH = "App\\Jobs\\BenchHashJob"
+LARAVEL = "8.83.27"
+
+#: Commands that, for these workloads, only ever run *inside* the queue's Lua scripts (push, pop,
+#: migrate, release, size): subtracted from all calls to give the client's own commands (round trips).
+SCRIPT_INTERNAL = {"rpush", "lpop", "zadd", "zrangebyscore", "zremrangebyrank", "llen", "zcard"}
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# -- machine ------------------------------------------------------------------------------------------
+
+def machine() -> dict[str, Any]:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        kb = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
+        mem = f"{kb / 1024 / 1024:.1f} GiB"
+    except (OSError, AttributeError):
+        pass
+
+    def out(*cmd: str) -> str:
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
+        except (OSError, IndexError, subprocess.SubprocessError):
+            return "?"
+
+    import redis as redis_mod
+
+    try:
+        import laraq
+        laraq_version = getattr(laraq, "__version__", "?")
+    except Exception:  # noqa: BLE001
+        laraq_version = "?"
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "memory": mem,
+        "kernel": platform.release(),
+        "redis": out("redis-server", "--version"),
+        "php": out("php", "--version"),
+        "php_redis": out("php", "-r", "echo phpversion('redis');"),
+        "laravel": out("php", "-r", "require '/usr/share/php/Illuminate/autoload.php'; "
+                       "echo Illuminate\\Foundation\\Application::VERSION;"),
+        "python": platform.python_version(),
+        "redis_py": redis_mod.__version__,
+        "laraq": laraq_version,
+    }
+
+
+# -- redis --------------------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A throw-away ``redis-server`` on 127.0.0.1 (as tests/conftest.py's, without pytest)."""
+
+    def __init__(self, workdir: Path) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise SystemExit("redis-server not found (bash scripts/setup installs it)")
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(workdir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis(port=self.port, socket_connect_timeout=0.2).ping()
+                break
+            except (redis.ConnectionError, redis.ResponseError):
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError("redis-server did not start") from None
+                time.sleep(0.02)
+        self.client = redis.Redis(port=self.port)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@dataclass
+class Snap:
+    calls: dict[str, int]
+    cpu: float
+
+
+def snap(r: redis.Redis) -> Snap:
+    stats = r.info("commandstats")
+    cpu = r.info("cpu")
+    calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
+    return Snap(calls, float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]))
+
+
+@dataclass
+class Delta:
+    calls: Counter = field(default_factory=Counter)
+    cpu: float = 0.0
+
+    @classmethod
+    def between(cls, a: Snap, b: Snap) -> Delta:
+        calls = Counter()
+        for name, n in b.calls.items():
+            d = n - a.calls.get(name, 0)
+            if d and name != "info":  # our own two INFO calls
+                calls[name] = d
+        return cls(calls, b.cpu - a.cpu)
+
+    def minus(self, other: Delta) -> Delta:
+        calls = Counter(self.calls)
+        calls.subtract(other.calls)
+        return Delta(+calls, self.cpu - other.cpu)
+
+    @property
+    def total(self) -> int:
+        return sum(self.calls.values())
+
+    @property
+    def top_level(self) -> int:
+        return sum(n for name, n in self.calls.items() if name not in SCRIPT_INTERNAL)
+
+    def per_job(self, n: int) -> dict[str, Any]:
+        n = max(n, 1)
+        return {
+            "commands_per_job": self.total / n,
+            "client_commands_per_job": self.top_level / n,
+            "redis_cpu_us_per_job": self.cpu / n * 1e6,
+            "breakdown_per_job": {k: round(v / n, 3) for k, v in sorted(self.calls.items(), key=lambda kv: -kv[1])},
+        }
+
+
+# -- processes ----------------------------------------------------------------------------------------
+
+@dataclass
+class ProcResult:
+    wall: float
+    maxrss_kb: int
+    cpu: float
+    rc: int
+    delta: Delta
+    tree_rss_kb: int = 0
+    procs: int = 1
+
+
+def run_measured(cmd: list[str], env: dict[str, str], cwd: Path, r: redis.Redis, logfile: Path,
+                 timeout: float = 1800) -> ProcResult:
+    """Run one worker to completion: wall time; peak RSS of its largest process (wait4's ru_maxrss,
+    which covers reaped children too) and of its whole process tree (VmRSS summed, sampled every
+    20 ms, processes that lived >= 100 ms); CPU of the tree; Redis deltas."""
+    a = snap(r)
+    seen: Counter = Counter()  # pid -> samples it was alive in
+    peak: dict[int, int] = {}  # pid -> its largest VmRSS
+    with open(logfile, "ab") as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        next_sample = 0.0
+        while True:
+            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                proc.kill()
+                pid, status, ru = os.wait4(proc.pid, 0)
+                break
+            now = time.monotonic()
+            if now >= next_sample:
+                for p in tree_pids(proc.pid):
+                    seen[p] += 1
+                    peak[p] = max(peak.get(p, 0), rss_kb(p))
+                next_sample = now + 0.02
+            time.sleep(0.002)
+        wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    b = snap(r)
+    # The tree: processes alive for >= 100 ms (not e.g. the `stty` Symfony Console runs at boot).
+    lasting = [p for p, n in seen.items() if n >= 5]
+    tree = sum(peak[p] for p in lasting)
+    return ProcResult(wall, ru.ru_maxrss, ru.ru_utime + ru.ru_stime, proc.returncode, Delta.between(a, b),
+                      max(tree, ru.ru_maxrss), max(1, len(lasting)))
+
+
+def tree_pids(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                todo += [int(c) for c in Path(f"/proc/{p}/task/{task}/children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+def rss_kb(pid: int) -> int:
+    try:
+        m = re.search(r"VmRSS:\s+(\d+)", Path(f"/proc/{pid}/status").read_text())
+        return int(m.group(1)) if m else 0
+    except OSError:
+        return 0
+
+
+# -- the two sides --------------------------------------------------------------------------------------
+
+class Php:
+    """The fixture app, copied with bench/php/* into ``workdir``; dispatch and ``queue:work``."""
+
+    def __init__(self, server: RedisServer, workdir: Path) -> None:
+        from phpapp import PhpApp
+
+        self.app_dir = workdir / "laravel8"
+        shutil.copytree(ROOT / "fixtures" / "laravel8", self.app_dir)
+        shutil.copy(BENCH / "php" / "BenchHashJob.php", self.app_dir / "app" / "Jobs" / "BenchHashJob.php")
+        shutil.copy(BENCH / "php" / "bench.php", self.app_dir / "bench.php")
+        self.app = PhpApp(server.port, workdir=workdir / "php", prefix=PREFIX)
+        self.app.path = self.app_dir
+        self.server = server
+        self.workdir = workdir
+
+    def env(self, *, block_for: int | None = None, log_path: Path | None = None) -> dict[str, str]:
+        env = dict(self.app.env)
+        env.pop("LARAQ_LOG", None)
+        if log_path is not None:
+            env["LARAQ_LOG"] = str(log_path)
+        env["REDIS_QUEUE_BLOCK_FOR"] = "" if block_for is None else str(block_for)
+        return env
+
+    def dispatch(self, kind: str, count: int, queue: str, *, args: dict | None = None, rounds: int = 0) -> dict:
+        cmd = ["php", str(self.app_dir / "bench.php"), kind, f"--count={count}", f"--queue={queue}"]
+        if args is not None:
+            cmd.append("--args=" + json.dumps(args))
+        if rounds:
+            cmd.append(f"--rounds={rounds}")
+        r = self.server.client
+        a = snap(r)
+        proc = subprocess.run(cmd, env=self.env(), cwd=self.app_dir, capture_output=True, text=True, timeout=900)
+        b = snap(r)
+        if proc.returncode != 0:
+            raise RuntimeError(f"bench.php failed: {proc.stderr}\n{proc.stdout}")
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        delta = Delta.between(a, b)
+        return {"jobs": count, "seconds": out["seconds"], "jobs_per_s": count / out["seconds"],
+                **delta.per_job(count)}
+
+    def worker_cmd(self, queue: str, *, stop_when_empty: bool = True) -> list[str]:
+        cmd = ["php", str(self.app_dir / "artisan"), "queue:work", "redis", f"--queue={queue}", "--sleep=0"]
+        if stop_when_empty:
+            cmd.append("--stop-when-empty")
+        return cmd
+
+
+class Laraq:
+    """laraq's dispatcher (in this process) and ``laraq work`` (a subprocess) on the same Redis."""
+
+    def __init__(self, server: RedisServer, workdir: Path, concurrency_flag: str = "--concurrency") -> None:
+        from laraq.dispatch import Dispatcher
+        from laraq.queue import RedisQueue
+
+        self.server = server
+        self.workdir = workdir
+        self.queue = RedisQueue(redis.Redis(port=server.port), prefix=PREFIX, version=LARAVEL)
+        self.dispatcher = Dispatcher(self.queue)
+        self.concurrency_flag = concurrency_flag
+        self.db_path = workdir / "laraq.sqlite"
+        self.laraq_bin = shutil.which("laraq") or ""
+
+    def prepare(self, kind: str, queue: str, *, args: dict | None = None, rounds: int = 0):
+        if kind == "hash":
+            props = {"rounds": rounds, "seed": "laraq"}
+            return self.dispatcher.prepare_job(HASH, props, queue=queue, connection="redis")
+        a = args or {}
+        props = {"args": a.get("args", []), "mode": a.get("mode", "ok"), "seconds": a.get("seconds", 0),
+                 "tries": None, "backoff": None, "timeout": None, "maxExceptions": None, "failOnTimeout": False,
+                 "\0*\0note": "protected note", "\0App\\Jobs\\EchoJob\0hidden": "private value"}
+        return self.dispatcher.prepare_job(ECHO, props, queue=queue, connection="redis")
+
+    def dispatch(self, kind: str, count: int, queue: str, *, args: dict | None = None, rounds: int = 0,
+                 chunk: int = 1000) -> dict:
+        r = self.server.client
+        a = snap(r)
+        t0 = time.perf_counter()
+        left = count
+        while left > 0:
+            n = min(chunk, left)
+            self.dispatcher.bulk([self.prepare(kind, queue, args=args, rounds=rounds) for _ in range(n)])
+            left -= n
+        seconds = time.perf_counter() - t0
+        b = snap(r)
+        return {"jobs": count, "seconds": seconds, "jobs_per_s": count / seconds,
+                **Delta.between(a, b).per_job(count)}
+
+    def fill(self, kind: str, count: int, queue: str, **kw: Any) -> None:
+        """Fill a queue fast (laraq bulk), not measured."""
+        self.dispatch(kind, count, queue, **kw)
+
+    def env(self, *, log_path: Path | None = None) -> dict[str, str]:
+        """The Laravel settings the PHP app runs with (same Redis, cache store, failed-job DB)."""
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("REDIS_", "DB_", "APP_", "CACHE_", "QUEUE_", "LARAQ_"))}
+        env.update({
+            "APP_NAME": "Laravel", "APP_KEY": "base64:srj9QVmuADIUchwd/iag/u7inuvvH26bDFBsn5w4ghI=",
+            "REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(self.server.port), "REDIS_PREFIX": PREFIX,
+            "REDIS_QUEUE": "default", "REDIS_QUEUE_RETRY_AFTER": "90", "CACHE_DRIVER": "redis",
+            "CACHE_PREFIX": "laravel_cache", "DB_CONNECTION": "sqlite", "DB_DATABASE": str(self.db_path),
+            "QUEUE_CONNECTION": "redis",
+        })
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        if log_path is not None:
+            env["LARAQ_LOG"] = str(log_path)
+        return env
+
+    def worker_cmd(self, queue: str, *, concurrency: int | None = None, stop_when_empty: bool = True,
+                   block_for: int | None = None, python: list[str] | None = None) -> list[str]:
+        base = python or ([self.laraq_bin] if self.laraq_bin else [sys.executable, "-m", "laraq.cli"])
+        cmd = [*base, "work", "--app", "handlers:app", f"--queue={queue}", "--laravel", "8",
+               "--prefix", PREFIX, "--redis-url", self.server.url, "--sleep=0"]
+        if block_for is not None:
+            cmd.append(f"--block-for={block_for}")
+        if stop_when_empty:
+            cmd.append("--stop-when-empty")
+        if concurrency is not None:
+            cmd += [self.concurrency_flag, str(concurrency)]
+        return cmd
+
+
+# -- the ceiling -----------------------------------------------------------------------------------------
+
+# Laravel 8's own scripts (Illuminate\Queue\LuaScripts), byte for byte.
+LARAVEL_POP = """-- Pop the first job off of the queue...
+local job = redis.call('lpop', KEYS[1])
+local reserved = false
+
+if(job ~= false) then
+    -- Increment the attempt count and place job on the reserved queue...
+    reserved = cjson.decode(job)
+    reserved['attempts'] = reserved['attempts'] + 1
+    reserved = cjson.encode(reserved)
+    redis.call('zadd', KEYS[2], ARGV[1], reserved)
+    redis.call('lpop', KEYS[3])
+end
+
+return {job, reserved}"""
+
+LARAVEL_MIGRATE = """-- Get all of the jobs with an expired "score"...
+local val = redis.call('zrangebyscore', KEYS[1], '-inf', ARGV[1])
+
+-- If we have values in the array, we will remove them from the first queue
+-- and add them onto the destination queue in chunks of 100, which moves
+-- all of the appropriate jobs onto the destination queue very safely.
+if(next(val) ~= nil) then
+    redis.call('zremrangebyrank', KEYS[1], 0, #val - 1)
+
+    for i = 1, #val, 100 do
+        redis.call('rpush', KEYS[2], unpack(val, i, math.min(i+99, #val)))
+        -- Push a notification for every job that was migrated...
+        for j = i, math.min(i+99, #val) do
+            redis.call('rpush', KEYS[3], 1)
+        end
+    end
+end
+
+return val"""
+
+
+def ceiling(r: redis.Redis, queue: str, count: int, batch: int) -> dict:
+    """Laravel's per-job Redis work (migrate :delayed, migrate :reserved, pop, ZREM), pipelined.
+
+    Per batch: one pipeline of ``batch`` x (EVALSHA migrate, EVALSHA migrate, EVALSHA pop), then one
+    pipeline of the ``batch`` ZREMs of the reserved members it returned. No job code, no decoding.
+    """
+    base = f"{PREFIX}queues:{queue}"
+    pop_sha = r.script_load(LARAVEL_POP)
+    mig_sha = r.script_load(LARAVEL_MIGRATE)
+    done = 0
+    a = snap(r)
+    t0 = time.perf_counter()
+    while True:
+        now = int(time.time())
+        pipe = r.pipeline(transaction=False)
+        for _ in range(batch):
+            pipe.evalsha(mig_sha, 3, base + ":delayed", base, base + ":notify", now)
+            pipe.evalsha(mig_sha, 3, base + ":reserved", base, base + ":notify", now)
+            pipe.evalsha(pop_sha, 3, base, base + ":reserved", base + ":notify", now + 90)
+        res = pipe.execute()
+        reserved = [res[i][1] for i in range(2, len(res), 3) if res[i] and res[i][0]]
+        if reserved:
+            pipe = r.pipeline(transaction=False)
+            for member in reserved:
+                pipe.zrem(base + ":reserved", member)
+            pipe.execute()
+            done += len(reserved)
+        if len(reserved) < batch:
+            break
+    seconds = time.perf_counter() - t0
+    d = Delta.between(a, snap(r))
+    return {"jobs": done, "seconds": seconds, "jobs_per_s": done / seconds, "batch": batch, **d.per_job(done)}
+
+
+def fast_path_probe(r: redis.Redis, queue: str, count: int, batch: int) -> dict:
+    """What a batch-reserving worker could reach: per batch one migrate pair, laraq's ``pop_many``
+    Lua script reserving ``batch`` jobs in one call, then the ``batch`` ZREMs pipelined."""
+    from laraq.lua import Scripts
+
+    base = f"{PREFIX}queues:{queue}"
+    scripts = Scripts(r)
+    scripts.load()
+    mig_sha = r.script_load(LARAVEL_MIGRATE)
+    done = 0
+    a = snap(r)
+    t0 = time.perf_counter()
+    while True:
+        now = int(time.time())
+        pipe = r.pipeline(transaction=False)
+        pipe.evalsha(mig_sha, 3, base + ":delayed", base, base + ":notify", now)
+        pipe.evalsha(mig_sha, 3, base + ":reserved", base, base + ":notify", now)
+        pipe.execute()
+        got = scripts.pop_many(base, base + ":reserved", base + ":notify", base + ":poison", now + 90, batch)
+        if got.jobs:
+            pipe = r.pipeline(transaction=False)
+            for _job, reserved in got.jobs:
+                pipe.zrem(base + ":reserved", reserved)
+            pipe.execute()
+            done += len(got.jobs)
+        if len(got.jobs) < batch:
+            break
+    seconds = time.perf_counter() - t0
+    d = Delta.between(a, snap(r))
+    return {"jobs": done, "seconds": seconds, "jobs_per_s": done / seconds, "batch": batch, **d.per_job(done)}
+
+
+# -- latency --------------------------------------------------------------------------------------------
+
+class FileWatch:
+    """Wait for appends to a file: inotify (IN_MODIFY) through libc, polling every 0.5 ms without it."""
+
+    IN_MODIFY = 0x2
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.buf = b""
+        self.fd = -1
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = libc.inotify_init1(os.O_NONBLOCK)
+            if fd >= 0 and libc.inotify_add_watch(fd, str(path).encode(), self.IN_MODIFY) >= 0:
+                self.fd = fd
+        except (OSError, AttributeError):
+            self.fd = -1
+
+    def wait_lines(self, timeout: float) -> tuple[float, list[dict]]:
+        """Block until new complete lines appear; returns (time seen, lines)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = self._read()
+            if lines:
+                return time.time(), lines
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return time.time(), []
+            if self.fd >= 0:
+                ready, _, _ = select.select([self.fd], [], [], left)
+                if ready:
+                    seen = time.time()
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self.fd, 65536)
+                    lines = self._read()
+                    if lines:
+                        return seen, lines
+            else:
+                time.sleep(0.0005)
+
+    def _read(self) -> list[dict]:
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        if not data:
+            return []
+        self.offset += len(data)
+        self.buf += data
+        *complete, self.buf = self.buf.split(b"\n")
+        return [json.loads(line) for line in complete if line.strip()]
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+
+
+def measure_latency(lq: Laraq, cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path,
+                    queue: str, samples: int, outfile: Path) -> dict:
+    """Dispatch one job at a time to an idle, blocking worker; time from the push to its log line."""
+    watch = FileWatch(log_path)
+    lat: list[float] = []
+    handler_lat: list[float] = []
+    peak = 0
+    with open(outfile, "ab") as out:
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        for i in range(samples + 3):  # 3 warm-up jobs: the first waits for the worker to boot
+            time.sleep(random.uniform(0.02, 0.04))
+            ts = time.time()
+            job = lq.prepare("echo", queue, args={"args": {"ts": ts, "i": i}, "mode": "ok"})
+            sent = time.time()
+            lq.dispatcher.push(job)
+            found = None
+            while found is None:
+                seen, lines = watch.wait_lines(60 if i < 3 else 10)
+                if not lines:
+                    raise RuntimeError(f"latency job {i} never ran (see {outfile})")
+                for line in lines:
+                    args = line.get("args") or {}
+                    if isinstance(args, dict) and args.get("i") == i:
+                        found = (seen, line)
+            if i >= 3:
+                lat.append(found[0] - sent)
+                if "t" in found[1]:
+                    handler_lat.append(found[1]["t"] - sent)
+            peak = max(peak, rss_kb(proc.pid))
+    finally:
+        watch.close()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    out = {"samples": len(lat), **pct(lat)}
+    if handler_lat:
+        out["handler_start"] = pct(handler_lat)
+    return out
+
+
+def pct(values: list[float]) -> dict:
+    if not values:
+        return {}
+    v = sorted(values)
+
+    def q(p: float) -> float:
+        return v[min(len(v) - 1, max(0, math.ceil(p * len(v)) - 1))] * 1000
+
+    return {"p50_ms": q(0.50), "p90_ms": q(0.90), "p99_ms": q(0.99), "max_ms": v[-1] * 1000,
+            "mean_ms": statistics.fmean(v) * 1000}
+
+
+# -- profiling --------------------------------------------------------------------------------------------
+
+def profile_laraq(lq: Laraq, cmd: list[str], env: dict[str, str], cwd: Path, logfile: Path,
+                  workdir: Path, top: int = 25, gil: bool = False) -> dict:
+    """py-spy (250 Hz, worker and supervisor processes) over a whole no-op run; self/inclusive top
+    functions. Default: every thread that is not idle (so time blocked in a socket read for a Redis
+    reply counts); ``gil``: only the thread holding the GIL, i.e. Python actually computing."""
+    spy = shutil.which("py-spy")
+    if not spy:
+        return {"error": "py-spy not installed (pip install py-spy)"}
+    raw = workdir / ("pyspy-gil.txt" if gil else "pyspy.txt")
+    rate = 250
+    with open(logfile, "ab") as out:
+        t0 = time.perf_counter()
+        proc = subprocess.run([spy, "record", "--format", "raw", "--rate", str(rate), "--nonblocking", "--subprocesses",
+                               *(["--gil"] if gil else []), "-o", str(raw), "--", *cmd],
+                              env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        wall = time.perf_counter() - t0
+    if proc.returncode != 0 or not raw.exists():
+        return {"error": f"py-spy exited {proc.returncode} (see {logfile})"}
+    self_c: Counter = Counter()
+    incl: Counter = Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        n = int(n)
+        total += n
+        # a process frame ("process 123:\"python -c ...; ...\"") may itself hold ';': keep real frames only
+        frames = [_short(f) for f in stack.split(";") if _FRAME.match(f)]
+        if not frames:
+            continue
+        self_c[frames[-1]] += n
+        for f in {re.sub(r":\d+\)$", ")", f) for f in frames}:  # inclusive: per function, any line
+            incl[f] += n
+    return {
+        "samples": total,
+        "mode": "gil" if gil else "all non-idle threads",
+        "wall_s": wall,
+        # share of the run's wall time in which some thread held the GIL (boot included)
+        "gil_busy": total / (wall * rate) if gil else None,
+        "self": [(f, n / total) for f, n in self_c.most_common(top)],
+        "inclusive": [(f, n / total) for f, n in incl.most_common(top * 2)],
+        # the worker's own functions only (laraq/*), inclusive: where a job's time goes
+        "laraq_inclusive": [(f, n / total) for f, n in incl.most_common() if "(laraq/" in f][:top],
+        "raw": str(raw),
+    }
+
+
+_FRAME = re.compile(r"(.*) \((.*):(\d+)\)$")
+
+
+def _short(frame: str) -> str:
+    # "func (path/to/file.py:123)" -> "func (file.py:123)"; keep site-packages module paths short
+    m = re.match(r"(.*) \((.*):(\d+)\)$", frame)
+    if not m:
+        return frame
+    func, path, lineno = m.groups()
+    p = path
+    for marker in ("site-packages/", "/laraq/", "lib/python3"):
+        if marker in p:
+            p = p.split(marker, 1)[1]
+            if marker == "/laraq/":
+                p = "laraq/" + p
+            break
+    return f"{func} ({p}:{lineno})"
+
+
+# -- helpers ----------------------------------------------------------------------------------------------
+
+def queue_left(r: redis.Redis, queue: str) -> dict:
+    base = f"{PREFIX}queues:{queue}"
+    return {"pending": r.llen(base), "reserved": r.zcard(base + ":reserved"), "delayed": r.zcard(base + ":delayed")}
+
+
+def failed_jobs(php: Php | None) -> int:
+    if php is None:
+        return 0
+    with sqlite3.connect(php.app.db_path) as db:
+        return db.execute("select count(*) from failed_jobs").fetchone()[0]
+
+
+def clear_queue(r: redis.Redis, queue: str) -> None:
+    base = f"{PREFIX}queues:{queue}"
+    r.delete(base, base + ":reserved", base + ":delayed", base + ":notify", base + ":poison")
+
+
+def laraq_worker_ready() -> str | None:
+    """None when ``laraq work`` exists; else why not."""
+    if not (ROOT / "laraq" / "worker.py").exists():
+        return "laraq/worker.py does not exist yet"
+    cli = ROOT / "laraq" / "cli"
+    if not any(cli.glob("work*.py")):
+        return "laraq/cli/work.py does not exist yet"
+    try:
+        out = subprocess.run([sys.executable, "-m", "laraq.cli", "work", "--help"], capture_output=True, text=True,
+                             timeout=60, cwd=ROOT)
+    except subprocess.SubprocessError as exc:
+        return f"laraq work --help failed: {exc}"
+    if out.returncode != 0:
+        out2 = subprocess.run(["laraq", "work", "--help"], capture_output=True, text=True, timeout=60, cwd=ROOT) \
+            if shutil.which("laraq") else out
+        if out2.returncode != 0:
+            return "laraq work --help failed: " + (out.stderr or out.stdout).strip()[-300:]
+    return None
+
+
+def laraq_work_help() -> str:
+    for cmd in (["laraq", "work", "--help"], [sys.executable, "-m", "laraq.cli", "work", "--help"]):
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=ROOT)
+            if out.returncode == 0:
+                return out.stdout
+        except (OSError, subprocess.SubprocessError):
+            continue
+    return ""
+
+
+# -- the run --------------------------------------------------------------------------------------------
+
+@dataclass
+class Config:
+    noop: int
+    io: int
+    io_laraq: int
+    cpu: int
+    rounds: int
+    io_seconds: float
+    concurrency: int
+    latency: int
+    mem_small: int
+    mem_large_laraq: int
+    mem_large_php: int
+    ceiling_batch: int
+    profile_jobs: int
+
+
+FULL = Config(noop=20000, io=300, io_laraq=3000, cpu=4000, rounds=2000, io_seconds=0.05, concurrency=64,
+              latency=200, mem_small=1000, mem_large_laraq=100000, mem_large_php=100000, ceiling_batch=100,
+              profile_jobs=20000)
+QUICK = Config(noop=3000, io=60, io_laraq=600, cpu=600, rounds=2000, io_seconds=0.05, concurrency=64,
+               latency=40, mem_small=1000, mem_large_laraq=10000, mem_large_php=5000, ceiling_batch=100,
+               profile_jobs=0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small counts: a smoke run of about a minute")
+    p.add_argument("--json", metavar="PATH", help="also write all results as JSON")
+    p.add_argument("--noop-jobs", type=int)
+    p.add_argument("--io-jobs", type=int, help="I/O jobs for artisan (50 ms each, one at a time)")
+    p.add_argument("--io-jobs-laraq", type=int, help="I/O jobs for laraq (run with --concurrency)")
+    p.add_argument("--cpu-jobs", type=int)
+    p.add_argument("--rounds", type=int, help="SHA-256 rounds per CPU-light job (default 2000, ~0.5 ms)")
+    p.add_argument("--concurrency", type=int, help="laraq --concurrency for the I/O workload (default 64)")
+    p.add_argument("--latency-samples", type=int)
+    p.add_argument("--mem-large-laraq", type=int)
+    p.add_argument("--mem-large-php", type=int)
+    p.add_argument("--ceiling-batch", type=int)
+    p.add_argument("--profile-jobs", type=int, help="no-op jobs for the py-spy run of the laraq worker (0: skip)")
+    p.add_argument("--skip-php", action="store_true")
+    p.add_argument("--skip-laraq", action="store_true")
+    p.add_argument("--workloads", default="noop,io,cpu", help="comma list of noop,io,cpu")
+    p.add_argument("--no-variants", action="store_true",
+                   help="skip the extra laraq no-op runs (--no-supervise, sync handler)")
+    p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, py-spy output)")
+    args = p.parse_args(argv)
+
+    cfg = QUICK if args.quick else FULL
+    for name, attr in [("noop_jobs", "noop"), ("io_jobs", "io"), ("io_jobs_laraq", "io_laraq"),
+                       ("cpu_jobs", "cpu"), ("rounds", "rounds"), ("concurrency", "concurrency"),
+                       ("latency_samples", "latency"), ("mem_large_laraq", "mem_large_laraq"),
+                       ("mem_large_php", "mem_large_php"), ("ceiling_batch", "ceiling_batch"),
+                       ("profile_jobs", "profile_jobs")]:
+        v = getattr(args, name)
+        if v is not None:
+            setattr(cfg, attr, v)
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+
+    tmp = Path(tempfile.mkdtemp(prefix="laraq-bench-"))
+    logs = tmp / "logs"
+    logs.mkdir()
+    log(f"work dir {tmp}")
+    results: dict[str, Any] = {"machine": machine(), "config": cfg.__dict__.copy(), "quick": args.quick,
+                               "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "workloads": {},
+                               "notes": []}
+    server = RedisServer(tmp)
+    r = server.client
+    try:
+        have_php = not args.skip_php and shutil.which("php") is not None \
+            and Path("/usr/share/php/Illuminate/autoload.php").exists()
+        php = Php(server, tmp) if have_php else None
+        if php is None and not args.skip_php:
+            results["notes"].append("PHP/Laravel 8 missing: artisan side skipped")
+        lq = Laraq(server, tmp)
+        if php is not None:
+            lq.db_path = php.app.db_path  # failed_jobs already created by Laravel's schema builder
+        else:
+            with sqlite3.connect(lq.db_path) as db:
+                db.execute("create table if not exists failed_jobs (id integer primary key autoincrement, "
+                           "uuid varchar not null unique, connection text not null, queue text not null, "
+                           "payload text not null, exception text not null, "
+                           "failed_at datetime default CURRENT_TIMESTAMP not null)")
+        why = None if not args.skip_laraq else "--skip-laraq"
+        if why is None:
+            why = laraq_worker_ready()
+        if why is None:
+            help_text = laraq_work_help()
+            if "--concurrency" not in help_text:
+                results["notes"].append("laraq work has no --concurrency option")
+        run_laraq = why is None
+        if not run_laraq:
+            results["notes"].append(f"laraq worker not run: {why}")
+            log(f"laraq worker not run: {why}")
+
+        spec = {
+            "noop": dict(kind="echo", args={"args": [], "mode": "ok", "seconds": 0}, php_n=cfg.noop, laraq_n=cfg.noop,
+                         concurrency=None, label="no-op"),
+            "io": dict(kind="echo", args={"args": [], "mode": "sleep", "seconds": cfg.io_seconds}, php_n=cfg.io,
+                       laraq_n=cfg.io_laraq, concurrency=cfg.concurrency,
+                       label=f"I/O {int(cfg.io_seconds * 1000)} ms"),
+            "cpu": dict(kind="hash", args=None, php_n=cfg.cpu, laraq_n=cfg.cpu, concurrency=None,
+                        label=f"CPU {cfg.rounds}xSHA-256"),
+        }
+
+        # Baselines: each worker on an empty queue (boot + one empty poll + exit), subtracted below.
+        base: dict[str, ProcResult] = {}
+        if php:
+            base["php"] = min((run_measured(php.worker_cmd("bench-empty"), php.env(), php.app_dir, r,
+                                            logs / "php-empty.log") for _ in range(3)), key=lambda x: x.wall)
+            log(f"artisan empty run: {base['php'].wall:.3f}s, {base['php'].maxrss_kb / 1024:.1f} MB")
+        if run_laraq:
+            base["laraq"] = min((run_measured(lq.worker_cmd("bench-empty"), lq.env(), BENCH, r,
+                                              logs / "laraq-empty.log") for _ in range(3)), key=lambda x: x.wall)
+            log(f"laraq empty run: {base['laraq'].wall:.3f}s rc={base['laraq'].rc}")
+            if not args.no_variants and "noop" in workloads:
+                base["laraq-ns"] = min((run_measured(lq.worker_cmd("bench-empty") + ["--no-supervise"], lq.env(), BENCH,
+                                                     r, logs / "laraq-empty.log") for _ in range(3)),
+                                       key=lambda x: x.wall)
+            if base["laraq"].rc != 0:
+                results["notes"].append(f"laraq empty run exited {base['laraq'].rc}: see logs")
+                log((logs / "laraq-empty.log").read_text()[-2000:])
+                run_laraq = False
+        results["baseline"] = {k: {"wall_s": v.wall, "maxrss_mb": v.maxrss_kb / 1024, "cpu_s": v.cpu,
+                                   "commands": v.delta.total} for k, v in base.items()}
+
+        def worker_row(side: str, cmd: list[str], env: dict, cwd: Path, n: int, queue: str,
+                       baseline: str | None = None) -> dict:
+            res = run_measured(cmd, env, cwd, r, logs / f"{side}-{queue}.log")
+            left = queue_left(r, queue)
+            b = base[baseline or side]
+            work = max(res.wall - b.wall, 1e-9)
+            d = res.delta.minus(b.delta)
+            row = {"jobs": n, "wall_s": res.wall, "work_s": work, "jobs_per_s": n / work,
+                   "jobs_per_s_wall": n / res.wall, "peak_rss_mb": res.maxrss_kb / 1024,
+                   "tree_rss_mb": res.tree_rss_kb / 1024, "processes": res.procs,
+                   "worker_cpu_us_per_job": max(res.cpu - b.cpu, 0) / n * 1e6, "rc": res.rc, "left": left,
+                   **d.per_job(n)}
+            if res.rc != 0 or any(left.values()):
+                row["error"] = f"exit {res.rc}, left {left} (log {logs / f'{side}-{queue}.log'})"
+                log(f"!! {side} {queue}: {row['error']}")
+            return row
+
+        for w in workloads:
+            s = spec[w]
+            out: dict[str, Any] = {"label": s["label"]}
+            results["workloads"][w] = out
+            log(f"== workload {w}: {s['label']}")
+            if php:
+                q = f"bench-php-{w}"
+                clear_queue(r, q)
+                out["php_dispatch"] = php.dispatch(s["kind"], s["php_n"], q, args=s["args"], rounds=cfg.rounds)
+                log(f"php dispatch {s['php_n']}: {out['php_dispatch']['jobs_per_s']:.0f} jobs/s")
+                out["artisan"] = worker_row("php", php.worker_cmd(q), php.env(), php.app_dir, s["php_n"], q)
+                log(f"artisan: {out['artisan']['jobs_per_s']:.0f} jobs/s")
+            q = f"bench-laraq-{w}"
+            clear_queue(r, q)
+            out["laraq_dispatch"] = lq.dispatch(s["kind"], s["laraq_n"], q, args=s["args"], rounds=cfg.rounds)
+            log(f"laraq dispatch {s['laraq_n']}: {out['laraq_dispatch']['jobs_per_s']:.0f} jobs/s")
+            if run_laraq:
+                out["laraq"] = worker_row("laraq", lq.worker_cmd(q, concurrency=s["concurrency"]), lq.env(), BENCH,
+                                          s["laraq_n"], q)
+                out["laraq"]["concurrency"] = s["concurrency"]
+                log(f"laraq: {out['laraq']['jobs_per_s']:.0f} jobs/s")
+                if w == "noop" and not args.no_variants:
+                    # Where does laraq's per-job time go? The same run without the supervisor process,
+                    # and with a plain (sync) handler instead of the async one.
+                    for key, extra, env_extra in [("laraq_no_supervise", ["--no-supervise"], {}),
+                                                  ("laraq_sync_handler", [], {"LARAQ_BENCH_SYNC": "1"}),
+                                                  ("laraq_sync_no_supervise", ["--no-supervise"],
+                                                   {"LARAQ_BENCH_SYNC": "1"}),
+                                                  ("laraq_concurrency_8", ["--concurrency", "8"], {})]:
+                        clear_queue(r, q)
+                        lq.fill(s["kind"], s["laraq_n"], q, args=s["args"])
+                        out[key] = worker_row("laraq", lq.worker_cmd(q) + extra, {**lq.env(), **env_extra}, BENCH,
+                                              s["laraq_n"], q, "laraq-ns" if "--no-supervise" in extra else "laraq")
+                        log(f"{key}: {out[key]['jobs_per_s']:.0f} jobs/s")
+            if w == "noop":
+                clear_queue(r, q)
+                lq.fill("echo", cfg.noop, q, args=s["args"])
+                out["ceiling"] = ceiling(r, q, cfg.noop, cfg.ceiling_batch)
+                log(f"ceiling: {out['ceiling']['jobs_per_s']:.0f} jobs/s")
+                clear_queue(r, q)
+                lq.fill("echo", cfg.noop, q, args=s["args"])
+                out["fast_path_probe"] = fast_path_probe(r, q, cfg.noop, cfg.ceiling_batch)
+                log(f"fast-path probe: {out['fast_path_probe']['jobs_per_s']:.0f} jobs/s")
+            else:
+                out["ceiling"] = results["workloads"].get("noop", {}).get("ceiling")
+            clear_queue(r, q)
+
+        # Pickup latency: idle worker blocked on :notify (block_for = 5 s), one job at a time.
+        results["latency"] = {}
+        if cfg.latency:
+            q = "bench-latency"
+            if php:
+                clear_queue(r, q)
+                lp = tmp / "php-latency.jsonl"
+                lp.touch()
+                log("latency: artisan")
+                results["latency"]["artisan"] = measure_latency(
+                    lq, php.worker_cmd(q, stop_when_empty=False), php.env(block_for=5, log_path=lp), php.app_dir,
+                    lp, q, cfg.latency, logs / "php-latency.log")
+            if run_laraq:
+                clear_queue(r, q)
+                lp = tmp / "laraq-latency.jsonl"
+                lp.touch()
+                log("latency: laraq")
+                results["latency"]["laraq"] = measure_latency(
+                    lq, lq.worker_cmd(q, stop_when_empty=False, block_for=5), lq.env(log_path=lp), BENCH,
+                    lp, q, cfg.latency, logs / "laraq-latency.log")
+            clear_queue(r, q)
+
+        # Memory growth: peak RSS over a small and a large no-op run.
+        results["memory"] = {}
+        mem_sides = []
+        if php:
+            mem_sides.append(("artisan", "php", cfg.mem_large_php))
+        if run_laraq:
+            mem_sides.append(("laraq", "laraq", cfg.mem_large_laraq))
+        for label, side, large in mem_sides:
+            m = {}
+            for n in (cfg.mem_small, large):
+                q = f"bench-mem-{side}"
+                clear_queue(r, q)
+                lq.fill("echo", n, q, args={"args": [], "mode": "ok", "seconds": 0})
+                cmd, env, cwd = ((php.worker_cmd(q), php.env(), php.app_dir) if side == "php"
+                                 else (lq.worker_cmd(q), lq.env(), BENCH))
+                log(f"memory: {label} {n} jobs")
+                res = run_measured(cmd, env, cwd, r, logs / f"{side}-mem-{n}.log")
+                m[str(n)] = {"peak_rss_mb": res.maxrss_kb / 1024, "wall_s": res.wall, "rc": res.rc,
+                             "left": queue_left(r, q)}
+                clear_queue(r, q)
+            results["memory"][label] = m
+
+        # Profile: py-spy over a laraq no-op run.
+        if run_laraq and cfg.profile_jobs:
+            q = "bench-profile"
+            clear_queue(r, q)
+            lq.fill("echo", cfg.profile_jobs, q, args={"args": [], "mode": "ok", "seconds": 0})
+            log(f"profile: py-spy over laraq, {cfg.profile_jobs} no-op jobs")
+            prof = profile_laraq(lq, lq.worker_cmd(q), lq.env(), BENCH, logs / "laraq-profile.log", tmp)
+            prof["jobs"] = cfg.profile_jobs
+            results["profile"] = prof
+            clear_queue(r, q)
+            lq.fill("echo", cfg.profile_jobs, q, args={"args": [], "mode": "ok", "seconds": 0})
+            log(f"profile: py-spy --gil over laraq, {cfg.profile_jobs} no-op jobs")
+            prof = profile_laraq(lq, lq.worker_cmd(q), lq.env(), BENCH, logs / "laraq-profile.log", tmp, gil=True)
+            prof["jobs"] = cfg.profile_jobs
+            results["profile_gil"] = prof
+            clear_queue(r, q)
+    finally:
+        server.stop()
+
+    results["failed_jobs_php"] = failed_jobs(php) if "php" in dir() and php else 0
+    text = render(results)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+        log(f"wrote {args.json}")
+    if args.keep:
+        log(f"kept {tmp}")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+# -- rendering ------------------------------------------------------------------------------------------
+
+def _f(v: Any, fmt: str = "{:,.0f}") -> str:
+    if v is None:
+        return "-"
+    try:
+        return fmt.format(v)
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def render(res: dict) -> str:
+    m = res["machine"]
+    lines = [
+        f"laraq benchmark ({'quick' if res['quick'] else 'full'} run, {res['started']})",
+        f"machine: {m['nproc']} CPUs ({m['cpu']}), {m['memory']}, Linux {m['kernel']}",
+        f"{m['redis']} | {m['php']} (phpredis {m['php_redis']}), Laravel {m['laravel']} | "
+        f"Python {m['python']}, redis-py {m['redis_py']}",
+        "",
+        "Throughput (one worker each; jobs/s excludes the worker's boot, measured on an empty queue)",
+        "| workload | runner | jobs | dispatch jobs/s | worker jobs/s | Redis cmds/job (client) | Redis CPU µs/job "
+        "| worker CPU µs/job | peak RSS MB (largest process) | laraq/artisan | laraq/ceiling |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for w, out in res["workloads"].items():
+        label = out["label"]
+        ceil = out.get("ceiling") or {}
+        art = out.get("artisan") or {}
+        for runner, key, disp in [("artisan", "artisan", "php_dispatch"), ("laraq", "laraq", "laraq_dispatch"),
+                                  ("laraq --no-supervise", "laraq_no_supervise", None),
+                                  ("laraq, sync handler", "laraq_sync_handler", None),
+                                  ("laraq --no-supervise, sync handler", "laraq_sync_no_supervise", None),
+                                  ("laraq --concurrency 8", "laraq_concurrency_8", None)]:
+            row = out.get(key)
+            d = out.get(disp) or {} if disp else {}
+            if row is None and not d:
+                continue
+            row = row or {}
+            ratio_a = ratio_c = "-"
+            if runner.startswith("laraq") and row.get("jobs_per_s"):
+                if art.get("jobs_per_s"):
+                    ratio_a = f"{row['jobs_per_s'] / art['jobs_per_s']:.2f}x"
+                if ceil.get("jobs_per_s") and w == "noop":
+                    ratio_c = f"{row['jobs_per_s'] / ceil['jobs_per_s']:.2f}"
+            name = runner + (f" (concurrency {row['concurrency']})" if row.get("concurrency") else "")
+            err = " ⚠" if row.get("error") else ""
+            rss = _f(row.get("peak_rss_mb"), "{:.1f}")
+            if row.get("processes", 1) > 1:
+                rss += f" ({_f(row.get('tree_rss_mb'), '{:.1f}')} in {row['processes']} procs)"
+            lines.append(
+                f"| {label} | {name}{err} | {_f(row.get('jobs') or d.get('jobs'))} | {_f(d.get('jobs_per_s'))} "
+                f"| {_f(row.get('jobs_per_s'))} "
+                f"| {_f(row.get('commands_per_job'), '{:.1f}')} ({_f(row.get('client_commands_per_job'), '{:.1f}')}) "
+                f"| {_f(row.get('redis_cpu_us_per_job'), '{:.1f}')} | {_f(row.get('worker_cpu_us_per_job'))} "
+                f"| {rss} | {ratio_a} | {ratio_c} |")
+        if w == "noop":
+            for name, key in [(f"ceiling (Laravel's 4 ops, pipelined x{ceil.get('batch', '?')})", "ceiling"),
+                              (f"fast-path probe (pop_many x{(out.get('fast_path_probe') or {}).get('batch', '?')})",
+                               "fast_path_probe")]:
+                c = out.get(key)
+                if not c:
+                    continue
+                lines.append(
+                    f"| {label} | {name} | {_f(c['jobs'])} | - | {_f(c['jobs_per_s'])} "
+                    f"| {c['commands_per_job']:.1f} ({c['client_commands_per_job']:.1f}) "
+                    f"| {c['redis_cpu_us_per_job']:.1f} | - | - | - | - |")
+    lat = res.get("latency") or {}
+    if lat:
+        lines += ["", "Pickup latency (idle worker blocked on :notify, block_for=5; push → handler's log line)",
+                  "| runner | samples | p50 ms | p90 ms | p99 ms | max ms |", "|---|---:|---:|---:|---:|---:|"]
+        for runner, v in lat.items():
+            lines.append(f"| {runner} | {v.get('samples')} | {_f(v.get('p50_ms'), '{:.2f}')} "
+                         f"| {_f(v.get('p90_ms'), '{:.2f}')} | {_f(v.get('p99_ms'), '{:.2f}')} "
+                         f"| {_f(v.get('max_ms'), '{:.2f}')} |")
+            hs = v.get("handler_start")
+            if hs:
+                lines.append(f"| {runner} (handler start, own clock) | {v.get('samples')} "
+                             f"| {_f(hs.get('p50_ms'), '{:.2f}')} | {_f(hs.get('p90_ms'), '{:.2f}')} "
+                             f"| {_f(hs.get('p99_ms'), '{:.2f}')} | {_f(hs.get('max_ms'), '{:.2f}')} |")
+    mem = res.get("memory") or {}
+    if mem:
+        lines += ["", "Memory growth (peak RSS of one worker over a no-op run of N jobs)",
+                  "| runner | N small | RSS MB | N large | RSS MB | growth MB |", "|---|---:|---:|---:|---:|---:|"]
+        for runner, v in mem.items():
+            (ns, a), (nl, b) = list(v.items())[0], list(v.items())[-1]
+            lines.append(f"| {runner} | {int(ns):,} | {a['peak_rss_mb']:.1f} | {int(nl):,} | {b['peak_rss_mb']:.1f} "
+                         f"| {b['peak_rss_mb'] - a['peak_rss_mb']:+.1f} |")
+    for key in ("profile", "profile_gil"):
+        prof = res.get(key)
+        if not prof:
+            continue
+        what = ("only the thread holding the GIL" if key == "profile_gil"
+                else "all non-idle threads: waiting for a Redis reply counts")
+        lines += ["", f"py-spy profile of the laraq worker, no-op workload ({prof.get('jobs')} jobs; {what})"]
+        if prof.get("error"):
+            lines.append("  " + prof["error"])
+            continue
+        busy = f"; GIL held {prof['gil_busy'] * 100:.0f}% of the run's wall time" if prof.get("gil_busy") else ""
+        lines.append(f"  samples: {prof['samples']}{busy}; top self time:")
+        lines += [f"  {share * 100:5.1f}%  {f}" for f, share in prof["self"][:15]]
+        lines.append("  laraq functions, inclusive (share of samples):")
+        lines += [f"  {share * 100:5.1f}%  {f}" for f, share in prof.get("laraq_inclusive", [])[:20]]
+    if res.get("notes"):
+        lines += ["", "Notes:"] + [f"- {n}" for n in res["notes"]]
+    errors = [f"{w}/{k}: {v['error']}" for w, o in res["workloads"].items() for k, v in o.items()
+              if isinstance(v, dict) and v.get("error")]
+    if errors:
+        lines += ["", "Errors:"] + [f"- {e}" for e in errors]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""``laraq doctor``: read-only checks of a Laravel Redis queue set-up, each finding with its fix.
+
+Checks (all with ``SCAN`` and bounded samples, never ``KEYS``):
+
+* Redis reachable; queue keys under the configured prefix, or under *another* prefix (the 12→13
+  ``laravel_database_`` → ``laravel-database-`` change, an ``APP_NAME`` change);
+* which Laravel line the payloads look like (``createdAt`` 12.11+, ``batchId`` 12.51+,
+  ``deleteWhenMissingModels`` 13+, no ``failOnTimeout`` < 8.43) against ``--laravel``;
+* members that are not JSON job payloads (a phpredis ``serializer``/``compression`` option on the
+  queue connection; Laravel's own pop would lose them) and laraq's ``:poison`` lists;
+* the worker ``--timeout`` (and per-job ``timeout``) against ``retry_after`` (jobs run twice);
+* reservations already expired and delayed jobs already due piling up (no worker is running);
+* ``:notify`` lists far longer than their queues (harmless drift, but wasted memory);
+* job classes with no Python handler in ``--app``;
+* Horizon keys (Horizon rewrites payloads and will not see laraq's work).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from laraq.config import LaravelSettings
+from laraq.inspect import discover_prefixes, discover_queues, iter_members, queue_status
+from laraq.payload import Payload, PayloadError
+from laraq.queue import RedisQueue
+
+__all__ = ["Finding", "diagnose"]
+
+#: Members sampled per queue and state.
+SAMPLE = 200
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One result: ``level`` is ``ok``, ``info``, ``warn`` or ``error``."""
+
+    level: str
+    title: str
+    detail: str = ""
+    fix: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def _looks_serialized(member: bytes) -> str | None:
+    """A guess at what wrote a non-JSON member."""
+    if member[:2] in (b"s:", b"a:", b"O:", b"i:"):
+        return "phpredis serializer=php"
+    if member[:4] == b"\x00\x00\x00\x02":
+        return "phpredis serializer=igbinary"
+    if member[:1] in (b"\x92", b"\xa0", b"\xd9", b"\xda") or member[:1] and 0x80 <= member[0] <= 0x9f:
+        return "phpredis serializer=msgpack"
+    if member[:4] == b"\x28\xb5\x2f\xfd":
+        return "phpredis compression=zstd"
+    if member[:1] in (b"{", b"["):
+        return None
+    return "phpredis compression (lzf/lz4) or a foreign producer"
+
+
+def _version_hints(decoded: dict[str, Any]) -> list[str]:
+    hints = []
+    if "deleteWhenMissingModels" in decoded:
+        hints.append("13")
+    elif isinstance(decoded.get("data"), dict) and "batchId" in decoded["data"]:
+        hints.append("12.51+")
+    elif "createdAt" in decoded:
+        hints.append("12.11+")
+    elif "failOnTimeout" not in decoded:
+        hints.append("<8.43")
+    else:
+        hints.append("8.43–12.10")
+    if isinstance(decoded.get("pushedAt"), str) or "tags" in decoded and "silenced" in decoded:
+        hints.append("horizon")
+    return hints
+
+
+def _expected_hint(version: Any) -> str:
+    if version.major >= 13:
+        return "13"
+    if version.since("12.51"):
+        return "12.51+"
+    if version.since("12.11"):
+        return "12.11+"
+    if not version.since("8.43"):
+        return "<8.43"
+    return "8.43–12.10"
+
+
+def diagnose(
+    settings: LaravelSettings,
+    queue: RedisQueue,
+    *,
+    app_ref: str | None = None,
+    worker_timeout: int = 60,
+) -> list[Finding]:
+    """Run every check; findings come in the order of the module docstring."""
+    out: list[Finding] = []
+    client = queue.client
+    try:
+        client.ping()
+    except Exception as exc:
+        return [Finding("error", f"cannot reach Redis at {queue.redacted_url()}", str(exc),
+                        "check REDIS_HOST/REDIS_PORT/REDIS_PASSWORD (or --env-file)")]
+    out.append(Finding("ok", f"Redis reachable at {queue.redacted_url()}"))
+
+    # -- prefixes and queues
+    names = discover_queues(client, queue.prefix)
+    prefixes = {p: n for p, n in discover_prefixes(client).items() if p != queue.prefix}
+    if names:
+        out.append(Finding("ok", f"{len(names)} queue(s) under prefix {queue.prefix!r}: {', '.join(names[:20])}"))
+    else:
+        out.append(Finding("warn", f"no queue keys under prefix {queue.prefix!r}"))
+    if prefixes:
+        listing = ", ".join(f"{p!r} ({n} keys)" for p, n in sorted(prefixes.items(), key=lambda x: -x[1])[:5])
+        level = "error" if not names else "warn"
+        out.append(Finding(
+            level, "queue keys exist under other prefixes", listing,
+            "set REDIS_PREFIX (or --prefix) to the prefix your PHP app uses; to move jobs across a prefix "
+            "change (e.g. Laravel 12 → 13's 'laravel-database-'), run: laraq move QUEUE --to-prefix NEW",
+        ))
+
+    # -- members
+    hints: dict[str, int] = {}
+    job_names: set[str] = set()
+    max_job_timeout = 0
+    for name in names:
+        bad: dict[str, int] = {}
+        for state in ("pending", "delayed", "reserved"):
+            for count, (member, _score, _i) in enumerate(iter_members(queue, name, state, batch=SAMPLE)):
+                if count >= SAMPLE:
+                    break
+                try:
+                    payload = Payload.parse(member)
+                except PayloadError:
+                    kind = _looks_serialized(member) or "not a job payload (no numeric attempts)"
+                    bad[kind] = bad.get(kind, 0) + 1
+                    continue
+                for hint in _version_hints(payload.decoded):
+                    hints[hint] = hints.get(hint, 0) + 1
+                job_names.add(payload.resolve_name)
+                if payload.command_name:
+                    job_names.add(payload.command_name)
+                with contextlib.suppress(PayloadError):
+                    max_job_timeout = max(max_job_timeout, payload.timeout or 0)
+        for kind, n in bad.items():
+            out.append(Finding(
+                "error", f"queue {name!r}: {n} member(s) that are not JSON job payloads", kind,
+                "remove the 'serializer'/'compression' options from the queue's Redis connection "
+                "(config/database.php); Laravel's own pop script drops such members. Inspect them with "
+                f"laraq list {name} --json --raw",
+            ))
+        status = queue_status(queue, name)
+        if status.poison:
+            out.append(Finding(
+                "warn", f"queue {name!r}: {status.poison} member(s) in laraq's poison list",
+                f"{queue.keys(name).poison} holds members the pop script could not reserve",
+                f"look at them: laraq list {name} --state poison --json --raw; delete with laraq clear {name} "
+                "--poison once handled",
+            ))
+        if status.expired_reserved:
+            out.append(Finding(
+                "warn", f"queue {name!r}: {status.expired_reserved} expired reservation(s) not migrated back",
+                "a worker moves them back to the list on its next pop; if they pile up no worker is polling "
+                "this queue" + (" (retry_after is null: reservations never expire)" if queue.retry_after is None
+                                else ""),
+                f"start a worker for {name!r} (php artisan queue:work --queue={name} or laraq work)",
+            ))
+        if status.due_delayed > 100:
+            out.append(Finding(
+                "warn", f"queue {name!r}: {status.due_delayed} delayed job(s) already due",
+                "due jobs are migrated only when a worker pops this queue", f"start a worker for {name!r}",
+            ))
+        if status.notify > status.pending + 1000:
+            out.append(Finding(
+                "info", f"queue {name!r}: :notify drift ({status.notify} tokens for {status.pending} jobs)",
+                "the :notify list only wakes blocking pops (block_for); extra tokens cause empty wake-ups",
+                f"redis-cli DEL {queue.keys(name).notify} (safe; Laravel's queue:clear does the same)",
+            ))
+
+    expected = _expected_hint(settings.version)
+    seen = {h: n for h, n in hints.items() if h != "horizon"}
+    if seen and expected not in seen:
+        out.append(Finding(
+            "warn", f"payloads look like Laravel {max(seen, key=lambda h: seen[h])}, laraq is set to {settings.version}",
+            json.dumps(seen), "pass --laravel (or LARAQ_LARAVEL_VERSION) with your app's framework version",
+        ))
+    elif seen:
+        out.append(Finding("ok", f"payloads match Laravel {settings.version}"))
+
+    # -- timeouts
+    retry_after = queue.retry_after
+    if retry_after is not None:
+        longest = max(worker_timeout, max_job_timeout)
+        if longest >= retry_after:
+            out.append(Finding(
+                "error", f"timeout {longest}s ≥ retry_after {retry_after}s: a running job can be handed to a "
+                "second worker", "reservations expire after retry_after seconds and go back to the queue",
+                "set retry_after (REDIS_QUEUE_RETRY_AFTER / config/queue.php) a few seconds longer than the "
+                "longest --timeout and job $timeout",
+            ))
+        else:
+            out.append(Finding("ok", f"timeouts ({longest}s) below retry_after ({retry_after}s)"))
+
+    # -- handlers
+    if app_ref:
+        from laraq.app import load_app
+
+        try:
+            app = load_app(app_ref)
+        except Exception as exc:
+            out.append(Finding("error", f"cannot load --app {app_ref!r}", str(exc), "give module:attribute"))
+        else:
+            handled = set(app.names())
+            missing = sorted(n for n in job_names if n not in handled and not any(
+                n.replace("\\\\", "\\") == h for h in handled))
+            if missing:
+                out.append(Finding(
+                    "info", f"{len(missing)} job class(es) on the queues have no Python handler",
+                    ", ".join(missing[:20]),
+                    "leave them to PHP workers (laraq releases jobs it has no handler for) or register "
+                    "@app.handler('Class') for each",
+                ))
+            else:
+                out.append(Finding("ok", "every job class seen has a Python handler"))
+
+    # -- horizon
+    horizon = []
+    for raw in client.scan_iter(match="*horizon:*", count=1000):
+        horizon.append(raw.decode("utf-8", "replace"))
+        if len(horizon) >= 5:
+            break
+    if horizon or hints.get("horizon"):
+        out.append(Finding(
+            "warn", "Laravel Horizon is in use",
+            "keys such as " + ", ".join(horizon[:3]) if horizon else "payloads carry Horizon's pushedAt/tags",
+            "Horizon's dashboards and metrics do not see jobs run by laraq; Horizon payloads have id = uuid and "
+            "escaped unicode, which laraq reads fine",
+        ))
+    return out

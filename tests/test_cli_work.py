@@ -1,0 +1,158 @@
+"""``laraq work`` as a process: flags, output, exit codes, signals and the restart key.
+
+Real PHP dispatches; ``php artisan queue:restart`` stops a running ``laraq work``; SIGTERM during a job
+lets it finish, then the worker exits 0; SIGUSR2/SIGCONT pause and resume; a lost Redis does not kill
+the worker.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+from typing import Any
+
+import pytest
+from phpapp import PhpApp
+from test_worker_support import LARAQ, ROOT, free_port_url, laraq_env, popen_laraq, run_laraq, wait_for
+
+pytestmark = pytest.mark.php
+
+PREFIX = "laravel_database_queues:"
+
+
+@pytest.fixture
+def php(php: str, redis_client: Any, redis_server: Any) -> PhpApp:
+    return PhpApp(redis_server.port)
+
+
+def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+    proc.send_signal(sig)
+    try:
+        return proc.wait(timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_help_lists_artisans_flags() -> None:
+    out = subprocess.run([*LARAQ, "--help"], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    for flag in ("--queue", "--once", "--stop-when-empty", "--max-jobs", "--max-time", "--memory", "--sleep",
+                 "--rest", "--timeout", "--tries", "--backoff", "--force", "--name", "--json", "--quiet",
+                 "--app", "--env-file", "--laravel", "--concurrency", "--unhandled", "--redis-url", "--prefix",
+                 "--retry-after", "--block-for"):
+        assert flag in out
+
+
+def test_usage_errors_exit_2(php: PhpApp) -> None:
+    proc = run_laraq(php, "--once", app_spec="no_such_module:app")
+    assert proc.returncode == 2
+    assert "cannot load --app no_such_module:app" in proc.stderr
+    bad_flag = run_laraq(php, "--tries=many")
+    assert bad_flag.returncode == 2
+
+
+def test_json_output(php: PhpApp) -> None:
+    php.tool("dispatch", "python", "--queue=py")
+    proc = run_laraq(php, "--once", "--queue=py", "--json")
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [e["status"] for e in events] == ["starting", "success"]
+    done = events[1]
+    assert done["job"] == "App\\Jobs\\PythonJob" and done["queue"] == "py" and done["connection"] == "redis"
+    assert done["result"] == "deleted" and done["attempts"] == 1 and done["level"] == "info"
+    assert "duration" in done and "duration" not in events[0]
+    assert "\\/" not in proc.stdout or "/" not in proc.stdout.replace("\\/", "")  # PHP-style escaping
+
+
+def test_console_output_like_artisan(php: PhpApp) -> None:
+    php.tool("dispatch", "python", "--queue=py")
+    php.tool("dispatch", "echo", "--queue=py", '--args={"mode": "fail", "settings": {"tries": 2}}')
+    proc = run_laraq(php, "--stop-when-empty", "--queue=py", "--laravel", "11")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    stamp = r"  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d "
+    assert re.fullmatch(stamp + r"App\\Jobs\\PythonJob \.+ RUNNING", lines[0])
+    assert re.fullmatch(stamp + r"App\\Jobs\\PythonJob \.+ [\d.,]+ms DONE", lines[1])
+    assert re.fullmatch(stamp + r"App\\Jobs\\EchoJob \.+ RUNNING", lines[2])
+    assert re.fullmatch(stamp + r"App\\Jobs\\EchoJob \.+ [\d.,]+ms FAIL", lines[3])  # released
+    assert len(lines[0]) == len(lines[1]) == 78  # artisan fills 80 columns minus 2 when not on a terminal
+
+
+def test_max_jobs_and_memory_exit_codes(php: PhpApp, redis_client: Any) -> None:
+    php.tool("dispatch", "python", "--queue=py", "--count=3")
+    proc = run_laraq(php, "--queue=py", "--max-jobs=2")
+    assert proc.returncode == 0, proc.stderr
+    assert len(php.runs()) == 2 and redis_client.llen(PREFIX + "py") == 1
+    memory = run_laraq(php, "--queue=empty", "--memory=1")
+    assert memory.returncode == 12
+    assert "memory limit of 1 MB" in memory.stderr
+
+
+def test_queue_restart_stops_a_running_worker(php: PhpApp) -> None:
+    worker = popen_laraq(php, "--queue=py", "--sleep=0.2")
+    try:
+        php.tool("dispatch", "python", "--queue=py")
+        wait_for(php.runs)  # the worker is up and working
+        php.artisan("queue:restart", check=True)
+        assert worker.wait(30) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+
+
+def test_sigterm_finishes_the_running_job_then_exits_0(php: PhpApp, redis_client: Any) -> None:
+    php.tool("dispatch", "echo", "--queue=py", '--args={"mode": "sleep", "seconds": 2}')
+    worker = popen_laraq(php, "--queue=py", "--sleep=0.2")
+    wait_for(php.runs)  # the job is running
+    assert stop(worker) == 0
+    assert len(php.runs()) == 1
+    assert not redis_client.exists(PREFIX + "py", PREFIX + "py:reserved", PREFIX + "py:delayed")
+
+
+def test_second_signal_stops_at_once_leaving_the_job_reserved(php: PhpApp, redis_client: Any) -> None:
+    php.tool("dispatch", "echo", "--queue=py", '--args={"mode": "sleep", "seconds": 30}')
+    worker = popen_laraq(php, "--queue=py", "--sleep=0.2")
+    wait_for(php.runs)
+    worker.send_signal(signal.SIGTERM)
+    with pytest.raises(subprocess.TimeoutExpired):  # the first signal waits for the job...
+        worker.wait(0.5)
+    assert stop(worker) == 1  # ...the second one does not
+    assert redis_client.zcard(PREFIX + "py:reserved") == 1  # retry_after brings it back
+
+
+def test_sigusr2_pauses_and_sigcont_resumes(php: PhpApp) -> None:
+    worker = popen_laraq(php, "--queue=py", "--sleep=0.2")
+    try:
+        php.tool("dispatch", "python", "--queue=py")
+        wait_for(lambda: len(php.runs()) == 1)
+        worker.send_signal(signal.SIGUSR2)
+        php.tool("dispatch", "python", "--queue=py")
+        with pytest.raises(AssertionError):
+            wait_for(lambda: len(php.runs()) == 2, timeout=1.5)
+        worker.send_signal(signal.SIGCONT)
+        wait_for(lambda: len(php.runs()) == 2)
+    finally:
+        assert stop(worker) == 0
+
+
+def test_lost_redis_does_not_kill_the_worker(php: PhpApp) -> None:
+    worker = popen_laraq(php, "--queue=py", "--redis-url", free_port_url(), "-v")
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            worker.wait(2)
+    finally:
+        assert stop(worker) == 0
+    assert "Redis unreachable" in worker.stderr.read()
+
+
+def test_env_file_and_unhandled_flag(php: PhpApp, redis_client: Any, tmp_path: Any) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in php.env.items()
+                                if k.startswith(("REDIS_", "DB_", "APP_", "CACHE_"))))
+    env = {k: v for k, v in laraq_env(php).items() if not k.startswith(("REDIS_", "DB_", "APP_", "CACHE_"))}
+    php.tool("dispatch", "plain", "--queue=py")
+    proc = run_laraq(php, "--once", "--queue=py", "--env-file", str(env_file), "--unhandled=release", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert redis_client.zcard(PREFIX + "py:delayed") == 1
