@@ -500,6 +500,37 @@ def fast_path_probe(r: redis.Redis, queue: str, count: int, batch: int) -> dict:
     return {"jobs": done, "seconds": seconds, "jobs_per_s": done / seconds, "batch": batch, **d.per_job(done)}
 
 
+def prototype(server: RedisServer, queue: str, batch: int) -> dict:
+    """bench/fastpath.py in this process: one Lua call per batch (acks + migrate + reserve), laraq's
+    payload parsing, unserialize and Job objects, the bench handlers run inline."""
+    import fastpath
+
+    os.environ.pop("LARAQ_LOG", None)
+    os.environ.pop("LARAQ_BENCH_SYNC", None)
+    import handlers
+
+    r = server.client
+    client = redis.Redis(port=server.port)
+    cache = redis.Redis(port=server.port, db=1)
+    client.ping()
+    cache.ping()
+    a = snap(r)
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    done, sent = fastpath.run_fast_path(client, handlers.app, prefix=PREFIX, queue=queue, version=LARAVEL, batch=batch,
+                                        cache_client=cache)
+    cpu = time.process_time() - c0
+    seconds = time.perf_counter() - t0
+    d = Delta.between(a, snap(r))
+    left = queue_left(r, queue)
+    out = {"jobs": done, "seconds": seconds, "jobs_per_s": done / seconds, "batch": batch,
+           "worker_cpu_us_per_job": cpu / max(done, 1) * 1e6, "left": left, **d.per_job(done)}
+    out["client_commands_per_job"] = sent / max(done, 1)  # counted by the loop itself (exact)
+    if any(left.values()):
+        out["error"] = f"left {left}"
+    return out
+
+
 # -- latency --------------------------------------------------------------------------------------------
 
 class FileWatch:
@@ -756,7 +787,7 @@ FULL = Config(noop=20000, io=300, io_laraq=3000, cpu=4000, rounds=2000, io_secon
               latency=200, mem_small=1000, mem_large_laraq=100000, mem_large_php=100000, ceiling_batch=100,
               profile_jobs=20000)
 QUICK = Config(noop=3000, io=60, io_laraq=600, cpu=600, rounds=2000, io_seconds=0.05, concurrency=64,
-               latency=40, mem_small=1000, mem_large_laraq=10000, mem_large_php=5000, ceiling_batch=100,
+               latency=40, mem_small=1000, mem_large_laraq=10000, mem_large_php=10000, ceiling_batch=100,
                profile_jobs=0)
 
 
@@ -921,6 +952,11 @@ def main(argv: list[str] | None = None) -> int:
                 lq.fill("echo", cfg.noop, q, args=s["args"])
                 out["fast_path_probe"] = fast_path_probe(r, q, cfg.noop, cfg.ceiling_batch)
                 log(f"fast-path probe: {out['fast_path_probe']['jobs_per_s']:.0f} jobs/s")
+                for b in (1, cfg.ceiling_batch):
+                    clear_queue(r, q)
+                    lq.fill("echo", cfg.noop, q, args=s["args"])
+                    out[f"prototype_{b}"] = prototype(server, q, b)
+                    log(f"fast-path prototype x{b}: {out[f'prototype_{b}']['jobs_per_s']:.0f} jobs/s")
             else:
                 out["ceiling"] = results["workloads"].get("noop", {}).get("ceiling")
             clear_queue(r, q)
@@ -1012,6 +1048,10 @@ def _f(v: Any, fmt: str = "{:,.0f}") -> str:
         return str(v)
 
 
+def _cmds(v: float) -> str:
+    return f"{v:.2f}" if v < 1 else f"{v:.1f}"
+
+
 def render(res: dict) -> str:
     m = res["machine"]
     lines = [
@@ -1059,14 +1099,19 @@ def render(res: dict) -> str:
         if w == "noop":
             for name, key in [(f"ceiling (Laravel's 4 ops, pipelined x{ceil.get('batch', '?')})", "ceiling"),
                               (f"fast-path probe (pop_many x{(out.get('fast_path_probe') or {}).get('batch', '?')})",
-                               "fast_path_probe")]:
+                               "fast_path_probe")] + [
+                    (f"fast-path prototype x{k.split('_')[1]} (bench/fastpath.py, in-process)", k)
+                    for k in sorted(out, key=lambda k: int(k.split("_")[1]) if k.startswith("prototype_") else 0)
+                    if k.startswith("prototype_")]:
                 c = out.get(key)
                 if not c:
                     continue
                 lines.append(
                     f"| {label} | {name} | {_f(c['jobs'])} | - | {_f(c['jobs_per_s'])} "
-                    f"| {c['commands_per_job']:.1f} ({c['client_commands_per_job']:.1f}) "
-                    f"| {c['redis_cpu_us_per_job']:.1f} | - | - | - | - |")
+                    f"| {c['commands_per_job']:.1f} ({_cmds(c['client_commands_per_job'])}) "
+                    f"| {c['redis_cpu_us_per_job']:.1f} | {_f(c.get('worker_cpu_us_per_job'))} | - "
+                    f"| {_f(c['jobs_per_s'] / art['jobs_per_s'], '{:.2f}x') if art.get('jobs_per_s') else '-'} "
+                    f"| {_f(c['jobs_per_s'] / ceil['jobs_per_s'], '{:.2f}') if ceil.get('jobs_per_s') else '-'} |")
     lat = res.get("latency") or {}
     if lat:
         lines += ["", "Pickup latency (idle worker blocked on :notify, block_for=5; push → handler's log line)",

@@ -371,6 +371,12 @@ class LaravelSettings:
     cache_prefix: str = "laravel-cache-"
     redis_cache_connection: str = "cache"
     redis_cache_lock_connection: str = "default"
+    #: the ``file`` store's directory (``storage/framework/cache/data``); ``LARAQ_CACHE_PATH`` overrides
+    cache_path: Path | None = None
+    #: the ``database`` store: connection (None = ``DB_CONNECTION``), table and lock table
+    db_cache_connection: str | None = None
+    db_cache_table: str = "cache"
+    db_cache_lock_table: str = "cache_locks"
     # database / failed jobs
     db_connection: str = "sqlite"
     db_host: str | None = "127.0.0.1"
@@ -447,6 +453,18 @@ class LaravelSettings:
         cache_store = e.str("CACHE_STORE", "database") if modern else e.str("CACHE_DRIVER", "file")
         cache_store = e.str("LARAQ_CACHE_STORE", cache_store)
         cache_prefix = e.str("CACHE_PREFIX", v.default_cache_prefix(prefix_name)) or ""
+        cache_path_raw = e.str("LARAQ_CACHE_PATH")
+        cache_path = Path(cache_path_raw) if cache_path_raw else (
+            base_path / "storage" / "framework" / "cache" / "data" if base_path else None
+        )
+        if modern:
+            db_cache_connection = e.str("DB_CACHE_CONNECTION") or None
+            db_cache_table = e.str("DB_CACHE_TABLE", "cache") or "cache"
+            db_cache_lock_table = e.str("DB_CACHE_LOCK_TABLE") or "cache_locks"
+        else:
+            db_cache_connection, db_cache_table, db_cache_lock_table = None, "cache", "cache_locks"
+        db_cache_connection = e.str("LARAQ_CACHE_DB_CONNECTION", db_cache_connection) or None
+        db_cache_table = e.str("LARAQ_CACHE_TABLE", db_cache_table) or "cache"
 
         # database
         db_connection = e.str("DB_CONNECTION", "sqlite" if modern else "mysql") or ""
@@ -523,6 +541,10 @@ class LaravelSettings:
             redis_cache_connection=(e.str("REDIS_CACHE_CONNECTION", "cache") if modern else "cache") or "cache",
             redis_cache_lock_connection=(e.str("REDIS_CACHE_LOCK_CONNECTION", "default") if modern else "default")
             or "default",
+            cache_path=cache_path,
+            db_cache_connection=db_cache_connection,
+            db_cache_table=db_cache_table,
+            db_cache_lock_table=db_cache_lock_table,
             db_connection=db_connection,
             db_host=db_host,
             db_port=e.int("DB_PORT", default_port) if driver != "sqlite" else None,
@@ -632,7 +654,10 @@ class LaravelSettings:
             f"redis cache:   {self.redis_url_for('cache', mask=True)}",
             f"queue: connection {self.connection_name!r}, queue {self.redis_queue!r}, "
             f"retry_after {self.retry_after}, block_for {self.block_for}",
-            f"cache: store {self.cache_store!r}, prefix {self.cache_prefix!r}",
+            f"cache: store {self.cache_store!r}, prefix {self.cache_prefix!r}"
+            + (f", path {self.cache_path}" if self.cache_store == "file" else "")
+            + (f", table {self.db_cache_table!r} on {self.database(self.db_cache_connection).describe()}"
+               if self.cache_store == "database" else ""),
             f"failed jobs: driver {self.failed_driver!r}, database {self.database(self.failed_database).describe()}"
             f", table {self.failed_table!r}",
             f"maintenance: driver {self.maintenance_driver!r}"

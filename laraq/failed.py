@@ -27,6 +27,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import traceback
 import types
 from collections.abc import Iterator, Sequence
@@ -177,6 +178,8 @@ class _DatabaseStore:
             self.dialect = "mysql"
         self.tz = timezone
         self._ph = "?" if self.dialect == "sqlite" else "%s"
+        #: one statement at a time: DB-API connections are not safe for concurrent use by threads
+        self._lock = threading.RLock()
 
     # -- SQL helpers ---------------------------------------------------------------------------------
 
@@ -194,19 +197,20 @@ class _DatabaseStore:
 
     @contextlib.contextmanager
     def _cursor(self, write: bool = False) -> Iterator[Any]:
-        cur = self.conn.cursor()
-        try:
-            yield cur
-        except BaseException:
-            with contextlib.suppress(Exception):
-                self.conn.rollback()
-            raise
-        else:
-            # end the transaction after reads too, so MySQL/PostgreSQL see fresh data next time
-            self.conn.commit()
-        finally:
-            with contextlib.suppress(Exception):
-                cur.close()
+        with self._lock:
+            cur = self.conn.cursor()
+            try:
+                yield cur
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    self.conn.rollback()
+                raise
+            else:
+                # end the transaction after reads too, so MySQL/PostgreSQL see fresh data next time
+                self.conn.commit()
+            finally:
+                with contextlib.suppress(Exception):
+                    cur.close()
 
     def _columns(self) -> str:
         cols = ["id", "connection", "queue", "payload", "exception", "failed_at"]
@@ -582,11 +586,16 @@ class NullFailedJobStore:
 
 
 def connect_database(db: DatabaseSettings) -> Any:
-    """Open a DB-API connection for a resolved ``DB_*`` connection (sqlite3 / pymysql / psycopg)."""
+    """Open a DB-API connection for a resolved ``DB_*`` connection (sqlite3 / pymysql / psycopg).
+
+    The connection may be used from any thread (SQLite is opened with ``check_same_thread=False``), one
+    call at a time: the failed-job and cache stores that own it hold a lock around every statement.
+    """
     if db.driver == "sqlite":
         import sqlite3
 
-        return sqlite3.connect(db.database or ":memory:", timeout=30)
+        # usable from the worker's threads: the stores serialize their calls with a lock
+        return sqlite3.connect(db.database or ":memory:", timeout=30, check_same_thread=False)
     if db.driver in ("mysql", "mariadb"):
         try:
             import pymysql

@@ -128,6 +128,17 @@ redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 return 1
 """
 
+#: laraq's own (no Laravel counterpart). KEYS: 1 reserved, 2 delayed. ARGV: 1 reserved member,
+#: 2 available-at, 3 the original (as-pushed) body. Puts a job back exactly as it was pushed, attempts
+#: not burned, but only while the reservation is still ours. Returns 1, or 0 if it was not reserved.
+REQUEUE = """\
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
+  return 1
+end
+return 0
+"""
+
 _MIGRATE_MOVE = """\
 local count = #due
 if count > 0 then
@@ -179,6 +190,7 @@ SCRIPT_TEXTS: dict[str, str] = {
     "pop": POP,
     "pop_many": POP_MANY,
     "release": RELEASE,
+    "requeue": REQUEUE,
     "migrate": MIGRATE,
     "migrate_limited": MIGRATE_LIMITED,
     "size": SIZE,
@@ -313,6 +325,13 @@ class Scripts:
     ) -> Any:
         """``ZREM reserved <reserved>`` then ``ZADD delayed available_at <reserved>``."""
         return self.run("release", [delayed_key, reserved_key], [reserved, int(available_at)], client)
+
+    def requeue(
+        self, reserved_key: str, delayed_key: str, reserved: bytes | str, available_at: int, body: bytes | str,
+        client: Any = None,
+    ) -> Any:
+        """Swap a reservation for the untouched ``body`` on ``:delayed``; 0 (no change) if not reserved."""
+        return self.run("requeue", [reserved_key, delayed_key], [reserved, int(available_at), body], client)
 
     def migrate(
         self,

@@ -253,6 +253,12 @@ class LaravelVersion:
         return self.since("13.25")
 
     @property
+    def database_cache_base64_on_sqlite(self) -> bool:
+        """11.38+: the ``database`` cache store base64-encodes values holding NUL bytes on SQLite too
+        (PostgreSQL always did)."""
+        return self.since("11.38")
+
+    @property
     def maintenance_via_cache(self) -> bool:
         """9.0+: maintenance mode may live in the cache (``illuminate:foundation:down``)."""
         return self.major >= 9

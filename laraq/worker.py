@@ -3,8 +3,9 @@
 Loop (:meth:`Worker.daemon`): unless the app is down (and no ``--force``) or the worker is paused
 (SIGUSR2), pop the first job of the ``--queue`` list (skipping paused queues, 12.40+), run it, rest;
 else sleep ``--sleep``. After every iteration :meth:`Worker.stop_status` decides whether to stop:
-quit signal, ``--memory`` (exit 12), ``queue:restart``, ``--stop-when-empty``, ``--max-time``,
-``--max-jobs`` - in Laravel's order.
+quit signal, ``--memory`` (exit 12), ``queue:restart``, ``--stop-when-empty``,
+``--stop-when-empty-for``, ``--max-time``, ``--max-jobs`` - in Laravel's order. Restart, pause, maintenance
+and ``maxExceptions`` go through a :class:`laraq.cache.CacheStore` (Redis, file or database store).
 
 Lifecycle (:meth:`Worker.process`, Laravel's ``process``): pre-run max-attempts check (``retryUntil``
 wins over tries), run the handler, delete on success unless the job was released, deleted or failed;
@@ -71,16 +72,6 @@ EXIT_MEMORY_LIMIT = 12
 UnhandledPolicy = Literal["fail", "release", "requeue"]
 T = TypeVar("T")
 
-#: KEYS: 1 reserved, 2 delayed. ARGV: 1 reserved member, 2 available-at, 3 original body.
-#: Put a job back exactly as it was pushed (attempts not burned), only if we still hold it.
-_REQUEUE = """\
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
-  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
-  return 1
-end
-return 0
-"""
-
 _REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 _UNKNOWN = object()
 
@@ -106,6 +97,8 @@ class WorkerOptions:
     max_tries: int = 1
     force: bool = False
     stop_when_empty: bool = False
+    #: ``--stop-when-empty-for`` (11.53/12.60/13.10): stop once no job was taken for this many seconds.
+    stop_when_empty_for: float = 0
     max_jobs: int = 0
     max_time: float = 0
     rest: float = 0
@@ -167,7 +160,9 @@ class Worker:
         self.paused = False
         self._wake = threading.Event()
         self._failer_lock = threading.Lock()
-        self._requeue = queue.client.register_script(_REQUEUE)
+        #: set by next_job when a reservation was taken (even one rejected as unreadable)
+        self._took_reservation = False
+        self._last_job_at: float | None = None
         # slots, watchdog, async loop
         self._slots = threading.Semaphore(max(1, self.options.concurrency))
         self._tasks: queue_mod.Queue[_Running | None] = queue_mod.Queue()
@@ -205,22 +200,29 @@ class Worker:
                     return self._stop(status)
                 continue
             self._wait_for_slot()
+            self._took_reservation = False
             job = self.next_job()
+            # a payload moved to failed_jobs was still a popped job (Laravel's loop had a Job object)
+            popped = job is not None or self._took_reservation
             if job is not None:
                 jobs_processed += 1
                 self._submit(job)
                 self._wait_for_slot()
+                self._last_job_at = time.monotonic()
                 if opts.rest > 0:
                     self.sleep(opts.rest)
+            elif popped:
+                jobs_processed += 1
+                self._last_job_at = time.monotonic()
             else:
                 self.sleep(self._reconnect_delay or opts.sleep)
-            status = self.stop_status(last_restart, started, jobs_processed, popped=job is not None)
+            status = self.stop_status(last_restart, started, jobs_processed, popped=popped)
             if status is not None:
                 return self._stop(status)
 
     def run_once(self) -> int:
         """``--once``: one pop, one job (Laravel's ``runNextJob``), still under the timeout watchdog."""
-        if self.maintenance() and not self.options.force:
+        if self._down() and not self.options.force:
             self.sleep(self.options.sleep)
             return EXIT_SUCCESS
         job = self.next_job()
@@ -234,12 +236,15 @@ class Worker:
     def _should_run(self) -> bool:
         if self._kill_pending or self.paused:
             return False
+        return not (self._down() and not self.options.force)
+
+    def _down(self) -> bool:
+        """Is the app down for maintenance? (a broken probe counts as "up" and is logged)"""
         try:
-            down = self.maintenance()
+            return bool(self.maintenance())
         except Exception as exc:  # a broken maintenance probe must not stop the worker
             log.warning("maintenance-mode check failed: %s", exc)
-            down = False
-        return not (down and not self.options.force)
+            return False
 
     def stop_status(self, last_restart: Any, started: float, jobs_processed: int, *, popped: bool) -> int | None:
         """Laravel's ``stopIfNecessary``: the exit code to stop with, or ``None`` to keep going."""
@@ -252,6 +257,9 @@ class Worker:
         if stamp is not _UNKNOWN and last_restart is not _UNKNOWN and stamp != last_restart:
             return EXIT_SUCCESS
         if opts.stop_when_empty and not popped:
+            return EXIT_SUCCESS
+        if opts.stop_when_empty_for and not popped and not self._running \
+                and time.monotonic() - (self._last_job_at or started) >= opts.stop_when_empty_for:
             return EXIT_SUCCESS
         if opts.max_time and time.monotonic() - started >= opts.max_time:
             return EXIT_SUCCESS
@@ -301,6 +309,7 @@ class Worker:
                     continue
                 reserved = self.queue.pop(name, index)
                 if reserved is not None:
+                    self._took_reservation = True
                     self._redis_up()
                     if self.on_job_popped is not None:
                         self.on_job_popped()
@@ -684,8 +693,8 @@ class Worker:
         """Put the original body back on ``:delayed`` (attempts not burned)."""
         keys = self.queue.keys(job.queue)
         if require_reservation:
-            self._requeue(keys=[keys.reserved, keys.delayed],
-                          args=[job.reserved, self.queue.available_at(delay), job.body])
+            self.queue.scripts.requeue(keys.reserved, keys.delayed, job.reserved, self.queue.available_at(delay),
+                                       job.body)
         else:
             self.queue.client.zadd(keys.delayed, {job.body: self.queue.available_at(delay)})
 

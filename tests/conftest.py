@@ -142,3 +142,29 @@ def php() -> str:
 
 def load_json(path: Path) -> object:
     return json.loads(path.read_bytes())
+
+
+# -- database servers (MariaDB/PostgreSQL for the failed-job and cache stores) --------------------------
+
+@pytest.fixture(scope="session")
+def mariadb() -> Iterator[object]:
+    from dbservers import MariaDBServer, mariadb_unavailable
+
+    reason = mariadb_unavailable()
+    if reason:
+        pytest.skip(reason)
+    server = MariaDBServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[object]:
+    from dbservers import PostgresServer, postgres_unavailable
+
+    reason = postgres_unavailable()
+    if reason:
+        pytest.skip(reason)
+    server = PostgresServer()
+    yield server
+    server.stop()

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import corpus_dir
-from dbservers import MariaDBServer, PostgresServer, mariadb_unavailable, postgres_unavailable
+from dbservers import MariaDBServer, PostgresServer
 
 from laraq.config import LaravelSettings
 from laraq.failed import (
@@ -40,24 +40,7 @@ def payload(uuid: str, name: str = "App\\Jobs\\Thing") -> str:
 # -- database servers ---------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def mariadb() -> Iterator[MariaDBServer]:
-    reason = mariadb_unavailable()
-    if reason:
-        pytest.skip(reason)
-    server = MariaDBServer()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[PostgresServer]:
-    reason = postgres_unavailable()
-    if reason:
-        pytest.skip(reason)
-    server = PostgresServer()
-    yield server
-    server.stop()
+# ``mariadb`` / ``postgres`` (session servers) are fixtures of conftest.py
 
 
 def _drop(conn: Any, dialect: str) -> None:

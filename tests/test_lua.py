@@ -272,6 +272,31 @@ def test_release_adds_even_if_reservation_is_gone(scripts: Scripts, redis_client
     assert not redis_client.exists(R)
 
 
+# -- requeue (laraq's own: unhandled jobs go back untouched) -------------------------------------
+
+def test_requeue_swaps_the_reservation_for_the_original_body(scripts: Scripts, redis_client: redis.Redis) -> None:
+    body, reserved = job(0), job(1)
+    redis_client.zadd(R, {reserved: 100, b"other": 100})
+    assert scripts.requeue(R, D, reserved, 1700000010, body) == 1
+    assert redis_client.zrange(R, 0, -1) == [b"other"]
+    assert redis_client.zrange(D, 0, -1, withscores=True) == [(body, 1700000010.0)]  # attempts not burned
+    assert set(dump_redis(redis_client)) == {"0:" + R, "0:" + D}
+
+
+def test_requeue_does_nothing_without_the_reservation(scripts: Scripts, redis_client: redis.Redis) -> None:
+    # the reservation expired and another worker took the job: putting it back would duplicate it
+    assert scripts.requeue(R, D, job(1), 7, job(0)) == 0
+    assert dump_redis(redis_client) == {}
+
+
+def test_requeue_in_a_pipeline(scripts: Scripts, redis_client: redis.Redis) -> None:
+    redis_client.zadd(R, {b"r": 1})
+    pipe = redis_client.pipeline()
+    scripts.requeue(R, D, b"r", 5, b"body", client=pipe)
+    assert pipe.execute() == [1]
+    assert redis_client.zrange(D, 0, -1, withscores=True) == [(b"body", 5.0)]
+
+
 # -- migrate --------------------------------------------------------------------------------------
 
 def test_migrate_moves_due_members_in_score_order_inclusive(scripts: Scripts, redis_client: redis.Redis) -> None:

@@ -68,14 +68,13 @@ class Ops:
             raise click.ClickException(f"cannot open the failed-job store: {exc}") from exc
 
     def cache(self) -> Any:
-        from laraq.cache import LaravelCache
+        """The app's default cache store (redis, file or database), where the queue signals live."""
+        from laraq.cache import make_cache
 
-        if not self.settings.cache_uses_redis:
-            raise click.ClickException(
-                f"the default cache store is {self.settings.cache_store!r}; laraq can only write signals to a "
-                "Redis cache store (set CACHE_DRIVER/CACHE_STORE=redis or LARAQ_CACHE_STORE)"
-            )
-        return LaravelCache.from_settings(self.settings)
+        try:
+            return make_cache(self.settings)
+        except Exception as exc:
+            raise click.ClickException(f"cannot open the {self.settings.cache_store!r} cache store: {exc}") from exc
 
     def queues(self, names: Sequence[str] = ()) -> list[str]:
         return list(names) or discover_queues(self.queue.client, self.queue.prefix)

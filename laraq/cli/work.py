@@ -50,6 +50,8 @@ _PARENT_ENV = "LARAQ_WORKER_PARENT"
 @click.option("--queue", default=None, help="Queues to work, in priority order (e.g. high,default).")
 @click.option("--once", is_flag=True, help="Process one job, then exit.")
 @click.option("--stop-when-empty", is_flag=True, help="Exit when the queues are empty.")
+@click.option("--stop-when-empty-for", type=click.IntRange(0), default=0, show_default=True, metavar="SECONDS",
+              help="Exit once the queues have been empty for this many seconds (Laravel 11.53/12.60/13.10+).")
 @click.option("--max-jobs", type=int, default=0, show_default=True, help="Exit after this many jobs (0 = no limit).")
 @click.option("--max-time", type=int, default=0, show_default=True, help="Exit after this many seconds (0 = none).")
 @click.option("--memory", type=int, default=128, show_default=True, help="Exit with code 12 above this RSS (MB).")
@@ -150,7 +152,7 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
     import redis
 
     from laraq.app import load_app
-    from laraq.cache import LaravelCache, maintenance_active
+    from laraq.cache import MaintenanceMode, UnsupportedCacheStore, make_cache
     from laraq.config import LaravelSettings, make_redis
     from laraq.output import Output
     from laraq.queue import RedisQueue
@@ -182,18 +184,17 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
         prefix=settings.redis_prefix, retry_after=retry_after, block_for=block_for, version=settings.version,
     )
 
+    if params.get("stop_when_empty_for") and not settings.version.has_stop_when_empty_for:
+        raise click.UsageError(f"--stop-when-empty-for does not exist in Laravel {settings.version} "
+                               "(added in 11.53, 12.60 and 13.10)")
     cache = None
-    if settings.cache_uses_redis:
-        if url:
-            cache = LaravelCache(redis.Redis.from_url(url, db=settings.redis_cache_db), version=settings.version,
-                                 redis_prefix=settings.redis_prefix, cache_prefix=settings.cache_prefix,
-                                 lock_client=client)
-        else:
-            cache = LaravelCache.from_settings(settings)
-    else:
-        log.warning("the default cache store is %r, not redis: queue:restart, queue:pause, maxExceptions "
-                    "and unique locks are invisible to laraq (set CACHE_DRIVER/CACHE_STORE=redis)",
-                    settings.cache_store)
+    try:
+        cache = make_cache(settings, redis_url=url)
+    except UnsupportedCacheStore as exc:
+        log.warning("%s: queue:restart, queue:pause, maxExceptions and unique locks are invisible to laraq",
+                    exc)
+    except Exception as exc:
+        raise click.UsageError(f"cannot open the {settings.cache_store!r} cache store: {exc}") from exc
 
     encrypter = None
     if settings.app_key:
@@ -207,7 +208,8 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
     options = WorkerOptions(
         name=params["name"], backoff=str(params["backoff"]), memory=params["memory"], timeout=params["timeout"],
         sleep=params["sleep"], max_tries=params["tries"], force=params["force"],
-        stop_when_empty=params["stop_when_empty"], max_jobs=params["max_jobs"], max_time=params["max_time"],
+        stop_when_empty=params["stop_when_empty"], stop_when_empty_for=params.get("stop_when_empty_for") or 0,
+        max_jobs=params["max_jobs"], max_time=params["max_time"],
         rest=params["rest"], once=params["once"], concurrency=params["concurrency"],
         unhandled=params["unhandled"], unhandled_delay=params["unhandled_delay"],
     )
@@ -217,22 +219,16 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
     return Worker(
         app, queue, queues, options=options, connection_name=connection_name, version=settings.version,
         cache=cache, failer=_failed_store(settings), encrypter=encrypter, output=output,
-        maintenance=lambda: maintenance_active(settings, cache), on_job_popped=on_job_popped,
+        maintenance=MaintenanceMode(settings, cache), on_job_popped=on_job_popped,
     )
 
 
 def _failed_store(settings: Any) -> Any:
-    """The failed-job store; SQLite is opened for use from the worker's threads."""
+    """The failed-job store (its connection is safe to use from the worker's threads)."""
     from laraq.failed import make_failed_store
 
-    conn = None
     try:
-        db = settings.database(settings.failed_database)
-        if settings.failed_driver not in (None, "null", "file") and db.driver == "sqlite":
-            import sqlite3
-
-            conn = sqlite3.connect(db.database or ":memory:", timeout=30, check_same_thread=False)
-        return make_failed_store(settings, conn=conn)
+        return make_failed_store(settings)
     except Exception as exc:
         raise click.UsageError(f"cannot open the failed-job store: {exc}") from exc
 

@@ -1,0 +1,337 @@
+"""The worker's cache and maintenance signals, with real PHP and real Redis.
+
+* ``queue:restart`` through the ``file`` and ``database`` cache stores (the 8–10 and 11+ defaults):
+  ``php artisan queue:restart`` stops a running ``laraq work``, ``laraq restart`` stops a running
+  ``php artisan queue:work``; the ``maxExceptions`` counter is shared by PHP and Python in both stores.
+* ``queue:pause`` keys (12.40+) and the global pause (13.25+): the key bytes equal the wire corpus,
+  a running ``laraq work`` skips a paused queue and takes it again after resume; 12.39 ignores the keys.
+* Maintenance mode: ``php artisan down`` / ``up`` (``storage/framework/down``) and the 9+ cache flag;
+  ``--force``; ``--once`` while down sleeps and pops nothing.
+* ``--stop-when-empty-for`` and ``--stop-when-empty`` after a payload was moved to ``failed_jobs``.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import click
+import pytest
+import redis
+import test_worker_support as support
+from conftest import ROOT, corpus_dir
+from phpapp import PhpApp
+from test_worker_support import laraq_env, popen_laraq, run_laraq, wait_for
+
+from laraq.cache import LaravelCache, make_cache
+from laraq.cache_stores import FileCache
+from laraq.cli.work import build_worker, default_params
+from laraq.config import LaravelSettings
+from laraq.worker import Worker
+
+pytestmark = pytest.mark.php
+
+Q = "laravel_database_queues:"
+
+
+def stop(proc: subprocess.Popen[str], timeout: float = 30) -> int:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def env_for(php: PhpApp, **extra: str) -> dict[str, str]:
+    """``laraq work``'s environment: the app's own, plus its project dir (for ``storage/``)."""
+    return laraq_env(php, LARAQ_BASE_PATH=str(php.workdir), **extra)
+
+
+def runs_on(php: PhpApp, queue: str) -> list[dict[str, Any]]:
+    return [r for r in php.runs() if r["queue"] == queue]
+
+
+def failed_rows(php: PhpApp) -> list[dict[str, Any]]:
+    conn = sqlite3.connect(php.db_path)
+    conn.row_factory = sqlite3.Row
+    rows = [dict(r) for r in conn.execute("SELECT * FROM failed_jobs ORDER BY id")]
+    conn.close()
+    return rows
+
+
+@pytest.fixture
+def workers() -> Iterator[list[Worker]]:
+    made: list[Worker] = []
+    yield made
+    for w in made:
+        w.close()
+
+
+def make_worker(php: PhpApp, workers: list[Worker], env: dict[str, str] | None = None, **overrides: Any) -> Worker:
+    params = default_params(laravel="8", sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20)
+    params.update(overrides)
+    worker = build_worker(params, env=env or env_for(php), app=support.app)
+    workers.append(worker)
+    return worker
+
+
+# -- restart and maxExceptions through the file and database stores ------------------------------------
+
+
+@pytest.fixture(params=["file", "database"])
+def store_app(request: pytest.FixtureRequest, php: str, redis_client: Any, redis_server: Any,
+              monkeypatch: pytest.MonkeyPatch) -> PhpApp:
+    app = PhpApp(redis_server.port, extra_env={"CACHE_DRIVER": request.param})
+    monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
+    return app
+
+
+def test_artisan_queue_restart_stops_laraq(store_app: PhpApp) -> None:
+    worker = popen_laraq(store_app, "--queue=py", "--sleep=0.2", env=env_for(store_app))
+    try:
+        store_app.tool("dispatch", "python", "--queue=py")
+        wait_for(store_app.runs)  # up and working (it has read the restart stamp)
+        store_app.artisan("queue:restart", check=True)
+        assert worker.wait(30) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert "not redis" not in worker.stderr.read()
+
+
+def test_laraq_restart_stops_artisan(store_app: PhpApp) -> None:
+    artisan = store_app.popen_artisan("queue:work", "redis", "--queue=php", "--sleep=1")
+    try:
+        store_app.tool("dispatch", "echo", "--queue=php")
+        wait_for(store_app.runs)  # PHP is up and has read the (missing) restart stamp
+        proc = subprocess.run([sys.executable, "-c", "from laraq.cli import main; main()", "restart", "--laravel", "8"],
+                              env=env_for(store_app), cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert "Broadcasting queue restart signal" in proc.stdout
+        assert artisan.wait(30) == 0
+    finally:
+        if artisan.poll() is None:
+            artisan.kill()
+    stamp = store_app.tool("cache-get", "illuminate:queue:restart")["value"]
+    assert isinstance(stamp, int) and abs(stamp - time.time()) < 60
+
+
+def test_max_exceptions_counted_across_php_and_python(store_app: PhpApp, redis_client: Any) -> None:
+    store_app.tool("dispatch", "echo", "--queue=mx", "--args=" + json.dumps(
+        {"mode": "fail", "settings": {"tries": 10, "maxExceptions": 2}}))
+    uuid = json.loads(redis_client.lrange(Q + "mx", 0, -1)[0])["uuid"]
+    cache = make_cache(LaravelSettings.from_env(env_for(store_app), version="8"))
+    assert cache.driver == store_app.env["CACHE_DRIVER"]
+
+    store_app.artisan("queue:work", "redis", "--once", "--queue=mx", check=True)  # exception 1: released
+    assert cache.get(f"job-exceptions:{uuid}") == 1
+    if isinstance(cache, FileCache):
+        raw = cache.path(f"job-exceptions:{uuid}").read_bytes()
+        assert raw[10:] == b"i:1;" and 0 < int(raw[:10]) - time.time() <= 86400
+    for member in redis_client.zrange(Q + "mx:delayed", 0, -1):  # make the released job due now
+        redis_client.zadd(Q + "mx:delayed", {member: 0})
+    proc = run_laraq(store_app, "--once", "--queue=mx", env=env_for(store_app))  # exception 2: the limit
+    assert proc.returncode == 0, proc.stderr
+
+    assert [(r["runner"], r["attempts"]) for r in store_app.runs()] == [("php", 1), ("python", 2)]
+    (row,) = failed_rows(store_app)
+    assert row["exception"].startswith("RuntimeError: echo job failed on purpose")
+    assert cache.get(f"job-exceptions:{uuid}") is None  # forgotten at the limit, as PHP does
+    assert store_app.tool("cache-get", f"job-exceptions:{uuid}") == {"value": None}
+
+
+# -- queue:pause (12.40+) and the global pause (13.25+) ----------------------------------------------------
+
+
+def _corpus_entry(version: str, kind: str) -> dict[str, Any]:
+    path = corpus_dir() / "manifest.json"
+    if not path.exists():
+        pytest.skip(f"wire corpus not found at {corpus_dir()}")
+    (entry,) = [e for e in json.loads(path.read_text()) if e["version"] == version and e["kind"] == kind]
+    return entry
+
+
+@pytest.fixture
+def modern(php: str, redis_client: Any, redis_server: Any) -> PhpApp:
+    """The fixture app with the 12.1+/13 skeleton's hyphenated prefixes (Laravel 8's PHP dispatches)."""
+    return PhpApp(redis_server.port, prefix="laravel-database-", cache_prefix="laravel-cache-")
+
+
+def _modern_cache(app: PhpApp, version: str, redis_server: Any) -> LaravelCache:
+    settings = LaravelSettings.from_env({**app.env, "CACHE_STORE": "redis"}, version=version)
+    cache = make_cache(settings)
+    assert isinstance(cache, LaravelCache)
+    return cache
+
+
+def test_paused_queue_is_skipped_until_resumed(modern: PhpApp, redis_server: Any) -> None:
+    cache = _modern_cache(modern, "12.67", redis_server)
+    entry = _corpus_entry("12.67.0", "queue-pause")
+    cache.pause("redis", "default")
+    db1 = redis_server.client(1)
+    assert db1.get(entry["redis_key"]) == (corpus_dir() / entry["file"]).read_bytes() == b"b:1;"
+    assert db1.ttl(entry["redis_key"]) == -1
+
+    modern.tool("dispatch", "python", "--queue=default")
+    modern.tool("dispatch", "python", "--queue=b")
+    worker = popen_laraq(modern, "--laravel", "12.67", "--queue=default,b", "--sleep=0.2",
+                         env=laraq_env(modern, CACHE_STORE="redis"))
+    try:
+        wait_for(lambda: runs_on(modern, "b"))
+        time.sleep(1.5)  # several loops: the paused first queue is skipped every time
+        assert runs_on(modern, "default") == []
+        assert redis_server.client(0).llen("laravel-database-queues:default") == 1
+        cache.resume("redis", "default")
+        wait_for(lambda: runs_on(modern, "default"))
+    finally:
+        assert stop(worker) == 0
+
+
+def test_global_pause_stops_every_queue(modern: PhpApp, redis_server: Any) -> None:
+    cache = _modern_cache(modern, "13.26", redis_server)
+    entry = _corpus_entry("13.x", "queue-pause-all")
+    cache.pause_all()
+    assert redis_server.client(1).get(entry["redis_key"]) == (corpus_dir() / entry["file"]).read_bytes()
+
+    modern.tool("dispatch", "python", "--queue=a")
+    modern.tool("dispatch", "python", "--queue=b")
+    env = laraq_env(modern, CACHE_STORE="redis")
+    paused = run_laraq(modern, "--laravel", "13.26", "--queue=a,b", "--stop-when-empty", env=env)
+    assert paused.returncode == 0, paused.stderr
+    assert modern.runs() == []
+    # 13.24 has no global pause: the key means nothing there
+    older = run_laraq(modern, "--laravel", "13.24", "--queue=a", "--stop-when-empty", env=env)
+    assert older.returncode == 0, older.stderr
+    assert [r["queue"] for r in modern.runs()] == ["a"]
+    cache.resume_all()
+    resumed = run_laraq(modern, "--laravel", "13.26", "--queue=a,b", "--stop-when-empty", env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert [r["queue"] for r in modern.runs()] == ["a", "b"]
+
+
+def test_pause_keys_are_ignored_before_12_40(modern: PhpApp, redis_server: Any) -> None:
+    db1 = redis_server.client(1)
+    for key in ("illuminate:queue:paused:redis:a", "illuminate:queue:paused:redis:b", "illuminate:queues:paused"):
+        db1.set("laravel-database-laravel-cache-" + key, b"b:1;")
+    modern.tool("dispatch", "python", "--queue=a")
+    modern.tool("dispatch", "python", "--queue=b")
+    proc = run_laraq(modern, "--laravel", "12.39", "--queue=a,b", "--stop-when-empty",
+                     env=laraq_env(modern, CACHE_STORE="redis"))
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(r["queue"] for r in modern.runs()) == ["a", "b"]
+    # ... and honoured from 12.40
+    modern.tool("dispatch", "python", "--queue=a")
+    proc = run_laraq(modern, "--laravel", "12.40", "--queue=a,b", "--stop-when-empty",
+                     env=laraq_env(modern, CACHE_STORE="redis"))
+    assert proc.returncode == 0 and len(modern.runs()) == 2
+
+
+# -- maintenance mode ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def app8(php: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> PhpApp:
+    app = PhpApp(redis_server.port)
+    monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
+    return app
+
+
+def test_artisan_down_stops_popping_until_up(app8: PhpApp, redis_client: Any) -> None:
+    app8.artisan("down", check=True)
+    assert (app8.storage / "framework" / "down").exists()
+    app8.tool("dispatch", "python", "--queue=py")
+    worker = popen_laraq(app8, "--queue=py", "--sleep=0.2", env=env_for(app8))
+    try:
+        time.sleep(2)  # several down loops
+        assert app8.runs() == [] and redis_client.llen(Q + "py") == 1
+        assert redis_client.zcard(Q + "py:reserved") == 0
+        app8.artisan("up", check=True)
+        wait_for(app8.runs)
+    finally:
+        assert stop(worker) == 0
+
+
+def test_once_while_down_sleeps_and_pops_nothing(app8: PhpApp, redis_client: Any) -> None:
+    app8.artisan("down", check=True)
+    app8.tool("dispatch", "python", "--queue=py")
+    started = time.monotonic()
+    proc = run_laraq(app8, "--once", "--queue=py", "--sleep=1", env=env_for(app8))
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - started >= 1
+    assert app8.runs() == [] and redis_client.llen(Q + "py") == 1
+    # artisan agrees
+    app8.artisan("queue:work", "redis", "--once", "--queue=py", "--sleep=0", check=True)
+    assert app8.runs() == [] and redis_client.llen(Q + "py") == 1
+    # --force works while down
+    forced = run_laraq(app8, "--once", "--force", "--queue=py", env=env_for(app8))
+    assert forced.returncode == 0, forced.stderr
+    assert [r["runner"] for r in app8.runs()] == ["python"]
+
+
+def test_cache_maintenance_flag_9_plus(app8: PhpApp, redis_client: Any, workers: list[Worker]) -> None:
+    env = env_for(app8, APP_MAINTENANCE_DRIVER="cache", APP_MAINTENANCE_STORE="file", CACHE_STORE="redis")
+    store = make_cache(LaravelSettings.from_env(env, version="11"), "file")
+    # what CacheBasedMaintenanceMode::activate writes: the down payload, forever
+    store.put("illuminate:foundation:down", {"except": [], "redirect": None, "retry": None, "secret": None,
+                                             "status": 503, "template": None})
+    app8.tool("dispatch", "python", "--queue=py")
+    assert make_worker(app8, workers, env=env, laravel="11", queue="py").daemon() == 0
+    assert app8.runs() == [] and redis_client.llen(Q + "py") == 1
+    # 8.x only knows the file: the cache flag means nothing there
+    assert make_worker(app8, workers, env=env, laravel="8", queue="py").daemon() == 0
+    assert len(app8.runs()) == 1
+    # with the cache driver the file does not count; forgetting the flag lets the worker pop again
+    app8.tool("dispatch", "python", "--queue=py")
+    app8.artisan("down", check=True)
+    store.forget("illuminate:foundation:down")
+    assert make_worker(app8, workers, env=env, laravel="11", queue="py").daemon() == 0
+    assert len(app8.runs()) == 2
+
+
+# -- --stop-when-empty-for and --stop-when-empty ---------------------------------------------------------
+
+
+def test_stop_when_empty_for(app8: PhpApp, workers: list[Worker]) -> None:
+    app8.tool("dispatch", "python", "--queue=py")
+    worker = make_worker(app8, workers, laravel="12.60", queue="py", stop_when_empty=False,
+                         stop_when_empty_for=1, sleep=0.1)
+    started = time.monotonic()
+    assert worker.daemon() == 0
+    assert 1 <= time.monotonic() - started < 5
+    assert len(app8.runs()) == 1
+    with pytest.raises(click.UsageError, match="stop-when-empty-for"):
+        make_worker(app8, workers, laravel="12.59", queue="py", stop_when_empty_for=1)
+    assert run_laraq(app8, "--stop-when-empty-for=1", "--queue=py").returncode == 2  # --laravel 8
+    proc = run_laraq(app8, "--laravel", "11.53", "--stop-when-empty-for=1", "--sleep=0.2", "--queue=py",
+                     env=laraq_env(app8, CACHE_STORE="redis"))
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_stop_when_empty_after_a_payload_moved_to_failed_jobs(app8: PhpApp, redis_client: Any,
+                                                              workers: list[Worker]) -> None:
+    # reservable by the pop script (Lua reads "0x1" as 1) but not a payload Python accepts
+    bad = b'{"uuid":"bad-1","displayName":"App\\\\Jobs\\\\X","job":"X","attempts":"0x1","data":{}}'
+    redis_client.rpush(Q + "py", bad)
+    app8.tool("dispatch", "python", "--queue=py")
+    assert make_worker(app8, workers, queue="py").daemon() == 0
+    (row,) = failed_rows(app8)
+    assert row["uuid"] == "bad-1" and "laraq cannot read the job payload" in row["exception"]
+    assert [r["class"] for r in app8.runs()] == ["App\\Jobs\\PythonJob"]  # the loop went on
+    assert not redis_client.exists(Q + "py", Q + "py:reserved")
+
+
+def test_requeue_goes_through_the_shared_script(app8: PhpApp, redis_client: redis.Redis,
+                                                workers: list[Worker]) -> None:
+    app8.tool("dispatch", "plain", "--queue=py")
+    body = redis_client.lrange(Q + "py", 0, -1)[0]
+    worker = make_worker(app8, workers, queue="py", unhandled="requeue", unhandled_delay=30)
+    assert worker.daemon() == 0
+    assert redis_client.zrange(Q + "py:delayed", 0, -1) == [body]
+    assert redis_client.script_exists(worker.queue.scripts.sha("requeue")) == [True]
