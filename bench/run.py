@@ -40,6 +40,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
+sys.path.insert(0, str(BENCH))  # handlers, fastpath
 sys.path.insert(0, str(ROOT / "tests"))  # phpapp.PhpApp (no pytest needed)
 sys.path.insert(0, str(ROOT))
 

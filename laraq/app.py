@@ -148,10 +148,16 @@ class App:
 def load_app(spec: str) -> App:
     """Import ``module:attribute`` (``attribute`` defaults to ``app``) and return the :class:`App`."""
     import importlib
+    import os
+    import sys
 
     module_name, _, attr = spec.partition(":")
     if not module_name:
         raise ValueError(f"--app must look like 'package.module:app', got {spec!r}")
+    # Like uvicorn and celery: the current directory is importable, so `--app myproject.jobs:app`
+    # works from the project root even when laraq runs as an installed console script.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     module = importlib.import_module(module_name)
     obj: Any = module
     for part in (attr or "app").split("."):

@@ -30,7 +30,7 @@ import tempfile
 import threading
 import traceback
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
@@ -620,6 +620,29 @@ def connect_database(db: DatabaseSettings) -> Any:
         return psycopg.connect(host=db.host, port=int(db.port or 5432), dbname=db.database,
                                user=db.username, password=db.password or None)
     raise ValueError(f"laraq has no failed-job support for database driver {db.driver!r}")
+
+
+class LazyFailedJobStore:
+    """A store opened on first use, for a database that is unreachable when the worker starts.
+
+    ``php artisan queue:work`` starts without touching ``failed_jobs`` and only needs the database
+    when a job fails; this keeps laraq the same. Each use retries opening the real store until it
+    succeeds; a failure to open it surfaces at that use (the worker then puts the job back).
+    """
+
+    def __init__(self, factory: Callable[[], FailedJobStore]) -> None:
+        self._factory = factory
+        self._store: FailedJobStore | None = None
+        self._lock = threading.Lock()
+
+    def _get(self) -> FailedJobStore:
+        with self._lock:
+            if self._store is None:
+                self._store = self._factory()
+            return self._store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._get(), name)
 
 
 def make_failed_store(settings: LaravelSettings, *, conn: Any = None) -> FailedJobStore:

@@ -32,6 +32,12 @@ def corpus_dir() -> Path:
     return Path(env) if env else ROOT.parent / "shared" / "laravel-payloads"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # In CI the corpus sits beside the clone; without it whole corpus test modules would skip.
+    if IN_CI and not (corpus_dir() / "manifest.json").exists():
+        raise pytest.UsageError(f"the Laravel wire corpus is missing at {corpus_dir()} (set LARAQ_CORPUS)")
+
+
 def require(condition: bool, reason: str) -> None:
     """Skip locally, fail in CI: a missing prerequisite in CI is a broken ``.ci/run``."""
     if condition:

@@ -8,10 +8,10 @@ import json
 import subprocess
 
 import pytest
+from conftest import FIXTURES, corpus_dir
 
 from laraq.encryption import DecryptError, Encrypter, parse_app_key
 from laraq.payload import Payload
-from tests.conftest import FIXTURES, corpus_dir
 
 APP_KEY = "base64:srj9QVmuADIUchwd/iag/u7inuvvH26bDFBsn5w4ghI="
 CORPUS = corpus_dir()

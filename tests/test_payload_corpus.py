@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 import pytest
+from conftest import corpus_dir
 
 from laraq.payload import (
     CALL_QUEUED_HANDLER,
@@ -24,7 +25,6 @@ from laraq.payload import (
     reencode_like_php_retry,
 )
 from laraq.versions import LaravelVersion
-from tests.conftest import corpus_dir
 
 CORPUS = corpus_dir()
 VERSIONS = ["8.83.26", "9.52.22", "10.50.3", "11.56.0", "12.67.0", "13.x"]

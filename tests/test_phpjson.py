@@ -9,9 +9,9 @@ import struct
 import subprocess
 
 import pytest
+from conftest import FIXTURES
 
 from laraq.phpjson import PhpJsonError, php_float_repr, php_json_decode, php_json_encode
-from tests.conftest import FIXTURES
 
 JSON_PHP = FIXTURES / "php" / "json.php"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import math
-import os
 import time
 import tracemalloc
 from datetime import UTC, datetime, timedelta, timezone
@@ -15,6 +14,7 @@ from zoneinfo import ZoneInfo
 
 import phpserialize
 import pytest
+from conftest import corpus_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,12 +39,6 @@ from laraq.serializer import (
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ("8.83.26", "9.52.22", "10.50.3", "11.56.0", "12.67.0", "13.x")
-
-
-def corpus_dir() -> Path:
-    # Same rule as tests/conftest.py (tests/ is not a package, so it is repeated here).
-    env = os.environ.get("LARAQ_CORPUS")
-    return Path(env) if env else ROOT.parent / "shared" / "laravel-payloads"
 
 
 def _commands() -> list[tuple[str, bytes]]:

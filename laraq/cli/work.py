@@ -225,12 +225,16 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
 
 def _failed_store(settings: Any) -> Any:
     """The failed-job store (its connection is safe to use from the worker's threads)."""
-    from laraq.failed import make_failed_store
+    from laraq.failed import LazyFailedJobStore, make_failed_store
 
     try:
         return make_failed_store(settings)
     except Exception as exc:
-        raise click.UsageError(f"cannot open the failed-job store: {exc}") from exc
+        # Like artisan, start anyway: failed_jobs is only needed when a job fails, and a job that
+        # cannot be logged then is put back on its queue, never dropped.
+        logging.getLogger("laraq.work").warning(
+            "the failed-job store is not reachable now (%s); laraq retries it when a job fails", exc)
+        return LazyFailedJobStore(lambda: make_failed_store(settings))
 
 
 # -- the supervisor -------------------------------------------------------------------------------------
