@@ -212,6 +212,10 @@ class ProcResult:
     delta: Delta
     tree_rss_kb: int = 0
     procs: int = 1
+    user: float = 0.0
+    sys: float = 0.0
+    nvcsw: int = 0
+    nivcsw: int = 0
 
 
 def run_measured(cmd: list[str], env: dict[str, str], cwd: Path, r: redis.Redis, logfile: Path,
@@ -227,21 +231,26 @@ def run_measured(cmd: list[str], env: dict[str, str], cwd: Path, r: redis.Redis,
         proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         next_sample = 0.0
-        while True:
-            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() > deadline:
-                proc.kill()
-                pid, status, ru = os.wait4(proc.pid, 0)
-                break
-            now = time.monotonic()
-            if now >= next_sample:
-                for p in tree_pids(proc.pid):
-                    seen[p] += 1
-                    peak[p] = max(peak.get(p, 0), rss_kb(p))
-                next_sample = now + 0.02
-            time.sleep(0.002)
+        try:
+            while True:
+                pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    break
+                if time.monotonic() > deadline:
+                    proc.kill()
+                    pid, status, ru = os.wait4(proc.pid, 0)
+                    break
+                now = time.monotonic()
+                if now >= next_sample:
+                    for p in tree_pids(proc.pid):
+                        seen[p] += 1
+                        peak[p] = max(peak.get(p, 0), rss_kb(p))
+                    next_sample = now + 0.02
+                time.sleep(0.002)
+        except BaseException:  # Ctrl-C: do not leave the worker running
+            proc.kill()
+            proc.wait()
+            raise
         wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
     b = snap(r)
@@ -249,7 +258,8 @@ def run_measured(cmd: list[str], env: dict[str, str], cwd: Path, r: redis.Redis,
     lasting = [p for p, n in seen.items() if n >= 5]
     tree = sum(peak[p] for p in lasting)
     return ProcResult(wall, ru.ru_maxrss, ru.ru_utime + ru.ru_stime, proc.returncode, Delta.between(a, b),
-                      max(tree, ru.ru_maxrss), max(1, len(lasting)))
+                      max(tree, ru.ru_maxrss), max(1, len(lasting)), ru.ru_utime, ru.ru_stime, ru.ru_nvcsw,
+                      ru.ru_nivcsw)
 
 
 def tree_pids(pid: int) -> list[int]:
@@ -904,6 +914,10 @@ def main(argv: list[str] | None = None) -> int:
                    "jobs_per_s_wall": n / res.wall, "peak_rss_mb": res.maxrss_kb / 1024,
                    "tree_rss_mb": res.tree_rss_kb / 1024, "processes": res.procs,
                    "worker_cpu_us_per_job": max(res.cpu - b.cpu, 0) / n * 1e6, "rc": res.rc, "left": left,
+                   "worker_user_us_per_job": max(res.user - b.user, 0) / n * 1e6,
+                   "worker_sys_us_per_job": max(res.sys - b.sys, 0) / n * 1e6,
+                   "voluntary_switches_per_job": max(res.nvcsw - b.nvcsw, 0) / n,
+                   "involuntary_switches_per_job": max(res.nivcsw - b.nivcsw, 0) / n,
                    **d.per_job(n)}
             if res.rc != 0 or any(left.values()):
                 row["error"] = f"exit {res.rc}, left {left} (log {logs / f'{side}-{queue}.log'})"
