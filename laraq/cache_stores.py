@@ -34,7 +34,6 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import re
 import threading
 import time
 from collections.abc import Iterator
@@ -42,40 +41,17 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from laraq.cache import CacheStore, is_php_numeric, php_serialize_scalar, php_unserialize_scalar
+from laraq.failed import locked_cursor
+from laraq.payload import php_int_cast
 from laraq.versions import DEFAULT_VERSION, LaravelVersion
 
-__all__ = ["FileCache", "DatabaseCache", "FOREVER_EXPIRY", "DATABASE_FOREVER_SECONDS", "php_int"]
+__all__ = ["FileCache", "DatabaseCache", "FOREVER_EXPIRY", "DATABASE_FOREVER_SECONDS"]
 
 #: ``FileStore``'s expiry of a ``forever`` entry.
 FOREVER_EXPIRY = 9999999999
 #: ``DatabaseStore::forever`` stores for ten years.
 DATABASE_FOREVER_SECONDS = 315360000
 
-_INT_PREFIX_RE = re.compile(rb"^[ \t\n\r\v\f]*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
-
-
-def php_int(value: Any) -> int:
-    """PHP's ``(int)`` cast for the values a cache holds (``null`` → 0, ``"12abc"`` → 12, ``"1e3"`` → 1000)."""
-    if value is None or value is False:
-        return 0
-    if value is True:
-        return 1
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value) if value == value and abs(value) != float("inf") else 0
-    if isinstance(value, str):
-        value = value.encode("utf-8", "surrogateescape")
-    if isinstance(value, bytes):
-        m = _INT_PREFIX_RE.match(value)
-        if not m:
-            return 0
-        text = m.group(0).strip()
-        try:
-            return int(text)
-        except ValueError:
-            return int(float(text))
-    return 1  # arrays/objects: PHP gives 1 for a non-empty array; laraq never stores those here
 
 
 # -- file store -------------------------------------------------------------------------------------
@@ -188,7 +164,7 @@ class FileCache(CacheStore):
         with self._locked_for_write(self.path(key)) as fh:
             now = int(time.time())
             valid, value, left = self._parse(fh.read(), now)
-            new = php_int(value if valid else None) + by
+            new = php_int_cast(value if valid else None) + by
             self._write(fh, self._expiry(left or 0, now), new)
         return new
 
@@ -235,26 +211,9 @@ class DatabaseCache(CacheStore):
     def _sql(self, sql: str) -> str:
         return sql.replace("?", self._ph) if self._ph != "?" else sql
 
-    @contextlib.contextmanager
-    def _cursor(self, *, transaction: bool = False) -> Iterator[Any]:
-        """One unit of work under the store's lock; committed at the end (reads too, for fresh snapshots)."""
-        with self._lock:
-            if transaction and self.dialect == "sqlite":
-                if self.conn.in_transaction:
-                    self.conn.commit()
-                self.conn.execute("BEGIN IMMEDIATE")
-            cur = self.conn.cursor()
-            try:
-                yield cur
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    self.conn.rollback()
-                raise
-            else:
-                self.conn.commit()
-            finally:
-                with contextlib.suppress(Exception):
-                    cur.close()
+    def _cursor(self, *, transaction: bool = False) -> contextlib.AbstractContextManager[Any]:
+        """One unit of work under the store's lock (see :func:`laraq.failed.locked_cursor`)."""
+        return locked_cursor(self.conn, self._lock, sqlite_immediate=transaction and self.dialect == "sqlite")
 
     @property
     def _base64(self) -> bool:
@@ -354,7 +313,7 @@ class DatabaseCache(CacheStore):
             current = self.unserialize(row[0])
             if not is_php_numeric(current):
                 return False
-            new = php_int(current) + by
+            new = php_int_cast(current) + by
             cur.execute(self._sql(f"update {self.q(self.table)} set {self.q('value')} = ? where {self.q('key')} = ?"),
                         (self.serialize(new), prefixed))
         return new

@@ -50,6 +50,7 @@ __all__ = [
     "NullFailedJobStore",
     "make_failed_store",
     "connect_database",
+    "locked_cursor",
     "format_exception",
     "php_exception_text",
     "php_class_name",
@@ -195,22 +196,8 @@ class _DatabaseStore:
     def _sql(self, sql: str) -> str:
         return sql.replace("?", self._ph) if self._ph != "?" else sql
 
-    @contextlib.contextmanager
-    def _cursor(self, write: bool = False) -> Iterator[Any]:
-        with self._lock:
-            cur = self.conn.cursor()
-            try:
-                yield cur
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    self.conn.rollback()
-                raise
-            else:
-                # end the transaction after reads too, so MySQL/PostgreSQL see fresh data next time
-                self.conn.commit()
-            finally:
-                with contextlib.suppress(Exception):
-                    cur.close()
+    def _cursor(self, write: bool = False) -> contextlib.AbstractContextManager[Any]:
+        return locked_cursor(self.conn, self._lock)
 
     def _columns(self) -> str:
         cols = ["id", "connection", "queue", "payload", "exception", "failed_at"]
@@ -583,6 +570,33 @@ class NullFailedJobStore:
 
 
 # -- choosing a store ------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def locked_cursor(conn: Any, lock: threading.Lock, *, sqlite_immediate: bool = False) -> Iterator[Any]:
+    """One unit of work on a DB-API connection shared by threads.
+
+    Serialized by ``lock``; committed at the end, reads included, so MySQL/PostgreSQL see fresh data
+    the next time; rolled back on any error. ``sqlite_immediate`` takes SQLite's write lock up front
+    (``BEGIN IMMEDIATE``) for a read-modify-write such as a cache increment.
+    """
+    with lock:
+        if sqlite_immediate:
+            if conn.in_transaction:
+                conn.commit()
+            conn.execute("BEGIN IMMEDIATE")
+        cur = conn.cursor()
+        try:
+            yield cur
+        except BaseException:
+            with contextlib.suppress(Exception):
+                conn.rollback()
+            raise
+        else:
+            conn.commit()
+        finally:
+            with contextlib.suppress(Exception):
+                cur.close()
 
 
 def connect_database(db: DatabaseSettings) -> Any:

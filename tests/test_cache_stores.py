@@ -21,9 +21,10 @@ import pytest
 from phpapp import PhpApp
 
 from laraq.cache import LaravelCache, UnsupportedCacheStore, make_cache
-from laraq.cache_stores import DATABASE_FOREVER_SECONDS, DatabaseCache, FileCache, php_int
+from laraq.cache_stores import DATABASE_FOREVER_SECONDS, DatabaseCache, FileCache
 from laraq.config import LaravelSettings
 from laraq.failed import connect_database
+from laraq.payload import php_int_cast as php_int
 
 # -- file store -------------------------------------------------------------------------------------
 
