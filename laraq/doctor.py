@@ -113,7 +113,12 @@ def diagnose(
     if names:
         out.append(Finding("ok", f"{len(names)} queue(s) under prefix {queue.prefix!r}: {', '.join(names[:20])}"))
     else:
-        out.append(Finding("warn", f"no queue keys under prefix {queue.prefix!r}"))
+        out.append(Finding(
+            "warn", f"no queue keys under prefix {queue.prefix!r}",
+            "an empty queue has no keys, so this is expected when nothing is queued",
+            "if jobs are queued, point laraq at the app's prefix: --env-file /path/to/.env, REDIS_PREFIX or "
+            "--prefix (laraq doctor lists other prefixes it finds below)",
+        ))
     if prefixes:
         listing = ", ".join(f"{p!r} ({n} keys)" for p, n in sorted(prefixes.items(), key=lambda x: -x[1])[:5])
         level = "error" if not names else "warn"
@@ -125,7 +130,7 @@ def diagnose(
 
     # -- members
     hints: dict[str, int] = {}
-    job_names: set[str] = set()
+    job_samples: dict[str, Payload] = {}  # one payload per job name, to ask the --app which it handles
     max_job_timeout = 0
     for name in names:
         bad: dict[str, int] = {}
@@ -141,9 +146,7 @@ def diagnose(
                     continue
                 for hint in _version_hints(payload.decoded):
                     hints[hint] = hints.get(hint, 0) + 1
-                job_names.add(payload.resolve_name)
-                if payload.command_name:
-                    job_names.add(payload.command_name)
+                job_samples.setdefault(payload.command_name or payload.resolve_name, payload)
                 with contextlib.suppress(PayloadError):
                     max_job_timeout = max(max_job_timeout, payload.timeout or 0)
         for kind, n in bad.items():
@@ -214,9 +217,8 @@ def diagnose(
         except Exception as exc:
             out.append(Finding("error", f"cannot load --app {app_ref!r}", str(exc), "give module:attribute"))
         else:
-            handled = set(app.names())
-            missing = sorted(n for n in job_names if n not in handled and not any(
-                n.replace("\\\\", "\\") == h for h in handled))
+            # the worker's own lookup (command class, display name, Class@method, Class)
+            missing = sorted(name for name, payload in job_samples.items() if app.resolve(payload) is None)
             if missing:
                 out.append(Finding(
                     "info", f"{len(missing)} job class(es) on the queues have no Python handler",

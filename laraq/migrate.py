@@ -333,12 +333,19 @@ class Transfer:
 # -- JSON Lines ----------------------------------------------------------------------------------------
 
 def _line(queue: str, state: str, score: float | None, member: bytes) -> dict[str, Any]:
-    out: dict[str, Any] = {"queue": queue, "state": state, "score": None if score is None else int(score)}
+    if score is not None and float(score).is_integer():
+        score = int(score)  # Laravel's scores are whole seconds; a fractional one is kept as is
+    out: dict[str, Any] = {"queue": queue, "state": state, "score": score}
     try:
         out["body"] = member.decode("utf-8")
     except UnicodeDecodeError:
         out["body_b64"] = base64.b64encode(member).decode("ascii")
     return out
+
+
+def _score(value: Any) -> int | float:
+    number = float(value or 0)
+    return int(number) if number.is_integer() else number
 
 
 def export_jobs(queue: RedisQueue, names: Iterable[str], stream: IO[str], *,
@@ -356,12 +363,15 @@ def export_jobs(queue: RedisQueue, names: Iterable[str], stream: IO[str], *,
 
 
 def import_jobs(target: RedisQueue, stream: Iterable[str], *, queue: str | None = None,
-                reserved_as: str = "pending") -> dict[str, int]:
+                reserved_as: str = "pending", progress: Callable[[int], Any] | None = None) -> dict[str, int]:
     """Push the jobs of an export: pending to the list (+ ``:notify``), delayed and reserved with
     their scores. ``queue`` overrides every line's queue; ``reserved_as`` is ``pending`` (the job
-    runs again soon, the usual choice when the old workers are gone), ``reserved`` or ``skip``."""
+    runs again soon, the usual choice when the old workers are gone), ``reserved`` or ``skip``.
+    ``progress(1)`` is called for every line read."""
     counts = {"pending": 0, "delayed": 0, "reserved": 0, "skipped": 0}
     for number, text in enumerate(stream, 1):
+        if progress is not None:
+            progress(1)
         if not text.strip():
             continue
         try:
@@ -381,7 +391,7 @@ def import_jobs(target: RedisQueue, stream: Iterable[str], *, queue: str | None 
             target.push_raw(member, name)
             state = "pending"
         elif state in ("delayed", "reserved"):
-            target.client.zadd(keys.delayed if state == "delayed" else keys.reserved, {member: int(score or 0)})
+            target.client.zadd(keys.delayed if state == "delayed" else keys.reserved, {member: _score(score)})
         else:
             raise ValueError(f"line {number}: unknown state {state!r}")
         counts[state] += 1

@@ -113,3 +113,20 @@ def test_bulk_one_transaction_across_queues(redis_client):
     assert redis_client.llen("p_queues:a:notify") == 3
     assert redis_client.zcard("p_queues:default:delayed") == 1
     assert d.bulk([]) == []
+
+
+def test_datetime_and_timedelta_delays_and_the_13_cluster_key_layout(redis_client):
+    from datetime import UTC, datetime, timedelta
+
+    q = RedisQueue(redis_client, prefix="laravel-database-", version="13.26", cluster=True,
+                   clock=lambda: 1_800_000_000.25)
+    d = Dispatcher(q)
+    at = d.dispatch_job("App\\Jobs\\X", {}, queue="mail", delay=datetime(2030, 1, 1, tzinfo=UTC))
+    span = d.dispatch_string("App\\Handlers\\Foo@bar", {"x": 1}, queue="mail", delay=timedelta(minutes=5))
+    now = d.dispatch_job("App\\Jobs\\X", {}, queue="mail")
+    assert at.available_at == 1_893_456_000 and span.available_at == 1_800_000_300
+    assert redis_client.zrange("laravel-database-queues:{mail}:delayed", 0, -1, withscores=True) == [
+        (span.payload, 1_800_000_300), (at.payload, 1_893_456_000)]
+    assert redis_client.lrange("laravel-database-queues:{mail}", 0, -1) == [now.payload]
+    assert redis_client.llen("laravel-database-queues:{mail}:notify") == 1
+    assert loads(json.loads(at.payload)["data"]["command"].encode())["delay"] == 1_893_456_000 - 1_800_000_000

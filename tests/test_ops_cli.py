@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import click
@@ -19,7 +20,8 @@ cli = click.Group("laraq", commands={c.name: c for c in COMMANDS})
 def env(redis_server, redis_client, tmp_path):
     return {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(redis_server.port), "REDIS_PREFIX": "old_",
             "LARAQ_LARAVEL_VERSION": "12.67", "DB_CONNECTION": "sqlite", "DB_DATABASE": str(tmp_path / "db.sqlite"),
-            "APP_KEY": "base64:srj9QVmuADIUchwd/iag/u7inuvvH26bDFBsn5w4ghI=", "CACHE_STORE": "redis"}
+            "APP_KEY": "base64:srj9QVmuADIUchwd/iag/u7inuvvH26bDFBsn5w4ghI=", "CACHE_STORE": "redis",
+            "COLUMNS": "200"}
 
 
 def run(env, *args, code=0, input=None):
@@ -74,7 +76,8 @@ def test_doctor_findings(env, redis_client):
     assert "serializer=php" in bad["detail"] and bad["fix"]
     assert "retry_after" in titles
     text = run(env, "doctor", "--timeout", "100", code=1)
-    assert "[ERROR] timeout 100s ≥ retry_after 90s" in text
+    [row] = [line for line in text.splitlines() if "timeout 100s" in line]
+    assert row.split()[:5] == ["ERROR", "timeout", "100s", "≥", "retry_after"] and "set retry_after" in row
 
 
 def test_status_and_pause_resume(env, redis_client):
@@ -106,3 +109,157 @@ def test_parse_delay():
     assert parse_delay("2030-01-01T00:00:00").year == 2030
     with pytest.raises(click.BadParameter):
         parse_delay("soon")
+
+
+# -- human output: rich tables, progress bars on a terminal only ------------------------------------------
+
+class FakeTTY(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_human_tables_are_clean_rich_tables(env, redis_client):
+    seed(redis_client)
+    q = RedisQueue(redis_client, prefix="old_", version="12.67")
+    weird = Dispatcher(q).dispatch_job("App\\Jobs\\EchoJob", {"args": ["[bold]x[/bold]"]}, queue="[weird]")
+    status = run(env, "status")
+    lines = status.splitlines()
+    assert lines[0].split() == ["queue", "pending", "delayed", "reserved", "oldest", "due", "expired", "poison"]
+    assert set(lines[1]) == {"─"}  # rich's rule under the header, no outer frame
+    assert [line.split()[:4] for line in lines[2:]] == [["[weird]", "1", "0", "0"], ["default", "3", "2", "0"]]
+    assert "\x1b" not in status and all(line == line.rstrip() for line in lines)  # no colours, no padding
+
+    peek = run(env, "peek", "[weird]").splitlines()
+    assert peek[0].split() == ["#", "state", "job", "attempts", "uuid", "at", "(UTC)", "properties"]
+    assert peek[2].split()[:5] == ["0", "pending", "App\\Jobs\\EchoJob", "0", weird.uuid]
+    assert '{"args":["[bold]x[/bold]"],"queue":"[weird]"}' in peek[2]  # literal text, never rich markup
+
+    shown = run(env, "show", weird.uuid).splitlines()
+    pairs = {line.split(None, 1)[0]: line.split(None, 1)[1] for line in shown if line.strip() and line[0] == " "
+             and len(line.split(None, 1)) == 2}
+    assert (pairs["queue"], pairs["state"], pairs["uuid"], pairs["name"]) == ("[weird]", "pending", weird.uuid,
+                                                                              "App\\Jobs\\EchoJob")
+
+    narrow = run({**env, "COLUMNS": "60"}, "peek", "default")
+    assert max(len(line) for line in narrow.splitlines()) <= 60  # the width is rich's ($COLUMNS here)
+
+
+def test_failed_and_doctor_tables(env, redis_client):
+    from laraq.config import LaravelSettings
+    from laraq.failed import make_failed_store
+
+    store = make_failed_store(LaravelSettings.from_env(env, version="12.67"))
+    store.ensure_table()
+    body = json.dumps({"uuid": "u-1", "displayName": "App\\Jobs\\Broken", "job": "x", "data": {}, "attempts": 1})
+    store.log("redis", "mail", body, "RuntimeException: boom\n#0 trace")
+    lines = run(env, "failed", "--exceptions").splitlines()
+    assert lines[0].split() == ["id", "connection", "queue", "class", "failed", "at", "exception"]
+    assert lines[2].split()[:4] == ["u-1", "redis", "mail", "App\\Jobs\\Broken"]
+    assert lines[2].endswith("RuntimeException: boom") and len(lines) == 3
+    redis_client.rpush("old_queues:default", b"\x92\x01\x02")
+    doctor = run(env, "doctor", code=1).splitlines()
+    assert doctor[0].split() == ["level", "finding", "fix"] and set(doctor[1]) == {"─"}
+    [row] = [i for i, line in enumerate(doctor) if "not JSON job payloads" in line]
+    assert doctor[row].startswith("ERROR ") and "remove the 'serializer'" in doctor[row]
+    assert "phpredis serializer=msgpack" in doctor[row + 1]  # the detail under the title
+
+
+def test_colours_only_on_a_terminal(env, redis_client, monkeypatch):
+    from laraq.cli import render
+
+    seed(redis_client)
+    assert "\x1b[" not in run(env, "status")
+    tty = FakeTTY()
+    monkeypatch.setattr(render, "stdout_stream", lambda: tty)
+    run(env, "status")
+    assert "\x1b[1m" in tty.getvalue() and "default" in tty.getvalue()  # bold header on a terminal
+
+
+def test_progress_bars_only_on_a_terminal(env, redis_client, tmp_path, monkeypatch):
+    from laraq.cli import render
+
+    seed(redis_client)
+    out = run(env, "move", "default", "quiet")
+    assert "moving" not in out and out.startswith("moved 5 jobs")
+    tty = FakeTTY()
+    monkeypatch.setattr(render, "stderr_stream", lambda: tty)
+    assert run(env, "copy", "quiet", "shown").startswith("copied 5 jobs")
+    assert "copying" in tty.getvalue() and "5/5" in tty.getvalue()
+    path = tmp_path / "x.jsonl"
+    run(env, "export", "shown", "-o", str(path))
+    tty.seek(0)
+    tty.truncate()
+    assert "imported 3 pending, 2 delayed" in run(env, "import", str(path), "--queue", "again")
+    assert "importing" in tty.getvalue() and "5/5" in tty.getvalue()
+    monkeypatch.undo()
+    assert "importing" not in run(env, "import", str(path), "--queue", "again2")
+
+
+def test_read_commands_scan_and_never_use_keys(env, redis_client):
+    seed(redis_client)
+    redis_client.config_resetstat()
+    run(env, "status")
+    run(env, "show", "nothing", code=1)
+    run(env, "doctor", "--json")
+    run(env, "export", "-o", "-")
+    stats = redis_client.info("commandstats")
+    assert "cmdstat_keys" not in stats and stats["cmdstat_scan"]["calls"] >= 4
+
+
+def test_export_import_round_trip_across_prefixes_and_dbs(env, redis_server, redis_client, tmp_path):
+    seed(redis_client)
+    q = RedisQueue(redis_client, prefix="old_", version="12.67")
+    q.pop()  # one reserved job (score = its expiry)
+    redis_client.rpush("old_queues:default", b"\xff\xfe binary")
+    redis_client.zadd("old_queues:default:delayed", {b'{"attempts":0,"id":"f"}': 1900000000.5})
+    before = {k: redis_client.lrange(k, 0, -1) if redis_client.type(k) == b"list"
+              else redis_client.zrange(k, 0, -1, withscores=True)
+              for k in ("old_queues:default", "old_queues:default:delayed", "old_queues:default:reserved")}
+    path = tmp_path / "backup.jsonl"
+    run(env, "export", "-o", str(path))
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert sorted({(line["state"], line["queue"]) for line in lines}) == [
+        ("delayed", "default"), ("pending", "default"), ("reserved", "default")]
+    assert any("body_b64" in line for line in lines) and any(line["score"] == 1900000000.5 for line in lines)
+
+    other = redis_server.client(2)
+    other.flushdb()
+    out = run({**env, "REDIS_DB": "2"}, "import", str(path), "--prefix", "new-", "--reserved-as", "reserved")
+    assert "imported 3 pending, 3 delayed, 1 reserved" in out
+    assert other.lrange("new-queues:default", 0, -1) == before["old_queues:default"]
+    assert other.zrange("new-queues:default:delayed", 0, -1, withscores=True) == before["old_queues:default:delayed"]
+    assert other.zrange("new-queues:default:reserved", 0, -1, withscores=True) == before["old_queues:default:reserved"]
+    assert other.llen("new-queues:default:notify") == 3
+    run({**env, "REDIS_DB": "2"}, "import", "-", input="{broken\n", code=1)
+
+
+def test_pause_for_and_all_and_what_workers_read(env, redis_client):
+    from laraq.cache import make_cache
+    from laraq.config import LaravelSettings
+
+    run(env, "pause", "emails", "--for", "120")
+    key = b"old_laravel-cache-illuminate:queue:paused:redis:emails"
+    assert cache_db(redis_client).get(key) == b"b:1;" and 0 < cache_db(redis_client).ttl(key) <= 120
+    cache = make_cache(LaravelSettings.from_env(env, version="12.67"))
+    assert cache.is_paused("redis", "emails") and not cache.is_paused("redis", "default")
+    assert "13.25" in run(env, "pause", "--all", code=1)
+    env13 = {**env, "LARAQ_LARAVEL_VERSION": "13.26"}
+    run(env13, "pause", "--all")
+    cache13 = make_cache(LaravelSettings.from_env(env13, version="13.26"))
+    assert cache13.is_paused("redis", "anything")
+    run(env13, "resume", "--all")
+    run(env, "resume", "redis:emails")
+    assert not cache13.is_paused("redis", "anything") and not cache.is_paused("redis", "emails")
+    run(env, "pause", code=2)
+
+
+def test_dispatch_cli_datetime_delay_string_job_and_bad_input(env, redis_client):
+    [res] = json.loads(run(env, "dispatch", "App\\Jobs\\EchoJob", "-p", "args=[1]", "--delay", "2031-01-02T03:04:05Z",
+                           "-q", "later", "--json"))
+    assert res["available_at"] == 1925089445
+    assert redis_client.zrange("old_queues:later:delayed", 0, -1, withscores=True)[0][1] == 1925089445
+    many = json.loads(run(env, "dispatch", "App\\Handlers\\Foo@bar", "--data", '{"x":1}', "--count", "3", "--json"))
+    assert len({m["uuid"] for m in many}) == 3 and redis_client.llen("old_queues:default:notify") == 3
+    bodies = [json.loads(m) for m in redis_client.lrange("old_queues:default", 0, -1)]
+    assert all(b["attempts"] == 0 and b["id"] and b["data"] == {"x": 1} for b in bodies)
+    run(env, "dispatch", "App\\Handlers\\Foo@bar", "-p", "a=1", code=2)

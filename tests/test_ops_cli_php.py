@@ -26,7 +26,7 @@ def app(php, redis_client, redis_server, tmp_path):
 
 
 def laraq(app: PhpApp, *args: str, code: int = 0, input: str | None = None) -> str:
-    env = {**app.env, "LARAQ_LARAVEL_VERSION": "8.83.26"}
+    env = {**app.env, "LARAQ_LARAVEL_VERSION": "8.83.26", "COLUMNS": "200"}
     result = CliRunner().invoke(cli, list(args), env=env, input=input, catch_exceptions=False)
     assert result.exit_code == code, result.output
     return result.output
@@ -134,3 +134,117 @@ def test_cli_clear(app, redis_client):
     d.dispatch_job("App\\Jobs\\EchoJob", {}, delay=60)
     assert "Cleared 2 jobs from the [default] queue" in laraq(app, "clear", "--force")
     assert app.tool("size")["size"] == 0
+
+
+# -- each repair command against PHP's own view ------------------------------------------------------------
+
+def php_failed_ids(app: PhpApp) -> list[str]:
+    """The ids ``php artisan queue:failed`` prints (uuids with the database-uuids driver)."""
+    out = app.artisan("queue:failed", check=True).stdout
+    return [line.split("|")[1].strip() for line in out.splitlines()
+            if line.startswith("|") and "-" in line.split("|")[1] and line.split("|")[1].strip() != "ID"]
+
+
+def restore(client, state: dict) -> None:
+    client.flushdb()
+    for name, (kind, value) in state.items():
+        key = name.split(":", 1)[1]
+        if kind == "list":
+            client.rpush(key, *value)
+        elif kind == "zset":
+            client.zadd(key, dict(value))
+        elif kind == "string":
+            client.set(key, value)
+
+
+def test_laraq_clear_leaves_the_same_state_as_artisan_queue_clear(app, redis_client):
+    from conftest import dump_redis
+
+    for args in (["echo"], ["echo", "--delay=60"], ["python"], ["echo", "--queue=other"]):
+        app.tool("dispatch", *args)
+    app.pop()  # one reserved job
+    redis_client.rpush(PREFIX + "queues:default:notify", 1, 1)  # stale wake-up tokens
+    seeded = dump_redis(redis_client)
+    php = app.artisan("queue:clear", "redis", "--queue=default", check=True).stdout
+    after_php = dump_redis(redis_client)
+    restore(redis_client, seeded)
+    assert dump_redis(redis_client) == seeded
+    ours = laraq(app, "clear", "default", "--force")
+    assert dump_redis(redis_client) == after_php
+    assert [k.split(":", 1)[1] for k in after_php] == [PREFIX + "queues:other", PREFIX + "queues:other:notify"]
+    assert "Cleared 3 jobs from the [default] queue" in php and "Cleared 3 jobs from the [default] queue" in ours
+
+
+def test_failed_lists_what_php_wrote_and_forget_flush_prune_match_php_view(app):
+    for queue in ("default", "other", "other"):
+        fail_on_php(app, queue=queue)
+    rows = failed_rows(app)
+    uuids = [r[1] for r in rows]
+    assert sorted(php_failed_ids(app)) == sorted(uuids)
+    table = laraq(app, "failed").splitlines()
+    assert table[0].split() == ["id", "connection", "queue", "class", "failed", "at"]
+    assert sorted((line.split()[0], line.split()[2], line.split()[3]) for line in table[2:]) == sorted(
+        (u, q, "App\\Jobs\\FailingJob") for _, u, _, q, _ in rows)
+    # newest first, like Laravel's failer all()
+    assert [f["id"] for f in json.loads(laraq(app, "failed", "--queue", "other", "--json"))] == uuids[:0:-1]
+
+    laraq(app, "forget", uuids[0])
+    assert sorted(php_failed_ids(app)) == sorted(uuids[1:])
+    with sqlite3.connect(app.db_path) as db:  # one row failed three hours ago
+        db.execute("update failed_jobs set failed_at = datetime('now', '-3 hours') where uuid = ?", (uuids[1],))
+    assert "0 entries deleted!" in laraq(app, "prune-failed", "--hours", "4")
+    assert "1 entries deleted!" in laraq(app, "prune-failed", "--hours", "2")
+    assert php_failed_ids(app) == [uuids[2]]
+    fail_on_php(app)
+    with sqlite3.connect(app.db_path) as db:
+        db.execute("update failed_jobs set failed_at = datetime('now', '-2 hours') where uuid = ?", (uuids[2],))
+    laraq(app, "flush", "--hours", "1", "--force")
+    [remaining] = php_failed_ids(app)
+    assert remaining not in uuids  # only the new failure is left
+    laraq(app, "flush", input="n\n", code=1)  # asks first
+    assert php_failed_ids(app) == [remaining]
+    laraq(app, "flush", "--force")
+    assert php_failed_ids(app) == [] and "No failed jobs" in app.artisan("queue:failed").stdout
+
+
+def test_retry_by_queue_and_range_then_php_runs_them(app, redis_client):
+    fail_on_php(app, kind="echo", mode="fail-until", seconds=2, args=["a"])
+    fail_on_php(app, kind="echo", queue="other", mode="fail-until", seconds=2, args=["b"])
+    fail_on_php(app, kind="echo", queue="other", mode="fail-until", seconds=2, args=["c"])
+    rows = failed_rows(app)
+    out = json.loads(laraq(app, "retry", "--queue", "other", "--json"))
+    assert [(o["id"], o["status"], o["queue"]) for o in out] == [(r[1], "pushed", "other") for r in rows[:0:-1]]
+    assert [r[1] for r in failed_rows(app)] == [rows[0][1]]
+    assert f"The failed job [{rows[0][0]}]" in laraq(app, "retry", "--range", f"{rows[0][0]}-{rows[0][0]}")
+    assert failed_rows(app) == [] and php_failed_ids(app) == []
+    bodies = [json.loads(m) for m in redis_client.lrange(PREFIX + "queues:other", 0, -1)]
+    assert [b["attempts"] for b in bodies] == [0, 0] and [b["uuid"] for b in bodies] == [r[1] for r in rows[:0:-1]]
+    app.artisan("queue:work", "redis", "--queue=default,other", "--stop-when-empty", "--sleep=0", "--tries=2",
+                check=True)
+    # per job: the original failed run, then (attempts reset to 0 by the retry) a failing and a passing attempt
+    for name in "abc":
+        assert [r["attempts"] for r in app.runs() if r["args"] == [name]] == [1, 1, 2]
+    assert failed_rows(app) == []
+
+
+def test_export_import_moves_php_jobs_to_another_prefix_and_db_where_php_runs_them(php, redis_server, redis_client,
+                                                                                  tmp_path):
+    old = PhpApp(redis_server.port, prefix="legacy_", workdir=tmp_path / "old")
+    new = PhpApp(redis_server.port, workdir=tmp_path / "new", extra_env={"REDIS_DB": "2"})
+    db2 = redis_server.client(2)
+    db2.flushdb()
+    old.tool("dispatch", "echo", "--count=3", "--args=" + json.dumps({"args": ["ü"], "mode": "ok"}))
+    old.tool("dispatch", "encrypted", "--delay=600")
+    c0 = redis_server.client(0)
+    pending = c0.lrange("legacy_queues:default", 0, -1)
+    delayed = c0.zrange("legacy_queues:default:delayed", 0, -1, withscores=True)
+    path = tmp_path / "jobs.jsonl"
+    laraq(old, "export", "-o", str(path))
+    assert [json.loads(line)["state"] for line in path.read_text().splitlines()] == ["pending"] * 3 + ["delayed"]
+    laraq(new, "import", str(path))
+    assert db2.lrange(PREFIX + "queues:default", 0, -1) == pending  # byte for byte, order kept
+    assert db2.zrange(PREFIX + "queues:default:delayed", 0, -1, withscores=True) == delayed  # scores kept
+    new.artisan("queue:work", "redis", "--stop-when-empty", "--sleep=0", check=True)
+    assert [(r["uuid"], r["args"]) for r in new.runs()] == [(json.loads(m)["uuid"], ["ü"]) for m in pending]
+    assert old.runs() == [] and c0.llen("legacy_queues:default") == 3  # export is read-only
+    assert new.tool("size")["size"] == 1  # the delayed (encrypted) job waits in the new place

@@ -1,8 +1,9 @@
 """The operations commands of ``laraq``: dispatch, inspect, repair, migrate and diagnose queues.
 
 Every command reads the Laravel settings like ``laraq work`` (environment, ``--env-file``,
-``--laravel``), talks to the queue's Redis connection with raw bytes, and prints a plain table, or
-JSON with ``--json``. :data:`COMMANDS` is what :mod:`laraq.cli` registers. The mapping from artisan's
+``--laravel``), talks to the queue's Redis connection with raw bytes, and prints a table, or
+JSON with ``--json``. Human tables and progress bars come from :mod:`laraq.cli.render` (``rich`` tables,
+``click`` progress bars). :data:`COMMANDS` is what :mod:`laraq.cli` registers. The mapping from artisan's
 ``queue:*`` commands is in ``compat-docs/operations.md``.
 """
 
@@ -16,7 +17,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
+from rich.text import Text
 
+from laraq.cli.render import Column, kv_table, print_renderable, print_table, progress
 from laraq.config import LaravelSettings, make_redis
 from laraq.dispatch import Dispatcher, expand_retry_ids, retry_failed
 from laraq.inspect import STATES, JobView, discover_queues, find_job, list_jobs, queue_status
@@ -98,19 +101,6 @@ def settings_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, ensure_ascii=False, indent=2, default=str))
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain aligned text table (no colours, stable for scripts and tests)."""
-    cells = [[("" if c is None else str(c)) for c in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-
-    def line(values: Sequence[str]) -> str:
-        return "  ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()
-
-    out = [line(headers), line(["-" * w for w in widths])]
-    out.extend(line(r) for r in cells)
-    return "\n".join(out)
 
 
 def human_age(seconds: float | None) -> str:
@@ -242,23 +232,31 @@ def status_cmd(ops: Ops, queues: tuple[str, ...], as_json: bool) -> None:
         return
     rows = [(s.queue, s.pending, s.delayed, s.reserved, human_age(s.oldest_pending_age), s.due_delayed,
              s.expired_reserved, s.poison) for s in statuses]
-    click.echo(table(["queue", "pending", "delayed", "reserved", "oldest", "due", "expired", "poison"], rows))
+    print_table([Column("queue", overflow="fold"), *(Column(h, justify="right", no_wrap=True) for h in (
+        "pending", "delayed", "reserved", "oldest", "due", "expired", "poison"))], rows)
 
 
-def _job_rows(views: Sequence[JobView]) -> str:
+def _job_rows(views: Sequence[JobView]) -> None:
     rows = []
     for v in views:
         when = fmt_time(v.available_at if v.state == "delayed" else v.reserved_until if v.state == "reserved"
                         else v.created_at)
-        props = "" if v.error else _short(v.properties if v.properties is not None else v.data)
-        rows.append((v.index, v.state, v.name or ("<" + (v.error or "?") + ">"), v.attempts, v.uuid, when, props))
-    return table(["#", "state", "job", "attempts", "uuid", "at (UTC)", "properties"], rows)
+        view = v.properties if v.properties is not None else v.data
+        if isinstance(view, dict) and view.get("@class") in (v.name, v.job):
+            view = {k: item for k, item in view.items() if k != "@class"}  # the job column says it already
+        props = "" if v.error else _short(view)
+        rows.append((v.index, v.state, v.name or ("<" + _short(v.error or "?", quote=False) + ">"), v.attempts,
+                     v.uuid, when, props))
+    print_table([Column("#", justify="right", no_wrap=True), Column("state", no_wrap=True),
+                 Column("job", overflow="fold"), Column("attempts", justify="right", no_wrap=True),
+                 Column("uuid", overflow="fold"), Column("at (UTC)", no_wrap=True),
+                 Column("properties", overflow="fold")], rows)
 
 
-def _short(value: Any, width: int = 60) -> str:
+def _short(value: Any, width: int = 60, *, quote: bool = True) -> str:
     if value in (None, {}, []):
         return ""
-    text = json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
+    text = json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":")) if quote else str(value)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -271,7 +269,7 @@ def _peek(ops: Ops, queue_name: str | None, state: str, limit: int, offset: int,
     elif not views:
         click.echo(f"no {state} jobs on {ops.queue.queue_name(queue_name)}")
     else:
-        click.echo(_job_rows(views))
+        _job_rows(views)
 
 
 def _peek_command(name: str, help_text: str) -> click.Command:
@@ -308,16 +306,19 @@ def show_cmd(ops: Ops, ident: str, queue_names: tuple[str, ...], as_json: bool) 
     if as_json:
         emit_json([v.to_dict(raw=True) for v in found])
         return
-    for v in found:
+    for number, v in enumerate(found):
         d = v.to_dict(raw=True)
-        for key in ("queue", "state", "name", "job", "uuid", "id", "attempts", "max_tries", "backoff", "timeout",
-                    "retry_until", "created_at", "available_at", "reserved_until", "encrypted", "error"):
-            if d.get(key) is not None:
-                click.echo(f"{key:>15}: {d[key]}")
+        pairs = [(key, d[key]) for key in (
+            "queue", "state", "name", "job", "uuid", "id", "attempts", "max_tries", "backoff", "timeout",
+            "retry_until", "created_at", "available_at", "reserved_until", "encrypted", "error",
+        ) if d.get(key) is not None]
         view = v.properties if v.properties is not None else v.data
-        click.echo(f"{'properties' if v.properties is not None else 'data':>15}: "
-                   + json.dumps(view, ensure_ascii=False, indent=2, default=str).replace("\n", "\n" + " " * 17))
-        click.echo(f"{'body':>15}: {d.get('body', d.get('body_b64'))}")
+        pairs.append(("properties" if v.properties is not None else "data",
+                      json.dumps(view, ensure_ascii=False, indent=2, default=str)))
+        pairs.append(("body" if "body" in d else "body_b64", d.get("body", d.get("body_b64"))))
+        if number:
+            click.echo()
+        print_renderable(kv_table(pairs))
 
 
 # -- repair ------------------------------------------------------------------------------------------------
@@ -413,8 +414,11 @@ def failed_cmd(ops: Ops, queue_name: str | None, as_json: bool, exceptions: bool
         return
     headers = ["id", "connection", "queue", "class", "failed at"] + (["exception"] if exceptions else [])
     rows = [[j.id, j.connection, j.queue, j.display_name, j.failed_at]
-            + ([j.exception.splitlines()[0][:80] if j.exception else ""] if exceptions else []) for j in jobs]
-    click.echo(table(headers, rows))
+            + ([j.exception.splitlines()[0] if j.exception else ""] if exceptions else []) for j in jobs]
+    columns = [Column(h, no_wrap=h in ("id", "failed at")) for h in headers[:-1] if h != "exception"]
+    columns.append(Column(headers[-1], overflow="ellipsis", no_wrap=True, min_width=10) if exceptions
+                   else Column(headers[-1], no_wrap=True))
+    print_table(columns, rows)
 
 
 @click.command("retry")
@@ -527,15 +531,16 @@ def _transfer_command(name: str, move: bool) -> click.Command:
         same = (target.client is ops.queue.client and target.keys(dest_name).base == ops.queue.keys(source).base)
         if same:
             raise click.UsageError("source and destination are the same queue")
-        transfer = Transfer(ops.queue, source, target, dest_name, move=move,
-                            states=tuple(states) or ("pending", "delayed"), class_filter=class_filter)
+        try:
+            transfer = Transfer(ops.queue, source, target, dest_name, move=move,
+                                states=tuple(states) or ("pending", "delayed"), class_filter=class_filter)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from exc
         total = transfer.count()
         if dry_run:
             summary = transfer.plan()
         else:
-            show = not as_json and sys.stderr.isatty()
-            with click.progressbar(length=total, label=f"{verb.lower()}ing", file=sys.stderr,
-                                   hidden=not show) as bar:
+            with progress(total, f"{verb.lower()}ing", enabled=not as_json) as bar:
                 summary = transfer.run(progress=bar.update)
         if as_json:
             emit_json(summary.to_dict())
@@ -575,12 +580,23 @@ def import_cmd(ops: Ops, path: str, queue_override: str | None, reserved_as: str
     """Read JSON Lines written by export and push the jobs, bytes and scores unchanged."""
     from laraq.migrate import import_jobs
 
-    with click.open_file(path, "r", encoding="utf-8") as stream:
-        counts = import_jobs(ops.queue, stream, queue=queue_override, reserved_as=reserved_as)
+    lines = None
+    if path != "-":
+        with open(path, "rb") as fh:
+            lines = sum(1 for _ in fh)
+    with click.open_file(path, "r", encoding="utf-8") as stream, progress(lines, "importing") as bar:
+        try:
+            counts = import_jobs(ops.queue, stream, queue=queue_override, reserved_as=reserved_as,
+                                 progress=bar.update)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from exc
     click.echo("imported " + ", ".join(f"{n} {state}" for state, n in counts.items()))
 
 
 # -- doctor --------------------------------------------------------------------------------------------------
+
+LEVEL_STYLES = {"ok": "green", "info": "cyan", "warn": "yellow", "error": "bold red"}
+
 
 @click.command("doctor")
 @settings_options
@@ -596,12 +612,14 @@ def doctor_cmd(ops: Ops, app_ref: str | None, worker_timeout: int, as_json: bool
     if as_json:
         emit_json([f.to_dict() for f in findings])
     else:
+        rows = []
         for f in findings:
-            click.echo(f"[{f.level.upper():5}] {f.title}")
+            finding = Text(f.title)
             if f.detail:
-                click.echo("        " + f.detail.replace("\n", "\n        "))
-            if f.fix:
-                click.echo("   fix: " + f.fix.replace("\n", "\n        "))
+                finding.append("\n" + f.detail, style="dim")
+            rows.append((Text(f.level.upper(), style=LEVEL_STYLES.get(f.level, "")), finding, f.fix))
+        print_table([Column("level", no_wrap=True), Column("finding", overflow="fold", min_width=20),
+                     Column("fix", overflow="fold", min_width=20)], rows)
     if any(f.level == "error" for f in findings):
         sys.exit(1)
 

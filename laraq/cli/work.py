@@ -8,8 +8,8 @@ one command. Every other exit of the child (0, 12 for memory, 1, 2) is passed on
 external process manager sees artisan's exit codes. ``--no-supervise`` runs the worker in this
 process (a timeout then kills ``laraq work`` itself, exactly like artisan).
 
-The child gets its settings as JSON in ``LARAQ_WORKER_CONFIG`` and reports each popped job on a
-pipe, so ``--max-jobs`` and ``--max-time`` keep counting across restarts. If the supervisor dies, the
+The child gets its settings as JSON in ``LARAQ_WORKER_CONFIG`` and reports popped jobs on a pipe
+(one byte per job, written per batch), so ``--max-jobs`` and ``--max-time`` keep counting across restarts. If the supervisor dies, the
 kernel kills the child (``PR_SET_PDEATHSIG``): its jobs stay reserved until ``retry_after``.
 """
 
@@ -71,6 +71,12 @@ _PARENT_ENV = "LARAQ_WORKER_PARENT"
 @click.option("--laravel", default=None, help="Laravel version profile (default: detected, else 13).")
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=1, show_default=True,
               help="Jobs run at once by this worker.")
+@click.option("--batch", type=click.IntRange(1, 1000), default=100, show_default=True,
+              help="Most jobs one reserve call takes (acks, migrate and pops in one Lua call). "
+                   "1 = the classic loop: artisan's calls, one job at a time.")
+@click.option("--prefetch/--no-prefetch", default=True, show_default=True,
+              help="Reserve up to ~1 s of measured work beyond the free slots (leases renewed while "
+                   "buffered, handed back on shutdown).")
 @click.option("--unhandled", type=click.Choice(["requeue", "release", "fail"]), default="requeue", show_default=True,
               help="What to do with a job that has no Python handler.")
 @click.option("--unhandled-delay", type=click.IntRange(1), default=10, show_default=True,
@@ -102,11 +108,11 @@ def child_main() -> None:
     _die_with_parent(parent)
     _setup_logging(params["verbose"], params["quiet"])
 
-    def popped() -> None:
+    def popped(count: int = 1) -> None:
         with contextlib.suppress(OSError):
-            os.write(fd, b"j")
+            os.write(fd, b"j" * count)
 
-    sys.exit(_run_worker(params, on_job_popped=popped))
+    sys.exit(_run_worker(params, on_jobs_popped=popped))
 
 
 # -- building the worker ------------------------------------------------------------------------------
@@ -117,9 +123,9 @@ def _setup_logging(verbose: int, quiet: bool) -> None:
                         format="%(asctime)s laraq[%(process)d] %(levelname)s %(name)s: %(message)s")
 
 
-def _run_worker(params: dict[str, Any], *, on_job_popped: Any = None) -> int:
+def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None) -> int:
     try:
-        worker = build_worker(params, on_job_popped=on_job_popped)
+        worker = build_worker(params, on_jobs_popped=on_jobs_popped)
     except click.UsageError as exc:
         click.echo(f"laraq work: {exc.message}", err=True)
         return EXIT_USAGE
@@ -142,7 +148,7 @@ def default_params(**overrides: Any) -> dict[str, Any]:
 
 
 def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapping[str, str] | None = None,
-                 app: App | None = None) -> Worker:
+                 app: App | None = None, on_jobs_popped: Any = None) -> Worker:
     """Build a :class:`~laraq.worker.Worker` from ``laraq work``'s options and the Laravel settings.
 
     ``env`` replaces ``os.environ`` as the source of Laravel settings; ``app`` replaces ``--app``.
@@ -212,6 +218,7 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
         max_jobs=params["max_jobs"], max_time=params["max_time"],
         rest=params["rest"], once=params["once"], concurrency=params["concurrency"],
         unhandled=params["unhandled"], unhandled_delay=params["unhandled_delay"],
+        batch=params.get("batch", 100), prefetch=params.get("prefetch", True),
     )
     output = Output(settings.version, json_mode=params["json_mode"], quiet=params["quiet"],
                     verbosity=params["verbose"])
@@ -220,6 +227,7 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
         app, queue, queues, options=options, connection_name=connection_name, version=settings.version,
         cache=cache, failer=_failed_store(settings), encrypter=encrypter, output=output,
         maintenance=MaintenanceMode(settings, cache), on_job_popped=on_job_popped,
+        on_jobs_popped=on_jobs_popped,
     )
 
 

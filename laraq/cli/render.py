@@ -1,0 +1,97 @@
+"""Human output of the operations commands: tables drawn by ``rich``, progress bars by ``click``.
+
+* :func:`print_table` draws a :class:`rich.table.Table` (a header, a rule under it, no outer box) on
+  standard output. Cells are plain text (never rich markup: a queue named ``[default]`` or a JSON
+  value prints as is). Colours only on a terminal; piped output is plain text without trailing
+  blanks. The width is the terminal's, or ``$COLUMNS`` (rich's rule), which is how tests pin it.
+* :func:`progress` is ``click.progressbar`` on standard error, drawn only when standard error is a
+  terminal (so pipes, logs, ``--json`` and tests never see it).
+
+Machine output (``--json``) does not come through here: it is :func:`laraq.cli.ops.emit_json`.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from collections.abc import Sequence
+from typing import IO, Any
+
+import click
+from rich import box
+from rich.console import Console, RenderableType
+from rich.table import Column, Table
+from rich.text import Text
+
+__all__ = ["Column", "cell", "kv_table", "make_table", "print_renderable", "print_table", "progress", "stderr_stream"]
+
+
+def stdout_stream() -> IO[str]:
+    return sys.stdout
+
+
+def stderr_stream() -> IO[str]:
+    return sys.stderr
+
+
+def _is_tty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def cell(value: Any) -> Text:
+    """One table cell as literal text (``None`` prints empty)."""
+    if isinstance(value, Text):
+        return value
+    return Text("" if value is None else str(value))
+
+
+def make_table(columns: Sequence[str | Column], *, show_header: bool = True) -> Table:
+    """A clean table: a header, one rule under it, columns two spaces apart, no outer frame."""
+    cols = [c if isinstance(c, Column) else Column(c) for c in columns]
+    return Table(*cols, box=box.SIMPLE_HEAD if show_header else None, show_edge=False, pad_edge=False,
+                 show_header=show_header, header_style="bold", padding=(0, 1))
+
+
+def print_renderable(renderable: RenderableType) -> None:
+    """Render on standard output; on a terminal with colours, elsewhere as plain stripped text."""
+    out = stdout_stream()
+    tty = _is_tty(out)
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=tty, no_color=not tty, color_system="auto" if tty else None,
+                      markup=False, highlight=False, emoji=False, soft_wrap=False,
+                      width=None if tty else _width())
+    console.print(renderable)
+    text = "\n".join(line.rstrip() for line in buffer.getvalue().splitlines())
+    click.echo(text, file=out, color=tty)
+
+
+def _width() -> int:
+    """Rich's width rule for a non-terminal: ``$COLUMNS``, else the controlling terminal's, else 80."""
+    return Console(file=io.StringIO()).size.width
+
+
+def print_table(columns: Sequence[str | Column], rows: Sequence[Sequence[Any]]) -> None:
+    table = make_table(columns)
+    for row in rows:
+        table.add_row(*(cell(v) for v in row))
+    print_renderable(table)
+
+
+def kv_table(pairs: Sequence[tuple[str, Any]]) -> Table:
+    """Two columns, no header: a right-aligned bold name and its value (``laraq show``)."""
+    table = make_table([Column("name", justify="right", style="bold", no_wrap=True),
+                        Column("value", overflow="fold")], show_header=False)
+    for name, value in pairs:
+        table.add_row(cell(name), cell(value))
+    return table
+
+
+def progress(length: int | None, label: str, *, enabled: bool = True) -> Any:
+    """``click.progressbar`` on standard error, hidden unless that is a terminal (and ``enabled``)."""
+    stream = stderr_stream()
+    show = enabled and bool(length) and _is_tty(stream)
+    return click.progressbar(length=max(int(length or 0), 0), label=label, file=stream, hidden=not show,
+                             show_pos=True)
