@@ -794,10 +794,10 @@ class Config:
     profile_jobs: int
 
 
-FULL = Config(noop=20000, io=300, io_laraq=3000, cpu=4000, rounds=2000, io_seconds=0.05, concurrency=64,
+FULL = Config(noop=20000, io=300, io_laraq=12000, cpu=4000, rounds=2000, io_seconds=0.05, concurrency=256,
               latency=200, mem_small=1000, mem_large_laraq=100000, mem_large_php=100000, ceiling_batch=100,
               profile_jobs=20000)
-QUICK = Config(noop=3000, io=60, io_laraq=600, cpu=600, rounds=2000, io_seconds=0.05, concurrency=64,
+QUICK = Config(noop=3000, io=60, io_laraq=3000, cpu=600, rounds=2000, io_seconds=0.05, concurrency=256,
                latency=40, mem_small=1000, mem_large_laraq=10000, mem_large_php=10000, ceiling_batch=100,
                profile_jobs=0)
 
@@ -811,7 +811,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--io-jobs-laraq", type=int, help="I/O jobs for laraq (run with --concurrency)")
     p.add_argument("--cpu-jobs", type=int)
     p.add_argument("--rounds", type=int, help="SHA-256 rounds per CPU-light job (default 2000, ~0.5 ms)")
-    p.add_argument("--concurrency", type=int, help="laraq --concurrency for the I/O workload (default 64)")
+    p.add_argument("--concurrency", type=int, help="laraq --concurrency for the I/O workload (default 256)")
     p.add_argument("--latency-samples", type=int)
     p.add_argument("--mem-large-laraq", type=int)
     p.add_argument("--mem-large-php", type=int)

@@ -4,7 +4,8 @@ A :class:`Job` wraps the two strings :meth:`laraq.queue.RedisQueue.pop` returned
 member as it was in the list: payload accessors and ``failed_jobs.payload``) and ``reserved`` (the
 re-encoded member in ``:reserved``, the only string that deletes or releases the reservation).
 
-* :meth:`Job.delete` is ``ZREM :reserved <reserved>``;
+* :meth:`Job.delete` is ``ZREM :reserved <reserved>`` (sent with the worker's next reserve call on
+  its batched fast path);
 * :meth:`Job.release` is Laravel's release script (``ZREM`` + ``ZADD :delayed now+delay``);
 * :meth:`Job.fail` marks the job failed, deletes it, and hands it to the worker's failure hook, which
   calls the Python ``failed`` callback, releases a ShouldBeUnique lock and writes ``failed_jobs``
@@ -51,6 +52,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 FailHook = Callable[["Job", BaseException | None], None]
+AckHook = Callable[["Job"], None]
 
 
 # -- exceptions with PHP identities ---------------------------------------------------------------
@@ -88,8 +90,12 @@ class Job:
         *,
         connection_name: str = "redis",
         on_fail: FailHook | None = None,
+        acker: AckHook | None = None,
     ) -> None:
         self.redis_queue = queue
+        #: The worker's fast path defers ``delete()``'s ``ZREM`` to its next reserve call (see
+        #: ``compat-docs/worker.md``); without an acker the ``ZREM`` is sent at once.
+        self._acker = acker
         self.reserved_job = reserved
         self.payload = payload
         self.connection_name = connection_name
@@ -223,7 +229,10 @@ class Job:
             if not self._check_live("delete"):
                 return
             self._deleted = True
-            self.redis_queue.delete_reserved(self.reserved_job)
+            if self._acker is not None:
+                self._acker(self)
+            else:
+                self.redis_queue.delete_reserved(self.reserved_job)
 
     def release(self, delay: int | float | timedelta | datetime = 0) -> None:
         """Put the job back on the queue after ``delay`` seconds; the attempt counts."""

@@ -37,6 +37,9 @@ POISON_SKIPS_PER_CALL = 100
 #: How many members one ``RPUSH`` receives in the migrate script (Lua's ``unpack`` stack limit).
 MIGRATE_CHUNK = 100
 
+#: How many members one ``ZREM`` of the batch-reserve script receives.
+ACK_CHUNK = 500
+
 # -- the scripts ---------------------------------------------------------------------------------
 
 #: KEYS: 1 list, 2 notify. ARGV: 1 payload. Appends the job and one wake-up token.
@@ -120,6 +123,88 @@ out[1] = moved
 return out
 """
 
+#: laraq's batch reserve (the worker's fast path): one call = acks + Laravel's migrate + N pops.
+#: KEYS: 1 list, 2 reserved, 3 notify, 4 poison, 5 delayed. ARGV: 1 reservation expiry, 2 poison
+#: budget, 3 how many jobs at most, 4 now (unix seconds), 5 migrate LIMIT (-1 = all; 8.0-9.22 have
+#: no LIMIT, which is the same), 6 migrate ``:reserved`` too (1) or not (0: ``retry_after`` null),
+#: 7 how many acks follow, 8.. the reserved members of finished jobs (``ZREM``ed first).
+#: Returns ``{poisoned, job1, reserved1, ...}`` like :data:`POP_MANY`. The effect equals the acks'
+#: ``ZREM``s followed by N consecutive Laravel pops in the same second (one migrate pair suffices:
+#: a second migrate in the same second would find nothing the first left behind).
+RESERVE_BATCH = _RESERVE_LIB + """\
+local nacks = tonumber(ARGV[7]) or 0
+for first = 8, 7 + nacks, ACK_CHUNK do
+  redis.call('ZREM', KEYS[2], unpack(ARGV, first, math.min(first + ACK_CHUNK - 1, 7 + nacks)))
+end
+local function migrate(from)
+  local due
+  if tonumber(ARGV[5]) < 0 then
+    due = redis.call('ZRANGEBYSCORE', from, '-inf', ARGV[4])
+  else
+    due = redis.call('ZRANGEBYSCORE', from, '-inf', ARGV[4], 'LIMIT', 0, ARGV[5])
+  end
+  local count = #due
+  if count > 0 then
+    redis.call('ZREMRANGEBYRANK', from, 0, count - 1)
+    for first = 1, count, CHUNK do
+      local last = math.min(first + CHUNK - 1, count)
+      redis.call('RPUSH', KEYS[1], unpack(due, first, last))
+      for _ = first, last do
+        redis.call('RPUSH', KEYS[3], 1)
+      end
+    end
+  end
+end
+migrate(KEYS[5])
+if ARGV[6] == '1' then
+  migrate(KEYS[2])
+end
+local out = {0}
+local wanted = tonumber(ARGV[3]) or 0
+while (#out - 1) / 2 < wanted do
+  local job, reserved = take()
+  if not job then
+    break
+  end
+  out[#out + 1] = job
+  out[#out + 1] = reserved
+end
+out[1] = moved
+return out
+""".replace("ACK_CHUNK", str(ACK_CHUNK)).replace("CHUNK", str(MIGRATE_CHUNK))
+
+#: laraq's own. KEYS: 1 reserved. ARGV: 1 new expiry, 2.. reserved members. Pushes the expiry of
+#: each member that is still reserved forward (``ZADD XX``: never re-creates a member someone else's
+#: migrate already took back) and returns one 1/0 per member: still ours, or gone.
+RENEW = """\
+local out = {}
+for i = 2, #ARGV do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+    redis.call('ZADD', KEYS[1], 'XX', ARGV[1], ARGV[i])
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+return out
+"""
+
+#: laraq's own. KEYS: 1 list, 2 reserved, 3 notify. ARGV: pairs (reserved member, original body) in
+#: list order. Hands reserved-but-unstarted jobs back: for each pair whose reservation is still ours,
+#: ``ZREM`` it and put the original body (attempts not burned) back at the HEAD of the list, with one
+#: ``:notify`` token, keeping the pairs' order. Returns how many were given back.
+GIVE_BACK = """\
+local given = 0
+for i = #ARGV - 1, 1, -2 do
+  if redis.call('ZREM', KEYS[2], ARGV[i]) == 1 then
+    redis.call('LPUSH', KEYS[1], ARGV[i + 1])
+    redis.call('RPUSH', KEYS[3], 1)
+    given = given + 1
+  end
+end
+return given
+"""
+
 #: KEYS: 1 delayed, 2 reserved. ARGV: 1 reserved member, 2 available-at. The ZADD happens even if
 #: the ZREM found nothing (Laravel does the same; see protocol.md). Returns 1.
 RELEASE = """\
@@ -189,6 +274,9 @@ SCRIPT_TEXTS: dict[str, str] = {
     "later": LATER,
     "pop": POP,
     "pop_many": POP_MANY,
+    "reserve_batch": RESERVE_BATCH,
+    "renew": RENEW,
+    "give_back": GIVE_BACK,
     "release": RELEASE,
     "requeue": REQUEUE,
     "migrate": MIGRATE,
@@ -262,6 +350,19 @@ class Scripts:
             if isinstance(sha, bytes):
                 sha = sha.decode()
             self._scripts[name].sha = sha
+
+    def call(self, name: str, keys: Sequence[Any], args: Sequence[Any] = ()) -> Any:
+        """Run one script with a bare ``EVALSHA`` (no redis-py ``Script`` wrapper: the hot path).
+
+        On ``NOSCRIPT`` (fresh server, ``SCRIPT FLUSH``) the text is loaded once and the call retried.
+        """
+        script = self._scripts[name]
+        try:
+            return self.client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            sha = self.client.script_load(SCRIPT_TEXTS[name])
+            script.sha = sha.decode() if isinstance(sha, bytes) else sha
+            return self.client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
 
     def run(self, name: str, keys: Sequence[Any], args: Sequence[Any] = (), client: Any = None) -> Any:
         """Run one script by name; ``client`` may be a pipeline (the call is queued there)."""
@@ -375,3 +476,48 @@ class Scripts:
         if notify_key is None:
             return self.run("clear", [list_key, delayed_key, reserved_key], [], client)
         return self.run("clear_with_notify", [list_key, delayed_key, reserved_key, notify_key], [], client)
+
+    def reserve_batch(
+        self,
+        list_key: str,
+        reserved_key: str,
+        notify_key: str,
+        poison_key: str,
+        delayed_key: str,
+        *,
+        expires_at: int,
+        count: int,
+        now: int,
+        migrate_limit: int = -1,
+        migrate_reserved: bool = True,
+        acks: Sequence[bytes] = (),
+        poison_budget: int = POISON_SKIPS_PER_CALL,
+    ) -> PopManyResult:
+        """``ZREM`` the ``acks``, migrate due ``:delayed`` (and expired ``:reserved``) jobs, then
+        reserve up to ``count`` jobs, each exactly as :meth:`pop` would: one round trip."""
+        raw = self.call(
+            "reserve_batch",
+            (list_key, reserved_key, notify_key, poison_key, delayed_key),
+            (int(expires_at), int(poison_budget), max(0, int(count)), int(now), int(migrate_limit),
+             1 if migrate_reserved else 0, len(acks), *acks),
+        )
+        poisoned = int(raw[0])
+        pairs = [(raw[i], raw[i + 1]) for i in range(1, len(raw) - 1, 2)]
+        return PopManyResult([(_as_bytes(j), _as_bytes(r)) for j, r in pairs], poisoned)  # type: ignore[misc]
+
+    def renew(self, reserved_key: str, members: Sequence[bytes], expires_at: int) -> list[bool]:
+        """Push the reservation expiry of ``members`` to ``expires_at``; False for a member that is gone."""
+        if not members:
+            return []
+        raw = self.call("renew", (reserved_key,), (int(expires_at), *members))
+        return [bool(int(v)) for v in raw]
+
+    def give_back(self, list_key: str, reserved_key: str, notify_key: str,
+                  jobs: Sequence[tuple[bytes, bytes]]) -> int:
+        """Hand reserved-but-unstarted ``(reserved, body)`` jobs back to the head of the list, in order."""
+        if not jobs:
+            return 0
+        args: list[bytes] = []
+        for reserved, body in jobs:
+            args += (reserved, body)
+        return int(self.call("give_back", (list_key, reserved_key, notify_key), args))

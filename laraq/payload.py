@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
-import secrets
 import string
 import time
 import uuid as _uuid
@@ -384,8 +384,19 @@ def _php_string(value: Any) -> str:
 # -- building -------------------------------------------------------------------------------------
 
 def random_id() -> str:
-    """``Str::random(32)``: 32 cryptographically random characters from ``[A-Za-z0-9]``."""
-    return "".join(secrets.choice(_ALPHANUM) for _ in range(32))
+    """``Str::random(32)``: 32 cryptographically random characters from ``[A-Za-z0-9]``.
+
+    One ``os.urandom`` call per id (not one per character): each byte below 248 (= 4 x 62) maps
+    uniformly onto the 62-character alphabet, bytes 248-255 are rejected, as ``secrets.choice``
+    rejection-samples; the rare shortfall is topped up from a further read.
+    """
+    chars: list[str] = []
+    while True:
+        for byte in os.urandom(40):
+            if byte < 248:
+                chars.append(_ALPHANUM[byte % 62])
+                if len(chars) == 32:
+                    return "".join(chars)
 
 
 def new_uuid() -> str:

@@ -45,6 +45,7 @@ _SHORT_ESCAPES = {
 }
 
 # Characters that may need escaping: everything except plain printable ASCII other than " \ /.
+_encode_ascii = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 _NEEDS_WORK = re.compile(r'[\x00-\x1f"\\/\u0080-\U0010ffff]')
 
 
@@ -86,6 +87,13 @@ def php_float_repr(value: float) -> str:
 
 
 def _encode_string(text: str, unescaped_unicode: bool, unescaped_slashes: bool) -> str:
+    if text.isascii() and "\x7f" not in text:
+        # Fast path: for ASCII text without DEL (which the C encoder escapes and PHP does not) PHP's
+        # escapes are exactly the C encoder's (the short escapes, ``\u00XX`` in lowercase hex for the
+        # other control characters) plus ``\/``.
+        quoted = _encode_ascii(text)
+        return quoted if unescaped_slashes or "/" not in text else quoted.replace("/", "\\/")
+
     def replace(match: re.Match[str]) -> str:
         ch = match.group(0)
         code = ord(ch)

@@ -426,6 +426,52 @@ class RedisQueue:
             log.warning("moved %d unreadable member(s) of %s to %s", result.poisoned, keys.list, keys.poison)
         return [ReservedJob(name, job, reserved) for job, reserved in result.jobs]
 
+    def reserve_batch(self, queue: str | None = None, count: int = 1,
+                      acks: list[bytes] | tuple[bytes, ...] = ()) -> list[ReservedJob]:
+        """The worker's fast path: in ONE script call, ``ZREM`` the ``acks`` (reserved members of
+        finished jobs), run Laravel's ``migrate`` and reserve up to ``count`` jobs (never blocks).
+
+        Each job is reserved exactly as :meth:`pop` reserves it, the migrate follows this version's
+        rules (``LIMIT migration_batch_size`` from 9.23, no ``:reserved`` migrate when
+        ``retry_after`` is ``None``). ``count`` may be 0 (acks and migrate only).
+        """
+        name = self.queue_name(queue)
+        keys = self.keys(name)
+        now = self.current_time()
+        expiry = now if self.retry_after is None else now + int(self.retry_after)
+        limit = self.migration_batch_size if self.version.migrate_has_limit else -1
+        result = self.scripts.reserve_batch(
+            keys.list, keys.reserved, keys.notify, keys.poison, keys.delayed,
+            expires_at=expiry, count=count, now=now, migrate_limit=limit,
+            migrate_reserved=self.retry_after is not None, acks=acks,
+        )
+        self.last_poisoned = result.poisoned
+        if result.poisoned:
+            log.warning("moved %d unreadable member(s) of %s to %s", result.poisoned, keys.list, keys.poison)
+        return [ReservedJob(name, job, reserved) for job, reserved in result.jobs]
+
+    def ack(self, acks: dict[str, list[bytes]]) -> None:
+        """``ZREM :reserved`` many finished jobs, one command per queue, in one pipeline."""
+        if not acks:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for name, members in acks.items():
+            if members:
+                pipe.zrem(self.keys(name).reserved, *members)
+        pipe.execute()
+
+    def renew(self, queue: str, members: list[bytes]) -> list[bool]:
+        """Push the reservations of ``members`` forward by ``retry_after`` (``ZADD XX``); False = gone."""
+        if self.retry_after is None or not members:
+            return [True] * len(members)
+        return self.scripts.renew(self.keys(queue).reserved, members, self.available_at(self.retry_after))
+
+    def give_back(self, queue: str, jobs: list[ReservedJob]) -> int:
+        """Hand reserved, never-started jobs back to the head of the list (original bodies, attempts
+        not burned, one ``:notify`` token each), in their order; only those still reserved by us."""
+        keys = self.keys(queue)
+        return self.scripts.give_back(keys.list, keys.reserved, keys.notify, [(j.reserved, j.body) for j in jobs])
+
     def migrate(self, keys: QueueKeys | str | None = None) -> None:
         """Laravel's ``migrate``: due ``:delayed`` jobs, then expired ``:reserved`` ones (if
         ``retry_after`` is not ``None``), onto the tail of the list."""

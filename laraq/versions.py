@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import total_ordering
+from functools import lru_cache, total_ordering
 
 import xxhash
 
@@ -97,7 +97,7 @@ class LaravelVersion:
         Each argument is the first release of one major line (``"11.53", "12.60", "13.10"``). Lines
         newer than the newest listed line have the feature; lines older than the oldest do not.
         """
-        return _since(self, first_releases)
+        return _since_cached(self.major, self.minor, self.patch, first_releases)
 
     # -- key prefixes and names ----------------------------------------------------------------
 
@@ -323,11 +323,18 @@ def _parse_release(text: str) -> tuple[int, int, int]:
 
 
 def _since(version: LaravelVersion, first_releases: tuple[str, ...]) -> bool:
+    return _since_cached(version.major, version.minor, version.patch, tuple(first_releases))
+
+
+@lru_cache(maxsize=4096)
+def _since_cached(major: int, minor: int, patch: int, first_releases: tuple[str, ...]) -> bool:
+    """:func:`_since` memoised: the answer only depends on the release numbers, and feature checks
+    run on every payload built or read (parsing the release strings each time was a hot spot)."""
     firsts = sorted(_parse_release(t) for t in first_releases)
     by_major = {f[0]: f for f in firsts}
-    if version.major in by_major:
-        return version.tuple >= by_major[version.major]
-    return version.major > firsts[-1][0]
+    if major in by_major:
+        return (major, minor, patch) >= by_major[major]
+    return major > firsts[-1][0]
 
 
 DEFAULT_VERSION = LaravelVersion.parse("13")

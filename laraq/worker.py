@@ -28,9 +28,12 @@ worker process (see :mod:`laraq.cli.work`).
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
+import functools
 import logging
+import math
 import os
 import queue as queue_mod
 import signal
@@ -75,6 +78,18 @@ T = TypeVar("T")
 _REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 _UNKNOWN = object()
 
+#: Fast path: housekeeping tick (deferred acks, lease renewal, signals) while jobs run.
+_TICK = 0.05
+#: Deferred acks are sent at the latest this many seconds after the oldest one.
+_ACK_MAX_AGE = 0.05
+#: restart / memory / max-time are read once per reserve round and at least this often.
+_CHECK_EVERY = 0.25
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
 
 class CacheLike(Protocol):
     def restart_timestamp(self) -> int | None: ...
@@ -108,6 +123,13 @@ class WorkerOptions:
     unhandled_delay: int = 10
     #: Seconds a cancelled async handler gets to unwind before the hard-kill path.
     cancel_grace: float = 2.0
+    #: The most jobs one reserve call takes (the batched fast path). 1 = the classic per-job loop,
+    #: round trip for round trip what ``queue:work`` sends (migrate, migrate, pop, ZREM, restart GET).
+    batch: int = 100
+    #: Reserve more jobs than free slots (at most about ``prefetch_seconds`` of measured work,
+    #: leases renewed while they wait). False: reserve only what free slots start at once.
+    prefetch: bool = True
+    prefetch_seconds: float = 1.0
 
 
 @dataclass(eq=False)
@@ -121,6 +143,16 @@ class _Running:
     cancelled_at: float | None = None
     #: Timed out and done with: bookkeeping finished, and the coroutine unwound or the kill is due.
     settled: bool = False
+    #: Cancels an async job running as a task on the fast path's loop (thread-safe).
+    cancel: Callable[[], Any] | None = None
+
+
+@dataclass(eq=False)
+class _Buffered:
+    """A prefetched job: reserved (its lease runs until ``lease_until``, unix seconds), not started."""
+
+    job: Job
+    lease_until: float
 
 
 class Worker:
@@ -142,6 +174,7 @@ class Worker:
         maintenance: Callable[[], bool] | None = None,
         on_job_popped: Callable[[], None] | None = None,
         kill: Callable[[], None] | None = None,
+        on_jobs_popped: Callable[[int], None] | None = None,
     ) -> None:
         self.app = app
         self.queue = queue
@@ -155,6 +188,8 @@ class Worker:
         self.output = output or Output(self.version, quiet=True)
         self.maintenance = maintenance or (lambda: False)
         self.on_job_popped = on_job_popped
+        #: Progress report to the supervisor: called with a count, at most every ~100 ms / per batch.
+        self.on_jobs_popped = on_jobs_popped
         self._kill = kill or _sigkill_self
         self.should_quit = False
         self.paused = False
@@ -174,6 +209,22 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._redis_down_since: float | None = None
         self._reconnect_delay = 0.0
+        self._watchdog_started = False
+        # the batched fast path (see _fast_daemon)
+        self._buffer: collections.deque[_Buffered] = collections.deque()
+        self._acks: dict[str, list[bytes]] = {}
+        self._ack_lock = threading.Lock()
+        self._ack_since: float | None = None
+        self._active = 0
+        self._avg_duration: float | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._loop_thread: int | None = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._aux_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._unreported = 0
+        self._reported_at = 0.0
+        self._paused_queues: set[str] = set()
+        self._took_unreadable = 0
 
     # == the daemon loop ============================================================================
 
@@ -183,7 +234,31 @@ class Worker:
         return self.run_once() if self.options.once else self.daemon()
 
     def daemon(self) -> int:
-        """Laravel's ``Worker::daemon``: loop until a stop condition; returns the exit code."""
+        """Laravel's ``Worker::daemon``: loop until a stop condition; returns the exit code.
+
+        ``batch`` > 1 (the default) runs the batched fast path (:meth:`_fast_daemon`), ``batch`` = 1
+        the classic loop, one job per round of Laravel's own calls (:meth:`classic_daemon`).
+        """
+        if self.options.batch <= 1:
+            return self.classic_daemon()
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+        try:
+            return loop.run_until_complete(self._fast_daemon())
+        finally:
+            self._loop = None
+            self._loop_thread = None
+            for pool in (self._pool, self._aux_pool):
+                if pool is not None:
+                    pool.shutdown(wait=False)
+            self._pool = self._aux_pool = None
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    def classic_daemon(self) -> int:
+        """The per-job loop: what ``queue:work`` does, call for call (``--batch 1``)."""
         opts = self.options
         last_restart = self._restart_stamp()
         started = time.monotonic()
@@ -296,6 +371,467 @@ class Worker:
             return
         self._wake.wait(seconds)
 
+    # == the batched fast path ========================================================================
+    #
+    # One asyncio loop in the main thread runs everything: the reserve calls, async handlers as
+    # tasks, sync handlers inline (concurrency 1) or on a thread pool, and a ~50 ms housekeeping tick
+    # (deferred acks, lease renewal, restart/memory/max-time checks). See compat-docs/worker.md.
+
+    async def _fast_daemon(self) -> int:
+        opts = self.options
+        self._start_watchdog()
+        last_restart = self._restart_stamp()
+        started = time.monotonic()
+        jobs_processed = 0
+        next_check = started + _CHECK_EVERY
+        can_run = self._should_run()
+        log.info("worker %s (pid %d) processing [%s] on %s (Laravel %s profile, concurrency %d, batch %d%s)",
+                 opts.name, os.getpid(), ",".join(self.queues), self.queue.redacted_url(), self.version,
+                 opts.concurrency, opts.batch, ", prefetch" if opts.prefetch else "")
+        self.output.starting_banner(",".join(self.queues))
+        while True:
+            if self.should_quit:
+                return await self._fast_stop(EXIT_SUCCESS)
+            if not can_run or self.paused or self._kill_pending:
+                self._give_back_buffer()
+                await self._idle(opts.sleep if opts.sleep > 0 else 1)
+                status = self.stop_status(last_restart, started, jobs_processed, popped=False)
+                if status is not None:
+                    return await self._fast_stop(status)
+                can_run = self._should_run()
+                next_check = time.monotonic() + _CHECK_EVERY
+                continue
+
+            free = opts.concurrency - self._active
+            reserved_round = False
+            popped = False
+            if free > 0 and not self._buffer:
+                want = self._reserve_count(free, jobs_processed)
+                if want > 0:
+                    reserved_round = True
+                    got = self._reserve_round(want)
+                    popped = got > 0 or self._took_reservation
+                    jobs_processed += self._took_unreadable
+                    if popped:
+                        self._last_job_at = time.monotonic()
+            while free > 0 and self._buffer:
+                if opts.max_jobs and jobs_processed >= opts.max_jobs:
+                    break
+                item = self._buffer.popleft()
+                if not self._lease_ok(item):
+                    continue
+                jobs_processed += 1
+                self._unreported += 1
+                free -= 1
+                popped = True
+                self._start_job(item.job)
+                self._last_job_at = time.monotonic()
+                if opts.rest > 0:
+                    await self._idle(opts.rest)
+            now = time.monotonic()
+            if reserved_round or now >= next_check:
+                next_check = now + _CHECK_EVERY
+                self._report_popped()
+                status = self._periodic_status(last_restart, started)
+                if status is None and opts.max_jobs and jobs_processed >= opts.max_jobs:
+                    status = EXIT_SUCCESS
+                if status is not None:
+                    return await self._fast_stop(status)
+                can_run = self._should_run()
+            if opts.max_jobs and jobs_processed >= opts.max_jobs and not self._buffer:
+                return await self._fast_stop(EXIT_SUCCESS)
+
+            if reserved_round and not popped and self._active == 0 and not self._buffer:
+                # an empty loop: Laravel's stop_when_empty / block / sleep
+                if opts.stop_when_empty:
+                    return await self._fast_stop(EXIT_SUCCESS)
+                if opts.stop_when_empty_for and \
+                        time.monotonic() - (self._last_job_at or started) >= opts.stop_when_empty_for:
+                    return await self._fast_stop(EXIT_SUCCESS)
+                self._flush_acks(force=True)
+                if self._reconnect_delay:
+                    await self._idle(self._reconnect_delay)
+                elif not self._block_for_job():
+                    await self._idle(opts.sleep)
+                continue
+            if self._active > 0 and (free <= 0 or not self._buffer):
+                await self._wait_changed(_TICK)
+            self._housekeeping()
+
+    def _reserve_count(self, free: int, jobs_processed: int) -> int:
+        """How many jobs to reserve now: the free slots plus an adaptive, time-bounded prefetch."""
+        opts = self.options
+        want = free
+        if opts.prefetch and self._avg_duration is not None:
+            budget = opts.prefetch_seconds
+            if self.queue.retry_after is not None:
+                budget = min(budget, self.queue.retry_after / 4)
+            want += int(budget * opts.concurrency / max(self._avg_duration, 1e-6))
+        want = min(want, max(opts.batch, free))
+        if opts.max_jobs:
+            want = min(want, opts.max_jobs - jobs_processed)
+        return want
+
+    def _reserve_round(self, want: int) -> int:
+        """One reserve round over the ``--queue`` list (first queue first, like consecutive pops),
+        the pending acks riding along; buffers the jobs and returns how many usable ones came."""
+        acks = self._take_acks()
+        self._took_reservation = False
+        self._took_unreadable = 0
+        count = 0
+        try:
+            self._paused_queues = set()
+            if self.cache is not None and self.version.has_queue_pause:
+                self._paused_queues = set(self.cache.paused_queues(self.connection_name, self.queues))
+            expiry_base = time.time()
+            for index, name in enumerate(self.queues):
+                mine = acks.pop(name, [])
+                if name in self._paused_queues or count >= want:
+                    if mine:
+                        acks[name] = mine
+                    continue
+                try:
+                    reserved = self.queue.reserve_batch(name, want - count, mine)
+                except BaseException:
+                    acks.setdefault(name, []).extend(mine)
+                    raise
+                if index == 0:
+                    self.queue.secondary_queue_had_job = False
+                elif reserved:
+                    self.queue.secondary_queue_had_job = True
+                lease = math.floor(expiry_base) + (self.queue.retry_after or 0)
+                for item in reserved:
+                    self._took_reservation = True
+                    job = self.make_job(item)
+                    if job is None:
+                        self._took_unreadable += 1
+                        continue
+                    self._buffer.append(_Buffered(job, lease))
+                    count += 1
+            if acks:
+                self.queue.ack(acks)
+                acks = {}
+            self._redis_up()
+        except _REDIS_DOWN as exc:
+            self._redis_lost(exc)
+        except Exception:
+            log.exception("could not reserve jobs from %s", ",".join(self.queues))
+            self._reconnect_delay = 1.0
+        finally:
+            if acks:
+                self._restore_acks(acks)
+        return count
+
+    def _block_for_job(self) -> bool:
+        """``block_for``: ``BLPOP :notify`` as Laravel's pop does (only the first queue from 11.27
+        unless a later one had a job; every queue in turn before). True if a token arrived."""
+        block_for = self.queue.block_for
+        if block_for is None:
+            return False
+        first_only = self.version.blocks_only_on_first_queue
+        try:
+            for index, name in enumerate(self.queues):
+                if name in self._paused_queues:
+                    continue
+                if first_only and (index > 0 or self.queue.secondary_queue_had_job):
+                    continue
+                if self.queue.client.blpop([self.queue.keys(name).notify], timeout=block_for):
+                    return True
+        except _REDIS_DOWN as exc:
+            self._redis_lost(exc)
+        return False
+
+    def _lease_ok(self, item: _Buffered) -> bool:
+        """A buffered job may start only while its reservation is still ours. Its lease is renewed
+        first whenever a reservation made now would expire later (so a started job gets the same
+        ``retry_after`` from its start as a Laravel pop gives it); the rest of the buffer is renewed
+        in the same call. A job someone else migrated back is dropped, never run."""
+        retry_after = self.queue.retry_after
+        if retry_after is None:
+            return True
+        fresh = math.floor(time.time()) + retry_after
+        if fresh <= item.lease_until:
+            return True
+        items = [item, *(b for b in self._buffer if b.job.queue == item.job.queue and b.lease_until < fresh)]
+        try:
+            alive = self.queue.renew(item.job.queue, [b.job.reserved for b in items])
+        except Exception as exc:
+            log.warning("could not renew the reservation of %s (%s): not starting it", item.job.name, exc)
+            return False
+        gone = set()
+        for b, ours in zip(items, alive, strict=False):
+            if ours:
+                b.lease_until = fresh
+            else:
+                gone.add(id(b))
+                log.warning("%s (id %s) was taken back from :reserved before it started: not running it",
+                            b.job.name, b.job.id)
+        if len(gone) > (id(item) in gone):
+            self._buffer = collections.deque(b for b in self._buffer if id(b) not in gone)
+        return id(item) not in gone
+
+    def _renew_leases(self) -> None:
+        """Push the reservation of buffered jobs past half their ``retry_after`` forward (``ZADD XX``)."""
+        retry_after = self.queue.retry_after
+        if retry_after is None or not self._buffer:
+            return
+        now = time.time()
+        due = [b for b in self._buffer if b.lease_until - now < retry_after / 2]
+        if not due:
+            return
+        gone: set[int] = set()
+        by_queue: dict[str, list[_Buffered]] = {}
+        for b in due:
+            by_queue.setdefault(b.job.queue, []).append(b)
+        for name, items in by_queue.items():
+            try:
+                alive = self.queue.renew(name, [b.job.reserved for b in items])
+            except Exception as exc:
+                log.warning("could not renew buffered reservations on %s: %s", name, exc)
+                continue
+            lease = math.floor(time.time()) + retry_after
+            for b, ours in zip(items, alive, strict=False):
+                if ours:
+                    b.lease_until = lease
+                else:
+                    gone.add(id(b))
+                    log.warning("%s (id %s) was taken back from :reserved while buffered: dropped",
+                                b.job.name, b.job.id)
+        if gone:
+            self._buffer = collections.deque(b for b in self._buffer if id(b) not in gone)
+
+    def _give_back_buffer(self) -> None:
+        """Hand buffered, unstarted jobs back to the head of their lists (attempts not burned)."""
+        if not self._buffer:
+            return
+        by_queue: dict[str, list[ReservedJob]] = {}
+        for b in self._buffer:
+            by_queue.setdefault(b.job.queue, []).append(b.job.reserved_job)
+        self._buffer.clear()
+        for name, jobs in by_queue.items():
+            try:
+                given = self.queue.give_back(name, jobs)
+                log.info("gave %d buffered job(s) back to %s", given, name)
+            except Exception as exc:
+                log.warning("could not give %d buffered job(s) back to %s (%s): they return after "
+                            "retry_after", len(jobs), name, exc)
+
+    # -- acks ------------------------------------------------------------------------------------------
+
+    def _ack(self, job: Job) -> None:
+        """``Job.delete`` on the fast path: the ``ZREM`` rides on the next reserve call or flush."""
+        with self._ack_lock:
+            self._acks.setdefault(job.queue, []).append(job.reserved)
+            if self._ack_since is None:
+                self._ack_since = time.monotonic()
+
+    def _take_acks(self) -> dict[str, list[bytes]]:
+        with self._ack_lock:
+            acks, self._acks, self._ack_since = self._acks, {}, None
+        return acks
+
+    def _restore_acks(self, acks: dict[str, list[bytes]]) -> None:
+        with self._ack_lock:
+            for name, members in acks.items():
+                self._acks.setdefault(name, []).extend(members)
+            if self._ack_since is None:
+                self._ack_since = time.monotonic()
+
+    def _flush_acks(self, *, force: bool = False) -> None:
+        """Send the deferred ``ZREM``s now if forced or if the oldest is ``_ACK_MAX_AGE`` old."""
+        since = self._ack_since
+        if since is None or (not force and time.monotonic() - since < _ACK_MAX_AGE):
+            return
+        acks = self._take_acks()
+        try:
+            self.queue.ack(acks)
+        except Exception as exc:
+            log.warning("could not send %d ack(s) (%s): retrying", sum(map(len, acks.values())), exc)
+            self._restore_acks(acks)
+
+    # -- running jobs ------------------------------------------------------------------------------------
+
+    def _start_job(self, job: Job) -> None:
+        timeout = self._timeout_for(job)
+        running = _Running(job, time.monotonic() + timeout if timeout > 0 else None)
+        with self._running_lock:
+            self._running.add(running)
+        handler = self.app.resolve(job.payload)
+        started = time.perf_counter()
+        loop = self._loop
+        assert loop is not None
+        if handler is not None and handler.is_async and not self._precheck_fails(job):
+            running.is_async = True
+            running.task_done = threading.Event()
+            task = loop.create_task(self._process_async(job, handler, running))
+            running.cancel = functools.partial(loop.call_soon_threadsafe, task.cancel)
+            self._active += 1
+            task.add_done_callback(functools.partial(self._task_done, running, started))
+        elif self.options.concurrency == 1 and (handler is None or not handler.is_async):
+            try:  # a sync handler at concurrency 1 runs right here: no thread hop
+                self.process(job, running)
+            except BaseException:
+                log.exception("unexpected error while running %s", job.name)
+            finally:
+                self._job_finished(running, started)
+        else:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(self.options.concurrency,
+                                                                   thread_name_prefix="laraq-slot")
+            self._active += 1
+            future = self._pool.submit(self.process, job, running)
+            future.add_done_callback(
+                lambda f: loop.call_soon_threadsafe(self._task_done, running, started, f))
+
+    def _precheck_fails(self, job: Job) -> bool:
+        """Would :meth:`_fail_if_already_exceeds_max_attempts` fail this job? (no side effects)"""
+        retry_until = job.retry_until
+        if retry_until and time.time() <= retry_until:
+            return False
+        max_tries = self._max_tries(job)
+        return bool(retry_until) or not (max_tries == 0 or job.attempts <= max_tries)
+
+    async def _process_async(self, job: Job, handler: Handler, running: _Running) -> None:
+        """:meth:`process` for an async handler, as a task on the fast path's loop (pre-check done)."""
+        job.handler = handler
+        self.output.job(job, "starting")
+        try:
+            try:
+                argument = self._decode(job, handler)
+                await handler.func(argument, job)  # type: ignore[misc]
+            finally:
+                if running.task_done is not None:
+                    running.task_done.set()
+            if not self._claim(running, "finishing"):
+                return
+            self._after_success(job, handler)
+            self.output.job(job, "success")
+        except (JobAbandoned, asyncio.CancelledError):
+            if self._claim(running, "finishing"):
+                await self._off_loop(self._handle_job_exception, job, RuntimeError(f"{job.name} was cancelled"))
+        except Exception as exc:
+            if not self._claim(running, "finishing"):
+                return
+            self._report(job, exc)
+            await self._off_loop(self._handle_job_exception, job, exc)
+
+    async def _off_loop(self, func: Callable[..., Any], *args: Any) -> Any:
+        """Run blocking bookkeeping (release, fail, failed callbacks) off the loop thread."""
+        if self._aux_pool is None:
+            self._aux_pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="laraq-aux")
+        assert self._loop is not None
+        return await self._loop.run_in_executor(self._aux_pool, func, *args)
+
+    def _task_done(self, running: _Running, started: float, future: Any = None) -> None:
+        """A job of a task or of the thread pool finished (on the loop thread)."""
+        self._active -= 1
+        with contextlib.suppress(BaseException):
+            exc = future.exception() if future is not None and not future.cancelled() else None
+            if exc is not None:
+                log.error("unexpected error while running %s", running.job.name, exc_info=exc)
+        self._job_finished(running, started)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _job_finished(self, running: _Running, started: float) -> None:
+        with self._running_lock:
+            if running.state != "timed_out":
+                self._running.discard(running)
+            self._running_lock.notify_all()
+        took = time.perf_counter() - started
+        avg = self._avg_duration
+        self._avg_duration = took if avg is None else avg * 0.8 + took * 0.2
+
+    def _run_coroutine(self, coro: Any, timeout: float | None) -> Any:
+        """Run a coroutine to completion from synchronous code (a ``failed`` callback)."""
+        if self._loop is not None and self._loop_thread == threading.get_ident():
+            # on the fast path's own loop thread (a sync job run inline): a private loop elsewhere
+            with concurrent.futures.ThreadPoolExecutor(1) as ex:
+                return ex.submit(asyncio.run, coro).result(timeout)
+        return asyncio.run_coroutine_threadsafe(coro, self._event_loop()).result(timeout)
+
+    # -- waiting, housekeeping, stopping ----------------------------------------------------------------
+
+    async def _wait_changed(self, timeout: float) -> None:
+        """Wait until a job finishes or ``timeout`` passes (a quit signal is seen within ``_TICK``)."""
+        loop = self._loop
+        assert loop is not None
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiter = waiter
+        handle = loop.call_later(timeout, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            handle.cancel()
+            self._waiter = None
+
+    async def _idle(self, seconds: float) -> None:
+        """Sleep ``seconds`` without stalling running tasks; wakes early for signals."""
+        if seconds <= 0:
+            return
+        self._flush_acks(force=True)
+        self._wake.clear()
+        deadline = time.monotonic() + seconds
+        while not self.should_quit and not self._wake.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            if self._active == 0 and left > _TICK and not self._running:
+                self._wake.wait(min(left, 0.5))
+            else:
+                await self._wait_changed(min(left, _TICK))
+                self._housekeeping()
+
+    def _housekeeping(self) -> None:
+        self._flush_acks()
+        self._renew_leases()
+
+    def _periodic_status(self, last_restart: Any, started: float) -> int | None:
+        """The stop conditions that cost something, once per batch / ``_CHECK_EVERY`` (Laravel's order)."""
+        if self.should_quit:
+            return EXIT_SUCCESS
+        if self.memory_exceeded(self.options.memory):
+            return EXIT_MEMORY_LIMIT
+        stamp = self._restart_stamp()
+        if stamp is not _UNKNOWN and last_restart is not _UNKNOWN and stamp != last_restart:
+            return EXIT_SUCCESS
+        if self.options.max_time and time.monotonic() - started >= self.options.max_time:
+            return EXIT_SUCCESS
+        return None
+
+    async def _fast_stop(self, status: int) -> int:
+        """Give the buffer back, let running jobs finish (or settle after a timeout), flush acks."""
+        self._give_back_buffer()
+        while self._active > 0 or any(r.state != "timed_out" or not r.settled for r in list(self._running)):
+            await self._wait_changed(_TICK)
+            self._flush_acks()
+            if self._kill_pending and not any(r.state != "timed_out" for r in list(self._running)):
+                break
+        for _ in range(4):
+            self._flush_acks(force=True)
+            if self._ack_since is None:
+                break
+            time.sleep(0.5)
+        self._report_popped(force=True)
+        if self._kill_pending:
+            self._kill_now()
+        if status == EXIT_MEMORY_LIMIT:
+            log.warning("memory limit of %d MB reached: stopping (exit %d)", self.options.memory, status)
+        return status
+
+    def _report_popped(self, *, force: bool = False) -> None:
+        """Tell the supervisor how many jobs were taken, per batch (not per job)."""
+        count = self._unreported
+        if not count:
+            return
+        self._unreported = 0
+        if self.on_jobs_popped is not None:
+            self.on_jobs_popped(count)
+        elif self.on_job_popped is not None:
+            for _ in range(count):
+                self.on_job_popped()
+
     # == popping ======================================================================================
 
     def next_job(self) -> Job | None:
@@ -343,7 +879,9 @@ class Worker:
         except PayloadError as exc:
             self._reject_unreadable(reserved, exc)
             return None
-        return Job(self.queue, reserved, payload, connection_name=self.connection_name, on_fail=self._job_failed)
+        acker = self._ack if self._loop_thread is not None else None
+        return Job(self.queue, reserved, payload, connection_name=self.connection_name, on_fail=self._job_failed,
+                   acker=acker)
 
     def _reject_unreadable(self, reserved: ReservedJob, exc: PayloadError) -> None:
         error = PayloadError(f"laraq cannot read the job payload on queue {reserved.queue}: {exc}")
@@ -363,6 +901,12 @@ class Worker:
         self._threads_started = True
         for i in range(max(1, self.options.concurrency)):
             threading.Thread(target=self._slot_loop, name=f"laraq-slot-{i}", daemon=True).start()
+        self._start_watchdog()
+
+    def _start_watchdog(self) -> None:
+        if self._watchdog_started:
+            return
+        self._watchdog_started = True
         threading.Thread(target=self._watchdog_loop, name="laraq-watchdog", daemon=True).start()
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
@@ -479,15 +1023,20 @@ class Worker:
         if not job.has_failed:
             log.warning("%s stays reserved until retry_after expires", job.name)
         with self._running_lock:
-            if running.is_async and running.future is not None:
+            if running.is_async and (running.future is not None or running.cancel is not None):
                 running.cancelled_at = time.monotonic()
-                running.future.cancel()
+                if running.cancel is not None:
+                    running.cancel()
+                else:
+                    running.future.cancel()  # type: ignore[union-attr]
             else:
                 running.settled = True
                 self._kill_pending = True
             self._running_lock.notify_all()
 
     def _kill_now(self) -> None:
+        with contextlib.suppress(Exception):
+            self._report_popped(force=True)
         log.error("a job timed out in a thread that cannot be interrupted: killing this worker process")
         with contextlib.suppress(Exception):
             sys.stdout.flush()
@@ -631,7 +1180,7 @@ class Worker:
             if callback is not None:
                 result = callback(job.command, job, error)
                 if asyncio.iscoroutine(result):
-                    asyncio.run_coroutine_threadsafe(result, self._event_loop()).result(self.options.timeout or None)
+                    self._run_coroutine(result, self.options.timeout or None)
             self._release_unique_lock(job)
         except Exception:
             log.exception("the failed() callback of %s raised", job.name)

@@ -1,0 +1,190 @@
+"""The worker's batched fast path (batch reserve, deferred acks, prefetch, lease renewal, give-back).
+
+Correctness only, nothing timed: a SIGKILL mid-batch in a mixed artisan + laraq fleet loses nothing;
+lease renewal keeps a prefetched job reserved past ``retry_after`` and a job taken back from
+``:reserved`` is never run from the buffer; SIGTERM and ``queue:restart`` hand buffered jobs back to
+the head of the list untouched (attempts not burned) and PHP then runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import test_worker_support as support
+from phpapp import PhpApp
+from test_worker_support import popen_laraq, wait_for
+
+from laraq.cli.work import build_worker, default_params
+from laraq.worker import Worker
+
+pytestmark = pytest.mark.php
+
+KEY = "laravel_database_queues:fast"
+
+
+@pytest.fixture
+def workers() -> Iterator[list[Worker]]:
+    made: list[Worker] = []
+    yield made
+    for w in made:
+        w.close()
+
+
+def _app(redis_server: Any, monkeypatch: pytest.MonkeyPatch, retry_after: int = 90) -> PhpApp:
+    app = PhpApp(redis_server.port, retry_after=retry_after)
+    monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
+    return app
+
+
+def _dispatch(app: PhpApp, count: int, seconds: float) -> None:
+    app.tool("dispatch", "echo", "--queue=fast", f"--count={count}",
+             "--args=" + json.dumps({"mode": "sleep", "seconds": seconds}), timeout=120)
+
+
+def _left(redis_client: Any) -> int:
+    return redis_client.llen(KEY) + redis_client.zcard(KEY + ":reserved") + redis_client.zcard(KEY + ":delayed")
+
+
+def _stop(procs: list[subprocess.Popen[str]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def test_sigkill_mid_batch_in_a_mixed_fleet_loses_nothing(php: str, redis_client: Any, redis_server: Any,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    app = _app(redis_server, monkeypatch, retry_after=2)
+    _dispatch(app, 600, 0.005)
+    uuids = {json.loads(m)["uuid"] for m in redis_client.lrange(KEY, 0, -1)}
+    laraq = popen_laraq(app, "--queue=fast", "--tries=0", "--retry-after=2", "--quiet", "--no-supervise",
+                        "--batch=100", app_spec="test_worker_support:async_app")
+    artisan = app.popen_artisan("queue:work", "redis", "--queue=fast", "--sleep=0", "--tries=0", "--quiet")
+    try:
+        wait_for(lambda: sum(r["runner"] == "python" for r in app.runs()) >= 50, timeout=60)
+        laraq.send_signal(signal.SIGKILL)
+        laraq.wait()
+
+        def all_done() -> bool:
+            return {r["uuid"] for r in app.runs()} >= uuids and _left(redis_client) == 0
+
+        wait_for(all_done, timeout=120, interval=0.2)
+        artisan.send_signal(signal.SIGTERM)
+        assert artisan.wait(30) == 0
+    finally:
+        _stop([laraq, artisan])
+    assert {r["uuid"] for r in app.runs()} == uuids  # every job ran at least once
+    assert {r["runner"] for r in app.runs()} == {"php", "python"}
+    assert _left(redis_client) == 0
+    assert app.artisan("queue:failed").stdout.count("EchoJob") == 0
+
+
+def test_lease_renewal_keeps_prefetched_jobs_reserved_past_retry_after(
+        php: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch,
+        workers: list[Worker]) -> None:
+    app = _app(redis_server, monkeypatch, retry_after=3)
+    _dispatch(app, 4, 1.2)  # the last one waits 3.6 s in the buffer; none runs longer than retry_after
+    params = default_params(laravel="8", sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20,
+                            queue="fast", retry_after="3")
+    worker = build_worker(params, env=app.env, app=support.async_app)
+    workers.append(worker)
+    worker._avg_duration = 0.001  # as if short jobs had been measured: prefetch from the first call
+    # a PHP worker polls the same queue the whole time: it would run any job whose lease lapsed
+    artisan = app.popen_artisan("queue:work", "redis", "--queue=fast", "--sleep=0.1", "--tries=0", "--quiet")
+    try:
+        assert worker.daemon() == 0
+    finally:
+        artisan.send_signal(signal.SIGTERM)
+        artisan.wait(30)
+        _stop([artisan])
+    runs = app.runs()
+    assert [(r["runner"], r["attempts"]) for r in runs] == [("python", 1)] * 4
+    assert _left(redis_client) == 0
+
+
+def test_a_job_taken_back_from_reserved_is_not_run_from_the_buffer(
+        php: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch,
+        workers: list[Worker]) -> None:
+    app = _app(redis_server, monkeypatch, retry_after=2)
+    _dispatch(app, 1, 1.5)
+    _dispatch(app, 2, 0)
+    bodies = redis_client.lrange(KEY, 0, -1)
+    victim = json.loads(bodies[1])["uuid"]
+    params = default_params(laravel="8", sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20,
+                            queue="fast", retry_after="2")
+    worker = build_worker(params, env=app.env, app=support.async_app)
+    workers.append(worker)
+    worker._avg_duration = 0.001
+
+    def steal() -> None:  # another worker's migrate took the buffered reservation back
+        member = wait_for(lambda: [m for m in redis_client.zrange(KEY + ":reserved", 0, -1)
+                                   if json.loads(m)["uuid"] == victim], timeout=10)[0]
+        redis_client.zrem(KEY + ":reserved", member)
+
+    thief = threading.Thread(target=steal)
+    thief.start()
+    assert worker.daemon() == 0
+    thief.join()
+    ran = [r["uuid"] for r in app.runs()]
+    assert victim not in ran and len(ran) == 2
+    assert _left(redis_client) == 0
+
+
+def _buffering_worker(app: PhpApp, *extra: str) -> subprocess.Popen[str]:
+    return popen_laraq(app, "--queue=fast", "--tries=0", "--quiet", "--no-supervise", "--batch=100", *extra,
+                       app_spec="test_worker_support:async_app")
+
+
+def test_sigterm_gives_buffered_jobs_back_to_the_head_untouched(php: str, redis_client: Any, redis_server: Any,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    app = _app(redis_server, monkeypatch)
+    _dispatch(app, 3, 0.01)  # short jobs first: the worker measures them and starts prefetching
+    _dispatch(app, 1, 2)
+    _dispatch(app, 20, 0)
+    bodies = redis_client.lrange(KEY, 0, -1)
+    long_uuid = json.loads(bodies[3])["uuid"]
+    worker = _buffering_worker(app)
+    try:
+        wait_for(lambda: long_uuid in {r["uuid"] for r in app.runs()}, timeout=30)
+        assert redis_client.llen(KEY) == 0  # everything is reserved: running or buffered
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+    finally:
+        _stop([worker])
+    ran = [r["uuid"] for r in app.runs()]
+    assert ran[-1] == long_uuid  # the running job finished; nothing else started
+    left = redis_client.lrange(KEY, 0, -1)
+    assert left == bodies[len(ran):]  # original bodies, original order, at the head: attempts not burned
+    assert redis_client.zcard(KEY + ":reserved") == 0
+    assert redis_client.llen(KEY + ":notify") >= len(left)
+    app.artisan("queue:work", "redis", "--queue=fast", "--stop-when-empty", check=True)
+    php_runs = [r for r in app.runs() if r["runner"] == "php"]
+    assert [r["attempts"] for r in php_runs] == [1] * len(left)
+    assert _left(redis_client) == 0
+
+
+def test_restart_is_honoured_promptly_with_a_full_buffer(php: str, redis_client: Any, redis_server: Any,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    app = _app(redis_server, monkeypatch)
+    _dispatch(app, 300, 0.02)
+    bodies = redis_client.lrange(KEY, 0, -1)
+    worker = _buffering_worker(app, "--concurrency=2")
+    try:
+        wait_for(lambda: len(app.runs()) >= 20, timeout=30)
+        app.artisan("queue:restart", check=True)
+        assert worker.wait(30) == 0
+    finally:
+        _stop([worker])
+    ran = len(app.runs())
+    assert ran < 300
+    left = redis_client.lrange(KEY, 0, -1)
+    assert redis_client.zcard(KEY + ":reserved") == 0
+    assert len(left) == 300 - ran and set(left) <= set(bodies)  # handed back untouched
+    app.artisan("queue:work", "redis", "--queue=fast", "--stop-when-empty", check=True, timeout=120)
+    assert sorted(r["uuid"] for r in app.runs()) == sorted(json.loads(b)["uuid"] for b in bodies)
