@@ -47,10 +47,14 @@ def require(condition: bool, reason: str) -> None:
     pytest.skip(reason)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(below: int = 65536) -> int:
+    """A free loopback port under ``below`` (a cluster node also needs its bus port, port + 10000)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < below:
+            return port
 
 
 class RedisServer:
@@ -60,7 +64,8 @@ class RedisServer:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server not found (bash .ci/run installs it)")
-        self.port = free_port()
+        cluster = "--cluster-enabled" in extra_args
+        self.port = free_port(below=55536 if cluster else 65536)
         self.workdir = workdir
         self.proc = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
