@@ -41,6 +41,9 @@ HandlerFunc = Callable[[Any, "Job"], Any] | Callable[[Any, "Job"], Awaitable[Any
 FailedFunc = Callable[[Any, "Job", BaseException], Any]
 
 
+_NAME_TYPES = (str, type(None))
+
+
 def _norm(name: str) -> str:
     return name.strip().lstrip("\\")
 
@@ -64,6 +67,8 @@ class App:
         self.name = name
         self._handlers: dict[str, Handler] = {}
         self._failed: dict[str, FailedFunc] = {}
+        #: (job, commandName, displayName) -> handler or None: the lookup runs once per job shape
+        self._resolved: dict[tuple[Any, Any, Any], Handler | None] = {}
 
     # -- registration ------------------------------------------------------------------------------
 
@@ -88,6 +93,7 @@ class App:
         kind: Literal["command", "string"] = "string" if "@" in name else "command"
         handler = Handler(name, func, kind, inspect.iscoroutinefunction(func), unique)
         self._handlers[name] = handler
+        self._resolved.clear()
         return handler
 
     def failed(self, job_name: str) -> Callable[[FailedFunc], FailedFunc]:
@@ -131,11 +137,29 @@ class App:
 
     def resolve(self, payload: Payload) -> Handler | None:
         """The handler for ``payload``, or ``None`` when Python has none (the unhandled policy applies)."""
+        decoded = payload.decoded
+        data = decoded.get("data")
+        if isinstance(data, dict):
+            shape = (decoded.get("job"), data.get("commandName"), decoded.get("displayName"))
+        else:
+            shape = (decoded.get("job"), None, decoded.get("displayName"))
+        if type(shape[0]) is str and type(shape[1]) in _NAME_TYPES and type(shape[2]) in _NAME_TYPES:
+            try:
+                return self._resolved[shape]
+            except KeyError:
+                pass
+        else:
+            shape = None  # type: ignore[assignment]  # an odd payload: no caching
+        found: Handler | None = None
         for name in self.candidates(payload):
             found = self._handlers.get(name)
             if found is not None:
-                return found
-        return None
+                break
+        if shape is not None:
+            if len(self._resolved) >= 4096:
+                self._resolved.clear()
+            self._resolved[shape] = found
+        return found
 
     def failed_callback(self, payload: Payload) -> FailedFunc | None:
         for name in self.candidates(payload):

@@ -81,6 +81,7 @@ class Output:
         self.width = width or (shutil.get_terminal_size((80, 24)).columns if isatty else 80)
         self._lock = threading.Lock()
         self._started: dict[int, float] = {}
+        self._date_cache: tuple[int, str] = (-1, "")
 
     # -- plumbing ----------------------------------------------------------------------------------
 
@@ -101,6 +102,15 @@ class Output:
     def _now() -> datetime:
         return datetime.now(UTC)
 
+    def _date(self) -> str:
+        """``Y-m-d H:i:s`` (UTC) of now, formatted once per second rather than once per line."""
+        second = int(time.time())
+        cached = self._date_cache
+        if cached[0] != second:
+            cached = self._date_cache = (
+                second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%d %H:%M:%S"))
+        return cached[1]
+
     # -- events ------------------------------------------------------------------------------------
 
     def starting_banner(self, queues: str) -> None:
@@ -111,6 +121,8 @@ class Output:
 
     def job(self, job: Job, status: Status, exc: BaseException | None = None, *, detail: str = "") -> None:
         """Report one job event."""
+        if self.quiet:  # nothing is written: skip the formatting (and the start-time bookkeeping)
+            return
         key = id(job)
         now = time.monotonic()
         if status == "starting":
@@ -149,7 +161,7 @@ class Output:
         return name + (self._c(_GRAY, extra) if extra else ""), len(name) + len(extra)
 
     def _line(self, job: Job, word: str, runtime: str | None, colour: str) -> str:
-        date = self._now().strftime("%Y-%m-%d %H:%M:%S")
+        date = self._date()
         label, label_len = self._name_part(job)
         if runtime is None:
             dots = max(self.width - label_len - 33, 0)
@@ -176,7 +188,7 @@ class Output:
         if label is None:  # releases print nothing before 9.21
             return
         colour = {"starting": _YELLOW, "success": _GREEN, "failed": _RED}[status]
-        date = self._now().strftime("%Y-%m-%d %H:%M:%S")
+        date = self._date()
         head = self._c(colour, f"[{date}][{job.id or ''}] {label.ljust(11)}")
         self._write(f"{head} {job.name}\n")
 

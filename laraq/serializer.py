@@ -282,7 +282,13 @@ class PHPObject:
         if index is None:
             index = {}
             for key in self._props:
-                index.setdefault(unmangle(key)[2], []).append(key)
+                # a public str key is its own plain name: no unmangle() call for the common case
+                plain = key if type(key) is str and key[:1] != "\0" else unmangle(key)[2]
+                keys = index.get(plain)
+                if keys is None:
+                    index[plain] = [key]
+                else:
+                    keys.append(key)
             self._index = index
         return index
 
@@ -302,9 +308,22 @@ class PHPObject:
             return name
         if protected in props:
             return protected
-        keys = self._plain_index().get(name)
-        if keys:
-            return keys[0]
+        if self._index is None and type(name) is str:
+            # only another class's private property is left: scan for it instead of building the
+            # whole plain-name index (a missing name, e.g. "uniqueId", is looked up once per job)
+            suffix = "\0" + name
+            for key in props:
+                if type(key) is not str:  # int/bytes keys have plain names too: use the index
+                    keys = self._plain_index().get(name)
+                    if keys:
+                        return keys[0]
+                    break
+                if key[:1] == "\0" and key.endswith(suffix) and unmangle(key)[2] == name:
+                    return key
+        else:
+            keys = self._plain_index().get(name)
+            if keys:
+                return keys[0]
         if isinstance(name, str) and name.isdigit() and str(int(name)) == name and int(name) in props:
             return int(name)
         return None
@@ -564,6 +583,364 @@ def _read_class_name(data: bytes, pos: int, end_of_data: int) -> tuple[str, int]
     return name, p + 2
 
 
+# -- unserialize: the fast path -------------------------------------------------------------------
+#
+# ``_token_loads`` reads the common shapes (strings, ints, null, bools, floats, enums, arrays, objects)
+# with one precompiled pattern per token and no per-token function calls or slot bookkeeping. It is
+# never the one that reports an error: on anything it does not handle (``r:``/``R:``/``C:``, a depth
+# over ``max_depth``) and on anything malformed it returns ``_BAIL`` and :func:`loads` reruns the
+# input through the full parser below, which produces the value or the precise error. Everything it
+# accepts, it checks exactly as the full parser does (declared lengths against the remaining input
+# before slicing, digit counts, integer range, mangled names, member counts, duplicate keys), so a
+# value it returns is the value the full parser returns.
+
+_BAIL: Final = object()
+
+_TOKEN = re.compile(
+    rb's:([0-9]{1,20}):"([^"]*)";'  # 1, 2: a string without '"' (length checked by the caller)
+    rb"|i:([+-]?[0-9]{1,25});"  # 3
+    rb"|N;()"  # 4
+    rb"|b:([01]);"  # 5
+    rb"|a:([0-9]{1,20}):\{"  # 6
+    rb'|O:([0-9]{1,20}):"([A-Za-z0-9_\x80-\xff\\]+)":([0-9]{1,20}):\{'  # 7, 8, 9
+    rb"|(\})"  # 10
+    rb"|d:((?:[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|NAN|-?INF));"  # 11
+    rb'|E:([0-9]{1,20}):"([^"]*)";'  # 12, 13
+)
+_STR_HEAD = re.compile(rb's:([0-9]{1,20}):"')
+
+
+def _token_loads(data: bytes, size: int, max_depth: int) -> Any:  # noqa: C901 - one flat loop on purpose
+    match = _TOKEN.match
+    str_head = _STR_HEAD.match
+    utf8 = bytes.decode
+    stack: list[Any] = []
+    push = stack.append
+    d: Any = None  # the open container's dict (None: reading the top-level value)
+    n = rem = 0  # its declared member count, members still to read
+    il = True  # an array whose keys so far are 0, 1, 2, ...
+    obj: Any = None  # the PHPObject being filled (None for an array)
+    key: Any = None
+    pos = 0
+    while True:
+        if d is not None:
+            # ---- a key, or the closing brace
+            m = match(data, pos)
+            if m is None:
+                if not rem:
+                    return _BAIL
+                h = str_head(data, pos)  # a key holding '"'
+                if h is None:
+                    return _BAIL
+                ln = int(h[1])
+                p = h.end()
+                end = p + ln
+                if end + 2 > size or data[end : end + 2] != b'";':
+                    return _BAIL
+                raw = data[p:end]
+                pos = end + 2
+                li = 2
+            else:
+                li = m.lastindex
+                pos = m.end()
+                if li == 2:
+                    raw = m[2]
+                    if len(raw) != int(m[1]):
+                        ln = int(m[1])
+                        p = m.start(2)
+                        end = p + ln
+                        if end + 2 > size or data[end : end + 2] != b'";':
+                            return _BAIL
+                        raw = data[p:end]
+                        pos = end + 2
+            if li == 10:
+                # ---- close the container
+                if rem or len(d) != n:
+                    return _BAIL
+                if obj is not None:
+                    value = obj
+                elif il:
+                    value = list(d.values())
+                else:
+                    value = d
+                outer = stack.pop()
+                if outer is None:  # the top-level value
+                    return value if pos == size else _BAIL
+                d, n, rem, il, obj, key = outer
+                d[key] = value
+                continue
+            if not rem:
+                return _BAIL
+            if li == 2:
+                if obj is not None and raw[:1] == b"\0" and not _valid_mangled(raw):
+                    return _BAIL
+                try:
+                    key = utf8(raw)
+                except UnicodeDecodeError:
+                    key = raw
+                il = False
+            elif li == 3:
+                key = int(m[3])  # type: ignore[index]
+                if key > PHP_INT_MAX or key < PHP_INT_MIN:
+                    return _BAIL
+                if key != n - rem:
+                    il = False
+            else:
+                return _BAIL
+            rem -= 1
+        # ---- a value
+        m = match(data, pos)
+        if m is None:
+            h = str_head(data, pos)  # a string holding '"'
+            if h is None:
+                return _BAIL
+            ln = int(h[1])
+            p = h.end()
+            end = p + ln
+            if end + 2 > size or data[end : end + 2] != b'";':
+                return _BAIL
+            try:
+                value = utf8(data[p:end])
+            except UnicodeDecodeError:
+                value = data[p:end]
+            pos = end + 2
+        else:
+            li = m.lastindex
+            pos = m.end()
+            if li == 2:
+                raw = m[2]
+                if len(raw) != int(m[1]):
+                    ln = int(m[1])
+                    p = m.start(2)
+                    end = p + ln
+                    if end + 2 > size or data[end : end + 2] != b'";':
+                        return _BAIL
+                    raw = data[p:end]
+                    pos = end + 2
+                try:
+                    value = utf8(raw)
+                except UnicodeDecodeError:
+                    value = raw
+            elif li == 4:
+                value = None
+            elif li == 3:
+                value = int(m[3])
+                if value > PHP_INT_MAX or value < PHP_INT_MIN:
+                    return _BAIL
+            elif li == 5:
+                value = m[5] == b"1"
+            elif li == 6 or li == 9:
+                if len(stack) >= max_depth:
+                    return _BAIL
+                count = int(m[li])
+                # every member needs at least 6 bytes ("i:0;N;"), plus the closing brace
+                if count * 6 + 1 > size - pos:
+                    return _BAIL
+                if d is not None:
+                    push((d, n, rem, il, obj, key))
+                else:
+                    push(None)
+                d = {}
+                n = rem = count
+                il = True
+                if li == 9:
+                    cls = m[8]
+                    if len(cls) != int(m[7]):
+                        return _BAIL
+                    try:
+                        class_name = utf8(cls)
+                    except UnicodeDecodeError:
+                        return _BAIL
+                    obj = PHPObject.__new__(PHPObject)
+                    obj.class_name = class_name
+                    obj._index = None
+                    obj._props = d
+                else:
+                    obj = None
+                continue
+            elif li == 11:
+                lexeme_b = m[11]
+                if len(lexeme_b) >= _MAX_FLOAT_LEXEME:
+                    return _BAIL
+                lexeme = lexeme_b.decode("ascii")
+                value = float(lexeme)
+                if format_float(value) != lexeme:
+                    value = PHPFloat(value, lexeme)
+            elif li == 13:
+                raw = m[13]
+                if len(raw) != int(m[12]):
+                    return _BAIL
+                cls_raw, sep, case_raw = raw.partition(b":")
+                if not sep or _CLASS_RE.fullmatch(cls_raw) is None or _CASE_RE.fullmatch(case_raw) is None:
+                    return _BAIL
+                try:
+                    value = PHPEnum(utf8(cls_raw), utf8(case_raw))
+                except UnicodeDecodeError:
+                    return _BAIL
+            else:  # '}' where a value belongs
+                return _BAIL
+        if d is None:
+            return value if pos == size else _BAIL
+        d[key] = value
+
+
+#: Inputs up to this size go through ``_pairs_loads`` first (it materialises every token at once).
+_PAIRS_MAX_BYTES: Final = 64 * 1024
+
+_OPEN = re.compile(rb'a:([0-9]{1,20}):\{|O:([0-9]{1,20}):"([A-Za-z0-9_\x80-\xff\\]+)":([0-9]{1,20}):\{')
+# Inside an array or object every token is a key-value pair or a closing brace: one ``findall``
+# tokenises a whole (small) input. The last alternative takes any other byte, so the tokens cover
+# the input without gaps and anything unexpected shows up as such a token.
+_PAIRS = re.compile(
+    rb'(?:s:([0-9]{1,20}):"([^"]*)";|i:([+-]?[0-9]{1,25});)'  # key: 1, 2 | 3
+    rb'(?:s:([0-9]{1,20}):"([^"]*)";'  # 4, 5
+    rb"|(N);"  # 6
+    rb"|i:([+-]?[0-9]{1,25});"  # 7
+    rb"|b:([01]);"  # 8
+    rb"|a:([0-9]{1,20}):\{"  # 9
+    rb'|O:([0-9]{1,20}):"([A-Za-z0-9_\x80-\xff\\]+)":([0-9]{1,20}):\{'  # 10, 11, 12
+    rb"|d:((?:[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|NAN|-?INF));"  # 13
+    rb'|E:([0-9]{1,20}):"([^"]*)";)'  # 14, 15
+    rb"|(\})"  # 16
+    rb"|(.)",  # 17
+    re.DOTALL,
+)
+
+
+def _pairs_loads(data: bytes, size: int, max_depth: int) -> Any:  # noqa: C901 - one flat loop on purpose
+    """An array or object holding no ``r:``/``R:`` and no string with a ``"`` in it, tokenised in
+    one ``findall``; ``_BAIL`` for anything else (see ``_token_loads``)."""
+    m = _OPEN.match(data)
+    if m is None or max_depth < 1:
+        return _BAIL
+    utf8 = bytes.decode
+    n = rem = int(m[1] or m[4])
+    if n * 6 + 1 > size - m.end():
+        return _BAIL
+    d: Any = {}
+    il = True
+    obj: Any = None
+    if m[3] is not None:
+        cls = m[3]
+        if len(cls) != int(m[2]):
+            return _BAIL
+        try:
+            class_name = utf8(cls)
+        except UnicodeDecodeError:
+            return _BAIL
+        obj = PHPObject.__new__(PHPObject)
+        obj.class_name = class_name
+        obj._index = None
+        obj._props = d
+    stack: list[Any] = []
+    push = stack.append
+    pop = stack.pop
+    result: Any = _BAIL
+    value: Any
+    for ksl, ksb, ki, vsl, vsb, vn, vi, vb, va, vol, voc, von, vd, vel, veb, close, _ in _PAIRS.findall(data, m.end()):
+        if close:
+            if d is None or rem or len(d) != n:
+                return _BAIL
+            if obj is not None:
+                value = obj
+            elif il:
+                value = list(d.values())
+            else:
+                value = d
+            if not stack:
+                result = value
+                d = None
+                continue
+            d, n, rem, il, obj, key = pop()
+            d[key] = value
+            continue
+        if not rem or d is None:  # a member too many, after the end, or an unexpected byte
+            return _BAIL
+        # ---- the key
+        if ksl:
+            if len(ksb) != int(ksl):
+                return _BAIL
+            if obj is not None and ksb[:1] == b"\0" and not _valid_mangled(ksb):
+                return _BAIL
+            try:
+                key = utf8(ksb)
+            except UnicodeDecodeError:
+                key = ksb
+            il = False
+        elif ki:
+            key = int(ki)
+            if key > PHP_INT_MAX or key < PHP_INT_MIN:
+                return _BAIL
+            if key != n - rem:
+                il = False
+        else:
+            return _BAIL
+        rem -= 1
+        # ---- the value
+        if vsl:
+            if len(vsb) != int(vsl):
+                return _BAIL
+            try:
+                value = utf8(vsb)
+            except UnicodeDecodeError:
+                value = vsb
+        elif vn:
+            value = None
+        elif vi:
+            value = int(vi)
+            if value > PHP_INT_MAX or value < PHP_INT_MIN:
+                return _BAIL
+        elif vb:
+            value = vb == b"1"
+        elif va or vol:
+            if len(stack) + 1 >= max_depth:
+                return _BAIL
+            push((d, n, rem, il, obj, key))
+            count = int(va or von)
+            # the smallest member ("i:0;N;") is 6 bytes; the end of this token is not known here,
+            # so the byte check is the whole input's: a count it lets through is caught at '}'
+            if count * 6 + 1 > size:
+                return _BAIL
+            d = {}
+            n = rem = count
+            il = True
+            if vol:
+                if len(voc) != int(vol):
+                    return _BAIL
+                try:
+                    class_name = utf8(voc)
+                except UnicodeDecodeError:
+                    return _BAIL
+                obj = PHPObject.__new__(PHPObject)
+                obj.class_name = class_name
+                obj._index = None
+                obj._props = d
+            else:
+                obj = None
+            continue
+        elif vd:
+            if len(vd) >= _MAX_FLOAT_LEXEME:
+                return _BAIL
+            lexeme = vd.decode("ascii")
+            value = float(lexeme)
+            if format_float(value) != lexeme:
+                value = PHPFloat(value, lexeme)
+        elif vel:
+            if len(veb) != int(vel):
+                return _BAIL
+            cls_raw, sep, case_raw = veb.partition(b":")
+            if not sep or _CLASS_RE.fullmatch(cls_raw) is None or _CASE_RE.fullmatch(case_raw) is None:
+                return _BAIL
+            try:
+                value = PHPEnum(utf8(cls_raw), utf8(case_raw))
+            except UnicodeDecodeError:
+                return _BAIL
+        else:
+            return _BAIL
+        d[key] = value
+    return result
+
+
 def loads(
     data: bytes | bytearray | memoryview | str,
     *,
@@ -595,6 +972,12 @@ def loads(
         raise PHPSerializeError(f"input of {size} bytes exceeds max_bytes={max_bytes}", 0)
     if size == 0:
         raise PHPSerializeError("empty input", 0)
+    if max_elements >= size:  # then no element limit can be hit: the fast paths apply
+        value = _pairs_loads(data, size, max_depth) if size <= _PAIRS_MAX_BYTES else _BAIL
+        if value is _BAIL:
+            value = _token_loads(data, size, max_depth)
+        if value is not _BAIL:
+            return value
 
     stack: list[_Frame] = []
     slot_vals: list[Any] = []

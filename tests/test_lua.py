@@ -16,7 +16,7 @@ import pytest
 import redis
 from conftest import corpus_dir, dump_redis
 
-from laraq.lua import MIGRATE_CHUNK, POISON_SKIPS_PER_CALL, SCRIPT_TEXTS, Scripts
+from laraq.lua import ACK_CHUNK, MIGRATE_CHUNK, POISON_SKIPS_PER_CALL, SCRIPT_TEXTS, Scripts
 
 L, D, R, N, P = "p_queues:q", "p_queues:q:delayed", "p_queues:q:reserved", "p_queues:q:notify", "p_queues:q:poison"
 
@@ -255,6 +255,94 @@ def test_pop_many_reserved_equals_single_pop(scripts: Scripts, redis_client: red
     redis_client.flushall()
     redis_client.rpush(L, body)
     assert scripts.pop_many(L, R, N, P, 9, 5).jobs == [(body, single)]
+
+
+# -- reserve_batch / renew / give_back (the worker's batched fast path) ---------------------------
+
+def test_reserve_batch_acks_migrates_both_then_reserves(scripts: Scripts, redis_client: redis.Redis) -> None:
+    listed, due, expired = job(0, n=1), job(1, n=2), job(2, n=3)
+    redis_client.rpush(L, listed)
+    redis_client.rpush(N, 1)
+    redis_client.zadd(D, {due: 100, b"not-yet": 101})
+    redis_client.zadd(R, {expired: 99, b"done-1": 500, b"done-2": 500, b"running": 500})
+    res = scripts.reserve_batch(L, R, N, P, D, expires_at=190, count=10, now=100,
+                                acks=[b"done-1", b"done-2", b"never-there"])
+    # acks first, then :delayed then :reserved migrated (appended in that order), then the pops
+    assert [j for j, _ in res.jobs] == [listed, due, expired]
+    assert [json.loads(r)["attempts"] for _, r in res.jobs] == [1, 2, 3]
+    assert res.poisoned == 0
+    assert redis_client.zrange(R, 0, -1, withscores=True) == sorted(
+        [(b"running", 500.0)] + [(r, 190.0) for _, r in res.jobs], key=lambda x: (x[1], x[0]))
+    assert redis_client.zrange(D, 0, -1, withscores=True) == [(b"not-yet", 101.0)]
+    assert not redis_client.exists(L) and not redis_client.exists(N)
+    assert set(dump_redis(redis_client)) == {"0:" + R, "0:" + D}
+
+
+def test_reserve_batch_equals_acks_migrates_and_consecutive_pops(
+    scripts: Scripts, redis_client: redis.Redis
+) -> None:
+    def setup() -> None:
+        redis_client.flushall()
+        redis_client.rpush(L, job(0, n=1), b"junk", job(0, n=2), job(0, n=3))
+        redis_client.rpush(N, 1, 1, 1, 1)
+        redis_client.zadd(D, {job(0, n=4): 50})
+        redis_client.zadd(R, {b"ack-me": 70, job(1, n=5): 60})
+
+    setup()
+    res = scripts.reserve_batch(L, R, N, P, D, expires_at=160, count=3, now=70, acks=[b"ack-me"])
+    batched = dump_redis(redis_client)
+    setup()
+    redis_client.zrem(R, b"ack-me")
+    scripts.migrate(D, L, N, 70)
+    scripts.migrate(R, L, N, 70)
+    singles = [scripts.pop(L, R, N, P, 160) for _ in range(3)]
+    assert dump_redis(redis_client) == batched
+    assert [(s.job, s.reserved) for s in singles] == res.jobs
+    assert res.poisoned == 1
+
+
+def test_reserve_batch_without_reserved_migration_and_limited(scripts: Scripts, redis_client: redis.Redis) -> None:
+    redis_client.zadd(D, {b"d1": 1, b"d2": 2, b"d3": 3})
+    redis_client.zadd(R, {job(1): 1})
+    res = scripts.reserve_batch(L, R, N, P, D, expires_at=9, count=0, now=5, migrate_limit=2,
+                                migrate_reserved=False)
+    assert res.jobs == [] and res.poisoned == 0
+    assert redis_client.lrange(L, 0, -1) == [b"d1", b"d2"]  # LIMIT 2, :reserved untouched
+    assert redis_client.llen(N) == 2
+    assert redis_client.zrange(D, 0, -1) == [b"d3"]
+    assert redis_client.zrange(R, 0, -1, withscores=True) == [(job(1), 1.0)]
+
+
+def test_reserve_batch_acks_beyond_one_unpack_chunk(scripts: Scripts, redis_client: redis.Redis) -> None:
+    members = {f"r{i:05d}".encode(): 10 for i in range(ACK_CHUNK * 2 + 7)}
+    redis_client.zadd(R, {**members, b"keep": 10})
+    res = scripts.reserve_batch(L, R, N, P, D, expires_at=99, count=5, now=1, acks=list(members))
+    assert res.jobs == []
+    assert redis_client.zrange(R, 0, -1) == [b"keep"]
+    assert set(dump_redis(redis_client)) == {"0:" + R}
+
+
+def test_renew_pushes_only_members_still_reserved(scripts: Scripts, redis_client: redis.Redis) -> None:
+    redis_client.zadd(R, {b"a": 10, b"b": 10, b"other": 10})
+    assert scripts.renew(R, [b"a", b"gone", b"b"], 200) == [True, False, True]
+    assert redis_client.zrange(R, 0, -1, withscores=True) == [(b"other", 10.0), (b"a", 200.0), (b"b", 200.0)]
+    assert redis_client.zscore(R, b"gone") is None  # XX: never resurrected
+    assert scripts.renew(R, [], 300) == []
+    assert set(dump_redis(redis_client)) == {"0:" + R}
+
+
+def test_give_back_puts_bodies_at_the_head_in_order(scripts: Scripts, redis_client: redis.Redis) -> None:
+    redis_client.rpush(L, b"waiting")
+    redis_client.rpush(N, 1)
+    redis_client.zadd(R, {b"r1": 10, b"r3": 10, b"running": 10})
+    given = scripts.give_back(L, R, N, [(b"r1", b"body1"), (b"r2-gone", b"body2"), (b"r3", b"body3")])
+    assert given == 2
+    assert redis_client.lrange(L, 0, -1) == [b"body1", b"body3", b"waiting"]  # attempts not burned
+    assert redis_client.lrange(N, 0, -1) == [b"1"] * 3
+    assert redis_client.zrange(R, 0, -1) == [b"running"]
+    assert scripts.give_back(L, R, N, [(b"r1", b"body1")]) == 0  # already given back: no duplicate
+    assert scripts.give_back(L, R, N, []) == 0
+    assert redis_client.llen(L) == 3
 
 
 # -- release --------------------------------------------------------------------------------------

@@ -664,3 +664,70 @@ def test_base64_helpers_unused_guard() -> None:
     assert obj.class_name == MODEL_IDENTIFIER_CLASS
     assert ModelIdentifier.from_php(obj) == ident
     assert base64.b64decode(base64.b64encode(dumps(obj))) == dumps(obj)
+
+
+# -- the fast paths agree with the full parser -----------------------------------------------------
+
+
+def _full(data: bytes) -> Any:
+    # an element limit below the input size disables the fast paths (see loads()); for inputs of 4+
+    # bytes it is still above anything the input can hold, so the full parser decides alone
+    return loads(data, max_elements=len(data) - 1)
+
+
+def _fast_tiers(data: bytes) -> list[Any]:
+    from laraq import serializer
+
+    return [serializer._pairs_loads(data, len(data), 512), serializer._token_loads(data, len(data), 512)]
+
+
+def _agree(data: bytes) -> None:
+    from laraq import serializer
+
+    try:
+        expected = repr(_full(data))
+    except PHPSerializeError:
+        expected = None
+    for got in _fast_tiers(data):
+        if got is serializer._BAIL:
+            continue
+        assert expected is not None, f"a fast path accepted what the full parser rejects: {data[:120]!r}"
+        assert repr(got) == expected
+
+
+def test_fast_paths_match_the_full_parser_on_the_corpus() -> None:
+    from laraq import serializer
+
+    extra = [
+        b'a:3:{i:0;d:0.1;i:1;d:1e5;i:2;E:13:"App\\Status:On";}',
+        b'a:2:{i:1;N;i:0;N;}', b'a:2:{s:1:"a";s:3:"x"y";s:1:"b";s:2:"\xff\xfe";}',
+        b'O:1:"A":1:{s:4:"\x00A\x00b";i:-9223372036854775808;}', b'a:1:{i:0;a:1:{i:0;a:0:{}}}',
+        b'a:1:{i:0;O:8:"stdClass":0:{}}', b's:3:"a"b";', b'i:5;', b'N;', b'b:1;', b'd:-0;',
+    ]
+    for data in [c for _, c in COMMANDS] + extra:
+        _agree(data)
+        assert repr(loads(data)) == repr(_full(data))
+    simple = b'O:1:"A":2:{s:1:"a";a:1:{i:0;d:0.5;}s:4:"\x00*\x00b";E:3:"E:C";}'
+    assert repr(serializer._pairs_loads(simple, len(simple), 512)) == repr(_full(simple))
+
+
+def test_fast_paths_match_the_full_parser_on_mutations() -> None:
+    import random
+
+    rng = random.Random(5)
+    pieces = [b"}", b"{", b";", b":", b'"', b"\x00", b"9", b"0", b"-", b"i:1;", b"N;", b"r:1;", b"R:2;",
+              b"a:1:{", b"s:1:", b"99999999999999999999", b"d:1.5;", b"b:2;", b"O:1:\"A\":0:{}", b""]
+    sources = [c for _, c in COMMANDS]
+    for _ in range(4000):
+        data = bytearray(rng.choice(sources))
+        for _ in range(rng.randint(1, 3)):
+            i = rng.randrange(len(data) + 1)
+            op = rng.random()
+            if op < 0.4:
+                data[i : i + 1] = rng.choice(pieces)
+            elif op < 0.7:
+                data[i:i] = rng.choice(pieces)
+            else:
+                del data[i : i + rng.randint(1, 6)]
+        if len(data) >= 4:
+            _agree(bytes(data))
