@@ -43,6 +43,14 @@ _GRAY, _GREEN, _YELLOW, _RED, _BLUE, _RESET, _BOLD = (
 )
 
 
+#: legacy (8.0 - 9.20) labels, padded as ``str_pad(..., 11)``, and their colours
+_LEGACY_LABELS = {
+    "starting": ("Processing:".ljust(11), _YELLOW),
+    "success": ("Processed:".ljust(11), _GREEN),
+    "failed": ("Failed:".ljust(11), _RED),
+}
+
+
 def format_run_time(seconds: float, *, humanize: bool = True) -> str:
     """``12.34ms`` below one second; from 10.13.1 longer runs read ``1s``, ``2m 3s``, ``1h 2m``."""
     ms = seconds * 1000
@@ -82,6 +90,7 @@ class Output:
         self._lock = threading.Lock()
         self._started: dict[int, float] = {}
         self._date_cache: tuple[int, str] = (-1, "")
+        self._style_of: tuple[LaravelVersion | None, str] = (None, "")
 
     # -- plumbing ----------------------------------------------------------------------------------
 
@@ -135,7 +144,13 @@ class Output:
         elif status == "unhandled":
             self._write(self._line(job, f"SKIPPED ({detail})" if detail else "SKIPPED", None, _YELLOW))
         else:
-            style = self.version.output_style
+            version = self.version
+            cached = self._style_of
+            if cached[0] is version:
+                style = cached[1]
+            else:
+                style = version.output_style
+                self._style_of = (version, style)
             if style == "legacy":
                 self._legacy(job, status)
             else:
@@ -184,12 +199,13 @@ class Output:
         self._write(self._line(job, word, runtime, colour))
 
     def _legacy(self, job: Job, status: Status) -> None:
-        label = {"starting": "Processing:", "success": "Processed:", "failed": "Failed:"}.get(status)
-        if label is None:  # releases print nothing before 9.21
+        entry = _LEGACY_LABELS.get(status)
+        if entry is None:  # releases print nothing before 9.21
             return
-        colour = {"starting": _YELLOW, "success": _GREEN, "failed": _RED}[status]
-        date = self._date()
-        head = self._c(colour, f"[{date}][{job.id or ''}] {label.ljust(11)}")
+        label, colour = entry
+        head = f"[{self._date()}][{job.id or ''}] {label}"
+        if self.color:
+            head = f"{colour}{head}{_RESET}"
         self._write(f"{head} {job.name}\n")
 
     def _stamp(self) -> str:

@@ -312,7 +312,11 @@ class PHPObject:
             # only another class's private property is left: scan for it instead of building the
             # whole plain-name index (a missing name, e.g. "uniqueId", is looked up once per job)
             suffix = "\0" + name
-            for key in props:
+            try:  # every key ending with the suffix is followed by "\1" in this string
+                certain_miss = suffix + "\1" not in "\1".join(props) + "\1"  # type: ignore[arg-type]
+            except TypeError:  # int/bytes keys: the loop below handles them
+                certain_miss = False
+            for key in () if certain_miss else props:
                 if type(key) is not str:  # int/bytes keys have plain names too: use the index
                     keys = self._plain_index().get(name)
                     if keys:

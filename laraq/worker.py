@@ -86,6 +86,21 @@ _ACK_MAX_AGE = 0.05
 _CHECK_EVERY = 0.25
 
 
+class _Flag:
+    """A one-way flag the watchdog polls (``threading.Event``'s ``set``/``is_set`` without its lock)."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
 def _resolve(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
@@ -138,7 +153,7 @@ class _Running:
     deadline: float | None
     state: str = "running"  # running -> finishing | timed_out
     is_async: bool = False
-    task_done: threading.Event | None = None
+    task_done: threading.Event | _Flag | None = None
     future: concurrent.futures.Future[Any] | None = None
     cancelled_at: float | None = None
     #: Timed out and done with: bookkeeping finished, and the coroutine unwound or the kill is due.
@@ -225,6 +240,10 @@ class Worker:
         self._reported_at = 0.0
         self._paused_queues: set[str] = set()
         self._took_unreadable = 0
+        #: tasks started in this loop pass that have no done callback yet (see _reap_fresh)
+        self._fresh: list[tuple[asyncio.Task[None], _Running, float]] = []
+        #: the earliest time (unix seconds) at which a buffered lease needs renewing
+        self._renew_at = math.inf
 
     # == the daemon loop ============================================================================
 
@@ -454,6 +473,11 @@ class Worker:
                 elif not self._block_for_job():
                     await self._idle(opts.sleep)
                 continue
+            if self._fresh:
+                # one pass of the loop runs the new tasks (scheduled before this yield); the ones
+                # that finished are reaped here, without a done callback and a wake-up each
+                await asyncio.sleep(0)
+                self._reap_fresh()
             if self._active > 0 and (free <= 0 or not self._buffer):
                 await self._wait_changed(_TICK)
             self._housekeeping()
@@ -508,6 +532,8 @@ class Worker:
                         continue
                     self._buffer.append(_Buffered(job, lease))
                     count += 1
+                if reserved and self.queue.retry_after is not None:
+                    self._renew_at = min(self._renew_at, lease - self.queue.retry_after / 2)
             if acks:
                 self.queue.ack(acks)
                 acks = {}
@@ -576,7 +602,12 @@ class Worker:
         if retry_after is None or not self._buffer:
             return
         now = time.time()
-        due = [b for b in self._buffer if b.lease_until - now < retry_after / 2]
+        if now < self._renew_at:  # no buffered lease is due yet: skip the scan
+            return
+        half = retry_after / 2
+        due = [b for b in self._buffer if b.lease_until - now < half]
+        self._renew_at = min((b.lease_until - half for b in self._buffer if b.lease_until - now >= half),
+                             default=math.inf)
         if not due:
             return
         gone: set[int] = set()
@@ -588,8 +619,10 @@ class Worker:
                 alive = self.queue.renew(name, [b.job.reserved for b in items])
             except Exception as exc:
                 log.warning("could not renew buffered reservations on %s: %s", name, exc)
+                self._renew_at = now  # still due: try again on the next pass
                 continue
             lease = math.floor(time.time()) + retry_after
+            self._renew_at = min(self._renew_at, lease - half)
             for b, ours in zip(items, alive, strict=False):
                 if ours:
                     b.lease_until = lease
@@ -662,14 +695,14 @@ class Worker:
         assert loop is not None
         if handler is not None and handler.is_async and not self._precheck_fails(job):
             running.is_async = True
-            running.task_done = threading.Event()
+            running.task_done = _Flag()
             task = loop.create_task(self._process_async(job, handler, running))
             running.cancel = functools.partial(loop.call_soon_threadsafe, task.cancel)
             self._active += 1
-            task.add_done_callback(functools.partial(self._task_done, running, started))
+            self._fresh.append((task, running, started))
         elif self.options.concurrency == 1 and (handler is None or not handler.is_async):
             try:  # a sync handler at concurrency 1 runs right here: no thread hop
-                self.process(job, running)
+                self.process(job, running, handler)
             except BaseException:
                 log.exception("unexpected error while running %s", job.name)
             finally:
@@ -722,23 +755,37 @@ class Worker:
         assert self._loop is not None
         return await self._loop.run_in_executor(self._aux_pool, func, *args)
 
+    def _reap_fresh(self) -> None:
+        """Finish the bookkeeping of this pass's tasks that are done; the others get a done callback."""
+        fresh, self._fresh = self._fresh, []
+        for task, running, started in fresh:
+            if task.done():
+                self._task_done(running, started, task)
+            else:
+                task.add_done_callback(functools.partial(self._task_done, running, started))
+
     def _task_done(self, running: _Running, started: float, future: Any = None) -> None:
         """A job of a task or of the thread pool finished (on the loop thread)."""
         self._active -= 1
-        with contextlib.suppress(BaseException):
-            exc = future.exception() if future is not None and not future.cancelled() else None
-            if exc is not None:
-                log.error("unexpected error while running %s", running.job.name, exc_info=exc)
+        if future is not None:
+            try:
+                exc = None if future.cancelled() else future.exception()
+                if exc is not None:
+                    log.error("unexpected error while running %s", running.job.name, exc_info=exc)
+            except BaseException:  # noqa: S110 - reporting must never break the loop
+                pass
         self._job_finished(running, started)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
     def _job_finished(self, running: _Running, started: float) -> None:
-        with self._running_lock:
+        lock = self._running_lock
+        with lock:
             if running.state != "timed_out":
                 self._running.discard(running)
-            self._running_lock.notify_all()
+            if lock._waiters:  # type: ignore[attr-defined]  # nobody waits on the fast path: skip notify
+                lock.notify_all()
         took = time.perf_counter() - started
         avg = self._avg_duration
         self._avg_duration = took if avg is None else avg * 0.8 + took * 0.2
@@ -755,6 +802,8 @@ class Worker:
 
     async def _wait_changed(self, timeout: float) -> None:
         """Wait until a job finishes or ``timeout`` passes (a quit signal is seen within ``_TICK``)."""
+        if self._fresh:
+            self._reap_fresh()
         loop = self._loop
         assert loop is not None
         waiter: asyncio.Future[None] = loop.create_future()
@@ -770,6 +819,8 @@ class Worker:
         """Sleep ``seconds`` without stalling running tasks; wakes early for signals."""
         if seconds <= 0:
             return
+        if self._fresh:
+            self._reap_fresh()
         self._flush_acks(force=True)
         self._wake.clear()
         deadline = time.monotonic() + seconds
@@ -1045,9 +1096,11 @@ class Worker:
 
     # == processing one job ============================================================================
 
-    def process(self, job: Job, running: _Running | None = None) -> None:
-        """Laravel's ``Worker::process`` for one job (``running`` ties it to the watchdog)."""
-        handler = self.app.resolve(job.payload)
+    def process(self, job: Job, running: _Running | None = None, handler: Any = _UNKNOWN) -> None:
+        """Laravel's ``Worker::process`` for one job (``running`` ties it to the watchdog; ``handler``:
+        the caller's ``app.resolve`` of this payload, if it did it already)."""
+        if handler is _UNKNOWN:
+            handler = self.app.resolve(job.payload)
         if handler is None:
             self._unhandled(job)
             self._claim(running, "finishing")
