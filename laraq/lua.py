@@ -53,6 +53,25 @@ LATER = """\
 redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
 """
 
+# Laravel's migration step: remove the due members (the lowest ranks, exactly the ones read) and
+# append them unchanged to the list, with one wake-up token each, in chunks (Lua's unpack limit).
+_MOVE_DUE_LIB = """\
+local function move_due(from, to, notify, due)
+  local count = #due
+  if count > 0 then
+    redis.call('ZREMRANGEBYRANK', from, 0, count - 1)
+    for first = 1, count, CHUNK do
+      local last = math.min(first + CHUNK - 1, count)
+      redis.call('RPUSH', to, unpack(due, first, last))
+      for _ = first, last do
+        redis.call('RPUSH', notify, 1)
+      end
+    end
+  end
+  return due
+end
+""".replace("CHUNK", str(MIGRATE_CHUNK))
+
 # The reservation step shared by both pop scripts. ``take`` returns job, reserved for the next
 # usable member, or false, false when the list is empty (or the poison budget ran out).
 _RESERVE_LIB = """\
@@ -96,6 +115,20 @@ local function take()
     end
   end
 end
+
+local function take_many(wanted)
+  local out = {0}
+  while (#out - 1) / 2 < wanted do
+    local job, reserved = take()
+    if not job then
+      break
+    end
+    out[#out + 1] = job
+    out[#out + 1] = reserved
+  end
+  out[1] = moved
+  return out
+end
 """
 
 #: KEYS: 1 list, 2 reserved, 3 notify, 4 poison. ARGV: 1 reservation expiry (unix seconds),
@@ -109,18 +142,7 @@ return {job, reserved, moved}
 #: KEYS as :data:`POP`. ARGV: 1 expiry, 2 poison budget, 3 how many jobs at most.
 #: Returns ``{poisoned, job1, reserved1, job2, reserved2, ...}``.
 POP_MANY = _RESERVE_LIB + """\
-local out = {0}
-local wanted = tonumber(ARGV[3]) or 1
-while (#out - 1) / 2 < wanted do
-  local job, reserved = take()
-  if not job then
-    break
-  end
-  out[#out + 1] = job
-  out[#out + 1] = reserved
-end
-out[1] = moved
-return out
+return take_many(tonumber(ARGV[3]) or 1)
 """
 
 #: laraq's batch reserve (the worker's fast path): one call = acks + Laravel's migrate + N pops.
@@ -131,7 +153,7 @@ return out
 #: Returns ``{poisoned, job1, reserved1, ...}`` like :data:`POP_MANY`. The effect equals the acks'
 #: ``ZREM``s followed by N consecutive Laravel pops in the same second (one migrate pair suffices:
 #: a second migrate in the same second would find nothing the first left behind).
-RESERVE_BATCH = _RESERVE_LIB + """\
+RESERVE_BATCH = _RESERVE_LIB + _MOVE_DUE_LIB + """\
 local nacks = tonumber(ARGV[7]) or 0
 for first = 8, 7 + nacks, ACK_CHUNK do
   redis.call('ZREM', KEYS[2], unpack(ARGV, first, math.min(first + ACK_CHUNK - 1, 7 + nacks)))
@@ -143,35 +165,14 @@ local function migrate(from)
   else
     due = redis.call('ZRANGEBYSCORE', from, '-inf', ARGV[4], 'LIMIT', 0, ARGV[5])
   end
-  local count = #due
-  if count > 0 then
-    redis.call('ZREMRANGEBYRANK', from, 0, count - 1)
-    for first = 1, count, CHUNK do
-      local last = math.min(first + CHUNK - 1, count)
-      redis.call('RPUSH', KEYS[1], unpack(due, first, last))
-      for _ = first, last do
-        redis.call('RPUSH', KEYS[3], 1)
-      end
-    end
-  end
+  move_due(from, KEYS[1], KEYS[3], due)
 end
 migrate(KEYS[5])
 if ARGV[6] == '1' then
   migrate(KEYS[2])
 end
-local out = {0}
-local wanted = tonumber(ARGV[3]) or 0
-while (#out - 1) / 2 < wanted do
-  local job, reserved = take()
-  if not job then
-    break
-  end
-  out[#out + 1] = job
-  out[#out + 1] = reserved
-end
-out[1] = moved
-return out
-""".replace("ACK_CHUNK", str(ACK_CHUNK)).replace("CHUNK", str(MIGRATE_CHUNK))
+return take_many(tonumber(ARGV[3]) or 0)
+""".replace("ACK_CHUNK", str(ACK_CHUNK))
 
 #: laraq's own. KEYS: 1 reserved. ARGV: 1 new expiry, 2.. reserved members. Pushes the expiry of
 #: each member that is still reserved forward (``ZADD XX``: never re-creates a member someone else's
@@ -224,31 +225,18 @@ end
 return 0
 """
 
-_MIGRATE_MOVE = """\
-local count = #due
-if count > 0 then
-  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, count - 1)
-  for first = 1, count, CHUNK do
-    local last = math.min(first + CHUNK - 1, count)
-    redis.call('RPUSH', KEYS[2], unpack(due, first, last))
-    for _ = first, last do
-      redis.call('RPUSH', KEYS[3], 1)
-    end
-  end
-end
-return due
-""".replace("CHUNK", str(MIGRATE_CHUNK))
 
 #: Laravel 8.0–9.22. KEYS: 1 source ZSET, 2 destination list, 3 its notify. ARGV: 1 now.
 #: Moves every member scored <= now, unchanged, to the tail of the list; returns them.
-MIGRATE = """\
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-""" + _MIGRATE_MOVE
+MIGRATE = _MOVE_DUE_LIB + """\
+return move_due(KEYS[1], KEYS[2], KEYS[3], redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1]))
+"""
 
 #: Laravel 9.23+. As :data:`MIGRATE` with ARGV 2 = the most members to move (-1 = all).
-MIGRATE_LIMITED = """\
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
-""" + _MIGRATE_MOVE
+MIGRATE_LIMITED = _MOVE_DUE_LIB + """\
+return move_due(KEYS[1], KEYS[2], KEYS[3],
+                redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2]))
+"""
 
 #: KEYS: 1 list, 2 delayed, 3 reserved. Returns LLEN + ZCARD + ZCARD (notify and poison not counted).
 SIZE = """\
