@@ -101,6 +101,13 @@ class _Flag:
         return self._set
 
 
+@dataclass(frozen=True)
+class _Raised:
+    """A ``SystemExit``/``KeyboardInterrupt`` an async handler raised, carried out of the event loop."""
+
+    exc: BaseException
+
+
 def _resolve(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
@@ -742,7 +749,9 @@ class Worker:
         except (JobAbandoned, asyncio.CancelledError):
             if self._claim(running, "finishing"):
                 await self._off_loop(self._handle_job_exception, job, RuntimeError(f"{job.name} was cancelled"))
-        except Exception as exc:
+        except BaseException as exc:  # a handler's exception, SystemExit and KeyboardInterrupt included
+            if isinstance(exc, GeneratorExit):
+                raise
             if not self._claim(running, "finishing"):
                 return
             self._report(job, exc)
@@ -1126,6 +1135,14 @@ class Worker:
                 return
             self._report(job, exc)
             self._handle_job_exception(job, exc)
+        except BaseException as exc:
+            # SystemExit, KeyboardInterrupt or another BaseException raised by a handler: a job
+            # exception like any other (PHP's Throwable); swallowing it would strand the job in
+            # :reserved until retry_after with its attempt not counted
+            if not self._claim(running, "finishing"):
+                return
+            self._report(job, exc)
+            self._handle_job_exception(job, exc)
 
     def _report(self, job: Job, exc: BaseException) -> None:
         log.error("%s (id %s, attempt %d) raised %s: %s", job.name, job.id, job.attempts,
@@ -1141,13 +1158,18 @@ class Worker:
         async def runner() -> Any:
             try:
                 return await handler.func(argument, job)  # type: ignore[misc]
+            except (SystemExit, KeyboardInterrupt) as exc:
+                # asyncio re-raises these out of the loop (killing its thread): hand them over instead
+                return _Raised(exc)
             finally:
                 done.set()
 
         future = asyncio.run_coroutine_threadsafe(runner(), self._event_loop())
         if running is not None:
             running.is_async, running.task_done, running.future = True, done, future
-        future.result()
+        result = future.result()
+        if isinstance(result, _Raised):
+            raise result.exc
 
     def _decode(self, job: Job, handler: Handler) -> Any:
         """The handler's first argument: the unserialized (decrypted) command, or ``data``."""
@@ -1275,7 +1297,7 @@ class Worker:
     # == jobs without a Python handler ====================================================================
 
     def _unhandled(self, job: Job) -> None:
-        name = job.payload.command_name or job.name
+        name = job.payload.command_name or str(job.payload.decoded.get("job") or "") or job.name
         reason = f"No Python handler registered for {name}"
         policy = self.options.unhandled
         delay = max(1, int(self.options.unhandled_delay))

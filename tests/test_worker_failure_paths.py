@@ -1,0 +1,371 @@
+"""Every failure path ends with the job in Redis or in ``failed_jobs`` with a clear reason, never gone;
+and no log line, ``--json`` line or ``failed_jobs`` text carries a Redis password or APP_KEY.
+
+Real Redis, jobs dispatched by real PHP (the Laravel 8 fixture app). Paths covered elsewhere:
+unserialize errors (``test_worker.py``), timeouts, SIGTERM/second signal/SIGKILL
+(``test_cli_work.py``, ``test_worker_fastpath.py``, ``test_worker_soak.py``), poison members
+(``test_lua.py``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import sqlite3
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import test_worker_support as support
+from conftest import RedisServer
+from phpapp import TEST_APP_KEY, PhpApp
+from test_worker_support import free_port_url, laraq_env, popen_laraq, run_laraq, wait_for
+
+from laraq.app import App
+from laraq.cli.work import build_worker, default_params
+from laraq.job import Job
+from laraq.worker import Worker
+
+pytestmark = pytest.mark.php
+
+PREFIX = "laravel_database_queues:"
+WRONG_KEY = "base64:" + base64.b64encode(b"W" * 32).decode()
+
+
+@pytest.fixture
+def php(php: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> PhpApp:
+    app = PhpApp(redis_server.port)
+    monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
+    return app
+
+
+@pytest.fixture
+def workers() -> Iterator[list[Worker]]:
+    made: list[Worker] = []
+    yield made
+    for w in made:
+        w.close()
+
+
+def make_worker(php: PhpApp, workers: list[Worker], app: Any = support.app, env: dict[str, str] | None = None,
+                **overrides: Any) -> Worker:
+    params = default_params(laravel="8", sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20, **overrides)
+    worker = build_worker(params, env=env or php.env, app=app)
+    workers.append(worker)
+    return worker
+
+
+def failed_rows(php: PhpApp) -> list[dict[str, Any]]:
+    conn = sqlite3.connect(php.db_path)
+    conn.row_factory = sqlite3.Row
+    rows = [dict(r) for r in conn.execute("SELECT * FROM failed_jobs ORDER BY id")]
+    conn.close()
+    return rows
+
+
+def queue_empty(client: redis.Redis, name: str) -> bool:
+    return not client.exists(PREFIX + name, PREFIX + name + ":reserved", PREFIX + name + ":delayed")
+
+
+def key_material(app_key: str) -> list[str]:
+    raw = base64.b64decode(app_key.removeprefix("base64:"))
+    return [app_key, app_key.removeprefix("base64:"), raw.hex(), raw.decode("latin-1")]
+
+
+# -- decryption failures ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("batch", [1, 100], ids=["classic", "fast"])
+@pytest.mark.parametrize("app_key", [WRONG_KEY, None], ids=["wrong-key", "no-key"])
+def test_undecryptable_job_goes_to_failed_jobs_with_a_clear_reason(
+        php: PhpApp, redis_client: Any, workers: list[Worker], app_key: str | None, batch: int) -> None:
+    php.tool("dispatch", "encrypted", "--queue=enc", "--args=" + json.dumps({"secret": "top secret ✓"}))
+    body = redis_client.lrange(PREFIX + "enc", 0, -1)[0]
+    uuid = json.loads(body)["uuid"]
+    env = {k: v for k, v in php.env.items() if k != "APP_KEY"}
+    if app_key is not None:
+        env["APP_KEY"] = app_key
+
+    assert make_worker(php, workers, env=env, queue="enc", batch=batch).daemon() == 0
+
+    (row,) = failed_rows(php)
+    assert row["payload"].encode() == body and row["uuid"] == uuid
+    text = row["exception"]  # PHP's order: the innermost cause first, then "Next" the job's error
+    if app_key is None:
+        assert text.startswith("RuntimeError: Unable to extract job payload: App\\Jobs\\EncryptedJob "
+                               "is encrypted and APP_KEY is not set")
+    else:
+        assert text.startswith("laraq.encryption.DecryptError: The MAC is invalid.")
+        assert f"Next RuntimeError: Cannot decrypt the command of App\\Jobs\\EncryptedJob (uuid {uuid}): " \
+               "The MAC is invalid." in text
+    for secret in key_material(TEST_APP_KEY) + key_material(WRONG_KEY) + ["top secret"]:
+        assert secret not in row["exception"]
+    assert queue_empty(redis_client, "enc")  # failed once (tries 1), not retried forever
+    assert [r for r in php.runs() if r["runner"] == "python"] == []
+
+
+def test_undecryptable_job_with_tries_is_released_then_failed(php: PhpApp, redis_client: Any,
+                                                              workers: list[Worker]) -> None:
+    php.tool("dispatch", "encrypted", "--queue=enc")
+    env = dict(php.env, APP_KEY=WRONG_KEY)
+    make_worker(php, workers, env=env, queue="enc", tries=2, backoff="30").daemon()
+    ((member, _),) = redis_client.zrange(PREFIX + "enc:delayed", 0, -1, withscores=True)
+    assert json.loads(member)["attempts"] == 1 and failed_rows(php) == []
+    redis_client.zadd(PREFIX + "enc:delayed", {member: 0})
+    make_worker(php, workers, env=env, queue="enc", tries=2, backoff="30").daemon()
+    (row,) = failed_rows(php)
+    assert "MAC is invalid" in row["exception"]
+    assert queue_empty(redis_client, "enc")
+
+
+def test_decryption_failure_logs_no_key_material(php: PhpApp, redis_client: Any) -> None:
+    php.tool("dispatch", "encrypted", "--queue=enc")
+    proc = run_laraq(php, "--stop-when-empty", "--queue=enc", "-vv", "--json",
+                     env=laraq_env(php, APP_KEY=WRONG_KEY))
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "MAC is invalid" in out and "App\\Jobs\\EncryptedJob" in out
+    for secret in key_material(TEST_APP_KEY) + key_material(WRONG_KEY):
+        assert secret not in out
+    (row,) = failed_rows(php)
+    assert "MAC is invalid" in row["exception"]
+
+
+# -- handlers that raise BaseException ------------------------------------------------------------
+
+class CustomBase(BaseException):
+    pass
+
+
+base_app = App("base-exceptions")
+
+
+@base_app.handler("App\\Jobs\\EchoJob")
+def raise_base(command: Any, job: Job) -> None:
+    support.record(job)
+    kind = command.args["raise"]
+    raise {"exit": SystemExit(3), "interrupt": KeyboardInterrupt(), "custom": CustomBase("boom")}[kind]
+
+
+async_base_app = App("base-exceptions-async")
+
+
+@async_base_app.handler("App\\Jobs\\EchoJob")
+async def raise_base_async(command: Any, job: Job) -> None:
+    raise_base(command, job)
+
+
+@pytest.mark.parametrize("app", [base_app, async_base_app], ids=["sync", "async"])
+@pytest.mark.parametrize("concurrency", [1, 2])
+@pytest.mark.parametrize("batch", [1, 100], ids=["classic", "fast"])
+@pytest.mark.parametrize("kind", ["exit", "interrupt", "custom"])
+def test_handler_raising_base_exception_is_released_or_failed(
+        php: PhpApp, redis_client: Any, workers: list[Worker], kind: str, batch: int, concurrency: int,
+        app: App) -> None:
+    php.tool("dispatch", "echo", "--queue=b", "--args=" + json.dumps({"args": {"raise": kind},
+                                                                      "settings": {"tries": 2}}))
+    php.tool("dispatch", "echo", "--queue=b2", "--args=" + json.dumps({"args": {"raise": kind}}))
+    assert make_worker(php, workers, app=app, queue="b,b2", batch=batch, concurrency=concurrency,
+                       backoff="30").daemon() == 0
+
+    # attempt 1 of 2: released (the attempt counts), not left in :reserved
+    ((member, _),) = redis_client.zrange(PREFIX + "b:delayed", 0, -1, withscores=True)
+    assert json.loads(member)["attempts"] == 1
+    assert redis_client.zcard(PREFIX + "b:reserved") == 0
+    # attempt 1 of 1: failed with the exception's name
+    (row,) = failed_rows(php)
+    assert row["queue"] == "b2" and {"exit": "SystemExit", "interrupt": "KeyboardInterrupt",
+                                     "custom": "CustomBase"}[kind] in row["exception"]
+    assert queue_empty(redis_client, "b2")
+
+
+# -- failed_jobs unavailable -------------------------------------------------------------------------
+
+def test_failed_jobs_unwritable_puts_the_job_back(php: PhpApp, redis_client: Any, workers: list[Worker]) -> None:
+    php.tool("dispatch", "echo", "--queue=f", '--args={"mode": "fail"}')
+    body = redis_client.lrange(PREFIX + "f", 0, -1)[0]
+    worker = make_worker(php, workers, queue="f")
+    conn = sqlite3.connect(php.db_path)
+    conn.execute("ALTER TABLE failed_jobs RENAME TO failed_jobs_gone")  # the DB is there, the table is not
+    conn.commit()
+    conn.close()
+    before = int(time.time())
+    assert worker.daemon() == 0
+
+    delayed = redis_client.zrange(PREFIX + "f:delayed", 0, -1, withscores=True)
+    assert [m for m, _ in delayed] == [body]  # the original body, back in Redis
+    assert before + 60 <= delayed[0][1] <= int(time.time()) + 60
+    assert redis_client.zcard(PREFIX + "f:reserved") == 0 and redis_client.llen(PREFIX + "f") == 0
+
+
+def test_failed_jobs_unreachable_for_an_unreadable_payload_releases_it(
+        php: PhpApp, redis_client: Any, workers: list[Worker]) -> None:
+    redis_client.rpush(PREFIX + "u", json.dumps({"attempts": 0, "id": "x1", "data": []}))
+    worker = make_worker(php, workers, queue="u")
+    conn = sqlite3.connect(php.db_path)
+    conn.execute("DROP TABLE failed_jobs")
+    conn.commit()
+    conn.close()
+    worker.daemon()
+    assert redis_client.zcard(PREFIX + "u:delayed") == 1 and redis_client.zcard(PREFIX + "u:reserved") == 0
+
+
+# -- Redis connection lost while a job runs ------------------------------------------------------------
+
+@pytest.mark.parametrize("batch", [1, 100], ids=["classic", "fast"])
+@pytest.mark.parametrize("mode", ["ok", "fail"])
+def test_redis_connections_killed_mid_job(php: PhpApp, redis_client: Any, workers: list[Worker],
+                                          batch: int, mode: str) -> None:
+    php.tool("dispatch", "echo", "--queue=k", "--args=" + json.dumps(
+        {"mode": "sleep", "seconds": 1.0, "settings": {"tries": 3}}))
+    php.tool("dispatch", "echo", "--queue=k", "--args=" + json.dumps({"mode": mode, "settings": {"tries": 3}}))
+    worker = make_worker(php, workers, queue="k", batch=batch, backoff="30")
+    killer = redis.Redis(port=redis_client.connection_pool.connection_kwargs["port"])
+    done = threading.Event()
+
+    def kill_while_running() -> None:
+        wait_for(lambda: php.runs() or done.is_set())
+        time.sleep(0.3)
+        killer.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+
+    t = threading.Thread(target=kill_while_running)
+    t.start()
+    try:
+        assert worker.daemon() == 0
+    finally:
+        done.set()
+        t.join()
+    runs = [r for r in php.runs() if r["runner"] == "python"]
+    assert len(runs) == 2
+    assert redis_client.zcard(PREFIX + "k:reserved") == 0 and redis_client.llen(PREFIX + "k") == 0
+    delayed = redis_client.zrange(PREFIX + "k:delayed", 0, -1)
+    assert len(delayed) == (1 if mode == "fail" else 0)
+    assert failed_rows(php) == []
+
+
+def test_redis_restarted_mid_job_nothing_lost(php: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The redis-server process is restarted on the same port (with its data) while a job runs."""
+    server = RedisServer(tmp_path)
+    try:
+        app = PhpApp(server.port)
+        monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
+        app.tool("dispatch", "echo", "--queue=r", '--args={"mode": "sleep", "seconds": 1.5}')
+        app.tool("dispatch", "echo", "--queue=r")
+        worker = popen_laraq(app, "--queue=r", "--stop-when-empty", "-v")
+        wait_for(app.runs)
+        client = server.client()
+        client.execute_command("SAVE")
+        client.close()
+        server.proc.kill()
+        server.proc.wait()
+        time.sleep(0.3)
+        restart = subprocess.Popen(
+            [shutil.which("redis-server") or "redis-server", "--port", str(server.port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        server.proc = restart
+        wait_for(lambda: _pings(server.port))
+        try:
+            code = worker.wait(60)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+        stderr = worker.stderr.read() if worker.stderr else ""
+        assert code == 0, stderr
+        client = server.client()
+        assert len(app.runs()) == 2
+        assert not client.exists(PREFIX + "r", PREFIX + "r:reserved", PREFIX + "r:delayed")
+    finally:
+        server.stop()
+
+
+def _pings(port: int) -> bool:
+    try:
+        return bool(redis.Redis(port=port, socket_connect_timeout=0.2).ping())
+    except redis.ConnectionError:
+        return False
+
+
+# -- jobs without a handler, bad JSON -----------------------------------------------------------------
+
+def test_class_at_method_without_handler_fails_with_a_clear_reason(
+        php: PhpApp, redis_client: Any, workers: list[Worker]) -> None:
+    php.tool("dispatch", "string", "--queue=s", "--args=" + json.dumps({"n": 1}))
+    body = redis_client.lrange(PREFIX + "s", 0, -1)[0]
+    other = App("other")
+    other.handler("App\\Jobs\\EchoJob")(lambda command, job: None)
+    make_worker(php, workers, app=other, queue="s", unhandled="fail").daemon()
+    (row,) = failed_rows(php)
+    assert row["payload"].encode() == body
+    assert row["exception"].startswith("RuntimeException: No Python handler registered for App\\Handlers\\Foo@bar in ")
+    assert queue_empty(redis_client, "s")
+
+
+@pytest.mark.parametrize("batch", [1, 100], ids=["classic", "fast"])
+def test_bad_json_is_parked_in_poison_with_a_warning(php: PhpApp, redis_client: Any, workers: list[Worker],
+                                                     batch: int, caplog: pytest.LogCaptureFixture) -> None:
+    redis_client.rpush(PREFIX + "j", b"{not json", b'{"job": "X", "attempts": "many"}')
+    php.tool("dispatch", "python", "--queue=j")
+    with caplog.at_level("WARNING"):
+        assert make_worker(php, workers, queue="j", batch=batch).daemon() == 0
+    assert redis_client.lrange(PREFIX + "j:poison", 0, -1) == [b"{not json", b'{"job": "X", "attempts": "many"}']
+    assert "unreadable member(s)" in caplog.text
+    assert len([r for r in php.runs() if r["runner"] == "python"]) == 1
+    assert queue_empty(redis_client, "j")
+
+
+# -- secrets in logs -----------------------------------------------------------------------------------
+
+def _no_secret(proc_out: str, secret: str = "s3cretpw") -> None:
+    assert secret not in proc_out, proc_out
+
+
+@pytest.mark.parametrize("extra", [[], ["--once"], ["--json"], ["--no-supervise"], ["--batch=1"]])
+def test_redis_password_never_logged_when_unreachable(php: PhpApp, extra: list[str]) -> None:
+    url = free_port_url().replace("redis://", "redis://user:s3cretpw@")
+    worker = popen_laraq(php, "--queue=py", "--redis-url", url, "-vv", *extra)
+    try:
+        try:
+            worker.wait(2.5)
+        except subprocess.TimeoutExpired:
+            worker.terminate()
+            worker.wait(20)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    out = (worker.stdout.read() if worker.stdout else "") + (worker.stderr.read() if worker.stderr else "")
+    _no_secret(out)
+    assert "user:***@" in out or "Redis" in out or "redis" in out
+
+
+@pytest.fixture
+def auth_server(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path)
+    server.client().config_set("requirepass", "rightpw")
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("extra", [[], ["--once"], ["--batch=1"]])
+def test_wrong_redis_password_never_logged(php: PhpApp, auth_server: RedisServer, extra: list[str]) -> None:
+    url = f"redis://:s3cretpw@127.0.0.1:{auth_server.port}/0"
+    env = laraq_env(php, REDIS_PASSWORD="s3cretpw", REDIS_PORT=str(auth_server.port))
+    for args in (["--redis-url", url], []):  # from the flag and from REDIS_PASSWORD
+        worker = popen_laraq(php, "--queue=py", "-vv", *args, *extra, env=env)
+        try:
+            try:
+                worker.wait(2.5)
+            except subprocess.TimeoutExpired:
+                worker.terminate()
+                worker.wait(20)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+        out = (worker.stdout.read() if worker.stdout else "") + (worker.stderr.read() if worker.stderr else "")
+        _no_secret(out)
+        assert out.strip(), "the worker should say why it cannot work"
