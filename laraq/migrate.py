@@ -46,18 +46,25 @@ __all__ = ["TRANSFER_MARK", "Transfer", "TransferSummary", "export_jobs", "impor
 #: Infix of laraq's transfer bookkeeping keys (skipped by queue discovery).
 TRANSFER_MARK = ":laraq-transfer:"
 
+# Removes one member from the source (a list, with its wake-up token, or a sorted set); false when
+# it is no longer there (a worker took it, or an earlier run already moved it).
+_REMOVE_FROM_SOURCE = """\
+local function remove_from_source(kind, key, notify, member)
+  if kind == 'list' then
+    if redis.call('LREM', key, 1, member) == 0 then return false end
+    redis.call('LPOP', notify)
+  elseif redis.call('ZREM', key, member) == 0 then
+    return false
+  end
+  return true
+end
+"""
+
 # KEYS: 1 src, 2 src notify, 3 dst, 4 dst notify, 5 marker set.
 # ARGV: 1 src kind (list|zset), 2 dst kind, 3 member, 4 score, 5 move (1|0), 6 member hash.
-_LOCAL = """\
+_LOCAL = _REMOVE_FROM_SOURCE + """\
 if ARGV[5] == '1' then
-  local removed
-  if ARGV[1] == 'list' then
-    removed = redis.call('LREM', KEYS[1], 1, ARGV[3])
-  else
-    removed = redis.call('ZREM', KEYS[1], ARGV[3])
-  end
-  if removed == 0 then return 0 end
-  if ARGV[1] == 'list' then redis.call('LPOP', KEYS[2]) end
+  if not remove_from_source(ARGV[1], KEYS[1], KEYS[2], ARGV[3]) then return 0 end
 else
   if redis.call('SISMEMBER', KEYS[5], ARGV[6]) == 1 then return 0 end
   redis.call('SADD', KEYS[5], ARGV[6])
@@ -73,15 +80,8 @@ return 1
 
 # Source side of a cross-server move. KEYS: 1 src, 2 src notify, 3 journal.
 # ARGV: 1 src kind, 2 member, 3 member hash, 4 journal value.
-_TAKE = """\
-local removed
-if ARGV[1] == 'list' then
-  removed = redis.call('LREM', KEYS[1], 1, ARGV[2])
-else
-  removed = redis.call('ZREM', KEYS[1], ARGV[2])
-end
-if removed == 0 then return 0 end
-if ARGV[1] == 'list' then redis.call('LPOP', KEYS[2]) end
+_TAKE = _REMOVE_FROM_SOURCE + """\
+if not remove_from_source(ARGV[1], KEYS[1], KEYS[2], ARGV[2]) then return 0 end
 redis.call('HSET', KEYS[3], ARGV[3], ARGV[4])
 return 1
 """
