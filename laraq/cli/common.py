@@ -1,0 +1,158 @@
+"""What every operations command shares: the settings and connections (:class:`Ops`), the
+``--env-file``/``--laravel``/``--prefix``/``--redis-url`` options (:func:`settings_options`), JSON
+output and the parsing of delays and ``NAME=JSON`` assignments.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from laraq.config import LaravelSettings, make_redis
+from laraq.inspect import discover_queues
+from laraq.queue import RedisQueue
+
+__all__ = ["Ops", "emit_json", "fmt_time", "human_age", "parse_assignments", "parse_delay", "settings_options"]
+
+@dataclass
+class Ops:
+    """The settings and connections one command works with."""
+
+    settings: LaravelSettings
+    queue: RedisQueue
+    encrypter: Any
+    #: ``--redis-url``: replaces the queue connection (and the cache connection's host, as ``laraq work``).
+    redis_url: str | None = None
+
+    @classmethod
+    def load(cls, env_file: str | None, laravel: str | None, prefix: str | None,
+             redis_url: str | None = None) -> Ops:
+        try:
+            settings = LaravelSettings.from_env(env_file=env_file, version=laravel)
+        except (OSError, ValueError) as exc:
+            raise click.ClickException(str(exc)) from exc
+        if redis_url:
+            import redis
+
+            try:
+                client = redis.Redis.from_url(redis_url)
+            except ValueError as exc:
+                raise click.BadParameter(f"{exc}", param_hint="--redis-url") from exc
+        else:
+            client = make_redis(settings, "default")
+        queue = RedisQueue(
+            client,
+            connection_name=settings.connection_name,
+            default_queue=settings.redis_queue,
+            prefix=settings.redis_prefix if prefix is None else prefix,
+            retry_after=settings.retry_after,
+            version=settings.version,
+        )
+        encrypter = None
+        if settings.app_key:
+            from laraq.encryption import Encrypter
+
+            try:
+                encrypter = Encrypter.from_app_key(settings.app_key, previous_keys=settings.app_previous_keys)
+            except ValueError:
+                encrypter = None
+        return cls(settings, queue, encrypter, redis_url)
+
+    def failed_store(self) -> Any:
+        from laraq.failed import make_failed_store
+
+        try:
+            return make_failed_store(self.settings)
+        except (ValueError, NotImplementedError, ImportError) as exc:
+            raise click.ClickException(f"cannot open the failed-job store: {exc}") from exc
+
+    def cache(self) -> Any:
+        """The app's default cache store (redis, file or database), where the queue signals live."""
+        from laraq.cache import make_cache
+
+        try:
+            return make_cache(self.settings, redis_url=self.redis_url)
+        except Exception as exc:
+            raise click.ClickException(f"cannot open the {self.settings.cache_store!r} cache store: {exc}") from exc
+
+    def queues(self, names: Sequence[str] = ()) -> list[str]:
+        return list(names) or discover_queues(self.queue.client, self.queue.prefix)
+
+
+def settings_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--env-file``, ``--laravel``, ``--prefix`` and ``--redis-url``; the command receives an :class:`Ops`
+    as ``ops``."""
+
+    @click.option("--env-file", type=click.Path(dir_okay=False), default=None, help="The Laravel app's .env file.")
+    @click.option("--laravel", "laravel", default=None, help="Laravel version of the app (e.g. 8, 12.45, 13).")
+    @click.option("--prefix", default=None, help="Redis key prefix (default: REDIS_PREFIX or the version's).")
+    @click.option("--redis-url", default=None, metavar="URL",
+                  help="Queue Redis URL, e.g. redis://:secret@host:6379/0 (overrides REDIS_URL/REDIS_HOST/...).")
+    def wrapper(env_file: str | None, laravel: str | None, prefix: str | None, redis_url: str | None,
+                **kwargs: Any) -> Any:
+        return func(Ops.load(env_file, laravel, prefix, redis_url), **kwargs)
+
+    wrapper.__name__ = func.__name__
+    wrapper.__doc__ = func.__doc__
+    own = getattr(wrapper, "__click_params__", [])
+    wrapper.__click_params__ = [*getattr(func, "__click_params__", []), *own]  # type: ignore[attr-defined]
+    return wrapper
+
+
+def emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, ensure_ascii=False, indent=2, default=str))
+
+
+def human_age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    if seconds >= 86400:
+        return f"{seconds // 86400}d{seconds % 86400 // 3600}h"
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60}m"
+    if seconds >= 60:
+        return f"{seconds // 60}m{seconds % 60}s"
+    return f"{seconds}s"
+
+
+def fmt_time(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def parse_delay(text: str | None) -> int | datetime | None:
+    """``30`` (seconds), ``5m``/``2h``/``1d``, or an ISO date-time (UTC if no offset)."""
+    if text is None:
+        return None
+    text = text.strip()
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if text[-1:] in units and text[:-1].isdigit():
+        return int(text[:-1]) * units[text[-1]]
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"not a delay: {text!r} (seconds, 5m, 2h, 1d or an ISO date-time)") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def parse_assignments(values: Sequence[str], what: str) -> dict[str, Any]:
+    """``name=JSON`` pairs (a value that is not JSON is taken as a string)."""
+    out: dict[str, Any] = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{what} must be NAME=VALUE, got {item!r}")
+        try:
+            out[name] = json.loads(value)
+        except ValueError:
+            out[name] = value
+    return out

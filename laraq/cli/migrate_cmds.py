@@ -1,0 +1,118 @@
+"""Moving jobs: ``move`` and ``copy`` (:class:`laraq.migrate.Transfer`), ``export`` and ``import``."""
+
+from __future__ import annotations
+
+import click
+
+from laraq.cli.common import (
+    Ops,
+    emit_json,
+    settings_options,
+)
+from laraq.cli.render import progress
+from laraq.queue import RedisQueue
+
+# -- migrate -------------------------------------------------------------------------------------------------
+
+def _target_queue(ops: Ops, url: str | None, prefix: str | None, laravel: str | None, cluster: bool) -> RedisQueue:
+    import redis
+
+    version = laravel or str(ops.settings.version)
+    client = redis.Redis.from_url(url) if url else ops.queue.client
+    if cluster and url:
+        client = redis.RedisCluster.from_url(url)
+    return RedisQueue(client, prefix=ops.queue.prefix if prefix is None else prefix, version=version,
+                      connection_name=ops.queue.connection_name, default_queue=ops.queue.default_queue,
+                      cluster=cluster)
+
+
+def _transfer_command(name: str, move: bool) -> click.Command:
+    verb = "Move" if move else "Copy"
+
+    @click.command(name, help=f"{verb} jobs from SOURCE queue to DEST queue (same or another prefix/db/server).\n\n"
+                   "Ready jobs keep their order, delayed jobs their scores; bytes are never changed. "
+                   "Safe to interrupt: re-run the same command to finish.")
+    @settings_options
+    @click.argument("source")
+    @click.argument("dest", required=False)
+    @click.option("--to-url", default=None, help="Destination Redis URL (default: the same connection).")
+    @click.option("--to-prefix", default=None, help="Destination key prefix (default: the source prefix).")
+    @click.option("--to-laravel", default=None, help="Destination Laravel version (key layout).")
+    @click.option("--to-cluster", is_flag=True, help="Destination is a Redis Cluster (13.5+ hash tags).")
+    @click.option("--state", "states", multiple=True, type=click.Choice(["pending", "delayed", "reserved"]),
+                  help="States to transfer (default: pending and delayed).")
+    @click.option("--filter", "class_filter", default=None, help="Only jobs of this class (glob allowed).")
+    @click.option("--dry-run", is_flag=True, help="Only count what would be transferred.")
+    @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+    def command(ops: Ops, source: str, dest: str | None, to_url: str | None, to_prefix: str | None,
+                to_laravel: str | None, to_cluster: bool, states: tuple[str, ...], class_filter: str | None,
+                dry_run: bool, as_json: bool) -> None:
+        from laraq.migrate import Transfer
+
+        target = _target_queue(ops, to_url, to_prefix, to_laravel, to_cluster)
+        dest_name = dest or source
+        same = (target.client is ops.queue.client and target.keys(dest_name).base == ops.queue.keys(source).base)
+        if same:
+            raise click.UsageError("source and destination are the same queue")
+        try:
+            transfer = Transfer(ops.queue, source, target, dest_name, move=move,
+                                states=tuple(states) or ("pending", "delayed"), class_filter=class_filter)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from exc
+        total = transfer.count()
+        if dry_run:
+            summary = transfer.plan()
+        else:
+            with progress(total, f"{verb.lower()}ing", enabled=not as_json) as bar:
+                summary = transfer.run(progress=bar.update)
+        if as_json:
+            emit_json(summary.to_dict())
+        else:
+            click.echo(summary.describe(dry_run=dry_run))
+
+    return command
+
+
+move_cmd = _transfer_command("move", True)
+copy_cmd = _transfer_command("copy", False)
+
+
+@click.command("export")
+@settings_options
+@click.argument("queues", nargs=-1)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default="-", show_default=True,
+              help="File to write (- for standard output).")
+@click.option("--state", "states", multiple=True, type=click.Choice(["pending", "delayed", "reserved", "poison"]),
+              help="States to export (repeatable; default: pending, delayed, reserved).")
+def export_cmd(ops: Ops, queues: tuple[str, ...], output: str, states: tuple[str, ...]) -> None:
+    """Write jobs as JSON Lines: {"queue", "state", "score", "body"} (body_b64 if not UTF-8)."""
+    from laraq.migrate import export_jobs
+
+    names = ops.queues(queues)
+    stream = click.open_file(output, "w", encoding="utf-8")
+    with stream:
+        count = export_jobs(ops.queue, names, stream, states=tuple(states) or ("pending", "delayed", "reserved"))
+    click.echo(f"exported {count} jobs from {len(names)} queue(s)", err=True)
+
+
+@click.command("import")
+@settings_options
+@click.argument("path", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--queue", "queue_override", default=None, help="Put every job on this queue.")
+@click.option("--reserved-as", type=click.Choice(["pending", "reserved", "skip"]), default="pending",
+              show_default=True, help="Where exported reserved jobs go.")
+def import_cmd(ops: Ops, path: str, queue_override: str | None, reserved_as: str) -> None:
+    """Read JSON Lines written by export and push the jobs, bytes and scores unchanged."""
+    from laraq.migrate import import_jobs
+
+    lines = None
+    if path != "-":
+        with open(path, "rb") as fh:
+            lines = sum(1 for _ in fh)
+    with click.open_file(path, "r", encoding="utf-8") as stream, progress(lines, "importing") as bar:
+        try:
+            counts = import_jobs(ops.queue, stream, queue=queue_override, reserved_as=reserved_as,
+                                 progress=bar.update)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from exc
+    click.echo("imported " + ", ".join(f"{n} {state}" for state, n in counts.items()))

@@ -1,0 +1,54 @@
+"""Every ``laraq`` command documents itself and reaches Redis the same way.
+
+Walks the real click tree (``laraq.cli.main``, including groups such as ``poison``): every option of every
+command has help text, and every command that talks to Redis takes ``--redis-url`` and ``--env-file``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import click
+from click.testing import CliRunner
+
+from laraq.cli import main
+
+
+def walk(group: click.Group, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        assert command is not None
+        yield (*path, name), command
+        if isinstance(command, click.Group):
+            yield from walk(command, (*path, name))
+
+
+def test_every_option_of_every_command_has_help():
+    missing = []
+    for path, command in walk(main):
+        assert command.help or command.short_help, f"laraq {' '.join(path)} has no help text"
+        for param in command.params:
+            if isinstance(param, click.Option) and not param.hidden and not (param.help or "").strip():
+                missing.append(f"laraq {' '.join(path)} {param.opts[-1]}")
+    assert missing == []
+
+
+def test_every_redis_command_takes_redis_url_and_env_file():
+    lacking = []
+    for path, command in walk(main):
+        if isinstance(command, click.Group):
+            continue
+        names = {opt for p in command.params if isinstance(p, click.Option) for opt in p.opts}
+        if not {"--redis-url", "--env-file"} <= names:
+            lacking.append(" ".join(path))
+    assert lacking == []
+
+
+def test_redis_url_is_used(redis_server, redis_client):
+    redis_client.rpush("px_queues:via-url", b'{"uuid":"u1","id":"i1","attempts":0,"job":"X","data":{}}')
+    out = CliRunner().invoke(main, ["status", "--json", "--prefix", "px_",
+                                    "--redis-url", redis_server.url],
+                             env={"REDIS_PORT": "1", "CACHE_STORE": "redis", "LARAQ_LARAVEL_VERSION": "12.67"})
+    assert out.exit_code == 0, out.output
+    assert '"queue": "via-url"' in out.output
