@@ -35,6 +35,7 @@ __all__ = [
     "QueueStatus",
     "command_view",
     "discover_queues",
+    "find_failed",
     "find_job",
     "iter_members",
     "list_jobs",
@@ -189,11 +190,14 @@ _TRAIT_PROPS = {
 }
 
 
-def command_view(payload: Payload, encrypter: Any = None, *, include_defaults: bool = False) -> dict[str, Any]:
+def command_view(payload: Payload, encrypter: Any = None, *, include_defaults: bool = False,
+                 max_elements: int | None = None) -> dict[str, Any]:
     """The command's properties in a readable form, or ``{"@error": ...}``.
 
     Queueable/InteractsWithQueue properties still at their defaults are left out unless
     ``include_defaults``. An encrypted command without ``encrypter`` gives ``{"@encrypted": true}``.
+    ``max_elements`` bounds the work: a command with more values than that is not decoded
+    (``{"@skipped": ...}`` says why), so a huge job is shown in about a second.
     """
     command = payload.command
     if command is None:
@@ -207,8 +211,11 @@ def command_view(payload: Payload, encrypter: Any = None, *, include_defaults: b
         except Exception as exc:  # DecryptError or a malformed document
             return {"@encrypted": True, "@error": f"cannot decrypt: {exc}"}
     try:
-        obj = loads(raw)
+        obj = loads(raw) if max_elements is None else loads(raw, max_elements=max_elements)
     except PHPSerializeError as exc:
+        if max_elements is not None and "max_elements" in str(exc):
+            return {"@skipped": f"the command holds more than {max_elements:,} values ({len(raw):,} bytes); "
+                                "--full decodes it"}
         return {"@error": f"cannot unserialize: {exc}"}
     view = to_plain(obj)
     if not isinstance(view, dict):
@@ -243,11 +250,13 @@ class JobView:
     encrypted: bool = False
     properties: Any = None
     data: Any = None
+    #: Where the job sits outside Redis (``failed_jobs``: connection, failed_id, failed_at, exception).
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_member(
         cls, queue: str, state: str, raw: bytes, score: float | None = None, index: int | None = None,
-        *, encrypter: Any = None, with_properties: bool = True,
+        *, encrypter: Any = None, with_properties: bool = True, max_elements: int | None = None,
     ) -> JobView:
         view = cls(queue=queue, state=state, raw=raw, score=score, index=index)
         try:
@@ -266,7 +275,7 @@ class JobView:
         if p.command is not None:
             view.encrypted = p.is_encrypted_command
             if with_properties:
-                view.properties = command_view(p, encrypter)
+                view.properties = command_view(p, encrypter, max_elements=max_elements)
         else:
             view.data = to_plain(p.get("data"))
         return view
@@ -281,7 +290,8 @@ class JobView:
         return int(self.score) if self.state == "reserved" and self.score is not None else None
 
     def to_dict(self, *, raw: bool = False) -> dict[str, Any]:
-        out = {k: v for k, v in asdict(self).items() if k != "raw"}
+        out = {k: v for k, v in asdict(self).items() if k not in ("raw", "extra")}
+        out.update(self.extra)
         out["available_at"] = self.available_at
         out["reserved_until"] = self.reserved_until
         if raw or self.error:
@@ -345,9 +355,13 @@ def _matches(view: JobView, class_filter: str) -> bool:
 
 
 def find_job(
-    queue: RedisQueue, ident: str, queues: list[str] | None = None, *, encrypter: Any = None
+    queue: RedisQueue, ident: str, queues: list[str] | None = None, *, encrypter: Any = None,
+    max_elements: int | None = None,
 ) -> list[JobView]:
-    """Every member (any queue, any state) whose payload ``id`` or ``uuid`` is ``ident``."""
+    """Every member (any queue, any state) whose payload ``id`` or ``uuid`` is ``ident``.
+
+    Members are only decoded when their bytes contain ``ident``; ``max_elements`` bounds the
+    decoding of each match's command (see :func:`command_view`)."""
     found: list[JobView] = []
     needle = ident.encode("utf-8")
     for name in queues if queues is not None else discover_queues(queue.client, queue.prefix):
@@ -355,7 +369,39 @@ def find_job(
             for member, score, index in iter_members(queue, name, state):
                 if needle not in member:
                     continue
-                view = JobView.from_member(name, state, member, score, index, encrypter=encrypter)
+                view = JobView.from_member(name, state, member, score, index, encrypter=encrypter,
+                                           with_properties=False)
                 if ident in (view.id, view.uuid):
-                    found.append(view)
+                    found.append(JobView.from_member(name, state, member, score, index, encrypter=encrypter,
+                                                     max_elements=max_elements))
     return found
+
+
+def find_failed(store: Any, ident: str, *, encrypter: Any = None, max_elements: int | None = None) -> list[JobView]:
+    """Rows of a failed-job store whose id (what ``queue:failed`` shows), payload ``uuid`` or payload ``id``
+    is ``ident``, as :class:`JobView` in state ``failed``.
+
+    The store's own lookup (by its id) comes first; only when it finds nothing are the rows' payloads
+    searched for the uuid or payload id."""
+    rows = []
+    hit = store.find(ident)
+    if hit is not None:
+        rows.append(hit)
+    else:
+        for row in store.all():
+            if ident not in row.payload:
+                continue
+            try:
+                data = row.payload_data
+            except ValueError:
+                continue
+            if isinstance(data, dict) and ident in (data.get("uuid"), data.get("id")):
+                rows.append(row)
+    out = []
+    for row in rows:
+        view = JobView.from_member(row.queue, "failed", row.payload.encode("utf-8"), encrypter=encrypter,
+                                   max_elements=max_elements)
+        view.extra = {"connection": row.connection, "failed_id": row.id, "failed_at": row.failed_at,
+                      "exception": row.exception}
+        out.append(view)
+    return out
