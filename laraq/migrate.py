@@ -34,6 +34,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -41,7 +43,7 @@ from typing import IO, Any
 from laraq.inspect import JobView, _matches
 from laraq.queue import QueueKeys, RedisQueue
 
-__all__ = ["TRANSFER_MARK", "Transfer", "TransferSummary", "export_jobs", "import_jobs"]
+__all__ = ["TRANSFER_MARK", "Transfer", "TransferSummary", "export_jobs", "import_jobs", "job_identity"]
 
 #: Infix of laraq's transfer bookkeeping keys (skipped by queue discovery).
 TRANSFER_MARK = ":laraq-transfer:"
@@ -80,13 +82,15 @@ return 1
 
 # Source side of a cross-server move. KEYS: 1 src, 2 src notify, 3 journal.
 # ARGV: 1 src kind, 2 member, 3 member hash, 4 journal value.
+# Returns the journal field, ``<hash>:<sequence>`` (so two identical members stay two entries), or false.
 _TAKE = _REMOVE_FROM_SOURCE + """\
-if not remove_from_source(ARGV[1], KEYS[1], KEYS[2], ARGV[2]) then return 0 end
-redis.call('HSET', KEYS[3], ARGV[3], ARGV[4])
-return 1
+if not remove_from_source(ARGV[1], KEYS[1], KEYS[2], ARGV[2]) then return false end
+local token = ARGV[3] .. ':' .. redis.call('HINCRBY', KEYS[3], '#seq', 1)
+redis.call('HSET', KEYS[3], token, ARGV[4])
+return token
 """
 
-# Destination side. KEYS: 1 dst, 2 dst notify, 3 marker set. ARGV: 1 dst kind, 2 member, 3 score, 4 hash.
+# Destination side. KEYS: 1 dst, 2 dst notify, 3 marker set. ARGV: 1 dst kind, 2 member, 3 score, 4 token.
 _GIVE = """\
 if redis.call('SISMEMBER', KEYS[3], ARGV[4]) == 1 then return 0 end
 if ARGV[1] == 'list' then
@@ -98,6 +102,11 @@ end
 redis.call('SADD', KEYS[3], ARGV[4])
 return 1
 """
+
+#: The journal hash's own counter field (not an entry).
+_SEQ = b"#seq"
+
+_UUID_HEAD = re.compile(rb'^\{"uuid":"([^"\\]{1,200})"')
 
 
 def _kind(state: str) -> str:
@@ -112,6 +121,24 @@ def _hash(member: bytes) -> str:
     return hashlib.sha1(member).hexdigest()
 
 
+def job_identity(member: bytes) -> str:
+    """What makes a member the same job: its payload ``uuid``, else its ``id``, else its bytes' SHA-1.
+
+    Laravel writes ``uuid`` first (8.x+), so the usual case is read without decoding the body."""
+    head = _UUID_HEAD.match(member)
+    if head:
+        return "uuid:" + head.group(1).decode("utf-8", "replace")
+    try:
+        data = json.loads(member)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        for name in ("uuid", "id"):
+            if isinstance(data.get(name), str | int) and data.get(name) not in ("", None):
+                return f"{name}:{data[name]}"
+    return "sha1:" + _hash(member)
+
+
 def _same_connection(a: Any, b: Any) -> bool:
     if a is b:
         return True
@@ -123,9 +150,24 @@ def _same_connection(a: Any, b: Any) -> bool:
     return all(ka.get(f) == kb.get(f) for f in fields)
 
 
+def _count(counts: dict[str, int]) -> int:
+    return sum(counts.values())
+
+
+def _parts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {state}" for state, n in counts.items() if n) or "nothing"
+
+
 @dataclass
 class TransferSummary:
-    """What a transfer did (or, for a dry run, would do), per state."""
+    """What a transfer did (or, for a dry run, would do), per state.
+
+    ``transferred`` counts the members the destination acknowledged writing (its script returned 1);
+    ``verified`` counts those found at the destination when the run ended (fewer only when workers
+    there took some meanwhile). ``existing`` counts members a copy skipped because a job with the same
+    uuid/id already sits at the destination; ``left_reserved`` the reserved members left in the source
+    because ``reserved`` was not asked for.
+    """
 
     mode: str
     source: str
@@ -133,25 +175,51 @@ class TransferSummary:
     transferred: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     recovered: int = 0
+    existing: dict[str, int] = field(default_factory=dict)
+    verified: dict[str, int] | None = None
+    left_reserved: int = 0
+    retry_after: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "source": self.source, "destination": self.destination,
-                "transferred": self.transferred, "skipped_by_filter": self.skipped, "recovered": self.recovered}
+                "transferred": self.transferred, "verified_at_destination": self.verified,
+                "skipped_by_filter": self.skipped, "already_at_destination": self.existing,
+                "left_reserved": self.left_reserved, "recovered": self.recovered}
 
     def describe(self, *, dry_run: bool = False) -> str:
-        done = sum(self.transferred.values())
-        parts = ", ".join(f"{n} {state}" for state, n in self.transferred.items()) or "nothing"
-        verb = ("would " + self.mode) if dry_run else (self.mode[:-1] + "ied" if self.mode == "copy" else "moved")
-        text = f"{verb} {done} jobs ({parts}) from {self.source} to {self.destination}"
-        if any(self.skipped.values()):
-            text += f"; {sum(self.skipped.values())} left in place by --filter"
+        """One summary line, then one line per thing left undone and how to do it."""
+        done = _count(self.transferred)
+        verb = ("would " + self.mode) if dry_run else ("copied" if self.mode == "copy" else "moved")
+        lines = [f"{verb} {done} jobs ({_parts(self.transferred)}) from {self.source} to {self.destination}"]
+        if self.verified is not None and done:
+            seen = _count(self.verified)
+            if seen == done:
+                lines.append(f"  verified at the destination: {_parts(self.verified)}")
+            else:
+                lines.append(f"  only {seen} of them are at the destination now ({_parts(self.verified)}); "
+                             f"{done - seen} were taken by workers there meanwhile, or lost")
         if self.recovered:
-            text += f"; {self.recovered} recovered from an interrupted run"
-        return text
+            lines.append(f"  {self.recovered} of them were recovered from an interrupted run")
+        if _count(self.existing):
+            lines.append(f"  {_count(self.existing)} {'would be' if dry_run else 'were'} skipped: a job with the same "
+                         f"uuid/id is already at the destination ({_parts(self.existing)}); "
+                         "--allow-duplicates copies them anyway")
+        if _count(self.skipped):
+            lines.append(f"  {_count(self.skipped)} left in place by --filter")
+        if self.left_reserved:
+            wait = f"{self.retry_after} s" if self.retry_after is not None else "its timeout"
+            lines.append(f"  {self.left_reserved} reserved jobs left in the source (workers are running them): "
+                         f"--include-reserved takes them too, or re-run after retry_after ({wait}), when the "
+                         "unfinished ones are back in the queue")
+        return "\n".join(lines)
 
 
 class Transfer:
-    """Move (or copy) the jobs of ``source_name`` on ``source`` to ``dest_name`` on ``dest``."""
+    """Move (or copy) the jobs of ``source_name`` on ``source`` to ``dest_name`` on ``dest``.
+
+    A copy skips jobs whose uuid/id is already at the destination (any state), unless
+    ``allow_duplicates``; an interrupted copy re-run never duplicates either way.
+    """
 
     def __init__(
         self,
@@ -164,6 +232,7 @@ class Transfer:
         states: Iterable[str] = ("pending", "delayed"),
         class_filter: str | None = None,
         batch: int = 200,
+        allow_duplicates: bool = False,
     ) -> None:
         self.source, self.dest = source, dest
         self.source_name = source.queue_name(source_name)
@@ -175,6 +244,7 @@ class Transfer:
                 raise ValueError(f"cannot transfer state {state!r}")
         self.class_filter = class_filter
         self.batch = batch
+        self.dedupe = not move and not allow_duplicates
         self.src_keys = source.keys(self.source_name)
         self.dst_keys = dest.keys(self.dest_name)
         self.local = _same_connection(source.client, dest.client) and not (source.cluster or dest.cluster)
@@ -190,6 +260,8 @@ class Transfer:
         self._local = source.client.register_script(_LOCAL)
         self._take = source.client.register_script(_TAKE)
         self._give = dest.client.register_script(_GIVE)
+        self._arrived: Counter[tuple[str, str]] = Counter()
+        self._dest_ids: set[str] | None = None
 
     # -- describing ------------------------------------------------------------------------------
 
@@ -199,13 +271,18 @@ class Transfer:
     def describe_dest(self) -> str:
         return f"{self.dest.redacted_url()} {self.dst_keys.base}"
 
+    def _journal_entries(self) -> dict[bytes, bytes]:
+        entries = self.source.client.hgetall(self.journal_key)
+        entries.pop(_SEQ, None)
+        return entries
+
     def count(self) -> int:
-        """How many members the selected states hold now (before filtering)."""
+        """How many members the selected states hold now (before filtering), plus unfinished journal entries."""
         total = 0
         for state in self.states:
             key = _key(self.src_keys, state)
             total += int(self.source.client.llen(key) if _kind(state) == "list" else self.source.client.zcard(key))
-        return total + int(self.source.client.hlen(self.journal_key))
+        return total + len(self._journal_entries())
 
     def _wanted(self, member: bytes, state: str) -> bool:
         if not self.class_filter:
@@ -233,101 +310,167 @@ class Transfer:
             if len(chunk) < self.batch:
                 return
 
+    def _scan(self, client: Any, keys: QueueKeys, state: str) -> Iterator[bytes]:
+        key = _key(keys, state)
+        start = 0
+        while True:
+            chunk = (client.lrange(key, start, start + 999) if _kind(state) == "list"
+                     else client.zrange(key, start, start + 999))
+            yield from chunk
+            if len(chunk) < 1000:
+                return
+            start += 1000
+
+    def destination_ids(self) -> set[str]:
+        """The identities (:func:`job_identity`) of every job at the destination, ready, delayed or reserved."""
+        if self._dest_ids is None:
+            self._dest_ids = {job_identity(m) for state in ("pending", "delayed", "reserved")
+                              for m in self._scan(self.dest.client, self.dst_keys, state)}
+        return self._dest_ids
+
+    def _left_reserved(self) -> int:
+        if "reserved" in self.states:
+            return 0
+        if not self.class_filter:
+            return int(self.source.client.zcard(self.src_keys.reserved))
+        return sum(1 for m in self._scan(self.source.client, self.src_keys, "reserved") if self._wanted(m, "reserved"))
+
     # -- running -----------------------------------------------------------------------------------
 
     def plan(self) -> TransferSummary:
         """A dry run: what :meth:`run` would transfer now."""
         summary = self._summary()
+        seen = set(self.destination_ids()) if self.dedupe else set()
         for state in self.states:
-            key = _key(self.src_keys, state)
-            members = (self.source.client.lrange(key, 0, -1) if _kind(state) == "list"
-                       else self.source.client.zrange(key, 0, -1))
-            wanted = sum(1 for m in members if self._wanted(m, state))
-            summary.transferred[state] = wanted
-            summary.skipped[state] = len(members) - wanted
+            summary.transferred[state] = summary.skipped[state] = summary.existing[state] = 0
+            for member in self._scan(self.source.client, self.src_keys, state):
+                if not self._wanted(member, state):
+                    summary.skipped[state] += 1
+                    continue
+                if self.dedupe:
+                    ident = job_identity(member)
+                    if ident in seen:
+                        summary.existing[state] += 1
+                        continue
+                    seen.add(ident)
+                summary.transferred[state] += 1
+        summary.left_reserved = self._left_reserved()
         return summary
 
     def _summary(self) -> TransferSummary:
-        return TransferSummary("move" if self.move else "copy", self.describe_source(), self.describe_dest())
+        return TransferSummary("move" if self.move else "copy", self.describe_source(), self.describe_dest(),
+                               retry_after=self.source.retry_after)
 
-    def run(self, progress: Callable[[int], Any] | None = None) -> TransferSummary:
+    def run(self, progress: Callable[[int], Any] | None = None, *, verify: bool = True) -> TransferSummary:
         """Transfer everything that matches; resumes an interrupted run of the same transfer first.
 
         A move repeats its pass until a pass transfers nothing, so members shifted by concurrent
-        workers popping the list are not left behind.
+        workers popping the list are not left behind. With ``verify`` the destination is read back
+        at the end and every member this run wrote is looked for (:attr:`TransferSummary.verified`).
         """
         summary = self._summary()
-        summary.recovered = self.recover()
+        self._arrived.clear()
         for state in self.states:
-            summary.transferred[state] = 0
-            summary.skipped[state] = 0
+            summary.transferred[state] = summary.skipped[state] = summary.existing[state] = 0
+        summary.recovered = self.recover(summary)
+        for state in self.states:
+            occurrences: Counter[str] = Counter()
             while True:
-                moved, skipped = self._pass(state, progress)
+                moved, skipped, existing = self._pass(state, progress, occurrences)
                 summary.transferred[state] += moved
                 summary.skipped[state] = skipped
+                summary.existing[state] += existing
                 if not self.move or moved == 0:
                     break
         self.finish()
+        summary.left_reserved = self._left_reserved()
+        if verify:
+            summary.verified = self.verify()
         return summary
 
-    def _pass(self, state: str, progress: Callable[[int], Any] | None) -> tuple[int, int]:
-        moved = skipped = 0
+    def _pass(self, state: str, progress: Callable[[int], Any] | None,
+              occurrences: Counter[str]) -> tuple[int, int, int]:
+        moved = skipped = existing = 0
         gen = self._members(state)
         try:
             member, score = next(gen)
             while True:
                 stayed = not self.move
-                if self._wanted(member, state):
-                    if self._one(state, member, score):
-                        moved += 1
-                else:
+                if not self._wanted(member, state):
                     skipped += 1
                     stayed = True
+                elif self.dedupe and job_identity(member) in self.destination_ids():
+                    existing += 1
+                else:
+                    digest = _hash(member)
+                    occurrences[digest] += 1
+                    if self._one(state, member, score, digest, occurrences[digest]):
+                        moved += 1
+                        self._arrived[(state, digest)] += 1
+                        if self.dedupe:
+                            self.destination_ids().add(job_identity(member))
                 if progress is not None:
                     progress(1)
                 member, score = gen.send(stayed)
         except StopIteration:
             pass
-        return moved, skipped
+        return moved, skipped, existing
 
-    def _one(self, state: str, member: bytes, score: float | None) -> bool:
+    def _one(self, state: str, member: bytes, score: float | None, digest: str, occurrence: int) -> bool:
+        """Transfer one member; True when the destination wrote it."""
         kind = _kind(state)
         src_key, dst_key = _key(self.src_keys, state), _key(self.dst_keys, state)
-        digest = _hash(member)
         score_arg = 0 if score is None else int(score) if float(score).is_integer() else score
+        token = f"{state}:{digest}:{occurrence}"  # a copy's marker: the n-th identical member of this run
         if self.local:
             return bool(self._local(
                 keys=[src_key, self.src_keys.notify, dst_key, self.dst_keys.notify, self.marker_key],
-                args=[kind, kind, member, score_arg, "1" if self.move else "0", digest],
+                args=[kind, kind, member, score_arg, "1" if self.move else "0", token],
             ))
         if self.move:
             entry = f"{state}\n{score_arg}\n".encode() + member
-            if not self._take(keys=[src_key, self.src_keys.notify, self.journal_key],
-                              args=[kind, member, digest, entry]):
+            taken = self._take(keys=[src_key, self.src_keys.notify, self.journal_key], args=[kind, member, digest, entry])
+            if not taken:
                 return False
-            self._deliver(state, member, score_arg, digest)
-            self.source.client.hdel(self.journal_key, digest)
-            return True
-        return bool(self._deliver(state, member, score_arg, digest))
+            token = taken.decode() if isinstance(taken, bytes) else str(taken)
+            delivered = self._deliver(state, member, score_arg, token)
+            self.source.client.hdel(self.journal_key, token)
+            return bool(delivered)
+        return bool(self._deliver(state, member, score_arg, token))
 
-    def _deliver(self, state: str, member: bytes, score: Any, digest: str) -> int:
+    def _deliver(self, state: str, member: bytes, score: Any, token: str) -> int:
         return int(self._give(keys=[_key(self.dst_keys, state), self.dst_keys.notify, self.marker_key],
-                              args=[_kind(state), member, score, digest]))
+                              args=[_kind(state), member, score, token]))
 
-    def recover(self) -> int:
+    def recover(self, summary: TransferSummary | None = None) -> int:
         """Deliver the members an interrupted run had taken from the source but not finished."""
-        entries = self.source.client.hgetall(self.journal_key)
-        for digest, entry in entries.items():
+        entries = self._journal_entries()
+        for token, entry in entries.items():
             state_b, score_b, member = entry.split(b"\n", 2)
-            self._deliver(state_b.decode(), member, score_b.decode(), digest.decode())
-            self.source.client.hdel(self.journal_key, digest)
+            state = state_b.decode()
+            if self._deliver(state, member, score_b.decode(), token.decode()):
+                self._arrived[(state, _hash(member))] += 1
+                if summary is not None:
+                    summary.transferred[state] = summary.transferred.get(state, 0) + 1
+            self.source.client.hdel(self.journal_key, token)
         return len(entries)
 
     def finish(self) -> None:
         """Drop the bookkeeping keys once nothing is left in the journal."""
-        if self.source.client.hlen(self.journal_key) == 0:
+        if not self._journal_entries():
             self.source.client.delete(self.journal_key)
             self.dest.client.delete(self.marker_key)
+
+    def verify(self) -> dict[str, int]:
+        """How many of the members this run wrote are at the destination now, per state."""
+        found: dict[str, int] = {}
+        for state in dict.fromkeys(s for s, _ in self._arrived):
+            wanted = Counter({d: n for (s, d), n in self._arrived.items() if s == state})
+            present = Counter(_hash(m) for m in self._scan(self.dest.client, self.dst_keys, state))
+            found[state] = sum(min(n, present[d]) for d, n in wanted.items())
+        for state in self.states:
+            found.setdefault(state, 0)
+        return found
 
 
 # -- JSON Lines ----------------------------------------------------------------------------------------

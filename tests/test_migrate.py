@@ -58,7 +58,12 @@ def test_copy_filter_reserved_and_cluster_hash_tags(redis_client):
     assert redis_client.zcard("laravel-database-queues:{default}:reserved") == 1
     assert redis_client.llen("laravel_database_queues:default") == 4  # copy leaves the source alone
     again = Transfer(src, "default", dst, move=False, states=("pending",), class_filter="*EchoJob").run()
-    assert again.transferred == {"pending": 3}  # a new, complete copy is a new transfer
+    assert again.transferred == {"pending": 0} and again.existing == {"pending": 3}  # never a silent duplicate
+    assert "--allow-duplicates" in again.describe()
+    forced = Transfer(src, "default", dst, move=False, states=("pending",), class_filter="*EchoJob",
+                      allow_duplicates=True).run()
+    assert forced.transferred == {"pending": 3} and forced.verified == {"pending": 3}
+    assert redis_client.llen("laravel-database-queues:{default}") == 6
 
 
 def test_cross_db_move_and_recovery_from_journal(redis_server):
@@ -71,10 +76,11 @@ def test_cross_db_move_and_recovery_from_journal(redis_server):
     # simulate a kill after the source step of one member: it sits in the journal only
     member = ready[0]
     assert t._take(keys=["laravel_database_queues:default", "laravel_database_queues:default:notify",
-                         t.journal_key], args=["list", member, "h0", b"pending\n0\n" + member])
+                         t.journal_key], args=["list", member, "h0", b"pending\n0\n" + member]) == b"h0:1"
     assert member not in a.lrange("laravel_database_queues:default", 0, -1)
     summary = t.run()
-    assert summary.recovered == 1 and summary.transferred == {"pending": 2, "delayed": 2}
+    assert summary.recovered == 1 and summary.transferred == {"pending": 3, "delayed": 2}
+    assert summary.verified == {"pending": 3, "delayed": 2}
     assert sorted(b.lrange("laravel_database_queues:default", 0, -1)) == sorted(ready)
     assert b.zcard("laravel_database_queues:default:delayed") == 2
     assert a.dbsize() == 0

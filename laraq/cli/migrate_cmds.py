@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from laraq.cli.common import (
@@ -26,12 +28,24 @@ def _target_queue(ops: Ops, url: str | None, prefix: str | None, laravel: str | 
                       cluster=cluster)
 
 
+def _allow_duplicates_option(move: bool) -> Any:
+    if move:
+        return lambda f: f
+    return click.option("--allow-duplicates", is_flag=True,
+                        help="Copy jobs even when a job with the same uuid/id is already at the destination.")
+
+
 def _transfer_command(name: str, move: bool) -> click.Command:
     verb = "Move" if move else "Copy"
+    extra = ("" if move else " Jobs whose uuid/id is already at the destination are skipped (so re-running a copy "
+             "never duplicates), unless --allow-duplicates.")
 
     @click.command(name, help=f"{verb} jobs from SOURCE queue to DEST queue (same or another prefix/db/server).\n\n"
                    "Ready jobs keep their order, delayed jobs their scores; bytes are never changed. "
-                   "Safe to interrupt: re-run the same command to finish.")
+                   "Safe to interrupt: re-run the same command to finish. The report counts what the destination "
+                   "wrote, by state, and checks it is there." + extra + "\n\n"
+                   "Reserved jobs are being run by workers: they are left in place unless --include-reserved "
+                   "(a job still running may then run twice).")
     @settings_options
     @click.argument("source")
     @click.argument("dest", required=False)
@@ -41,12 +55,14 @@ def _transfer_command(name: str, move: bool) -> click.Command:
     @click.option("--to-cluster", is_flag=True, help="Destination is a Redis Cluster (13.5+ hash tags).")
     @click.option("--state", "states", multiple=True, type=click.Choice(["pending", "delayed", "reserved"]),
                   help="States to transfer (default: pending and delayed).")
+    @click.option("--include-reserved", is_flag=True, help="Also take reserved jobs (same as --state reserved).")
+    @_allow_duplicates_option(move)
     @click.option("--filter", "class_filter", default=None, help="Only jobs of this class (glob allowed).")
     @click.option("--dry-run", is_flag=True, help="Only count what would be transferred.")
     @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
     def command(ops: Ops, source: str, dest: str | None, to_url: str | None, to_prefix: str | None,
-                to_laravel: str | None, to_cluster: bool, states: tuple[str, ...], class_filter: str | None,
-                dry_run: bool, as_json: bool) -> None:
+                to_laravel: str | None, to_cluster: bool, states: tuple[str, ...], include_reserved: bool,
+                class_filter: str | None, dry_run: bool, as_json: bool, allow_duplicates: bool = False) -> None:
         from laraq.migrate import Transfer
 
         target = _target_queue(ops, to_url, to_prefix, to_laravel, to_cluster)
@@ -54,16 +70,19 @@ def _transfer_command(name: str, move: bool) -> click.Command:
         same = (target.client is ops.queue.client and target.keys(dest_name).base == ops.queue.keys(source).base)
         if same:
             raise click.UsageError("source and destination are the same queue")
+        chosen = tuple(states) or ("pending", "delayed")
+        if include_reserved and "reserved" not in chosen:
+            chosen += ("reserved",)
         try:
-            transfer = Transfer(ops.queue, source, target, dest_name, move=move,
-                                states=tuple(states) or ("pending", "delayed"), class_filter=class_filter)
+            transfer = Transfer(ops.queue, source, target, dest_name, move=move, states=chosen,
+                                class_filter=class_filter, allow_duplicates=allow_duplicates)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from exc
         total = transfer.count()
         if dry_run:
             summary = transfer.plan()
         else:
-            with progress(total, f"{verb.lower()}ing", enabled=not as_json) as bar:
+            with progress(total, "moving" if move else "copying", enabled=not as_json) as bar:
                 summary = transfer.run(progress=bar.update)
         if as_json:
             emit_json(summary.to_dict())

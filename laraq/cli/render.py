@@ -5,16 +5,19 @@
   value prints as is). Colours only on a terminal; piped output is plain text without trailing
   blanks. The width is the terminal's, or ``$COLUMNS`` (rich's rule), which is how tests pin it.
 * :func:`progress` is ``click.progressbar`` on standard error, drawn only when standard error is a
-  terminal (so pipes, logs, ``--json`` and tests never see it).
+  terminal (so pipes, logs, ``--json`` and tests never see it), and redrawn at most four times a
+  second however fast the items go (:class:`ThrottledBar`), plus once at the end.
 
 Machine output (``--json``) does not come through here: it is :func:`laraq.cli.ops.emit_json`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
 import click
@@ -23,7 +26,11 @@ from rich.console import Console, RenderableType
 from rich.table import Column, Table
 from rich.text import Text
 
-__all__ = ["Column", "cell", "kv_table", "make_table", "print_renderable", "print_table", "progress", "stderr_stream"]
+__all__ = ["Column", "ThrottledBar", "cell", "kv_table", "make_table", "print_renderable", "print_table", "progress",
+           "stderr_stream"]
+
+#: Seconds between two redraws of a progress bar.
+REDRAW_INTERVAL = 0.25
 
 
 def stdout_stream() -> IO[str]:
@@ -89,9 +96,39 @@ def kv_table(pairs: Sequence[tuple[str, Any]]) -> Table:
     return table
 
 
-def progress(length: int | None, label: str, *, enabled: bool = True) -> Any:
-    """``click.progressbar`` on standard error, hidden unless that is a terminal (and ``enabled``)."""
+class ThrottledBar:
+    """Collects ``update(n)`` calls and passes them to the bar at most once per ``interval`` seconds."""
+
+    def __init__(self, bar: Any, interval: float = REDRAW_INTERVAL,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.bar, self.interval, self.clock = bar, interval, clock
+        self.pending = 0
+        self.last = clock()
+
+    def update(self, n: int = 1) -> None:
+        self.pending += n
+        now = self.clock()
+        if now - self.last >= self.interval:
+            self.flush()
+            self.last = now
+
+    def flush(self) -> None:
+        if self.pending:
+            self.bar.update(self.pending)
+            self.pending = 0
+
+
+@contextlib.contextmanager
+def progress(length: int | None, label: str, *, enabled: bool = True, interval: float = REDRAW_INTERVAL,
+             clock: Callable[[], float] = time.monotonic) -> Iterator[ThrottledBar]:
+    """``click.progressbar`` on standard error, hidden unless that is a terminal (and ``enabled``);
+    yields a :class:`ThrottledBar` (call ``update(n)`` per item, as often as you like)."""
     stream = stderr_stream()
     show = enabled and bool(length) and _is_tty(stream)
-    return click.progressbar(length=max(int(length or 0), 0), label=label, file=stream, hidden=not show,
-                             show_pos=True)
+    with click.progressbar(length=max(int(length or 0), 0), label=label, file=stream, hidden=not show,
+                           show_pos=True) as bar:
+        throttled = ThrottledBar(bar, interval, clock)
+        try:
+            yield throttled
+        finally:
+            throttled.flush()
