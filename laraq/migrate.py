@@ -43,7 +43,7 @@ from typing import IO, Any
 from laraq.inspect import JobView, _matches
 from laraq.queue import QueueKeys, RedisQueue
 
-__all__ = ["TRANSFER_MARK", "Transfer", "TransferSummary", "export_jobs", "import_jobs", "job_identity"]
+__all__ = ["TRANSFER_MARK", "Transfer", "TransferSummary", "ImportLineError", "export_jobs", "import_jobs", "job_identity"]
 
 #: Infix of laraq's transfer bookkeeping keys (skipped by queue discovery).
 TRANSFER_MARK = ":laraq-transfer:"
@@ -505,37 +505,91 @@ def export_jobs(queue: RedisQueue, names: Iterable[str], stream: IO[str], *,
     return count
 
 
-def import_jobs(target: RedisQueue, stream: Iterable[str], *, queue: str | None = None,
+class ImportLineError(ValueError):
+    """A line of an export file that cannot be imported; nothing of the file was written."""
+
+    def __init__(self, line: int, cause: str) -> None:
+        super().__init__(f"line {line}: {cause}; nothing was imported")
+        self.line, self.cause = line, cause
+
+
+@dataclass(frozen=True)
+class _Entry:
+    state: str
+    queue: str
+    member: bytes
+    score: int | float | None
+
+
+def _parse_line(number: int, text: str | bytes, queue: str | None, reserved_as: str) -> _Entry | None:
+    try:
+        line = json.loads(text)
+    except ValueError as exc:
+        raise ImportLineError(number, f"not JSON ({exc})") from None
+    if not isinstance(line, dict):
+        raise ImportLineError(number, "not a JSON object")
+    if isinstance(line.get("body"), str):
+        member = line["body"].encode("utf-8")
+    elif isinstance(line.get("body_b64"), str):
+        try:
+            member = base64.b64decode(line["body_b64"], validate=True)
+        except ValueError as exc:
+            raise ImportLineError(number, f"body_b64 is not base64 ({exc})") from None
+    else:
+        raise ImportLineError(number, 'no "body" (text) or "body_b64" field')
+    state = line.get("state")
+    if state not in ("pending", "delayed", "reserved", "poison"):
+        raise ImportLineError(number, f"unknown state {state!r} (pending, delayed, reserved or poison)")
+    name = queue or line.get("queue")
+    if not isinstance(name, str) or not name:
+        raise ImportLineError(number, 'no "queue" (pass --queue to put every job on one queue)')
+    score = line.get("score")
+    if state in ("delayed", "reserved") and (isinstance(score, bool) or not isinstance(score, int | float)):
+        raise ImportLineError(number, f"a {state} job needs a numeric score, got {score!r}")
+    if state == "reserved" and reserved_as != "reserved":
+        if reserved_as == "skip":
+            return None
+        state = "pending"
+    if state == "poison":
+        state = "pending"
+    return _Entry(state, name, member, _score(score) if state != "pending" else None)
+
+
+def import_jobs(target: RedisQueue, stream: Iterable[str] | Iterable[bytes], *, queue: str | None = None,
                 reserved_as: str = "pending", progress: Callable[[int], Any] | None = None) -> dict[str, int]:
-    """Push the jobs of an export: pending to the list (+ ``:notify``), delayed and reserved with
-    their scores. ``queue`` overrides every line's queue; ``reserved_as`` is ``pending`` (the job
-    runs again soon, the usual choice when the old workers are gone), ``reserved`` or ``skip``.
-    ``progress(1)`` is called for every line read."""
+    """Push the jobs of an export, all or nothing.
+
+    Every line is read and checked first; a bad line raises :class:`ImportLineError` (its number and
+    cause) before anything is written. Then the jobs go to Redis in one ``MULTI``/``EXEC`` transaction
+    (one per queue on a cluster, where a queue's keys share a hash slot): pending to the list
+    (+ ``:notify``), delayed and reserved with their scores. ``queue`` overrides every line's queue;
+    ``reserved_as`` is ``pending`` (the job runs again soon, the usual choice when the old workers are
+    gone), ``reserved`` or ``skip``. ``progress(1)`` is called for every line read."""
     counts = {"pending": 0, "delayed": 0, "reserved": 0, "skipped": 0}
+    entries: list[_Entry] = []
     for number, text in enumerate(stream, 1):
         if progress is not None:
             progress(1)
         if not text.strip():
             continue
-        try:
-            line = json.loads(text)
-            member = (line["body"].encode("utf-8") if "body" in line
-                      else base64.b64decode(line["body_b64"], validate=True))
-            state, name, score = line["state"], queue or line["queue"], line.get("score")
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"line {number}: not an export line ({exc})") from None
-        if state == "reserved" and reserved_as != "reserved":
-            if reserved_as == "skip":
-                counts["skipped"] += 1
-                continue
-            state = "pending"
-        keys = target.keys(name)
-        if state in ("pending", "poison"):
-            target.push_raw(member, name)
-            state = "pending"
-        elif state in ("delayed", "reserved"):
-            target.client.zadd(keys.delayed if state == "delayed" else keys.reserved, {member: _score(score)})
-        else:
-            raise ValueError(f"line {number}: unknown state {state!r}")
-        counts[state] += 1
+        entry = _parse_line(number, text, queue, reserved_as)
+        if entry is None:
+            counts["skipped"] += 1
+            continue
+        entries.append(entry)
+    groups: dict[str | None, list[_Entry]] = {}
+    for entry in entries:
+        groups.setdefault(entry.queue if target.cluster else None, []).append(entry)
+    for group in groups.values():
+        pipe = target.client.pipeline(transaction=True)
+        for entry in group:
+            keys = target.keys(entry.queue)
+            if entry.state == "pending":
+                pipe.rpush(keys.list, entry.member)
+                pipe.rpush(keys.notify, 1)
+            else:
+                pipe.zadd(keys.delayed if entry.state == "delayed" else keys.reserved, {entry.member: entry.score})
+        pipe.execute()
+    for entry in entries:
+        counts[entry.state] += 1
     return counts

@@ -115,3 +115,40 @@ def test_verification_counts_what_is_really_there(redis_client, other_server):
     assert t.verify() == {"pending": 4, "delayed": 3}
     summary.verified = t.verify()
     assert "only 7 of them are at the destination now" in summary.describe()
+
+
+def test_import_is_all_or_nothing_and_names_the_bad_line(redis_client, env, tmp_path):  # noqa: F811
+    seed(redis_client, reserved=1)
+    path = tmp_path / "jobs.jsonl"
+    invoke(env, "export", "default", "-o", str(path))
+    good = path.read_text().splitlines()
+    assert len(good) == 10
+    cases = {
+        "{broken": "not JSON",
+        '{"queue":"q","state":"pending"}': 'no "body"',
+        '{"queue":"q","state":"sideways","body":"{}"}': "unknown state 'sideways'",
+        '{"queue":"q","state":"delayed","body":"{}"}': "a delayed job needs a numeric score, got None",
+        '{"queue":"q","state":"pending","body_b64":"***"}': "body_b64 is not base64",
+    }
+    for bad, cause in cases.items():
+        path.write_text("\n".join([*good[:7], bad, *good[7:]]) + "\n")
+        result = CliRunner().invoke(cli, ["import", str(path), "--queue", "restored"], env=env)
+        assert result.exit_code == 1, result.output
+        assert f"line 8: {cause}" in result.output and "nothing was imported" in result.output
+        assert list(redis_client.scan_iter(PREFIX + "queues:restored*")) == []
+    path.write_text("\n".join([*good[:3], '{"state":"pending","body":"{}"}']) + "\n")
+    result = CliRunner().invoke(cli, ["import", str(path)], env=env)
+    assert result.exit_code == 1 and 'line 4: no "queue"' in result.output
+    assert redis_client.llen(PREFIX + "queues:default") == 6
+    path.write_bytes(b"\n".join([line.encode() for line in good[:2]] + [b'{"body":"\xff"}']) + b"\n")
+    result = CliRunner().invoke(cli, ["import", str(path), "--queue", "restored"], env=env)
+    assert result.exit_code == 1 and "line 3: not JSON" in result.output
+    assert list(redis_client.scan_iter(PREFIX + "queues:restored*")) == []
+    # the good file goes in whole, in one transaction
+    path.write_text("\n".join(good) + "\n")
+    redis_client.config_resetstat()
+    out = invoke(env, "import", str(path), "--queue", "restored")
+    assert out.startswith("imported 7 pending, 3 delayed")  # the reserved one runs again soon, as pending
+    stats = redis_client.info("commandstats")
+    assert stats["cmdstat_multi"]["calls"] == 1 and stats["cmdstat_exec"]["calls"] == 1
+    assert redis_client.llen(PREFIX + "queues:restored") == 7 == redis_client.llen(PREFIX + "queues:restored:notify")

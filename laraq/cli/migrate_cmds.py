@@ -121,17 +121,21 @@ def export_cmd(ops: Ops, queues: tuple[str, ...], output: str, states: tuple[str
 @click.option("--reserved-as", type=click.Choice(["pending", "reserved", "skip"]), default="pending",
               show_default=True, help="Where exported reserved jobs go.")
 def import_cmd(ops: Ops, path: str, queue_override: str | None, reserved_as: str) -> None:
-    """Read JSON Lines written by export and push the jobs, bytes and scores unchanged."""
+    """Read JSON Lines written by export and push the jobs, bytes and scores unchanged.
+
+    All or nothing: every line is checked first, and a bad one stops the import with its line number
+    and cause before anything is written; then the whole file goes in one MULTI/EXEC transaction."""
     from laraq.migrate import import_jobs
 
     lines = None
     if path != "-":
         with open(path, "rb") as fh:
             lines = sum(1 for _ in fh)
-    with click.open_file(path, "r", encoding="utf-8") as stream, progress(lines, "importing") as bar:
+    with click.open_file(path, "rb") as stream, progress(lines, "importing") as bar:
         try:
             counts = import_jobs(ops.queue, stream, queue=queue_override, reserved_as=reserved_as,
                                  progress=bar.update)
         except ValueError as exc:
             raise click.ClickException(str(exc)) from exc
-    click.echo("imported " + ", ".join(f"{n} {state}" for state, n in counts.items()))
+    click.echo("imported " + ", ".join(f"{n} {state}" for state, n in counts.items() if n or state == "pending")
+               + (f" to prefix {ops.queue.prefix!r}" if counts else ""))
