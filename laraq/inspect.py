@@ -32,6 +32,8 @@ __all__ = [
     "STATES",
     "SUFFIXES",
     "JobView",
+    "ListMark",
+    "Pickups",
     "QueueStatus",
     "command_view",
     "discover_queues",
@@ -39,6 +41,8 @@ __all__ = [
     "find_job",
     "iter_members",
     "list_jobs",
+    "mark_lists",
+    "pickups_since",
     "queue_status",
     "to_plain",
 ]
@@ -151,6 +155,72 @@ def queue_status(queue: RedisQueue, name: str | None = None) -> QueueStatus:
         due_delayed=int(due), expired_reserved=int(expired), notify=int(notify), poison=int(poison),
         oldest_pending_age=age, next_delayed_at=int(first[0][1]) if first else None,
     )
+
+
+# -- pickup rate ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ListMark:
+    """A queue's ready list at one moment: its length and its last member (see :func:`pickups_since`)."""
+
+    queue: str
+    length: int
+    tail: bytes | None
+    at: float
+
+
+@dataclass(frozen=True)
+class Pickups:
+    """Jobs taken from the head of a ready list between two moments, by any worker (PHP or Python)."""
+
+    taken: int
+    seconds: float
+    #: False when the marked tail was taken too: ``taken`` is then a lower bound.
+    exact: bool
+
+    @property
+    def rate(self) -> float:
+        return self.taken / self.seconds if self.seconds > 0 else 0.0
+
+
+def mark_lists(queue: RedisQueue, names: list[str]) -> list[ListMark]:
+    """:class:`ListMark` of each queue, in one pipeline round trip."""
+    pipe = queue.client.pipeline(transaction=False)
+    for name in names:
+        keys = queue.keys(name)
+        pipe.llen(keys.list)
+        pipe.lindex(keys.list, -1)
+    replies = pipe.execute()
+    now = queue.clock()
+    return [ListMark(name, int(replies[2 * i]), replies[2 * i + 1], now) for i, name in enumerate(names)]
+
+
+def pickups_since(queue: RedisQueue, marks: list[ListMark]) -> dict[str, Pickups | None]:
+    """How many jobs left the head of each ready list since its mark.
+
+    Every pop (Laravel's and laraq's) takes from the head and every push, release-to-ready and
+    delayed migration adds at the tail, so the members in front of the marked tail member are the
+    jobs taken since: ``marked position - position now`` (``LPOS``, scanning at most the marked
+    length). ``None`` when the list was empty at the mark (nothing to measure against).
+    """
+    pipe = queue.client.pipeline(transaction=False)
+    for mark in marks:
+        if mark.tail is not None:
+            pipe.lpos(queue.keys(mark.queue).list, mark.tail, maxlen=mark.length)
+    replies = iter(pipe.execute())
+    now = queue.clock()
+    out: dict[str, Pickups | None] = {}
+    for mark in marks:
+        if mark.tail is None:
+            out[mark.queue] = None
+            continue
+        position = next(replies)
+        seconds = max(0.0, now - mark.at)
+        if position is None:
+            out[mark.queue] = Pickups(mark.length, seconds, exact=False)
+        else:
+            out[mark.queue] = Pickups(max(0, mark.length - 1 - int(position)), seconds, exact=True)
+    return out
 
 
 # -- decoded jobs ------------------------------------------------------------------------------------

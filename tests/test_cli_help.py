@@ -47,7 +47,7 @@ def test_every_redis_command_takes_redis_url_and_env_file():
 
 def test_redis_url_is_used(redis_server, redis_client):
     redis_client.rpush("px_queues:via-url", b'{"uuid":"u1","id":"i1","attempts":0,"job":"X","data":{}}')
-    out = CliRunner().invoke(main, ["status", "--json", "--prefix", "px_",
+    out = CliRunner().invoke(main, ["status", "--json", "--prefix", "px_", "--sample", "0",
                                     "--redis-url", redis_server.url],
                              env={"REDIS_PORT": "1", "CACHE_STORE": "redis", "LARAQ_LARAVEL_VERSION": "12.67"})
     assert out.exit_code == 0, out.output

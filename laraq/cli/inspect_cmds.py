@@ -1,4 +1,4 @@
-"""Reading queues without touching them: ``status``, ``peek``, ``list`` and ``show``."""
+"""Reading jobs without touching them: ``peek``, ``list`` and ``show`` (``status`` is :mod:`laraq.cli.status_cmd`)."""
 
 from __future__ import annotations
 
@@ -12,31 +12,10 @@ from laraq.cli.common import (
     Ops,
     emit_json,
     fmt_time,
-    human_age,
     settings_options,
 )
 from laraq.cli.render import Column, kv_table, print_renderable, print_table
-from laraq.inspect import STATES, JobView, find_job, list_jobs, queue_status
-
-# -- inspect -----------------------------------------------------------------------------------------------
-
-@click.command("status")
-@settings_options
-@click.argument("queues", nargs=-1)
-@click.option("--json", "as_json", is_flag=True, help="Print the counters as JSON.")
-def status_cmd(ops: Ops, queues: tuple[str, ...], as_json: bool) -> None:
-    """Sizes and ages of QUEUES (default: every queue found under the prefix, via SCAN)."""
-    statuses = [queue_status(ops.queue, name) for name in ops.queues(queues)]
-    if as_json:
-        emit_json({"prefix": ops.queue.prefix, "queues": [s.to_dict() for s in statuses]})
-        return
-    if not statuses:
-        click.echo(f"no queues under prefix {ops.queue.prefix!r}")
-        return
-    rows = [(s.queue, s.pending, s.delayed, s.reserved, human_age(s.oldest_pending_age), s.due_delayed,
-             s.expired_reserved, s.poison) for s in statuses]
-    print_table([Column("queue", overflow="fold"), *(Column(h, justify="right", no_wrap=True) for h in (
-        "pending", "delayed", "reserved", "oldest", "due", "expired", "poison"))], rows)
+from laraq.inspect import STATES, JobView, find_job, list_jobs
 
 
 def _job_rows(views: Sequence[JobView]) -> None:

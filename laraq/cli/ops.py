@@ -6,7 +6,8 @@ prints a table, or JSON with ``--json``. The commands live in one module per fam
 
 * :mod:`laraq.cli.common` - the shared plumbing (:class:`Ops`, :func:`settings_options`);
 * :mod:`laraq.cli.dispatch_cmd` - ``dispatch``;
-* :mod:`laraq.cli.inspect_cmds` - ``status``, ``peek``, ``list``, ``show``;
+* :mod:`laraq.cli.status_cmd` - ``status`` (counters, failed, paused, pickup rate, ``--watch``, ``--max``);
+* :mod:`laraq.cli.inspect_cmds` - ``peek``, ``list``, ``show``;
 * :mod:`laraq.cli.repair` - ``clear``, ``restart``, ``pause``, ``resume``;
 * :mod:`laraq.cli.failed_cmds` - ``failed``, ``retry``, ``forget``, ``flush``, ``prune-failed``;
 * :mod:`laraq.cli.migrate_cmds` - ``move``, ``copy``, ``export``, ``import``;
@@ -25,10 +26,11 @@ from laraq.cli.common import Ops, emit_json, parse_assignments, parse_delay, set
 from laraq.cli.dispatch_cmd import dispatch_cmd
 from laraq.cli.doctor_cmd import doctor_cmd
 from laraq.cli.failed_cmds import failed_cmd, flush_cmd, forget_cmd, prune_failed_cmd, retry_cmd
-from laraq.cli.inspect_cmds import list_cmd, peek_cmd, show_cmd, status_cmd
+from laraq.cli.inspect_cmds import list_cmd, peek_cmd, show_cmd
 from laraq.cli.migrate_cmds import copy_cmd, export_cmd, import_cmd, move_cmd
 from laraq.cli.poison import poison_group
 from laraq.cli.repair import clear_cmd, pause_cmd, restart_cmd, resume_cmd
+from laraq.cli.status_cmd import status_cmd
 
 __all__ = ["COMMANDS", "Ops", "emit_json", "parse_assignments", "parse_delay", "settings_options"]
 
