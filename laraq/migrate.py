@@ -13,20 +13,28 @@ the work. Every step is atomic:
   (``RPUSH`` + ``:notify``, or ``ZADD`` with the same score) in one step. A member is never in both
   places nor in neither.
 * **another db or server**: two scripts and a journal. (1) on the source, atomically: remove the
-  member and record it in the journal hash ``<source queue>:laraq-transfer:<id>:journal``; (2) on
-  the destination, atomically: add it unless the marker set ``<dest queue>:laraq-transfer:<id>:done``
-  already has it, and add it to that set; (3) delete the journal entry. A re-run first replays the
-  journal, so a member killed between (1) and (2) is delivered once; one killed between (2) and (3)
-  is not delivered twice. While a member is in the journal no worker can run it, so a move never
-  runs a job twice. The journal and the marker set are deleted when a run completes.
+  member and record it in the journal hash ``<source queue>:laraq-transfer:<id>:journal`` under a
+  token ``<sha1>:<sequence>`` (so two identical members are two entries, never one); (2) on the
+  destination, atomically: add it unless the marker set ``<dest queue>:laraq-transfer:<id>:done``
+  already has the token, and add the token to that set; (3) delete the journal entry. A re-run first
+  replays the journal, so a member killed between (1) and (2) is delivered once; one killed between
+  (2) and (3) is not delivered twice. While a member is in the journal no worker can run it, so a
+  move never runs a job twice. The journal and the marker set are deleted when a run completes.
 
-``copy`` leaves the source alone and uses the marker set so that an interrupted copy re-run does not
-duplicate what it already copied. Ready jobs are appended to the destination's tail in source order.
-The transfer id is derived from the source, destination, mode, states and filter, so re-running the
-same command line resumes the same transfer.
+``copy`` leaves the source alone. By default it skips a job whose uuid (else payload id) is already
+at the destination in any state (:func:`job_identity`), so re-running a copy never duplicates;
+``allow_duplicates`` copies anyway. An interrupted copy re-run does not duplicate what it already
+copied either way (marker tokens ``<state>:<sha1>:<n-th occurrence>``). Ready jobs are appended to
+the destination's tail in source order. The transfer id is derived from the source, destination,
+mode, states and filter, so re-running the same command line resumes the same transfer.
+
+What a run reports is what the destination acknowledged writing, per state; :meth:`Transfer.verify`
+then reads the destination back and counts those members there. Reserved members (jobs workers are
+running) are only taken when asked; otherwise the summary says how many were left.
 
 :func:`export_jobs` / :func:`import_jobs` write and read JSON Lines: ``{"queue", "state", "score",
-"body"}`` (``body_b64`` when a member is not UTF-8).
+"body"}`` (``body_b64`` when a member is not UTF-8). An import checks every line before it writes
+anything, then writes the file in one ``MULTI``/``EXEC``.
 """
 
 from __future__ import annotations
@@ -43,8 +51,8 @@ from typing import IO, Any
 from laraq.inspect import JobView, _matches
 from laraq.queue import QueueKeys, RedisQueue
 
-__all__ = ["TRANSFER_MARK", "Transfer", "TransferSummary", "ImportLineError", "PoisonOutcome", "drop_poison", "export_jobs", "import_jobs",
-           "job_identity", "poison_readable", "poison_reason", "requeue_poison"]
+__all__ = ["TRANSFER_MARK", "ImportLineError", "Transfer", "TransferSummary", "export_jobs", "import_jobs",
+           "job_identity"]
 
 #: Infix of laraq's transfer bookkeeping keys (skipped by queue discovery).
 TRANSFER_MARK = ":laraq-transfer:"
@@ -472,112 +480,6 @@ class Transfer:
         for state in self.states:
             found.setdefault(state, 0)
         return found
-
-
-# -- poison members ------------------------------------------------------------------------------------
-
-# The pop script's own test of a member (laraq/lua.py): JSON object, numeric attempts, re-encodable.
-_RESERVABLE = """\
-local function reservable(member)
-  local decoded_ok, doc = pcall(cjson.decode, member)
-  if not decoded_ok or type(doc) ~= 'table' then return false end
-  local tries = tonumber(doc['attempts'])
-  if tries == nil then return false end
-  doc['attempts'] = tries + 1
-  local encoded_ok = pcall(cjson.encode, doc)
-  return encoded_ok
-end
-"""
-
-# KEYS: 1 poison, 2 list, 3 notify. ARGV: 1 member, 2 force (1|0).
-# Returns 1 requeued, 0 no longer in the poison list, -1 still unreadable (not moved).
-_REQUEUE = _RESERVABLE + """\
-if ARGV[2] ~= '1' and not reservable(ARGV[1]) then return -1 end
-if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return 0 end
-redis.call('RPUSH', KEYS[2], ARGV[1])
-redis.call('RPUSH', KEYS[3], 1)
-return 1
-"""
-
-# KEYS: 1 poison. ARGV: 1 member. Returns 1 when the member was still there.
-_DROP = "return redis.call('LREM', KEYS[1], 1, ARGV[1])"
-
-# ARGV: 1 member. Returns 1 when the pop script would reserve it.
-_CHECK = _RESERVABLE + "return reservable(ARGV[1]) and 1 or 0"
-
-
-def poison_reason(member: bytes) -> str:
-    """Why the pop script parked ``member`` (read again in Python; see protocol.md §5)."""
-    try:
-        doc = json.loads(member)
-    except (ValueError, RecursionError):
-        head = member[:12]
-        hint = " (phpredis serializer/compression?)" if head[:2] in (b"a:", b"O:", b"s:", b"i:") or not head.isascii() \
-            else ""
-        return "not JSON" + hint
-    if not isinstance(doc, dict):
-        return "not a JSON object"
-    attempts = doc.get("attempts")
-    if attempts is None:
-        return "no attempts field"
-    if isinstance(attempts, bool) or not isinstance(attempts, int | float | str):
-        return f"attempts is not a number ({attempts!r})"
-    try:
-        number = float(attempts)
-    except ValueError:
-        return f"attempts is not a number ({attempts!r})"
-    if number != number or number in (float("inf"), float("-inf")):
-        return f"attempts is not finite ({attempts!r})"
-    return "a number Redis' cjson cannot encode again (e.g. 1e400 or inf)"
-
-
-@dataclass
-class PoisonOutcome:
-    """What happened to one selected poison member."""
-
-    index: int
-    status: str  # requeued | dropped | unreadable | gone
-    reason: str = ""
-
-
-def _select(members: list[bytes], indexes: Iterable[int] | None) -> list[tuple[int, bytes]]:
-    if indexes is None:
-        return list(enumerate(members))
-    chosen = []
-    for index in dict.fromkeys(indexes):
-        if not 0 <= index < len(members):
-            raise ValueError(f"no poison member #{index} (the list has {len(members)})")
-        chosen.append((index, members[index]))
-    return chosen
-
-
-def poison_readable(queue: RedisQueue, members: Iterable[bytes]) -> list[bool]:
-    """Whether the pop script would now reserve each member (Redis' own cjson decides)."""
-    check = queue.client.register_script(_CHECK)
-    return [bool(check(keys=[], args=[m])) for m in members]
-
-
-def requeue_poison(queue: RedisQueue, name: str | None, indexes: Iterable[int] | None = None, *,
-                   force: bool = False) -> list[PoisonOutcome]:
-    """Put poison members (all, or those at ``indexes``) back at the tail of the queue, each atomically
-    (``LREM`` from ``:poison`` + ``RPUSH`` + ``:notify``). A member the pop script would park again is
-    left where it is (``unreadable``) unless ``force``."""
-    keys = queue.keys(name)
-    script = queue.client.register_script(_REQUEUE)
-    out = []
-    for index, member in _select(queue.poison_members(name), indexes):
-        result = int(script(keys=[keys.poison, keys.list, keys.notify], args=[member, "1" if force else "0"]))
-        status = {1: "requeued", 0: "gone", -1: "unreadable"}[result]
-        out.append(PoisonOutcome(index, status, poison_reason(member) if result == -1 else ""))
-    return out
-
-
-def drop_poison(queue: RedisQueue, name: str | None, indexes: Iterable[int] | None = None) -> list[PoisonOutcome]:
-    """Delete poison members (all, or those at ``indexes``), each by its exact bytes."""
-    keys = queue.keys(name)
-    script = queue.client.register_script(_DROP)
-    return [PoisonOutcome(index, "dropped" if int(script(keys=[keys.poison], args=[member])) else "gone")
-            for index, member in _select(queue.poison_members(name), indexes)]
 
 
 # -- JSON Lines ----------------------------------------------------------------------------------------
