@@ -41,6 +41,26 @@ def _split_target(ops: Ops, target: str) -> tuple[str, str]:
     return connection, queue
 
 
+def _toggle(ops: Ops, target: str | None, all_queues: bool, verb: str, ttl: int | None = None) -> None:
+    """``queue:pause`` / ``queue:resume`` (``verb``) of one queue or, with ``all_queues``, of every queue."""
+    cache = ops.cache()
+    try:
+        if all_queues:
+            (cache.pause_all if verb == "paused" else cache.resume_all)()
+            click.echo(f"Job processing on all queues has been {verb}.")
+            return
+        if not target:
+            raise click.UsageError("give [CONNECTION:]QUEUE or --all")
+        connection, queue = _split_target(ops, target)
+        if verb == "paused":
+            cache.pause(connection, queue, ttl)
+        else:
+            cache.resume(connection, queue)
+    except NotImplementedError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"Job processing on queue [{connection}:{queue}] has been {verb}.")
+
+
 @click.command("pause")
 @settings_options
 @click.argument("target", metavar="[CONNECTION:]QUEUE", required=False)
@@ -48,19 +68,7 @@ def _split_target(ops: Ops, target: str) -> tuple[str, str]:
 @click.option("--for", "ttl", type=int, default=None, help="Resume by itself after this many seconds.")
 def pause_cmd(ops: Ops, target: str | None, all_queues: bool, ttl: int | None) -> None:
     """Stop workers taking jobs from a queue (Laravel 12.40+), like queue:pause."""
-    cache = ops.cache()
-    try:
-        if all_queues:
-            cache.pause_all()
-            click.echo("Job processing on all queues has been paused.")
-            return
-        if not target:
-            raise click.UsageError("give [CONNECTION:]QUEUE or --all")
-        connection, queue = _split_target(ops, target)
-        cache.pause(connection, queue, ttl)
-    except NotImplementedError as exc:
-        raise click.ClickException(str(exc)) from exc
-    click.echo(f"Job processing on queue [{connection}:{queue}] has been paused.")
+    _toggle(ops, target, all_queues, "paused", ttl)
 
 
 @click.command("resume")
@@ -69,16 +77,4 @@ def pause_cmd(ops: Ops, target: str | None, all_queues: bool, ttl: int | None) -
 @click.option("--all", "all_queues", is_flag=True, help="Resume every queue (13.25+).")
 def resume_cmd(ops: Ops, target: str | None, all_queues: bool) -> None:
     """Let workers take jobs from a paused queue again, like queue:resume."""
-    cache = ops.cache()
-    try:
-        if all_queues:
-            cache.resume_all()
-            click.echo("Job processing on all queues has been resumed.")
-            return
-        if not target:
-            raise click.UsageError("give [CONNECTION:]QUEUE or --all")
-        connection, queue = _split_target(ops, target)
-        cache.resume(connection, queue)
-    except NotImplementedError as exc:
-        raise click.ClickException(str(exc)) from exc
-    click.echo(f"Job processing on queue [{connection}:{queue}] has been resumed.")
+    _toggle(ops, target, all_queues, "resumed")
