@@ -45,10 +45,26 @@ def test_every_redis_command_takes_redis_url_and_env_file():
     assert lacking == []
 
 
-def test_redis_url_is_used(redis_server, redis_client):
+def test_redis_url_is_used_by_every_kind_of_command(redis_server, redis_client, tmp_path):
+    """REDIS_PORT points nowhere: only --redis-url can reach the server."""
     redis_client.rpush("px_queues:via-url", b'{"uuid":"u1","id":"i1","attempts":0,"job":"X","data":{}}')
-    out = CliRunner().invoke(main, ["status", "--json", "--prefix", "px_", "--sample", "0",
-                                    "--redis-url", redis_server.url],
-                             env={"REDIS_PORT": "1", "CACHE_STORE": "redis", "LARAQ_LARAVEL_VERSION": "12.67"})
-    assert out.exit_code == 0, out.output
-    assert '"queue": "via-url"' in out.output
+    env = {"REDIS_PORT": "1", "CACHE_STORE": "redis", "LARAQ_LARAVEL_VERSION": "12.67", "DB_CONNECTION": "sqlite",
+           "DB_DATABASE": str(tmp_path / "db.sqlite")}
+    url = ["--prefix", "px_", "--redis-url", redis_server.url]
+
+    def ok(*args: str) -> str:
+        result = CliRunner().invoke(main, [*args, *url], env=env)
+        assert result.exit_code == 0, (args, result.output)
+        return result.stdout
+
+    assert '"queue": "via-url"' in ok("status", "--json", "--sample", "0")
+    assert "u1" in ok("peek", "via-url") and "u1" in ok("show", "u1", "--no-failed")
+    assert '\\"uuid\\":\\"u1' in ok("export", "via-url")
+    ok("copy", "via-url", "mirror")
+    assert redis_client.llen("px_queues:mirror") == 1
+    ok("pause", "via-url")  # the cache connection follows --redis-url too (its /0 wins, as REDIS_URL in Laravel)
+    assert redis_client.exists("px_laravel-cache-illuminate:queue:paused:redis:via-url")
+    assert '"paused": true' in ok("status", "via-url", "--json", "--sample", "0")
+    assert "no poison members" in ok("poison", "list")
+    bad = CliRunner().invoke(main, ["status", "--sample", "0", "--redis-url", "nonsense://x"], env=env)
+    assert bad.exit_code == 2 and "--redis-url" in bad.output

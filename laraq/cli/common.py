@@ -5,6 +5,7 @@ output and the parsing of delays and ``NAME=JSON`` assignments.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ class Ops:
             settings = LaravelSettings.from_env(env_file=env_file, version=laravel)
         except (OSError, ValueError) as exc:
             raise click.ClickException(str(exc)) from exc
+        if prefix is not None:  # REDIS_PREFIX for every connection, as `laraq work --prefix` (cache keys too)
+            settings = dataclasses.replace(settings, redis_prefix=prefix)
         if redis_url:
             import redis
 
@@ -49,7 +52,7 @@ class Ops:
             client,
             connection_name=settings.connection_name,
             default_queue=settings.redis_queue,
-            prefix=settings.redis_prefix if prefix is None else prefix,
+            prefix=settings.redis_prefix,
             retry_after=settings.retry_after,
             version=settings.version,
         )
