@@ -187,13 +187,16 @@ class TransferSummary:
     existing: dict[str, int] = field(default_factory=dict)
     verified: dict[str, int] | None = None
     left_reserved: int = 0
+    #: ``Class uuid`` of the first reserved members left (at most 5), to name them.
+    left_reserved_jobs: list[str] = field(default_factory=list)
     retry_after: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "source": self.source, "destination": self.destination,
                 "transferred": self.transferred, "verified_at_destination": self.verified,
                 "skipped_by_filter": self.skipped, "already_at_destination": self.existing,
-                "left_reserved": self.left_reserved, "recovered": self.recovered}
+                "left_reserved": self.left_reserved, "left_reserved_jobs": self.left_reserved_jobs,
+                "recovered": self.recovered}
 
     def describe(self, *, dry_run: bool = False) -> str:
         """One summary line, then one line per thing left undone and how to do it."""
@@ -217,9 +220,11 @@ class TransferSummary:
             lines.append(f"  {_count(self.skipped)} left in place by --filter")
         if self.left_reserved:
             wait = f"{self.retry_after} s" if self.retry_after is not None else "its timeout"
-            lines.append(f"  {self.left_reserved} reserved jobs left in the source (workers are running them): "
-                         f"--include-reserved takes them too, or re-run after retry_after ({wait}), when the "
-                         "unfinished ones are back in the queue")
+            named = ", ".join(self.left_reserved_jobs) + (", ..." if self.left_reserved > len(self.left_reserved_jobs)
+                                                          else "")
+            lines.append(f"  {self.left_reserved} reserved jobs left in the source (workers are running them: "
+                         f"{named}): --include-reserved takes them too, or re-run after retry_after ({wait}), "
+                         "when the unfinished ones are back in the queue")
         return "\n".join(lines)
 
 
@@ -337,12 +342,15 @@ class Transfer:
                               for m in self._scan(self.dest.client, self.dst_keys, state)}
         return self._dest_ids
 
-    def _left_reserved(self) -> int:
+    def _left_reserved(self, summary: TransferSummary) -> None:
+        """Count (and name the first few of) the reserved members this transfer leaves in the source."""
         if "reserved" in self.states:
-            return 0
-        if not self.class_filter:
-            return int(self.source.client.zcard(self.src_keys.reserved))
-        return sum(1 for m in self._scan(self.source.client, self.src_keys, "reserved") if self._wanted(m, "reserved"))
+            return
+        left = [m for m in self._scan(self.source.client, self.src_keys, "reserved") if self._wanted(m, "reserved")]
+        summary.left_reserved = len(left)
+        for member in left[:5]:
+            view = JobView.from_member(self.source_name, "reserved", member, with_properties=False)
+            summary.left_reserved_jobs.append(f"{view.name or '?'} {view.uuid or view.id or _hash(member)[:12]}")
 
     # -- running -----------------------------------------------------------------------------------
 
@@ -363,7 +371,7 @@ class Transfer:
                         continue
                     seen.add(ident)
                 summary.transferred[state] += 1
-        summary.left_reserved = self._left_reserved()
+        self._left_reserved(summary)
         return summary
 
     def _summary(self) -> TransferSummary:
@@ -392,7 +400,7 @@ class Transfer:
                 if not self.move or moved == 0:
                     break
         self.finish()
-        summary.left_reserved = self._left_reserved()
+        self._left_reserved(summary)
         if verify:
             summary.verified = self.verify()
         return summary

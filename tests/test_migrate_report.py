@@ -70,6 +70,8 @@ def test_move_names_the_reserved_jobs_it_left_and_can_take_them(redis_client, ot
     assert "verified at the destination: 6 pending, 3 delayed" in text
     [hint] = [line for line in lines if "reserved jobs left" in line]
     assert hint.strip().startswith("2 reserved jobs left in the source") and "--include-reserved" in hint
+    reserved = [json.loads(m)["uuid"] for m in redis_client.zrange(PREFIX + "queues:default:reserved", 0, -1)]
+    assert all(f"App\\Jobs\\EchoJob {uuid}" in hint for uuid in reserved)  # named
     assert "retry_after (90 s)" in hint
     report = json.loads(invoke(env, "move", "default", "--to-url", other_server.url, "--include-reserved",
                                "--json"))
