@@ -222,7 +222,7 @@ def status_cmd(ops: Ops, queues: tuple[str, ...], sample: float, max_size: int |
         if snap.alerting:
             sys.exit(1)
         return
-    marks = mark_lists(ops.queue, ops.queues(asked))
+    marks: list[ListMark] | None = None  # the first frame has nothing to measure against yet
     frame = 0
     snap = None
     try:
