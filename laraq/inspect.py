@@ -447,17 +447,18 @@ def find_job(
     return found
 
 
-def find_failed(store: Any, ident: str, *, encrypter: Any = None, max_elements: int | None = None) -> list[JobView]:
+def find_failed(store: Any, ident: str, *, encrypter: Any = None, max_elements: int | None = None,
+                scan_payloads: bool = True) -> list[JobView]:
     """Rows of a failed-job store whose id (what ``queue:failed`` shows), payload ``uuid`` or payload ``id``
     is ``ident``, as :class:`JobView` in state ``failed``.
 
-    The store's own lookup (by its id) comes first; only when it finds nothing are the rows' payloads
-    searched for the uuid or payload id."""
+    The store's own lookup (by its id) comes first; only when it finds nothing, and ``scan_payloads``,
+    are the rows' payloads searched for the uuid or payload id (every row is read)."""
     rows = []
     hit = store.find(ident)
     if hit is not None:
         rows.append(hit)
-    else:
+    elif scan_payloads:
         for row in store.all():
             if ident not in row.payload:
                 continue

@@ -102,13 +102,14 @@ def preview(value: Any, *, chars: int = 200, items: int = 20, depth: int = 0) ->
     return value
 
 
-def _search_failed(ops: Ops, ident: str, queue_names: Sequence[str], budget: int | None) -> tuple[list[JobView], str]:
+def _search_failed(ops: Ops, ident: str, queue_names: Sequence[str], budget: int | None,
+                   scan: bool) -> tuple[list[JobView], str]:
     """Matches in the failed-job store, and a note when it could not be searched."""
     from laraq.inspect import find_failed
 
     try:
         store = ops.failed_store()
-        found = find_failed(store, ident, encrypter=ops.encrypter, max_elements=budget)
+        found = find_failed(store, ident, encrypter=ops.encrypter, max_elements=budget, scan_payloads=scan)
     except Exception as exc:  # a store that is down or missing must not hide the Redis matches
         message = exc.message if isinstance(exc, click.ClickException) else f"{type(exc).__name__}: {exc}"
         return [], f"the failed-job store was not searched ({message})"
@@ -132,7 +133,9 @@ def show_cmd(ops: Ops, ident: str, queue_names: tuple[str, ...], full: bool, ski
     found = find_job(ops.queue, ident, ops.queues(queue_names), encrypter=ops.encrypter, max_elements=budget)
     note = ""
     if not skip_failed:
-        failed, note = _search_failed(ops, ident, queue_names, budget)
+        # by the store's id always; through every row's payload only when Redis had no match (a big
+        # failed_jobs table would otherwise cost seconds on every show)
+        failed, note = _search_failed(ops, ident, queue_names, budget, scan=not found)
         found += failed
     if note:
         click.echo(f"note: {note}", err=True)
