@@ -77,24 +77,11 @@ def test_max_alerts_like_queue_monitor_and_exits_1(env, redis_client):  # noqa: 
 def test_watch_frames(env, redis_client):  # noqa: F811
     seed(redis_client)
     result = invoke(env, "status", "--watch", "--frames", "2", "--interval", "0.1", "--json")
-    docs = _split_json(result.stdout)
+    docs = [json.loads(line) for line in result.stdout.splitlines()]  # JSON Lines
     assert len(docs) == 2 and all(d["queues"][0]["pending"] == 3 for d in docs)
     assert docs[0]["queues"][0]["pickups"] is None and docs[1]["queues"][0]["pickups"]["taken"] == 0  # between frames
     text = invoke(env, "status", "--watch", "--frames", "1").stdout
     assert "Ctrl-C" in text and "default" in text
-
-
-def _split_json(text):
-    decoder = json.JSONDecoder()
-    pos, out = 0, []
-    text = text.strip()
-    while pos < len(text):
-        doc, end = decoder.raw_decode(text, pos)
-        out.append(doc)
-        pos = end
-        while pos < len(text) and text[pos].isspace():
-            pos += 1
-    return out
 
 
 def test_empty_prefix_names_where_the_queues_are(env, redis_client):  # noqa: F811

@@ -13,6 +13,7 @@ store (12.40+ keys, 13.25+ global pause); either one that cannot be read is name
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -202,7 +203,7 @@ def _is_tty() -> bool:
               help="Seconds between two --watch frames (also the rate's measuring window).")
 @click.option("--frames", type=click.IntRange(1), default=None, metavar="N",
               help="With --watch: stop after N frames (default: run until Ctrl-C).")
-@click.option("--json", "as_json", is_flag=True, help="Print the counters as JSON (one document per frame).")
+@click.option("--json", "as_json", is_flag=True, help="Print the counters as JSON (with --watch: one line per frame).")
 def status_cmd(ops: Ops, queues: tuple[str, ...], sample: float, max_size: int | None, watch: bool,
                interval: float, frames: int | None, as_json: bool) -> None:
     """Sizes, ages, failed count, paused state, pickup rate and wait estimate of QUEUES (default: every
@@ -234,7 +235,7 @@ def status_cmd(ops: Ops, queues: tuple[str, ...], sample: float, max_size: int |
             if not as_json:
                 click.echo(f"laraq status  {time.strftime('%Y-%m-%d %H:%M:%S')}  prefix {ops.queue.prefix!r}  "
                            f"every {interval:g}s  (Ctrl-C to stop)")
-            _emit(snap, as_json)
+            _emit(snap, as_json, lines=True)
             if frames is not None and frame >= frames:
                 break
             marks = mark_lists(ops.queue, [s.queue for s in snap.statuses])
@@ -245,8 +246,10 @@ def status_cmd(ops: Ops, queues: tuple[str, ...], sample: float, max_size: int |
         sys.exit(1)
 
 
-def _emit(snap: Snapshot, as_json: bool) -> None:
-    if as_json:
+def _emit(snap: Snapshot, as_json: bool, *, lines: bool = False) -> None:
+    if as_json and lines:  # --watch --json: one compact document per line (JSON Lines)
+        click.echo(json.dumps(snap.to_dict(), ensure_ascii=False, default=str))
+    elif as_json:
         emit_json(snap.to_dict())
     else:
         render(snap)
