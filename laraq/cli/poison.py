@@ -36,7 +36,7 @@ def _preview(member: bytes) -> str:
     return text if len(text) <= PREVIEW and len(member) <= PREVIEW * 4 else text[:PREVIEW - 1] + "…"
 
 
-@poison_group.command("list")
+@poison_group.command("list", short_help="Poison members with the reason they are there.")
 @settings_options
 @click.argument("queues", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print the members as JSON (body, or body_b64).")
@@ -76,7 +76,7 @@ def _targets(indexes: Sequence[int], all_members: bool) -> list[int] | None:
     return None if all_members else list(indexes)
 
 
-@poison_group.command("requeue")
+@poison_group.command("requeue", short_help="Put poison members back on their queue.")
 @settings_options
 @click.argument("queue_name", metavar="QUEUE")
 @click.argument("indexes", nargs=-1, type=click.IntRange(0), metavar="[N]...")
@@ -105,7 +105,7 @@ def poison_requeue_cmd(ops: Ops, queue_name: str, indexes: tuple[int, ...], all_
         sys.exit(1)
 
 
-@poison_group.command("drop")
+@poison_group.command("drop", short_help="Delete poison members.")
 @settings_options
 @click.argument("queue_name", metavar="QUEUE")
 @click.argument("indexes", nargs=-1, type=click.IntRange(0), metavar="[N]...")
