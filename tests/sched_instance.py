@@ -50,6 +50,21 @@ def realtime_app() -> App:
     return app
 
 
+def worker_app() -> App:
+    """A Python-function entry every second, run by the same ``laraq work --schedule`` process."""
+    import os
+
+    app = App()
+
+    @app.schedule(every=1, name="tick-file", queue="py", catch_up="once")
+    def tick_file(run) -> None:
+        with open(os.environ["SCHED_OUT"], "a") as fh:
+            fh.write(f"{run.name} {int(run.due.timestamp())}\n")
+
+    app.schedule_job("App\\Jobs\\Nightly", cron="0 3 * * *", tz="Europe/Berlin", name="nightly", queue="php")
+    return app
+
+
 def main() -> None:
     port, name, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     client = redis.Redis(port=port)
