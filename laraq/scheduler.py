@@ -74,7 +74,8 @@ def default_instance() -> str:
 @dataclass(frozen=True)
 class ClaimResult:
     """What one claim did: ``fired`` (with the due times), ``lost``, ``paused``, ``overlap``, ``gone``,
-    ``changed`` (another definition is stored) or ``idle`` (nothing due)."""
+    ``changed`` (another definition is stored), ``idle`` (nothing due) or ``error`` (the job could not
+    be built; logged once, nothing written)."""
 
     name: str
     status: str
@@ -135,6 +136,9 @@ class Scheduler:
         if hasattr(entries, "schedule_entries"):
             entries = entries.schedule_entries
         self.entries: dict[str, Entry] = {e.name: e for e in entries}
+        if queue.cluster:
+            raise ValueError("the scheduler needs one Redis (or Sentinel): a claim writes the schedule keys and "
+                             "the queue's keys in one script, which Redis Cluster cannot do across slots")
         self.queue = queue
         self.store = ScheduleStore(queue.client, queue.prefix)
         self.clock = clock or redis_clock(queue.client)
@@ -202,7 +206,14 @@ class Scheduler:
                 if score <= now - self.orphan_grace and self.store.forget(name, score):
                     log.warning("schedule entry %s is declared by no running instance: removed", name)
                 continue
-            results.append(self.claim(entry, score, now))
+            try:
+                results.append(self.claim(entry, score, now))
+            except (ValueError, TypeError) as exc:  # this entry cannot build its job: the others still fire
+                key = (name, f"build:{exc}")
+                if key not in self._warned:
+                    self._warned.add(key)
+                    log.error("schedule entry %s cannot build its job and is not fired: %s", name, exc)
+                results.append(ClaimResult(name, "error", []))
         return results
 
     def claim(self, entry: Entry, score: int, now: float) -> ClaimResult:

@@ -358,3 +358,19 @@ def test_laraq_work_with_schedule_fires_and_runs_python_entries_in_one_process(r
     assert len(ran) + redis_client.llen(f"{PREFIX}queues:py") == len(history)
     assert sorted(ran) == sorted({line for line in ran})
     assert {int(line.split()[1]) for line in ran} <= {h["due"] for h in history}
+
+
+def test_an_entry_that_cannot_build_its_job_is_reported_and_does_not_stop_the_others(redis_client, caplog):
+    app = App()
+    app.schedule_job("App\\Jobs\\Secret", every=60, name="secret", encrypt=True)   # no APP_KEY given
+    app.schedule_job("App\\Jobs\\Fine", every=60, name="fine")
+    now = [float(ts(2026, 1, 1, 12, 0, 0))]
+    s = make(redis_client, app, now)
+    s.sync()
+    now[0] += 60
+    with caplog.at_level("ERROR", logger="laraq.scheduler"):
+        results = {r.name: r.status for r in s.tick()}
+    assert results == {"secret": "error", "fine": "fired"}
+    assert "schedule entry secret cannot build its job" in caplog.text and "APP_KEY" in caplog.text
+    assert s.store.score("secret") == ts(2026, 1, 1, 12, 1)    # still due: it fires once the key is there
+    assert [p["displayName"] for p in queued(redis_client)] == ["App\\Jobs\\Fine"]
