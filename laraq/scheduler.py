@@ -325,27 +325,26 @@ class Scheduler:
 def attach_to_worker(worker: Any) -> Scheduler:
     """``laraq work --schedule``: run the worker's app's schedule in a thread of the worker process.
 
-    The thread stops when the worker stops (through the worker's event seam when it has one; else it is
-    a daemon thread and ends with the process). A worker killed by SIGKILL takes its scheduler with it;
-    other instances keep firing, and the claims it made are complete or never happened.
+    Hooked on the worker's event seam (:class:`laraq.events.WorkerListener`): the thread starts with
+    ``worker_starting`` and stops with ``worker_stopping``. A worker killed by SIGKILL takes its
+    scheduler with it; the other instances keep firing, and every claim it made is complete or never
+    happened.
     """
+    from laraq.events import WorkerListener
+
     scheduler = Scheduler(worker.app, worker.queue, encrypter=getattr(worker, "encrypter", None))
     if not scheduler.entries:
         log.warning("--schedule: the app declares no schedule entries")
         return scheduler
-    add_listener = getattr(worker, "add_listener", None)
-    if add_listener is not None:
-        try:
-            from laraq.events import WorkerListener  # type: ignore[import-not-found]
 
-            class _StopScheduler(WorkerListener):  # type: ignore[misc]
-                def worker_stopping(self, _worker: Any, _status: int) -> None:
-                    scheduler.stop()
+    class ScheduleListener(WorkerListener):
+        def worker_starting(self, _worker: Any) -> None:
+            scheduler.start()
 
-            add_listener(_StopScheduler())
-        except ImportError:
-            pass
-    scheduler.start()
+        def worker_stopping(self, _worker: Any, _status: int) -> None:
+            scheduler.stop()
+
+    worker.add_listener(ScheduleListener())
     return scheduler
 
 
