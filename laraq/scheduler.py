@@ -154,6 +154,11 @@ class Scheduler:
         self._last_sweep = -math.inf
         self._warned: set[tuple[str, str]] = set()
         self.stop_event = threading.Event()
+        for entry in self.entries.values():
+            if entry.kind == "function" and entry.target.queue is None:
+                log.warning("schedule entry %s (a Python function) is queued on the default queue %r: a PHP worker "
+                            "on that queue would fail it; give it queue= a queue only laraq works",
+                            entry.name, queue.queue_name(None))
 
     # -- definitions -----------------------------------------------------------------------------------
 

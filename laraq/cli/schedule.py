@@ -104,7 +104,8 @@ def list_cmd(ops: Ops, app_spec: str | None, history: int, as_json: bool) -> Non
         print_table(
             ["entry", "timing", "target", "next due (UTC)", "last due (UTC)", "fired by", "fires", "skipped", "state"],
             [[r["name"], r.get("timing", "?"), r.get("target", "?"), fmt_time(r.get("next_due")),
-              fmt_time(r.get("last_due")), r.get("last_by") or "-", r.get("fires", 0),
+              fmt_time(r.get("last_due")), r.get("last_by") or "-",
+              f"{r.get('fires', 0)}+{r['manual']}" if r.get("manual") else r.get("fires", 0),
               r.get("skipped", 0) + r.get("overlapped", 0), _state(r)] for r in rows])
     if fired:
         click.echo("")
