@@ -22,9 +22,10 @@ A Python-function entry (``@app.schedule``) fires the same way: the claim pushes
 exactly once; *running* has the queue's at-least-once semantics (a worker killed mid-run leaves the
 job reserved, and it runs again after ``retry_after``), as for any queued Laravel job.
 
-Definitions are synced at start and every ``sync_interval``: a new or changed definition (its hash
-differs) gets a first due time after both ``now`` and its last firing, so a change never fires a due
-time twice; an instance whose definition differs from the stored one never fires that entry. An
+Definitions are installed at start: a new or changed definition (its hash differs) gets a first due
+time after both ``now`` and its last firing, so a change never fires a due time twice; an instance
+whose definition differs from the stored one never fires that entry. Every ``sync_interval`` an
+instance re-adds its entries that are missing, but never overwrites another instance's definition. An
 entry in Redis that no instance declares is removed once it has been overdue for ``orphan_grace``
 seconds (a rolling deploy where old instances still declare it keeps it alive by firing it).
 
