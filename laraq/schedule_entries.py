@@ -62,6 +62,10 @@ ALIASES = {
 #: (a year of a per-minute expression is about 525,000).
 MAX_WALK = 1_000_000
 
+#: At most this many jobs are pushed by one claim (one script call); a longer catch-up backlog is
+#: fired by the following claims, oldest first.
+MAX_PER_CLAIM = 500
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,199}$")
 
 
@@ -304,6 +308,8 @@ class Entry:
             fire = [recent[-1]] if now - recent[-1] <= policy.grace else []
         else:
             fire = list(recent)
+        if len(fire) > MAX_PER_CLAIM:  # a long backlog: fire it in bounded claims, oldest first
+            return Plan(fire[:MAX_PER_CLAIM], count - len(fire), fire[MAX_PER_CLAIM])
         return Plan(fire, count - len(fire), next_due)
 
 

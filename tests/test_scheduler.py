@@ -376,3 +376,26 @@ def test_an_entry_that_cannot_build_its_job_is_reported_and_does_not_stop_the_ot
     assert "schedule entry secret cannot build its job" in caplog.text and "APP_KEY" in caplog.text
     assert s.store.score("secret") == ts(2026, 1, 1, 12, 1)    # still due: it fires once the key is there
     assert [p["displayName"] for p in queued(redis_client)] == ["App\\Jobs\\Fine"]
+
+
+def test_a_long_backlog_is_fired_in_bounded_claims_each_due_time_once(redis_client):
+    from laraq.schedule_entries import MAX_PER_CLAIM
+
+    app = App()
+    app.schedule_job("App\\Jobs\\Tick", every=1, name="tick", catch_up=2000)
+    now = [float(ts(2026, 1, 1, 12, 0, 0))]
+    s = make(redis_client, app, now)
+    s.sync()
+    now[0] += 3000                      # 3000 missed seconds: the newest 2000 fire, 1000 are skipped
+    sizes = []
+    for _ in range(10):
+        results = s.tick()
+        if not results:
+            break
+        sizes += [len(r.due) for r in results]
+    assert sizes == [MAX_PER_CLAIM] * 4
+    dues = [h["due"] for h in s.store.history()]
+    assert dues == list(range(int(now[0]) - 1999, int(now[0]) + 1))
+    row = s.store.status()[0]
+    assert (row["fires"], row["skipped"], row["next_due"]) == (2000, 1000, int(now[0]) + 1)
+    assert len(queued(redis_client)) == 2000
