@@ -74,3 +74,26 @@ def test_enum_queue_names(app: PhpApp, redis_client: Any) -> None:
     assert redis_client.llen(app.prefix + "queues:emails") == 1
     work(app, "--queue=emails")
     assert [r["queue"] for r in app.runs()] == ["emails"]
+
+
+def test_horizon_runs_jobs_with_the_fixture_work_command(laravel: str, redis_client: Any, redis_server: Any) -> None:
+    if laravel == "8":
+        pytest.skip("Horizon is not part of Debian's Laravel 8")
+    from test_worker_support import wait_for
+
+    app = PhpApp(redis_server.port, version=laravel, horizon=True)
+    app.tool("dispatch", "echo", "--args=" + json.dumps({"args": {"via": "horizon"}}))
+    proc = app.popen_artisan("horizon")
+    try:
+        wait_for(lambda: app.runs(), timeout=60)
+        status = app.artisan("horizon:status").stdout
+        assert "running" in status.lower()
+    finally:
+        app.artisan("horizon:terminate")
+        try:
+            out, err = proc.communicate(timeout=60)
+        except Exception:
+            proc.kill()
+            out, err = proc.communicate()
+    assert "stop-when-empty-for" not in out + err
+    assert [(r["args"], r["attempts"]) for r in app.runs()] == [({"via": "horizon"}, 1)]
