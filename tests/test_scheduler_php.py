@@ -1,4 +1,4 @@
-"""Scheduled Laravel jobs, run by real PHP (Laravel 8.83 fixture app through ``php artisan queue:work``).
+"""Scheduled Laravel jobs, run by real PHP (the Laravel 8, 12 and 13 fixture apps, ``php artisan queue:work``).
 
 * the payload a claim pushes is the payload PHP's own ``dispatch()`` of the same job writes (only the
   random ``uuid``/``id`` differ);
@@ -38,28 +38,34 @@ def php_app(php, redis_client, redis_server, tmp_path):
     return PhpApp(redis_server.port, workdir=tmp_path)
 
 
-def test_a_fired_job_is_byte_for_byte_what_php_dispatch_writes_and_artisan_runs_it(php_app, redis_client):
+def test_a_fired_job_is_byte_for_byte_what_php_dispatch_writes_and_artisan_runs_it(laravel, redis_client,
+                                                                                   redis_server, tmp_path):
+    php_app = PhpApp(redis_server.port, version=laravel, workdir=tmp_path)
+    prefix = php_app.prefix
     php_app.tool("dispatch", "echo", "--queue=cmp", "--args=" + json.dumps({"args": {"k": "vé"}, "mode": "ok"}))
-    php_payload = json.loads(redis_client.lpop(PREFIX + "queues:cmp"))
-    redis_client.delete(PREFIX + "queues:cmp:notify")
+    php_payload = json.loads(redis_client.lpop(prefix + "queues:cmp"))
+    redis_client.delete(prefix + "queues:cmp:notify")
     ordered = {"args": {"k": "vé"}, "mode": "ok", "seconds": 0, "tries": None, "backoff": None, "timeout": None,
                "maxExceptions": None, "failOnTimeout": False, "\0*\0note": "protected note",
                "\0App\\Jobs\\EchoJob\0hidden": "private value"}
     app = App()
     app.schedule_job("App\\Jobs\\EchoJob", ordered, cron="* * * * *", queue="cmp", connection="redis", name="echo")
     now = [1_800_000_000.0]
-    queue = RedisQueue(redis_client, prefix=PREFIX, version="8.83.26")
+    queue = RedisQueue(redis_client, prefix=prefix, version=php_app.release)
     scheduler = Scheduler(app, queue, clock=lambda: now[0], instance="diff")
     scheduler.sync()
     now[0] += 60
     [result] = scheduler.tick()
     assert result.status == "fired"
-    [raw] = redis_client.lrange(PREFIX + "queues:cmp", 0, -1)
+    [raw] = redis_client.lrange(prefix + "queues:cmp", 0, -1)
     fired = json.loads(raw)
     assert fired["data"]["command"] == php_payload["data"]["command"]
     assert fired["uuid"] == result.uuids[0]
     for key in ("uuid", "id"):
         fired[key] = php_payload[key]
+    for key in ("createdAt", "pushedAt"):        # timestamps of the two pushes (12.11+ / Horizon)
+        if key in php_payload:
+            fired[key] = php_payload[key]
     assert fired == php_payload and list(fired) == list(php_payload)
     proc = php_app.artisan("queue:work", "redis", "--queue=cmp", "--stop-when-empty", "--sleep=0")
     assert proc.returncode == 0, proc.stderr + proc.stdout
