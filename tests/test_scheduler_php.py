@@ -105,7 +105,7 @@ def test_three_real_processes_fire_each_second_exactly_once_and_artisan_runs_eac
         for proc in procs.values():                          # total downtime: nobody is running
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)
-        time.sleep(3.5)
+        time.sleep(6.5)                                       # > two periods of the 3 s entry
         procs = {f"r{i}b": _start(port, f"r{i}b") for i in range(3)}
         _run_for(6, procs)
     finally:
