@@ -13,7 +13,7 @@ An :class:`Entry` is one line of Laravel's ``Schedule`` (``$schedule->job(...)->
   missed times collapse into one firing) or ``all`` (each missed time fires, at most ``limit``, the
   most recent ones);
 * overlap protection (``overlap=False``, Laravel's ``withoutOverlapping``): no new firing while the
-  job of the previous one is still queued, delayed or reserved.
+  job of the previous one is still queued, delayed or reserved (so a catch-up fires at most one job).
 
 Time zones follow cron's (cronie's) DST rules through ``cronsim``: a fixed time that does not exist
 on a spring-forward day (02:30 in Europe/Berlin on the last Sunday of March) fires at the first
@@ -308,6 +308,8 @@ class Entry:
             fire = [recent[-1]] if now - recent[-1] <= policy.grace else []
         else:
             fire = list(recent)
+        if self.overlap and len(fire) > 1:  # no two jobs of an overlap-protected entry at once
+            fire = fire[-1:]
         if len(fire) > MAX_PER_CLAIM:  # a long backlog: fire it in bounded claims, oldest first
             return Plan(fire[:MAX_PER_CLAIM], count - len(fire), fire[MAX_PER_CLAIM])
         return Plan(fire, count - len(fire), next_due)

@@ -235,7 +235,7 @@ class Scheduler:
         if entry is None:
             raise KeyError(f"no schedule entry named {name!r} in this app (known: {', '.join(sorted(self.entries)) or 'none'})")
         now = self.clock() if now is None else now
-        if self.store.entry(name).get("hash") != self._hashes[name]:
+        if not self.store.entry(name).get("hash"):  # not installed yet: install it (never overwrite another)
             self._sync_one(entry, now)
         when = math.floor(now)
         return self._run_claim(entry, Plan([when], 0, when), now, expected=None)

@@ -185,6 +185,8 @@ def test_changing_an_expression_never_fires_a_due_time_twice_nor_keeps_the_old_o
     assert [(r.name, r.status) for r in results] == [("r", "changed"), ("r", "fired")]
     assert [h["due"] for h in a.store.history()] == [ts(2026, 1, 1, 12, 0), ts(2026, 1, 1, 12, 15)]
     assert [h["by"] for h in a.store.history()] == ["old", "new"]
+    assert a.fire_now("r").status == "changed"                  # nor by hand from the old definition
+    assert len(a.store.history()) == 2
 
 
 def test_a_removed_entry_leaves_no_ghost_and_a_rolling_deploy_keeps_it_alive(redis_client):
@@ -399,3 +401,9 @@ def test_a_long_backlog_is_fired_in_bounded_claims_each_due_time_once(redis_clie
     row = s.store.status()[0]
     assert (row["fires"], row["skipped"], row["next_due"]) == (2000, 1000, int(now[0]) + 1)
     assert len(queued(redis_client)) == 2000
+
+
+def test_overlap_protection_caps_a_catch_up_at_one_job():
+    entry = Entry("o", Every(60), JobTarget("X"), CatchUp.parse("all"), overlap=True)
+    plan = entry.plan(960, 1590)
+    assert (plan.fire, plan.skipped, plan.next_due) == ([1560], 10, 1620)

@@ -141,6 +141,9 @@ def run_cmd(ops: Ops, name: str, app_spec: str, as_json: bool) -> None:
         click.echo(f"fired {name}: job {', '.join(result.uuids)}")
     elif result.status == "overlap":
         raise click.ClickException(f"{name} was not fired: its previous job is still queued or running")
+    elif result.status == "changed":
+        raise click.ClickException(f"{name} was not fired: the stored definition differs from this app's "
+                                   "(another version is deployed; the instance started last installs its own)")
     else:
         raise click.ClickException(f"{name} was not fired ({result.status})")
     if result.status != "fired":
