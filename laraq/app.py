@@ -15,6 +15,13 @@ r"""The handler registry: which Python function runs which Laravel job.
     @app.failed("App\\Jobs\\GenerateReport")           # the job's failed() method: called once, on failure
     def report_failed(command, job, exc): ...
 
+    @app.schedule("*/5 * * * *", tz="Europe/Berlin", catch_up="once")   # a recurring Python function
+    def tidy(): ...
+
+    app.schedule_job("App\\Jobs\\Report", {"kind": "daily"}, cron="0 6 * * *", queue="reports")
+
+Schedule entries are fired by :mod:`laraq.scheduler` (``laraq work --schedule`` / ``laraq schedule work``).
+
 A payload is matched the way Laravel resolves the class that runs it: for object jobs
 (``Illuminate\\Queue\\CallQueuedHandler@call``) by ``data.commandName``, then ``displayName``; for
 string jobs by the ``job`` string (``Class@method``), then by the class alone when the method is the
@@ -31,7 +38,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from laraq.payload import CALL_QUEUED_HANDLER, Payload, PayloadError
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     from laraq.job import Job
+    from laraq.schedule_entries import Entry as ScheduleEntry
 
 __all__ = ["App", "Handler", "HandlerFunc", "FailedFunc"]
 
@@ -69,6 +79,7 @@ class App:
         self._failed: dict[str, FailedFunc] = {}
         #: (job, commandName, displayName) -> handler or None: the lookup runs once per job shape
         self._resolved: dict[tuple[Any, Any, Any], Handler | None] = {}
+        self._schedule: dict[str, ScheduleEntry] = {}
 
     # -- registration ------------------------------------------------------------------------------
 
@@ -104,6 +115,53 @@ class App:
             return func
 
         return decorate
+
+    # -- the schedule (see laraq.scheduler) ------------------------------------------------------------
+
+    @property
+    def schedule_entries(self) -> list[ScheduleEntry]:
+        return list(self._schedule.values())
+
+    def add_schedule_entry(self, entry: ScheduleEntry) -> ScheduleEntry:
+        if entry.name in self._schedule:
+            raise ValueError(f"a schedule entry named {entry.name} is already declared")
+        self._schedule[entry.name] = entry
+        return entry
+
+    def schedule(self, cron: str | None = None, *, every: timedelta | int | None = None, tz: str = "UTC",
+                 name: str | None = None, queue: str | None = None, catch_up: str | int = "skip", grace: int = 60,
+                 overlap: bool = False, overlap_ttl: int = 86_400, offset: int = 0) -> Callable[[Any], Any]:
+        """Decorator: run the function on a cron expression or an interval (queued on ``queue``)."""
+        from laraq.schedule_entries import CatchUp, Entry, FunctionTarget, as_timing, function_job_name
+        from laraq.scheduler import function_handler
+
+        def decorate(func: Any) -> Any:
+            entry_name = name or f"{func.__module__}.{func.__name__}"
+            entry = Entry(entry_name, as_timing(cron, every, tz, offset), FunctionTarget(func, queue),
+                          CatchUp.parse(catch_up, grace), overlap, overlap_ttl)
+            self.add_schedule_entry(entry)
+            self.register(function_job_name(entry_name), function_handler(entry_name, func))
+            return func
+
+        return decorate
+
+    def schedule_job(self, class_name: str, properties: dict[str, Any] | None = None, *, cron: str | None = None,
+                     every: timedelta | int | None = None, tz: str = "UTC", name: str | None = None,
+                     queue: str | None = None, connection: str | None = None, catch_up: str | int = "skip",
+                     grace: int = 60, overlap: bool = False, overlap_ttl: int = 86_400, offset: int = 0,
+                     **dispatch_options: Any) -> ScheduleEntry:
+        """Dispatch a Laravel job on a schedule, with the payload ``laraq dispatch`` builds.
+
+        ``dispatch_options`` are :meth:`laraq.dispatch.Dispatcher.prepare_job`'s (``tries``,
+        ``backoff``, ``protected``, ``private``, ``delay``, ``encrypt``, ...).
+        """
+        from laraq.schedule_entries import CatchUp, Entry, JobTarget, as_timing
+
+        target = JobTarget(_norm(class_name), dict(properties or {}), queue, connection, dict(dispatch_options))
+        entry_name = name or _norm(class_name).replace("\\", ".")
+        entry = Entry(entry_name, as_timing(cron, every, tz, offset), target, CatchUp.parse(catch_up, grace),
+                      overlap, overlap_ttl)
+        return self.add_schedule_entry(entry)
 
     # -- lookup ------------------------------------------------------------------------------------
 

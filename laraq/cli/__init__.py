@@ -1,6 +1,7 @@
 """The ``laraq`` command line: one click group, commands registered from one module per family.
 
 * :mod:`laraq.cli.work` - ``laraq work`` (``php artisan queue:work``);
+* :mod:`laraq.cli.schedule` - ``laraq schedule work/list/run/pause/resume/forget`` (the scheduler);
 * :mod:`laraq.cli.ops` - dispatch/status/peek/failed/retry/... (every command in its ``COMMANDS`` list),
   registered when the module is installed.
 """
@@ -27,6 +28,8 @@ def _register() -> None:
     from laraq.cli.work import work_cmd
 
     main.add_command(work_cmd)
+    from laraq.cli.schedule import schedule_group  # laraq schedule ... (the leaderless scheduler)
+    main.add_command(schedule_group)
     if importlib.util.find_spec("laraq.cli.ops") is not None:
         ops = importlib.import_module("laraq.cli.ops")
         for command in getattr(ops, "COMMANDS", []):

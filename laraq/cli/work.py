@@ -85,6 +85,7 @@ _PARENT_ENV = "LARAQ_WORKER_PARENT"
 @click.option("--prefix", default=None, help="Redis key prefix (default: REDIS_PREFIX or the version's).")
 @click.option("--retry-after", default=None, help="Override the connection's retry_after (seconds, or 'null').")
 @click.option("--block-for", type=float, default=None, help="Override the connection's block_for (seconds).")
+@click.option("--schedule", is_flag=True, help="Also run the app's schedule entries (laraq.scheduler) in a thread.")
 @click.option("--supervise/--no-supervise", default=True, show_default=True,
               help="Run the worker in a child process that is restarted after a hard timeout.")
 def work_cmd(**params: Any) -> None:
@@ -129,6 +130,10 @@ def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None) -> int:
     except click.UsageError as exc:
         click.echo(f"laraq work: {exc.message}", err=True)
         return EXIT_USAGE
+    if params.get("schedule"):
+        from laraq.scheduler import attach_to_worker
+
+        attach_to_worker(worker)
     try:
         return worker.run()
     except Exception:
