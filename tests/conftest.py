@@ -33,6 +33,11 @@ def corpus_dir() -> Path:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # laraq's no-project fallback failed-job store (laraq.startup) must not write to the user's home
+    if "LARAQ_STATE_DIR" not in os.environ:
+        import tempfile
+
+        os.environ["LARAQ_STATE_DIR"] = tempfile.mkdtemp(prefix="laraq-state-")
     # The corpus ships with the repository; without it whole corpus test modules would skip.
     if IN_CI and not (corpus_dir() / "manifest.json").exists():
         raise pytest.UsageError(f"the Laravel wire corpus is missing at {corpus_dir()} (set LARAQ_CORPUS)")

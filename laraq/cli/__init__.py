@@ -1,6 +1,8 @@
 """The ``laraq`` command line: one click group, commands registered from one module per family.
 
 * :mod:`laraq.cli.work` - ``laraq work`` (``php artisan queue:work``);
+* :mod:`laraq.cli.setup` - ``laraq config`` (the worker's start-up banner, as text or JSON);
+* :mod:`laraq.cli.errors` - the group class: known faults become one line and an exit code;
 * :mod:`laraq.cli.ops` - dispatch/status/peek/failed/retry/... (every command in its ``COMMANDS`` list),
   registered when the module is installed.
 """
@@ -13,11 +15,12 @@ import importlib.util
 import click
 
 from laraq import __version__
+from laraq.cli.errors import LaraqGroup
 
 __all__ = ["main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LaraqGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="laraq")
 def main() -> None:
     """Laravel's Redis queue, spoken natively by Python."""
@@ -27,6 +30,9 @@ def _register() -> None:
     from laraq.cli.work import work_cmd
 
     main.add_command(work_cmd)
+    from laraq.cli.setup import config_cmd
+
+    main.add_command(config_cmd)
     if importlib.util.find_spec("laraq.cli.ops") is not None:
         ops = importlib.import_module("laraq.cli.ops")
         for command in getattr(ops, "COMMANDS", []):
