@@ -35,7 +35,7 @@ def config_cmd(app_spec: str | None, queue: str | None, env_file: str | None, la
 
     params = default_params(app_spec=app_spec, queue=queue, env_file=env_file, laravel=laravel,
                             redis_url=redis_url, prefix=prefix)
-    prepared = prepare(params, app=None if app_spec else App("none"), checks=False)
+    prepared = prepare(params, app=None if app_spec else App("none"), checks=False, strict=False)
     info: dict[str, Any] = prepared.info
     if not app_spec:
         info["handlers"], info["app"] = None, None

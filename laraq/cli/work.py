@@ -196,10 +196,11 @@ class Prepared:
 
 
 def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app: App | None = None,
-            checks: bool = True) -> Prepared:
+            checks: bool = True, strict: bool = True) -> Prepared:
     """Resolve the settings, the app and the stores (:mod:`laraq.startup`); raises :class:`StartupError`.
 
-    ``checks`` pings Redis and looks for jobs under other prefixes (off for in-process test workers).
+    ``checks`` pings Redis and looks for jobs under other prefixes (off for in-process test workers);
+    ``strict=False`` (``laraq config``) reports a store or APP_KEY fault as a warning instead.
     """
     import redis
 
@@ -207,6 +208,8 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
     from laraq.config import LaravelSettings, make_redis
     from laraq.queue import RedisQueue
     from laraq.startup import (
+        OpenedStore,
+        StartupError,
         check_app_key,
         check_redis,
         describe_setup,
@@ -226,7 +229,7 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
                                "(added in 11.53, 12.60 and 13.10)")
     if app is None:
         app = _load_app(params["app_spec"], load_app)
-    if not app.names:
+    if not app.names and params.get("app_spec"):
         log.warning("the App %s has no handlers: every job will get the --unhandled policy", params["app_spec"])
 
     url = params.get("redis_url")
@@ -244,12 +247,25 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
         client, connection_name=connection_name, default_queue=settings.redis_queue,
         prefix=settings.redis_prefix, retry_after=retry_after, block_for=block_for, version=settings.version,
     )
-    encrypter = check_app_key(settings)
-    cache = open_cache(settings, redis_url=url)
-    failer = open_failed_store(settings)
+    faults: list[str] = []
+
+    def attempt(step: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return step(*args, **kwargs)
+        except StartupError as exc:
+            if strict:
+                raise
+            faults.append(exc.message)
+            return OpenedStore(None, f"unusable (exit {exc.exit_code} in laraq work)")
+
+    encrypter = attempt(check_app_key, settings)
+    if isinstance(encrypter, OpenedStore):
+        encrypter = None
+    cache = attempt(open_cache, settings, redis_url=url)
+    failer = attempt(open_failed_store, settings)
     queues = params.get("queue") or settings.redis_queue
     names = [q for q in str(queues).split(",") if q]
-    warnings = [w for w in (settings.version_warning,) if w] + cache.warnings + failer.warnings
+    warnings = [w for w in (settings.version_warning,) if w] + faults + cache.warnings + failer.warnings
     if checks:
         warnings += queue_warnings(client, settings.redis_prefix, names)
     info = describe_setup(
