@@ -206,3 +206,54 @@ def test_malformed_app_key_fails_at_start(redis_server: RedisServer, redis_clien
     assert KEY  # a well-formed key for contrast is accepted:
     ok = _work(redis_server, "--app", "examples.handlers:app", env={"APP_KEY": KEY})
     assert ok.exit_code == 0, ok.output
+
+
+# -- the failed() hook runs once per real failure ------------------------------------------------------
+
+def test_failed_hook_runs_once_when_the_failed_store_was_down(redis_server: RedisServer,
+                                                               redis_client: redis.Redis, tmp_path: Path) -> None:
+    from laraq.app import App
+    from laraq.cli.work import build_worker, default_params
+    from laraq.failed import DatabaseUuidFailedJobStore
+
+    app = App("hook")
+    calls: list[str] = []
+
+    @app.handler("App\\Handlers\\Broken@run")
+    def broken(data: Any, job: Any) -> None:
+        raise RuntimeError("boom")
+
+    @app.failed("App\\Handlers\\Broken@run")
+    def on_failed(data: Any, job: Any, exc: BaseException) -> None:
+        calls.append(job.uuid)
+
+    db_path = tmp_path / "not-yet" / "database.sqlite"  # its directory is missing: the store is down
+    env = {"REDIS_PORT": str(redis_server.port), "DB_CONNECTION": "sqlite", "DB_DATABASE": str(db_path),
+           "LARAQ_BASE_PATH": str(tmp_path), "CACHE_DRIVER": "redis"}
+    queue = RedisQueue(redis_client, prefix="laravel_database_", version="8")
+    Dispatcher(queue).dispatch_string("App\\Handlers\\Broken@run", {"n": 1}, tries=1)
+    body = redis_client.lindex("laravel_database_queues:default", 0)
+
+    def run_once() -> None:
+        params = default_params(laravel="8", sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20)
+        worker = build_worker(params, env=env, app=app)
+        try:
+            assert worker.run() == 0
+        finally:
+            worker.close()
+
+    run_once()
+    assert calls == []  # not failed yet: the row could not be written
+    delayed = redis_client.zrange("laravel_database_queues:default:delayed", 0, -1)
+    assert delayed == [body]  # kept, byte for byte
+    redis_client.zadd("laravel_database_queues:default:delayed", {body: 0})  # due now
+
+    db_path.parent.mkdir()
+    conn = sqlite3.connect(db_path)
+    DatabaseUuidFailedJobStore(conn, "failed_jobs", dialect="sqlite").ensure_table()
+    conn.close()
+    run_once()
+    run_once()
+    assert len(calls) == 1
+    rows = sqlite3.connect(db_path).execute("select payload from failed_jobs").fetchall()
+    assert [r[0].encode() for r in rows] == [body]

@@ -69,6 +69,12 @@ _BANNER_ENV = "LARAQ_BANNER"
 @click.option("--json", "json_mode", is_flag=True, help="One JSON object per job event.")
 @click.option("-q", "--quiet", is_flag=True, help="No job output.")
 @click.option("-v", "--verbose", count=True, help="More output (-v job ids, -vv debug logs).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error", "critical"]), default=None,
+              help="Log level (default: info, so handlers' log.info lines show; -vv = debug).")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="text, or json: one JSON object per line (job fields, traceback) - job lines included.")
+@click.option("--log-config", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="A logging config file (.json dictConfig, .ini fileConfig) used as is.")
 @click.option("--env-file", type=click.Path(dir_okay=False), default=None, help="The Laravel app's .env file.")
 @click.option("--laravel", default=None, help="Laravel version profile (default: detected, else 13).")
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=1, show_default=True,
@@ -96,8 +102,8 @@ def work_cmd(**params: Any) -> None:
     """
     params.pop("delay", None)
     params.pop("daemon", None)
-    _setup_logging(params["verbose"], params["quiet"])
     if params.pop("supervise"):
+        _setup_logging(params)  # the supervisor's own lines; the worker process sets up its own
         sys.exit(Supervisor(params).run())
     sys.exit(_run_worker(params))
 
@@ -108,7 +114,6 @@ def child_main() -> None:
     fd = int(os.environ.pop(_FD_ENV))
     parent = int(os.environ.pop(_PARENT_ENV, "0"))
     _die_with_parent(parent)
-    _setup_logging(params["verbose"], params["quiet"])
 
     def popped(count: int = 1) -> None:
         with contextlib.suppress(OSError):
@@ -119,18 +124,25 @@ def child_main() -> None:
 
 # -- building the worker ------------------------------------------------------------------------------
 
-def _setup_logging(verbose: int, quiet: bool) -> None:
-    level = logging.ERROR if quiet else (logging.DEBUG if verbose >= 2 else logging.INFO if verbose else logging.WARNING)
-    logging.basicConfig(level=level, stream=sys.stderr,
-                        format="%(asctime)s laraq[%(process)d] %(levelname)s %(name)s: %(message)s")
+def _setup_logging(params: dict[str, Any]) -> str:
+    """Logging per ``--log-level/--log-format/--log-config`` (:mod:`laraq.logs`); after the app is imported,
+    so an app that configured logging itself keeps its configuration."""
+    from laraq.logs import configure_logging
+
+    return configure_logging(level=params.get("log_level"), fmt=params.get("log_format") or "text",
+                             config_file=params.get("log_config"), verbose=params.get("verbose") or 0,
+                             quiet=bool(params.get("quiet")))
 
 
 def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None) -> int:
+    from laraq.app import load_app
     from laraq.exitcodes import explain
     from laraq.startup import StartupError, render_setup
 
     try:
-        prepared = prepare(params)
+        app = _load_app(params["app_spec"], load_app)
+        _setup_logging(params)
+        prepared = prepare(params, app=app)
         worker = build_worker(params, on_jobs_popped=on_jobs_popped, prepared=prepared)
     except click.UsageError as exc:
         click.echo(f"laraq work: {exc.message}", err=True)
@@ -161,8 +173,10 @@ def _banner(info: dict[str, Any], render: Any) -> None:
     """Say once what this worker is connected to (stderr; one JSON log line with --log-format json)."""
     if os.environ.pop(_BANNER_ENV, None) == "shown":  # a restarted supervised child does not repeat it
         return
+    from laraq.logs import json_logging_active
+
     banner_log = logging.getLogger("laraq.banner")
-    if any(getattr(h, "laraq_json", False) for h in logging.getLogger().handlers):
+    if json_logging_active():
         banner_log.info("laraq work starting", extra={"setup": info})
         for warning in info["warnings"]:
             log.warning("%s", warning)
@@ -314,6 +328,7 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
     ``env`` replaces ``os.environ`` as the source of Laravel settings; ``app`` replaces ``--app``.
     """
     from laraq.cache import MaintenanceMode
+    from laraq.logs import JobLogListener
     from laraq.output import Output
 
     p = prepared or prepare(params, env=env, app=app, checks=False)
@@ -327,14 +342,15 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
         unhandled=params["unhandled"], unhandled_delay=params["unhandled_delay"],
         batch=params.get("batch", 100), prefetch=params.get("prefetch", True),
     )
-    output = Output(settings.version, json_mode=params["json_mode"], quiet=params["quiet"],
-                    verbosity=params["verbose"])
+    json_logs = params.get("log_format") == "json"
+    output = Output(settings.version, json_mode=params["json_mode"],
+                    quiet=params["quiet"] or (json_logs and not params["json_mode"]), verbosity=params["verbose"])
     connection_name = params.get("connection") or settings.connection_name
     return Worker(
         p.app, p.queue, p.queues, options=options, connection_name=connection_name, version=settings.version,
         cache=p.cache, failer=p.failer, encrypter=p.encrypter, output=output,
         maintenance=MaintenanceMode(settings, p.cache), on_job_popped=on_job_popped,
-        on_jobs_popped=on_jobs_popped,
+        on_jobs_popped=on_jobs_popped, listeners=[JobLogListener(job_lines=json_logs)],
     )
 
 
