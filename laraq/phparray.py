@@ -13,6 +13,8 @@ object, nested, or a string job's ``data`` - is a :class:`PHPArray`:
   ``tags.is_list`` (``array_is_list``); iterating gives the keys, like any ``dict`` (``.values()`` gives
   what PHP's ``foreach ($a as $v)`` gives);
 * it compares equal to the ``list`` of its values when it is a list, and to a ``dict`` with the same items;
+* ``json.dumps`` sees a ``dict`` (keys ``"0"``, ``"1"``...): for JSON as PHP's ``json_encode`` writes it use
+  :func:`laraq.phpjson.php_json_encode`, or :func:`unwrap` first (lists become ``list`` again);
 * ``dumps()`` writes it back byte for byte: a list-shaped ``PHPArray`` is written with keys ``0..n-1``,
   exactly the bytes PHP wrote.
 
@@ -27,13 +29,15 @@ from typing import Any
 
 from laraq.serializer import PHPObject, PHPReference
 
-__all__ = ["PHPArray", "php_arrays"]
+__all__ = ["PHPArray", "php_arrays", "unwrap"]
 
 
 class PHPArray(dict):  # type: ignore[type-arg]
     """A PHP array: an ordered ``dict`` of ``int``/``str`` keys with list-style helpers."""
 
     __slots__ = ()
+    #: :func:`laraq.phpjson.php_json_encode` writes a list-shaped PHPArray as a JSON array, like PHP
+    is_php_array = True
 
     @property
     def is_list(self) -> bool:
@@ -103,3 +107,17 @@ def php_arrays(value: Any) -> Any:
             if isinstance(new, PHPArray | PHPObject | PHPReference):
                 stack.append(new)
     return root
+
+
+def unwrap(value: Any) -> Any:
+    """Plain ``list``/``dict`` again, as PHP's ``json_encode`` sees arrays: a list-shaped array becomes a
+    ``list``, any other a ``dict`` (recursively; objects and scalars are returned as they are)."""
+    if isinstance(value, PHPArray):
+        if value.is_list:
+            return [unwrap(v) for v in value.values()]
+        return {k: unwrap(v) for k, v in value.items()}
+    if type(value) is list:
+        return [unwrap(v) for v in value]
+    if type(value) is dict:
+        return {k: unwrap(v) for k, v in value.items()}
+    return value

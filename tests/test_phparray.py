@@ -80,3 +80,12 @@ def test_nested_shared_and_json_data() -> None:
         cur.append([])
         cur = cur[0]
     assert isinstance(php_arrays(deep)[0][0], PHPArray)
+
+
+def test_json_as_php_writes_it() -> None:
+    from laraq.phparray import unwrap
+    from laraq.phpjson import php_json_encode
+
+    value = php_arrays(loads(b'a:2:{s:5:"pages";a:2:{i:0;i:1;i:1;i:2;}s:4:"tags";a:0:{}}'))
+    assert php_json_encode(value) == '{"pages":[1,2],"tags":[]}'  # PHP: json_encode(unserialize(...))
+    assert unwrap(value) == {"pages": [1, 2], "tags": []} and type(unwrap(value)["pages"]) is list
