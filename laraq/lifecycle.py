@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from laraq.failed import FailedJobStore, format_exception, max_attempts_exceeded
 from laraq.job import Job, JobAbandoned, ManuallyFailedError, UnhandledJobError
+from laraq.logs import short
 from laraq.payload import PayloadError
 from laraq.phparray import php_arrays
 from laraq.reservation import REDIS_DOWN
@@ -182,7 +183,7 @@ class Lifecycle:
 
     def _report(self, job: Job, exc: BaseException) -> None:
         log.error("%s (id %s, attempt %d) raised %s: %s", job.name, job.id, job.attempts,
-                  type(exc).__name__, exc, exc_info=(type(exc), exc, exc.__traceback__))
+                  type(exc).__name__, short(str(exc)), exc_info=(type(exc), exc, exc.__traceback__))
 
     def _max_tries(self, job: Job) -> int:
         return job.max_tries if job.max_tries is not None else int(self.options.max_tries)
@@ -260,7 +261,7 @@ class Lifecycle:
         except Exception:
             log.exception("the failed() callback of %s raised", job.name)
         finally:
-            log.warning("%s (uuid %s) failed: %s", job.name, job.uuid, text.splitlines()[0] if text else "")
+            log.warning("%s (uuid %s) failed: %s", job.name, job.uuid, short(text.partition("\n")[0]))
             started = job.started_at
             self.events.emit("job_failed", job, error,
                              None if started is None else time.perf_counter() - started)

@@ -36,7 +36,8 @@ from laraq.events import WorkerListener
 if TYPE_CHECKING:
     from laraq.job import Job
 
-__all__ = ["configure_logging", "JobLogListener", "JsonFormatter", "JobFieldsFilter", "LEVELS"]
+__all__ = ["configure_logging", "JobLogListener", "JsonFormatter", "TextFormatter", "JobFieldsFilter", "LEVELS",
+           "short", "capped_traceback"]
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
 _NOISY = ("redis", "asyncio", "urllib3", "hpack", "httpx")
@@ -62,6 +63,42 @@ class JobFieldsFilter(logging.Filter):
         return True
 
 
+#: Longest message and exception text a log line carries: a handler that raises with a 10 MB message must
+#: not copy it into every log line (``failed_jobs`` keeps the whole text, as PHP does).
+MAX_LOGGED_TEXT = 4000
+
+
+def short(text: str, limit: int = MAX_LOGGED_TEXT) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [{len(text) - limit} more characters]"
+
+
+def capped_traceback(exc_info: Any) -> str:
+    """The traceback text with the exception message(s) cut to :data:`MAX_LOGGED_TEXT`."""
+    te = traceback.TracebackException(*exc_info)
+    seen: set[int] = set()
+    node: traceback.TracebackException | None = te
+    while node is not None and id(node) not in seen:  # the chain: __cause__ / __context__
+        seen.add(id(node))
+        if isinstance(getattr(node, "_str", None), str):
+            node._str = short(node._str)  # type: ignore[attr-defined]
+        node = node.__cause__ or node.__context__
+    return "".join(te.format()).rstrip()
+
+
+class TextFormatter(logging.Formatter):
+    """The text lines, with long messages and exception texts cut (see :func:`short`)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        record.message = short(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
+        return capped_traceback(ei)
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line; tracebacks are a field, never extra lines."""
 
@@ -72,7 +109,7 @@ class JsonFormatter(logging.Formatter):
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": short(record.getMessage()),
             "pid": record.process,
         }
         for key in (*_JOB_FIELDS, "duration_ms", "status", "delay", "error", "setup"):
@@ -80,7 +117,7 @@ class JsonFormatter(logging.Formatter):
             if value is not None:
                 out[key] = value
         if record.exc_info and record.exc_info[0] is not None:
-            out["exception"] = "".join(traceback.format_exception(*record.exc_info)).rstrip()
+            out["exception"] = capped_traceback(record.exc_info)
         elif record.exc_text:
             out["exception"] = record.exc_text
         return json.dumps(out, ensure_ascii=False, default=str)
@@ -110,7 +147,7 @@ def configure_logging(*, level: str | None = None, fmt: str = "text", config_fil
         handler.setFormatter(JsonFormatter())
         handler.laraq_json = True  # type: ignore[attr-defined]
     else:
-        handler.setFormatter(logging.Formatter(_TEXT_FORMAT))
+        handler.setFormatter(TextFormatter(_TEXT_FORMAT))
     handler.addFilter(JobFieldsFilter())
     for old in ours:
         root.removeHandler(old)
@@ -156,7 +193,7 @@ class JobLogListener(WorkerListener):
         if runtime is not None:
             fields["duration_ms"] = round(runtime * 1000, 2)
         if exc is not None:  # the traceback is on the handler's own error record, logged just before
-            fields["error"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:500]}"
+            fields["error"] = f"{type(exc).__name__}: {short(str(exc), 500)}"
         level = logging.ERROR if status == "failed" else logging.WARNING if status == "released" else logging.INFO
         self.log.log(level, message, extra=fields)
 

@@ -139,6 +139,7 @@ def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None) -> int:
     from laraq.exitcodes import explain
     from laraq.startup import StartupError, render_setup
 
+    _return_freed_memory()
     try:
         app = _load_app(params["app_spec"], load_app)
         _setup_logging(params)
@@ -167,6 +168,24 @@ def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None) -> int:
             return explained[1]
         log.exception("the worker stopped on an unexpected error")
         return EXIT_ERROR
+
+
+def _return_freed_memory() -> None:
+    """Hand big freed blocks back to the OS (glibc): a 10 MB job must not leave the worker 10 MB larger.
+
+    glibc serves blocks above ``M_MMAP_THRESHOLD`` with ``mmap`` and unmaps them on ``free``, but raises
+    that threshold to the size of every block it frees (up to 32 MB), so after one big job the next
+    big bodies come from the heap and stay counted in the RSS that ``--memory`` checks. A fixed
+    threshold (``MALLOC_MMAP_THRESHOLD_`` if set) keeps them unmapped. A no-op off glibc.
+    """
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        threshold = int(os.environ.get("MALLOC_MMAP_THRESHOLD_") or 256 * 1024)
+        libc.mallopt(-3, threshold)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError, ValueError):
+        pass
 
 
 def _banner(info: dict[str, Any], render: Any) -> None:
