@@ -257,3 +257,34 @@ def test_failed_hook_runs_once_when_the_failed_store_was_down(redis_server: Redi
     assert len(calls) == 1
     rows = sqlite3.connect(db_path).execute("select payload from failed_jobs").fetchall()
     assert [r[0].encode() for r in rows] == [body]
+
+
+def test_password_changed_under_a_running_worker_stops_with_exit_4(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    server = RedisServer(tmp_path)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from laraq.cli import main; main()", "work", "--app", "examples.handlers:app",
+             "--laravel", "8", "--redis-url", server.url, "--sleep", "0.2", "--no-supervise"],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        assert proc.stderr is not None
+        seen = ""
+        while "processing [default]" not in seen:  # the worker's loop runs (EOF ends it if the worker died)
+            line = proc.stderr.readline()
+            assert line, seen
+            seen += line
+        admin = server.client()
+        admin.config_set("requirepass", "rotated")
+        admin.client_kill_filter(_type="normal", skipme=True)
+        code = proc.wait(120)  # bounded: a few retries with backoff, then exit 4
+        err = proc.stderr.read()
+        assert code == exitcodes.EXIT_REDIS_AUTH, err[-3000:]
+        assert "stopping: Redis at redis://127.0.0.1:" in err and "REDIS_PASSWORD" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        server.stop()
