@@ -70,6 +70,16 @@ def _convert_container(value: Any) -> Any:
     return value
 
 
+def _convert_members(members: dict[Any, Any], stack: list[Any]) -> None:
+    """Convert the values of an array or an object's properties in place; queue the containers met."""
+    for k, v in members.items():
+        new = _convert_container(v)
+        if new is not v:
+            members[k] = new
+        if isinstance(new, PHPArray | PHPObject | PHPReference):
+            stack.append(new)
+
+
 def php_arrays(value: Any) -> Any:
     """``value`` with every ``list``/``dict`` (at any depth) turned into a :class:`PHPArray`.
 
@@ -86,20 +96,9 @@ def php_arrays(value: Any) -> Any:
             continue
         seen.add(id(node))
         if isinstance(node, PHPArray):
-            for k, v in node.items():
-                new = _convert_container(v)
-                if new is not v:
-                    node[k] = new
-                if isinstance(new, PHPArray | PHPObject | PHPReference):
-                    stack.append(new)
+            _convert_members(node, stack)
         elif isinstance(node, PHPObject):
-            props = node._props
-            for k, v in props.items():
-                new = _convert_container(v)
-                if new is not v:
-                    props[k] = new
-                if isinstance(new, PHPArray | PHPObject | PHPReference):
-                    stack.append(new)
+            _convert_members(node._props, stack)
         elif isinstance(node, PHPReference):
             new = _convert_container(node.value)
             if new is not node.value:

@@ -140,12 +140,8 @@ class Reservation:
                 self.queue.ack(acks)
                 acks = {}
             self._redis_up()
-        except _REDIS_DOWN as exc:
-            self._redis_lost(exc)
         except Exception as exc:
-            if not self._refused_credentials(exc):
-                log.exception("could not reserve jobs from %s", ",".join(self.queues))
-                self._reconnect_delay = 1.0
+            self._reservation_failed(exc, "reserve jobs from")
         finally:
             if acks:
                 self._restore_acks(acks)
@@ -300,12 +296,8 @@ class Reservation:
                         self.on_job_popped()
                     return self.make_job(reserved)
             self._redis_up()
-        except _REDIS_DOWN as exc:
-            self._redis_lost(exc)
         except Exception as exc:
-            if not self._refused_credentials(exc):
-                log.exception("could not pop a job from %s", ",".join(self.queues))
-                self._reconnect_delay = 1.0
+            self._reservation_failed(exc, "pop a job from")
         return None
 
     #: Consecutive refused logins (the password changed under a running worker) before it stops with
@@ -329,6 +321,14 @@ class Reservation:
         else:
             log.warning("%s (attempt %d of %d)", explained[0], self._auth_refusals, self.AUTH_RETRIES)
         return True
+
+    def _reservation_failed(self, exc: Exception, what: str) -> None:
+        """Redis lost (retry with backoff), credentials refused (bounded), or anything else (logged)."""
+        if isinstance(exc, _REDIS_DOWN):
+            self._redis_lost(exc)
+        elif not self._refused_credentials(exc):
+            log.exception("could not %s %s", what, ",".join(self.queues))
+            self._reconnect_delay = 1.0
 
     def _redis_lost(self, exc: BaseException) -> None:
         if self._refused_credentials(exc):
