@@ -160,6 +160,9 @@ def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None) -> int:
         return explained[1]
     if not params.get("quiet"):
         _banner(prepared.info, render_setup)
+    else:  # --quiet: no banner, but what the worker cannot do is still said
+        for warning in prepared.info["warnings"]:
+            log.warning("%s", warning)
     try:
         return worker.run()
     except Exception as exc:
