@@ -207,10 +207,24 @@ def check_app_key(settings: LaravelSettings) -> Any:
 
 # -- queue warnings ------------------------------------------------------------------------------------
 
-def queue_warnings(client: Any, prefix: str, queues: list[str], *, limit: int = 20_000) -> list[str]:
-    """A warning when every asked-for queue is empty but queue keys exist under another prefix or layout."""
-    from laraq.inspect import discover_prefixes
+def _queue_key_prefixes(client: Any, *, rounds: int = 50) -> dict[str, int]:
+    """Prefixes of ``*queues:*`` keys, from at most ``rounds`` SCAN calls (a big keyspace is sampled,
+    not walked: start-up must stay quick)."""
+    found: dict[str, int] = {}
+    cursor = 0
+    for _ in range(rounds):
+        cursor, keys = client.scan(cursor, match="*queues:*", count=1000)
+        for raw in keys:
+            key = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+            prefix = key[: key.find("queues:")]
+            found[prefix] = found.get(prefix, 0) + 1
+        if not cursor:
+            break
+    return found
 
+
+def queue_warnings(client: Any, prefix: str, queues: list[str]) -> list[str]:
+    """A warning when every asked-for queue is empty but queue keys exist under another prefix or layout."""
     try:
         pipe = client.pipeline(transaction=False)
         for q in queues:
@@ -220,7 +234,7 @@ def queue_warnings(client: Any, prefix: str, queues: list[str], *, limit: int = 
             pipe.zcard(base + ":reserved")
         if any(pipe.execute()):
             return []
-        found = discover_prefixes(client, limit=limit)
+        found = _queue_key_prefixes(client)
     except Exception:  # a warning helper never stops the worker; Redis faults are reported elsewhere
         return []
     asked = {f"{prefix}queues:{q}" for q in queues}
