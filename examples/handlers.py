@@ -6,8 +6,12 @@ Run them with::
 
 PHP side (recommended deployment: Python-bound jobs on their own queue)::
 
+    GenerateReport::dispatch('q3.pdf', ['pages' => 12])->onQueue('python');   // the README walkthrough
     PythonJob::dispatch('report.pdf', ['pages' => 3])->onQueue('python');
     Queue::push('App\Handlers\Foo@bar', ['n' => 1], 'python');
+
+Every PHP array arrives as a :class:`laraq.phparray.PHPArray` (a ``dict``), whether PHP sent ``[]``,
+a list or a map, so ``command.options.get("pages", 1)`` always works.
 """
 
 from __future__ import annotations
@@ -23,6 +27,22 @@ from laraq.serializer import PHPObject
 log = logging.getLogger(__name__)
 
 app = App("examples")
+
+
+def render(document: str, *, pages: int, owner: str) -> None:
+    """Stands in for the real work."""
+    log.info("rendering %s: %d page(s) for %s", document, pages, owner)
+
+
+@app.handler("App\\Jobs\\GenerateReport")
+def generate_report_walkthrough(command: PHPObject, job: Job) -> None:
+    """The README walkthrough's job: ``GenerateReport('q3.pdf', ['pages' => 12])``."""
+    render(command.document, pages=command.options.get("pages", 1), owner=command.owner)
+
+
+@app.failed("App\\Jobs\\GenerateReport")
+def report_walkthrough_failed(command: PHPObject | None, job: Job, exc: BaseException) -> None:
+    log.warning("report %s failed for good: %s", job.uuid, exc)
 
 
 @app.handler("App\\Jobs\\PythonJob")

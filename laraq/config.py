@@ -40,6 +40,8 @@ __all__ = [
     "make_redis",
     "redis_from_settings",
     "detect_laravel_version",
+    "detect_version",
+    "VersionDetection",
 ]
 
 _SECRET = "********"
@@ -207,25 +209,106 @@ class _Env:
 
 
 _VERSION_CONST_RE = re.compile(r"const\s+VERSION\s*=\s*'([^']+)'")
+#: a PHP string literal naming an autoload file, alone or after ``__DIR__.``
+_AUTOLOAD_RE = re.compile(r"(__DIR__\s*\.\s*)?['\"]([^'\"]*(?:Illuminate|vendor)/autoload\.php)['\"]")
+_FRAMEWORK_APP = "laravel/framework/src/Illuminate/Foundation/Application.php"
+
+
+@dataclass(frozen=True)
+class VersionDetection:
+    """The outcome of looking for a project's framework: the version and where it was read, or why not."""
+
+    version: LaravelVersion | None
+    source: str
+
+    def __bool__(self) -> bool:
+        return self.version is not None
+
+
+def _read_version_const(path: Path) -> LaravelVersion | None:
+    try:
+        m = _VERSION_CONST_RE.search(path.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return None
+    if not m:
+        return None
+    try:
+        return LaravelVersion.parse(m.group(1).split("-")[0])
+    except ValueError:
+        return None
+
+
+def _composer_lock_version(path: Path) -> LaravelVersion | None:
+    try:
+        lock = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    for pkg in lock.get("packages", []) if isinstance(lock, dict) else []:
+        if isinstance(pkg, dict) and pkg.get("name") == "laravel/framework":
+            try:
+                return LaravelVersion.parse(str(pkg.get("version", "")).split("-")[0])
+            except ValueError:
+                return None
+    return None
+
+
+def _autoload_targets(base: Path) -> list[Path]:
+    """``Application.php`` files that the app's entry scripts load a framework from.
+
+    An app on a system-wide framework (Debian's ``php-laravel-framework`` in ``/usr/share/php``, or a
+    ``vendor/`` shared by several apps) has no ``vendor/laravel/framework`` of its own; its ``artisan``,
+    ``bootstrap/*.php`` or ``public/index.php`` require that framework's ``autoload.php`` by path.
+    """
+    found: list[Path] = []
+    scripts = [base / "artisan", base / "public" / "index.php", *sorted((base / "bootstrap").glob("*.php"))]
+    for script in scripts:
+        try:
+            text = script.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for m in _AUTOLOAD_RE.finditer(text):
+            raw = m.group(2)
+            autoload = (script.parent / raw.lstrip("/")) if m.group(1) else Path(raw)
+            if not autoload.is_absolute():
+                autoload = script.parent / autoload
+            root = autoload.parent
+            if root.name == "Illuminate":
+                found.append(root / "Foundation" / "Application.php")
+            else:  # a vendor/autoload.php
+                found.append(root / _FRAMEWORK_APP)
+    return found
+
+
+def detect_version(base_path: str | Path) -> VersionDetection:
+    """Find the Laravel version of the project in ``base_path``, saying where it came from or why not.
+
+    Looked at in order: ``vendor/laravel/framework`` (``Application::VERSION``), ``composer.lock``, and a
+    framework that the entry scripts load by path (Debian's ``/usr/share/php/Illuminate``, a shared
+    ``vendor/``).
+    """
+    base = Path(base_path)
+    candidates = [base / "vendor" / _FRAMEWORK_APP, base / "vendor/php/Illuminate/Foundation/Application.php"]
+    for candidate in candidates:
+        v = _read_version_const(candidate)
+        if v is not None:
+            return VersionDetection(v, f"detected from {candidate}")
+    lock = base / "composer.lock"
+    v = _composer_lock_version(lock)
+    if v is not None:
+        return VersionDetection(v, f"detected from {lock}")
+    for candidate in _autoload_targets(base):
+        v = _read_version_const(candidate)
+        if v is not None:
+            return VersionDetection(v, f"detected from {candidate} (the framework {base} loads)")
+    looked = "vendor/laravel/framework, composer.lock, the framework artisan/bootstrap load"
+    if not (base / "artisan").exists() and not (base / "composer.json").exists():
+        return VersionDetection(None, f"{base} is not a Laravel project (no artisan, no composer.json)")
+    return VersionDetection(None, f"no Laravel framework found for {base} (looked at {looked})")
 
 
 def detect_laravel_version(base_path: str | Path) -> LaravelVersion | None:
     """The installed framework version of a Laravel project dir (``Application::VERSION``), if found."""
-    base = Path(base_path)
-    for candidate in (
-        base / "vendor/laravel/framework/src/Illuminate/Foundation/Application.php",
-        base / "vendor/php/Illuminate/Foundation/Application.php",
-    ):
-        try:
-            m = _VERSION_CONST_RE.search(candidate.read_text(encoding="utf-8", errors="replace"))
-        except OSError:
-            continue
-        if m:
-            try:
-                return LaravelVersion.parse(m.group(1).split("-")[0])
-            except ValueError:
-                return None
-    return None
+    return detect_version(base_path).version
 
 
 def _php_native(value: str) -> Any:
@@ -394,6 +477,10 @@ class LaravelSettings:
     # maintenance mode
     maintenance_driver: str = "file"
     maintenance_store: str | None = None
+    #: how :attr:`version` was chosen ("--laravel", "detected from <file>", "default ...")
+    version_source: str = field(default="default", compare=False)
+    #: set when the project's version could not be detected (said at start, never silent)
+    version_warning: str | None = field(default=None, compare=False)
     # the merged variables that were read (not shown, not compared)
     env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False, hash=False)
 
@@ -425,10 +512,19 @@ class LaravelSettings:
             base_path = Path(real["LARAQ_BASE_PATH"]).resolve()
         e = _Env(merged)
 
+        version_source, version_warning = "--laravel", None
         if version is None:
             version = e.str("LARAQ_LARAVEL_VERSION") or None
+            version_source = "LARAQ_LARAVEL_VERSION"
             if version is None and base_path is not None:
-                version = detect_laravel_version(base_path)
+                found = detect_version(base_path)
+                version, version_source = found.version, found.source
+                if version is None:
+                    version_warning = (f"Laravel version not detected ({found.source}); using the Laravel "
+                                       f"{DEFAULT_VERSION.major} profile: pass --laravel N if that is wrong")
+        if version is None:
+            version_source = ("default (detection failed)" if version_warning
+                              else "default (no Laravel project given: --env-file or --laravel choose one)")
         v = LaravelVersion.parse(version) if version is not None else DEFAULT_VERSION
         modern = v.major >= 11
 
@@ -561,6 +657,8 @@ class LaravelSettings:
             maintenance_driver=maintenance_driver,
             maintenance_store=maintenance_store,
             env=merged,
+            version_source=version_source,
+            version_warning=version_warning,
         )
 
     # -- derived values -----------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -133,7 +134,14 @@ def _exception_text(exception: str | BaseException) -> str:
     return text.encode("utf-8", "replace").decode("utf-8")
 
 
+_LEADING_UUID = re.compile(r'\{"uuid":"([0-9A-Za-z-]{1,64})"[,}]')
+
+
 def _payload_uuid(payload: str) -> str:
+    # Laravel writes ``uuid`` as the first key: read it without decoding a (possibly huge) body again
+    m = _LEADING_UUID.match(payload, 0, 80) if payload.startswith('{"uuid":"') else None
+    if m is not None:
+        return m.group(1)
     try:
         uuid = json.loads(payload)["uuid"]
     except (ValueError, KeyError, TypeError) as exc:

@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from laraq.failed import FailedJobStore, format_exception, max_attempts_exceeded
 from laraq.job import Job, JobAbandoned, ManuallyFailedError, UnhandledJobError
+from laraq.logs import short
 from laraq.payload import PayloadError
+from laraq.phparray import php_arrays
 from laraq.reservation import REDIS_DOWN
 from laraq.serializer import PHPObject, PHPSerializeError, loads
 
@@ -140,7 +142,7 @@ class Lifecycle:
     def _decode(self, job: Job, handler: Handler) -> Any:
         """The handler's first argument: the unserialized (decrypted) command, or ``data``."""
         if handler.kind == "string":
-            job.command = job.payload.data
+            job.command = php_arrays(job.payload.data)
             return job.command
         text = job.payload.command
         if text is None:
@@ -155,7 +157,7 @@ class Lifecycle:
         else:
             raw = text.encode("utf-8")
         try:
-            job.command = loads(raw)
+            job.command = php_arrays(loads(raw))
         except PHPSerializeError as exc:
             raise PHPSerializeError(f"Cannot unserialize the command of {job.name} (uuid {job.uuid}): {exc}") from exc
         return job.command
@@ -181,7 +183,7 @@ class Lifecycle:
 
     def _report(self, job: Job, exc: BaseException) -> None:
         log.error("%s (id %s, attempt %d) raised %s: %s", job.name, job.id, job.attempts,
-                  type(exc).__name__, exc, exc_info=(type(exc), exc, exc.__traceback__))
+                  type(exc).__name__, short(str(exc)), exc_info=(type(exc), exc, exc.__traceback__))
 
     def _max_tries(self, job: Job) -> int:
         return job.max_tries if job.max_tries is not None else int(self.options.max_tries)
@@ -236,6 +238,19 @@ class Lifecycle:
     def _job_failed(self, job: Job, exc: BaseException | None) -> None:
         """The ``JobFailed`` side of ``Job::fail``: callback, unique lock, ``failed_jobs`` row, event."""
         error = exc if exc is not None else ManuallyFailedError("")
+        text = format_exception(error, job_name=job.name)
+        # The row first: if failed_jobs cannot be written the job goes back on its queue and is not
+        # failed yet, so the failed() callback (and the unique lock release) wait for the real failure
+        # and run once, never again because the store was down.
+        try:
+            self._log_failed(job.connection, job.queue, job.body, text)
+        except Exception as log_exc:
+            log.error("%s (uuid %s) failed but failed_jobs could not be written (%s): putting it back on the "
+                      "queue in 60s; its failed() callback runs when the row is written", job.name, job.uuid,
+                      " ".join(str(log_exc).split())[:300])
+            self._retrying(lambda: self._put_back(job, 60, require_reservation=False))
+            self.events.emit("job_released", job, 60, error)
+            return
         try:
             callback = self.app.failed_callback(job.payload)
             if callback is not None:
@@ -246,14 +261,7 @@ class Lifecycle:
         except Exception:
             log.exception("the failed() callback of %s raised", job.name)
         finally:
-            text = format_exception(error, job_name=job.name)
-            try:
-                self._log_failed(job.connection, job.queue, job.body, text)
-            except Exception as log_exc:
-                log.error("%s (uuid %s) failed but failed_jobs could not be written (%s): "
-                          "putting it back on the queue in 60s", job.name, job.uuid, log_exc)
-                self._retrying(lambda: self._put_back(job, 60, require_reservation=False))
-            log.warning("%s (uuid %s) failed: %s", job.name, job.uuid, text.splitlines()[0] if text else "")
+            log.warning("%s (uuid %s) failed: %s", job.name, job.uuid, short(text.partition("\n")[0]))
             started = job.started_at
             self.events.emit("job_failed", job, error,
                              None if started is None else time.perf_counter() - started)

@@ -173,7 +173,7 @@ def php_json_encode(
         elif isinstance(item, (str, bytes)):
             parts.append(_encode_string(_as_text(item), unescaped_unicode, unescaped_slashes))
         elif isinstance(item, Mapping):
-            if php_arrays and _is_php_list(item):
+            if (php_arrays or getattr(item, "is_php_array", False)) and _is_php_list(item):
                 emit(list(item.values()), depth)
                 return
             parts.append("{")

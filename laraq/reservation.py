@@ -73,6 +73,7 @@ class Reservation:
         self._took_unreadable = 0
         self._redis_down_since: float | None = None
         self._reconnect_delay = 0.0
+        self._auth_refusals = 0
         self._buffer: collections.deque[_Buffered] = collections.deque()
         self._acks: dict[str, list[bytes]] = {}
         self._ack_lock = threading.Lock()
@@ -139,11 +140,8 @@ class Reservation:
                 self.queue.ack(acks)
                 acks = {}
             self._redis_up()
-        except _REDIS_DOWN as exc:
-            self._redis_lost(exc)
-        except Exception:
-            log.exception("could not reserve jobs from %s", ",".join(self.queues))
-            self._reconnect_delay = 1.0
+        except Exception as exc:
+            self._reservation_failed(exc, "reserve jobs from")
         finally:
             if acks:
                 self._restore_acks(acks)
@@ -298,14 +296,43 @@ class Reservation:
                         self.on_job_popped()
                     return self.make_job(reserved)
             self._redis_up()
-        except _REDIS_DOWN as exc:
-            self._redis_lost(exc)
-        except Exception:
-            log.exception("could not pop a job from %s", ",".join(self.queues))
-            self._reconnect_delay = 1.0
+        except Exception as exc:
+            self._reservation_failed(exc, "pop a job from")
         return None
 
+    #: Consecutive refused logins (the password changed under a running worker) before it stops with
+    #: exit 4: retried with the reconnect backoff (about 15 s), never forever.
+    AUTH_RETRIES = 4
+
+    def _refused_credentials(self, exc: BaseException) -> bool:
+        """A login Redis refused: retried a few times, then the worker stops with exit 4 (one line)."""
+        from laraq.exitcodes import EXIT_REDIS_AUTH, explain
+
+        explained = explain(exc, redis_url=self.queue.redacted_url())
+        if explained is None or explained[1] != EXIT_REDIS_AUTH:
+            return False
+        self._auth_refusals += 1
+        self._reconnect_delay = min(30.0, max(1.0, self._reconnect_delay * 2))
+        if self._auth_refusals >= self.AUTH_RETRIES:
+            log.error("stopping: %s", explained[0])
+            self.quit_status = EXIT_REDIS_AUTH
+            self.should_quit = True
+            self._wake.set()
+        else:
+            log.warning("%s (attempt %d of %d)", explained[0], self._auth_refusals, self.AUTH_RETRIES)
+        return True
+
+    def _reservation_failed(self, exc: Exception, what: str) -> None:
+        """Redis lost (retry with backoff), credentials refused (bounded), or anything else (logged)."""
+        if isinstance(exc, _REDIS_DOWN):
+            self._redis_lost(exc)
+        elif not self._refused_credentials(exc):
+            log.exception("could not %s %s", what, ",".join(self.queues))
+            self._reconnect_delay = 1.0
+
     def _redis_lost(self, exc: BaseException) -> None:
+        if self._refused_credentials(exc):
+            return
         now = time.monotonic()
         if self._redis_down_since is None:
             self._redis_down_since = now
@@ -314,6 +341,7 @@ class Reservation:
                     self.queue.redacted_url(), exc, self._reconnect_delay)
 
     def _redis_up(self) -> None:
+        self._auth_refusals = 0
         if self._redis_down_since is not None:
             log.warning("Redis reachable again after %.0fs", time.monotonic() - self._redis_down_since)
         self._redis_down_since = None

@@ -144,6 +144,8 @@ class Worker(Reservation, Execution, Lifecycle):
         self.on_jobs_popped = on_jobs_popped
         self._kill = kill or sigkill_self
         self.should_quit = False
+        #: the exit code a quit stops with (0; 4 when Redis keeps refusing the credentials)
+        self.quit_status = EXIT_SUCCESS
         self.paused = False
         self._wake = threading.Event()
         self._failer_lock = threading.Lock()
@@ -277,7 +279,7 @@ class Worker(Reservation, Execution, Lifecycle):
         """Laravel's ``stopIfNecessary``: the exit code to stop with, or ``None`` to keep going."""
         opts = self.options
         if self.should_quit:
-            return EXIT_SUCCESS
+            return self.quit_status
         if self.memory_exceeded(opts.memory):
             return EXIT_MEMORY_LIMIT
         stamp = self._restart_stamp()
@@ -418,7 +420,7 @@ class Worker(Reservation, Execution, Lifecycle):
     def _periodic_status(self, last_restart: Any, started: float) -> int | None:
         """The stop conditions that cost something, once per batch / ``_CHECK_EVERY`` (Laravel's order)."""
         if self.should_quit:
-            return EXIT_SUCCESS
+            return self.quit_status
         if self.memory_exceeded(self.options.memory):
             return EXIT_MEMORY_LIMIT
         stamp = self._restart_stamp()

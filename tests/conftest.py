@@ -27,13 +27,18 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def corpus_dir() -> Path:
-    """The Laravel wire corpus (``../shared/laravel-payloads`` beside the clone, or ``$LARAQ_CORPUS``)."""
+    """The Laravel wire corpus: ``fixtures/laravel-payloads`` in the repository, or ``$LARAQ_CORPUS``."""
     env = os.environ.get("LARAQ_CORPUS")
-    return Path(env) if env else ROOT.parent / "shared" / "laravel-payloads"
+    return Path(env) if env else FIXTURES / "laravel-payloads"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # In CI the corpus sits beside the clone; without it whole corpus test modules would skip.
+    # laraq's no-project fallback failed-job store (laraq.startup) must not write to the user's home
+    if "LARAQ_STATE_DIR" not in os.environ:
+        import tempfile
+
+        os.environ["LARAQ_STATE_DIR"] = tempfile.mkdtemp(prefix="laraq-state-")
+    # The corpus ships with the repository; without it whole corpus test modules would skip.
     if IN_CI and not (corpus_dir() / "manifest.json").exists():
         raise pytest.UsageError(f"the Laravel wire corpus is missing at {corpus_dir()} (set LARAQ_CORPUS)")
 

@@ -137,14 +137,15 @@ def test_sigusr2_pauses_and_sigcont_resumes(php: PhpApp) -> None:
         assert stop(worker) == 0
 
 
-def test_lost_redis_does_not_kill_the_worker(php: PhpApp) -> None:
-    worker = popen_laraq(php, "--queue=py", "--redis-url", free_port_url(), "-v")
-    try:
-        with pytest.raises(subprocess.TimeoutExpired):
-            worker.wait(2)
-    finally:
-        assert stop(worker) == 0
-    assert "Redis unreachable" in worker.stderr.read()
+def test_unreachable_redis_at_start_is_one_line_and_exit_3(php: PhpApp) -> None:
+    # at start a wrong port is a configuration fault: one line naming it and the fix, no retry loop
+    # (Redis lost while running is retried: test_worker_failure_paths)
+    url = free_port_url()
+    worker = popen_laraq(php, "--queue=py", "--redis-url", url, "-v")
+    assert worker.wait(60) == 3
+    err = worker.stderr.read()
+    assert "cannot reach Redis at " + url in err and "REDIS_HOST/REDIS_PORT" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
 def test_env_file_and_unhandled_flag(php: PhpApp, redis_client: Any, tmp_path: Any) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from laraq.app import App
 from laraq.job import Job
+from laraq.phparray import PHPArray
 from laraq.serializer import PHPEnum, PHPObject, to_datetime
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +42,8 @@ def plain(value: Any) -> Any:
         return str(value)
     if isinstance(value, PHPObject):
         return {"class": value.class_name}
+    if isinstance(value, PHPArray) and value.is_list:  # handlers get PHPArray (laraq.phparray)
+        return [plain(v) for v in value.values()]
     if isinstance(value, dict):
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -2,6 +2,8 @@
 
 * :mod:`laraq.cli.work` - ``laraq work`` (``php artisan queue:work``);
 * :mod:`laraq.cli.schedule` - ``laraq schedule work/list/run/pause/resume/forget`` (the scheduler);
+* :mod:`laraq.cli.setup` - ``laraq config`` (the worker's start-up banner, as text or JSON);
+* :mod:`laraq.cli.errors` - the group class: known faults become one line and an exit code;
 * :mod:`laraq.cli.ops` - dispatch/status/peek/failed/retry/... (every command in its ``COMMANDS`` list),
   registered when the module is installed.
 """
@@ -14,11 +16,12 @@ import importlib.util
 import click
 
 from laraq import __version__
+from laraq.cli.errors import LaraqGroup
 
 __all__ = ["main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LaraqGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="laraq")
 def main() -> None:
     """Laravel's Redis queue, spoken natively by Python."""
@@ -30,6 +33,9 @@ def _register() -> None:
     main.add_command(work_cmd)
     from laraq.cli.schedule import schedule_group  # laraq schedule ... (the leaderless scheduler)
     main.add_command(schedule_group)
+    from laraq.cli.setup import config_cmd
+
+    main.add_command(config_cmd)
     if importlib.util.find_spec("laraq.cli.ops") is not None:
         ops = importlib.import_module("laraq.cli.ops")
         for command in getattr(ops, "COMMANDS", []):

@@ -16,6 +16,7 @@ kernel kills the child (``PR_SET_PDEATHSIG``): its jobs stay reserved until ``re
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -41,6 +42,7 @@ log = logging.getLogger("laraq.work")
 _CONFIG_ENV = "LARAQ_WORKER_CONFIG"
 _FD_ENV = "LARAQ_WORKER_FD"
 _PARENT_ENV = "LARAQ_WORKER_PARENT"
+_BANNER_ENV = "LARAQ_BANNER"
 
 
 @click.command("work")
@@ -67,6 +69,12 @@ _PARENT_ENV = "LARAQ_WORKER_PARENT"
 @click.option("--json", "json_mode", is_flag=True, help="One JSON object per job event.")
 @click.option("-q", "--quiet", is_flag=True, help="No job output.")
 @click.option("-v", "--verbose", count=True, help="More output (-v job ids, -vv debug logs).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error", "critical"]), default=None,
+              help="Log level (default: info, so handlers' log.info lines show; -vv = debug).")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="text, or json: one JSON object per line (job fields, traceback) - job lines included.")
+@click.option("--log-config", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="A logging config file (.json dictConfig, .ini fileConfig) used as is.")
 @click.option("--env-file", type=click.Path(dir_okay=False), default=None, help="The Laravel app's .env file.")
 @click.option("--laravel", default=None, help="Laravel version profile (default: detected, else 13).")
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=1, show_default=True,
@@ -91,12 +99,13 @@ _PARENT_ENV = "LARAQ_WORKER_PARENT"
 def work_cmd(**params: Any) -> None:
     """Process jobs on the queue (php artisan queue:work), running them with Python handlers.
 
-    Exit codes: 0 stopped normally, 12 memory limit, 1 error, 2 usage error.
+    Exit codes: 0 stopped normally, 12 memory limit, 1 error, 2 usage error, 3 Redis unreachable,
+    4 Redis refused the credentials, 5 database fault, 6 bad settings (APP_KEY).
     """
     params.pop("delay", None)
     params.pop("daemon", None)
-    _setup_logging(params["verbose"], params["quiet"])
     if params.pop("supervise"):
+        _setup_logging(params)  # the supervisor's own lines; the worker process sets up its own
         sys.exit(Supervisor(params).run())
     sys.exit(_run_worker(params))
 
@@ -107,7 +116,6 @@ def child_main() -> None:
     fd = int(os.environ.pop(_FD_ENV))
     parent = int(os.environ.pop(_PARENT_ENV, "0"))
     _die_with_parent(parent)
-    _setup_logging(params["verbose"], params["quiet"])
 
     def popped(count: int = 1) -> None:
         with contextlib.suppress(OSError):
@@ -118,27 +126,90 @@ def child_main() -> None:
 
 # -- building the worker ------------------------------------------------------------------------------
 
-def _setup_logging(verbose: int, quiet: bool) -> None:
-    level = logging.ERROR if quiet else (logging.DEBUG if verbose >= 2 else logging.INFO if verbose else logging.WARNING)
-    logging.basicConfig(level=level, stream=sys.stderr,
-                        format="%(asctime)s laraq[%(process)d] %(levelname)s %(name)s: %(message)s")
+def _setup_logging(params: dict[str, Any]) -> str:
+    """Logging per ``--log-level/--log-format/--log-config`` (:mod:`laraq.logs`); after the app is imported,
+    so an app that configured logging itself keeps its configuration."""
+    from laraq.logs import configure_logging
+
+    return configure_logging(level=params.get("log_level"), fmt=params.get("log_format") or "text",
+                             config_file=params.get("log_config"), verbose=params.get("verbose") or 0,
+                             quiet=bool(params.get("quiet")))
 
 
 def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None) -> int:
+    from laraq.app import load_app
+    from laraq.exitcodes import explain
+    from laraq.startup import StartupError, render_setup
+
+    _return_freed_memory()
     try:
-        worker = build_worker(params, on_jobs_popped=on_jobs_popped)
+        app = _load_app(params["app_spec"], load_app)
+        _setup_logging(params)
+        prepared = prepare(params, app=app)
+        worker = build_worker(params, on_jobs_popped=on_jobs_popped, prepared=prepared)
     except click.UsageError as exc:
         click.echo(f"laraq work: {exc.message}", err=True)
         return EXIT_USAGE
+    except StartupError as exc:
+        click.echo(f"laraq work: {exc.message}", err=True)
+        return exc.exit_code
+    except Exception as exc:
+        explained = explain(exc)
+        if explained is None:
+            raise
+        click.echo(f"laraq work: {explained[0]}", err=True)
+        return explained[1]
+    if not params.get("quiet"):
+        _banner(prepared.info, render_setup)
+    else:  # --quiet: no banner, but what the worker cannot do is still said
+        for warning in prepared.info["warnings"]:
+            log.warning("%s", warning)
     if params.get("schedule"):
         from laraq.scheduler import attach_to_worker
 
         attach_to_worker(worker)
     try:
         return worker.run()
-    except Exception:
+    except Exception as exc:
+        explained = explain(exc)
+        if explained is not None:
+            log.error("the worker stopped: %s", explained[0])
+            return explained[1]
         log.exception("the worker stopped on an unexpected error")
         return EXIT_ERROR
+
+
+def _return_freed_memory() -> None:
+    """Hand big freed blocks back to the OS (glibc): a 10 MB job must not leave the worker 10 MB larger.
+
+    glibc serves blocks above ``M_MMAP_THRESHOLD`` with ``mmap`` and unmaps them on ``free``, but raises
+    that threshold to the size of every block it frees (up to 32 MB), so after one big job the next
+    big bodies come from the heap and stay counted in the RSS that ``--memory`` checks. A fixed
+    threshold (``MALLOC_MMAP_THRESHOLD_`` if set) keeps them unmapped. A no-op off glibc.
+    """
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        threshold = int(os.environ.get("MALLOC_MMAP_THRESHOLD_") or 256 * 1024)
+        libc.mallopt(-3, threshold)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError, ValueError):
+        pass
+
+
+def _banner(info: dict[str, Any], render: Any) -> None:
+    """Say once what this worker is connected to (stderr; one JSON log line with --log-format json)."""
+    if os.environ.pop(_BANNER_ENV, None) == "shown":  # a restarted supervised child does not repeat it
+        return
+    from laraq.logs import json_logging_active
+
+    banner_log = logging.getLogger("laraq.banner")
+    if json_logging_active():
+        banner_log.info("laraq work starting", extra={"setup": info})
+        for warning in info["warnings"]:
+            log.warning("%s", warning)
+        return
+    click.echo(render(info), err=True)
 
 
 def default_params(**overrides: Any) -> dict[str, Any]:
@@ -152,21 +223,42 @@ def default_params(**overrides: Any) -> dict[str, Any]:
     return params
 
 
-def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapping[str, str] | None = None,
-                 app: App | None = None, on_jobs_popped: Any = None) -> Worker:
-    """Build a :class:`~laraq.worker.Worker` from ``laraq work``'s options and the Laravel settings.
+@dataclasses.dataclass
+class Prepared:
+    """Everything ``laraq work`` resolved before building the worker, and the banner's facts."""
 
-    ``env`` replaces ``os.environ`` as the source of Laravel settings; ``app`` replaces ``--app``.
+    settings: Any
+    app: App
+    queue: Any
+    queues: str
+    cache: Any
+    failer: Any
+    encrypter: Any
+    info: dict[str, Any]
+
+
+def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app: App | None = None,
+            checks: bool = True, strict: bool = True) -> Prepared:
+    """Resolve the settings, the app and the stores (:mod:`laraq.startup`); raises :class:`StartupError`.
+
+    ``checks`` pings Redis and looks for jobs under other prefixes (off for in-process test workers);
+    ``strict=False`` (``laraq config``) reports a store or APP_KEY fault as a warning instead.
     """
-    import dataclasses
-
     import redis
 
     from laraq.app import load_app
-    from laraq.cache import MaintenanceMode, UnsupportedCacheStore, make_cache
     from laraq.config import LaravelSettings, make_redis
-    from laraq.output import Output
     from laraq.queue import RedisQueue
+    from laraq.startup import (
+        OpenedStore,
+        StartupError,
+        check_app_key,
+        check_redis,
+        describe_setup,
+        open_cache,
+        open_failed_store,
+        queue_warnings,
+    )
 
     try:
         settings = LaravelSettings.from_env(env, env_file=params.get("env_file"), version=params.get("laravel"))
@@ -174,16 +266,19 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
         raise click.UsageError(f"cannot read the Laravel settings: {exc}") from exc
     if params.get("prefix") is not None:
         settings = dataclasses.replace(settings, redis_prefix=params["prefix"])
+    if params.get("stop_when_empty_for") and not settings.version.has_stop_when_empty_for:
+        raise click.UsageError(f"--stop-when-empty-for does not exist in Laravel {settings.version} "
+                               "(added in 11.53, 12.60 and 13.10)")
     if app is None:
-        try:
-            app = load_app(params["app_spec"])
-        except (ImportError, AttributeError, TypeError, ValueError) as exc:
-            raise click.UsageError(f"cannot load --app {params['app_spec']}: {exc}") from exc
-    if not app.names:
+        app = _load_app(params["app_spec"], load_app)
+    if not app.names and params.get("app_spec"):
         log.warning("the App %s has no handlers: every job will get the --unhandled policy", params["app_spec"])
 
     url = params.get("redis_url")
     client = redis.Redis.from_url(url) if url else make_redis(settings, "default")
+    shown_url = _mask_url(url) if url else settings.redis_url_for("default", mask=True)
+    if checks:
+        check_redis(client, shown_url)
     retry_after: int | None = settings.retry_after
     if params.get("retry_after") is not None:
         text = str(params["retry_after"]).strip().lower()
@@ -194,28 +289,78 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
         client, connection_name=connection_name, default_queue=settings.redis_queue,
         prefix=settings.redis_prefix, retry_after=retry_after, block_for=block_for, version=settings.version,
     )
+    faults: list[str] = []
 
-    if params.get("stop_when_empty_for") and not settings.version.has_stop_when_empty_for:
-        raise click.UsageError(f"--stop-when-empty-for does not exist in Laravel {settings.version} "
-                               "(added in 11.53, 12.60 and 13.10)")
-    cache = None
-    try:
-        cache = make_cache(settings, redis_url=url)
-    except UnsupportedCacheStore as exc:
-        log.warning("%s: queue:restart, queue:pause, maxExceptions and unique locks are invisible to laraq",
-                    exc)
-    except Exception as exc:
-        raise click.UsageError(f"cannot open the {settings.cache_store!r} cache store: {exc}") from exc
-
-    encrypter = None
-    if settings.app_key:
-        from laraq.encryption import Encrypter
-
+    def attempt(step: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            encrypter = Encrypter.from_app_key(settings.app_key, previous_keys=settings.app_previous_keys)
-        except ValueError as exc:
-            log.warning("APP_KEY is unusable (%s): encrypted jobs will fail", exc)
+            return step(*args, **kwargs)
+        except StartupError as exc:
+            if strict:
+                raise
+            faults.append(exc.message)
+            return OpenedStore(None, f"unusable (exit {exc.exit_code} in laraq work)")
 
+    encrypter = attempt(check_app_key, settings)
+    if isinstance(encrypter, OpenedStore):
+        encrypter = None
+    cache = attempt(open_cache, settings, redis_url=url)
+    failer = attempt(open_failed_store, settings)
+    queues = params.get("queue") or settings.redis_queue
+    names = [q for q in str(queues).split(",") if q]
+    warnings = [w for w in (settings.version_warning,) if w] + faults + cache.warnings + failer.warnings
+    if checks:
+        warnings += queue_warnings(client, settings.redis_prefix, names)
+    info = describe_setup(
+        settings, redis_url=shown_url, prefix=settings.redis_prefix, queues=names, retry_after=retry_after,
+        block_for=block_for, cache=cache.description, failed=failer.description, handlers=list(app.names),
+        app_spec=params.get("app_spec"), warnings=warnings)
+    return Prepared(settings, app, queue, queues, cache.store, failer.store, encrypter, info)
+
+
+def _load_app(spec: str, load_app: Any) -> App:
+    """Import ``--app``; a missing module, a syntax error or an error raised by the import is one line."""
+    import traceback
+
+    try:
+        return load_app(spec)
+    except SyntaxError as exc:
+        raise click.UsageError(f"cannot load --app {spec}: syntax error in {exc.filename} line {exc.lineno}: "
+                               f"{exc.msg}; fix the handler module") from exc
+    except (ImportError, AttributeError, TypeError, ValueError) as exc:
+        raise click.UsageError(f"cannot load --app {spec}: {type(exc).__name__}: {exc}; check the module path "
+                               "(run from the project root, or set PYTHONPATH) and its imports") from exc
+    except Exception as exc:
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        raise click.UsageError(f"cannot load --app {spec}: importing it raised {type(exc).__name__}: {exc} "
+                               f"({frame.filename} line {frame.lineno}); fix the handler module") from exc
+
+
+def _mask_url(url: str) -> str:
+    from laraq.config import parse_redis_url
+
+    try:
+        parts = parse_redis_url(url)
+    except ValueError:
+        return "(unparseable --redis-url)"
+    auth = ""
+    if parts.get("password"):
+        auth = f"{parts.get('username') or ''}:********@"
+    scheme = "rediss" if str(parts.get("scheme", "")).lower() in ("tls", "rediss") else "redis"
+    return f"{scheme}://{auth}{parts.get('host', '127.0.0.1')}:{parts.get('port', 6379)}/{parts.get('database', 0)}"
+
+
+def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapping[str, str] | None = None,
+                 app: App | None = None, on_jobs_popped: Any = None, prepared: Prepared | None = None) -> Worker:
+    """Build a :class:`~laraq.worker.Worker` from ``laraq work``'s options and the Laravel settings.
+
+    ``env`` replaces ``os.environ`` as the source of Laravel settings; ``app`` replaces ``--app``.
+    """
+    from laraq.cache import MaintenanceMode
+    from laraq.logs import JobLogListener
+    from laraq.output import Output
+
+    p = prepared or prepare(params, env=env, app=app, checks=False)
+    settings = p.settings
     options = WorkerOptions(
         name=params["name"], backoff=str(params["backoff"]), memory=params["memory"], timeout=params["timeout"],
         sleep=params["sleep"], max_tries=params["tries"], force=params["force"],
@@ -225,29 +370,16 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
         unhandled=params["unhandled"], unhandled_delay=params["unhandled_delay"],
         batch=params.get("batch", 100), prefetch=params.get("prefetch", True),
     )
-    output = Output(settings.version, json_mode=params["json_mode"], quiet=params["quiet"],
-                    verbosity=params["verbose"])
-    queues = params.get("queue") or settings.redis_queue
+    json_logs = params.get("log_format") == "json"
+    output = Output(settings.version, json_mode=params["json_mode"],
+                    quiet=params["quiet"] or (json_logs and not params["json_mode"]), verbosity=params["verbose"])
+    connection_name = params.get("connection") or settings.connection_name
     return Worker(
-        app, queue, queues, options=options, connection_name=connection_name, version=settings.version,
-        cache=cache, failer=_failed_store(settings), encrypter=encrypter, output=output,
-        maintenance=MaintenanceMode(settings, cache), on_job_popped=on_job_popped,
-        on_jobs_popped=on_jobs_popped,
+        p.app, p.queue, p.queues, options=options, connection_name=connection_name, version=settings.version,
+        cache=p.cache, failer=p.failer, encrypter=p.encrypter, output=output,
+        maintenance=MaintenanceMode(settings, p.cache), on_job_popped=on_job_popped,
+        on_jobs_popped=on_jobs_popped, listeners=[JobLogListener(job_lines=json_logs)],
     )
-
-
-def _failed_store(settings: Any) -> Any:
-    """The failed-job store (its connection is safe to use from the worker's threads)."""
-    from laraq.failed import LazyFailedJobStore, make_failed_store
-
-    try:
-        return make_failed_store(settings)
-    except Exception as exc:
-        # Like artisan, start anyway: failed_jobs is only needed when a job fails, and a job that
-        # cannot be logged then is put back on its queue, never dropped.
-        logging.getLogger("laraq.work").warning(
-            "the failed-job store is not reachable now (%s); laraq retries it when a job fails", exc)
-        return LazyFailedJobStore(lambda: make_failed_store(settings))
 
 
 # -- the supervisor -------------------------------------------------------------------------------------
@@ -260,6 +392,7 @@ class Supervisor:
         self.child: subprocess.Popen[bytes] | None = None
         self.stopping = False
         self.jobs_done = 0
+        self.children = 0
         self.started = time.monotonic()
 
     def run(self) -> int:
@@ -299,6 +432,9 @@ class Supervisor:
     def _run_child(self) -> int:
         read_fd, write_fd = os.pipe()
         env = dict(os.environ)
+        if self.children:
+            env[_BANNER_ENV] = "shown"
+        self.children += 1
         env[_CONFIG_ENV] = json.dumps(self._child_params())
         env[_FD_ENV] = str(write_fd)
         env[_PARENT_ENV] = str(os.getpid())

@@ -1,0 +1,44 @@
+"""One place where a fault of the surroundings becomes one line and a documented exit code, for every command.
+
+:class:`LaraqGroup` is the ``laraq`` click group: a command that lets a Redis, database or configuration
+error escape gets the line and code of :func:`laraq.exitcodes.explain` (``Redis ... refused the
+credentials ...; set REDIS_PASSWORD ...``, exit 4) instead of a traceback. Unknown exceptions still show
+their traceback: they are bugs, and hiding them would help nobody.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from laraq.exitcodes import explain
+
+__all__ = ["LaraqGroup", "LaraqError"]
+
+
+class LaraqError(click.ClickException):
+    """A click error with laraq's exit code (see ``compat-docs/worker.md``, "Exit codes")."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class LaraqGroup(click.Group):
+    """The ``laraq`` group: known faults of Redis, databases and settings become :class:`LaraqError`."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from laraq.startup import StartupError
+
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except StartupError as exc:
+            raise LaraqError(exc.message, exc.exit_code) from exc
+        except Exception as exc:
+            explained = explain(exc)
+            if explained is None:
+                raise
+            raise LaraqError(*explained) from exc
