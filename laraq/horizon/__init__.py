@@ -1,0 +1,24 @@
+"""Horizon sees Python: laraq writes the Redis records Laravel Horizon's dashboard reads.
+
+* :mod:`laraq.horizon.settings` - prefix, trim minutes and silenced classes (``config/horizon.php``);
+* :mod:`laraq.horizon.records` - the job hashes, sorted sets, tags and metrics of each job
+  (``RedisJobRepository``, ``RedisTagRepository``, ``RedisMetricsRepository``);
+* :mod:`laraq.horizon.supervisors` - laraq workers as a master with supervisors
+  (``RedisMasterSupervisorRepository``, ``RedisSupervisorRepository``, ``RedisHorizonCommandQueue``);
+* :mod:`laraq.horizon.trimming` - what Horizon's master trims, done by laraq when no PHP master runs;
+* :mod:`laraq.horizon.listener` - the worker listener that ties them to laraq's job lifecycle.
+
+What is written, when, and which Horizon versions were proven: ``compat-docs/horizon.md``.
+"""
+
+from laraq.horizon.records import HorizonPayload, HorizonRecords, php_microtime
+from laraq.horizon.settings import HorizonSettings, HorizonTrim, horizon_in_use
+
+__all__ = [
+    "HorizonPayload",
+    "HorizonRecords",
+    "HorizonSettings",
+    "HorizonTrim",
+    "horizon_in_use",
+    "php_microtime",
+]

@@ -1,0 +1,146 @@
+"""The worker listener that makes a ``laraq work`` process visible in Horizon.
+
+It maps laraq's job lifecycle onto Horizon's ``EventMap`` (see :mod:`laraq.horizon.records`):
+
+============================  ================================================================
+laraq event                   Horizon listener it stands in for
+============================  ================================================================
+``job_reserved``              ``MarkJobAsReserved`` (+ ``StartTimingJob``: laraq times the job)
+``job_released``              ``MarkJobAsReleased``
+``job_processed``             ``MarkJobAsComplete`` + ``UpdateJobMetrics`` with laraq's runtime
+``job_failed``                ``MarkJobAsComplete`` (failed) → ``MarkJobAsFailed`` + ``StoreTagsForFailedJob``
+``job_unhandled`` (requeue)   ``MarkJobAsReleased`` with the untouched body put back for PHP
+``worker_starting``/looping   ``MasterSupervisor``/``Supervisor`` ``persist`` + their command queues,
+                              and the master's trims while no PHP master is alive
+``worker_stopping``           ``RedisMasterSupervisorRepository::forget``
+============================  ================================================================
+
+Horizon commands reach the worker as the signals Horizon itself would send (SIGUSR2 pause, SIGCONT
+continue, SIGTERM terminate), sent by the process to itself, so there is one code path for both.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from typing import Any
+
+from laraq.failed import format_exception
+from laraq.horizon.records import HorizonPayload, HorizonRecords
+from laraq.horizon.settings import HorizonSettings
+from laraq.horizon.supervisors import NO_SIGNAL_PID, HorizonMaster
+from laraq.horizon.trimming import Trimmer
+
+try:  # the worker's event seam
+    from laraq.events import WorkerListener
+except ImportError:  # pragma: no cover - before the seam exists every hook is called by name
+    class WorkerListener:  # type: ignore[no-redef]
+        pass
+
+__all__ = ["HorizonListener"]
+
+log = logging.getLogger("laraq.horizon")
+
+_SIGNALS = {"pause": signal.SIGUSR2, "continue": signal.SIGCONT, "terminate": signal.SIGTERM,
+            "restart": signal.SIGTERM}
+
+
+class HorizonListener(WorkerListener):
+    """Writes Horizon's job, master and supervisor records for one worker.
+
+    ``client`` is a redis-py client on Horizon's Redis (no key prefix); ``signal_pid`` is the pid
+    Horizon may signal (see :mod:`laraq.horizon.supervisors`): ``None`` = this process,
+    :data:`~laraq.horizon.supervisors.NO_SIGNAL_PID` = none. ``trim`` = ``False`` never trims.
+    """
+
+    def __init__(self, client: Any, settings: HorizonSettings, *, signal_pid: int | None = None,
+                 trim: bool = True) -> None:
+        self.client = client
+        self.settings = settings
+        self.records = HorizonRecords(client, settings)
+        self.trimmer = Trimmer(client, settings) if trim else None
+        self.signal_pid = signal_pid
+        self.master: HorizonMaster | None = None
+
+    # -- the worker -------------------------------------------------------------------------------------
+
+    def worker_starting(self, worker: Any) -> None:
+        opts = worker.options
+        self.master = HorizonMaster(
+            self.client, self.settings, connection=worker.connection_name, queues=",".join(worker.queues),
+            processes=max(1, int(getattr(opts, "concurrency", 1))), signal_pid=self.signal_pid,
+            worker_name=getattr(opts, "name", "default"),
+            options={"backoff": getattr(opts, "backoff", 0), "force": getattr(opts, "force", False),
+                     "tries": getattr(opts, "max_tries", 1), "max_time": getattr(opts, "max_time", 0),
+                     "max_jobs": getattr(opts, "max_jobs", 0), "memory": getattr(opts, "memory", 128),
+                     "sleep": getattr(opts, "sleep", 3), "timeout": getattr(opts, "timeout", 60),
+                     "rest": getattr(opts, "rest", 0)},
+        )
+        self.master.flush_commands()
+        gone = self.master.forget_dead_laraq_masters()
+        if gone:
+            log.info("horizon: removed stale laraq masters %s", ", ".join(gone))
+        self.master.persist(paused=bool(getattr(worker, "paused", False)))
+        pid = "none" if self.master.signal_pid == NO_SIGNAL_PID else self.master.signal_pid
+        log.info("horizon: master %s (signals to pid %s), supervisor %s", self.master.name, pid,
+                 self.master.supervisor)
+
+    def worker_looping(self, worker: Any) -> None:
+        master = self.master
+        if master is None:
+            return
+        for command in master.pending_commands():
+            action = command.action
+            if action is None:
+                log.warning("horizon: laraq does not run Horizon command %s (ignored)", command.command)
+                continue
+            log.info("horizon: %s requested through %s", action, command.command)
+            os.kill(os.getpid(), _SIGNALS[action])
+        master.persist(paused=bool(getattr(worker, "paused", False)))
+        if self.trimmer is not None and not master.php_master_alive():
+            self.trimmer.tick()
+
+    def worker_stopping(self, worker: Any, status: int) -> None:
+        if self.master is not None:
+            self.master.forget()
+
+    # -- jobs ---------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _payload(job: Any, *, body: bool = False) -> HorizonPayload:
+        if body:
+            return HorizonPayload.parse(job.body)
+        cached = getattr(job, "_horizon_payload", None)
+        if cached is None:
+            cached = HorizonPayload.parse(job.reserved_job.reserved)
+            job._horizon_payload = cached
+        return cached
+
+    def job_reserved(self, job: Any) -> None:
+        self.records.reserved(job.connection_name, job.queue, self._payload(job))
+
+    def job_released(self, job: Any, delay: int, exc: BaseException | None) -> None:
+        self.records.released(job.connection_name, job.queue, self._payload(job))
+
+    def job_processed(self, job: Any, runtime: float) -> None:
+        self.records.completed(job.connection_name, job.queue, self._payload(job), runtime * 1000.0)
+
+    def job_failed(self, job: Any, exc: BaseException | None, runtime: float | None) -> None:
+        text = "" if exc is None else format_exception(exc, job_name=getattr(job, "name", None))
+        context = None
+        ctx = getattr(exc, "context", None)
+        if callable(ctx):
+            import json
+
+            try:
+                context = json.dumps(ctx(), separators=(",", ":"), default=str)
+            except Exception:  # a broken context() must not hide the failure itself
+                context = None
+        self.records.failed(job.connection_name, job.queue, self._payload(job), text, context)
+
+    def job_unhandled(self, job: Any, action: str, detail: str) -> None:
+        if action == "requeue":  # the original body went back on the list for PHP
+            self.records.released(job.connection_name, job.queue, self._payload(job, body=True))
+        elif action == "release":
+            self.records.released(job.connection_name, job.queue, self._payload(job))
