@@ -87,6 +87,11 @@ _PARENT_ENV = "LARAQ_WORKER_PARENT"
 @click.option("--block-for", type=float, default=None, help="Override the connection's block_for (seconds).")
 @click.option("--supervise/--no-supervise", default=True, show_default=True,
               help="Run the worker in a child process that is restarted after a hard timeout.")
+@click.option("--horizon/--no-horizon", default=None,
+              help="Write Laravel Horizon's records (default: when the app uses Horizon; see compat-docs/horizon.md).")
+@click.option("--horizon-signals/--no-horizon-signals", default=True, show_default=True,
+              help="Let horizon:pause/continue/terminate signal this process (off: they reach it only "
+                   "through Horizon's command lists; for containers sharing a hostname).")
 def work_cmd(**params: Any) -> None:
     """Process jobs on the queue (php artisan queue:work), running them with Python handlers.
 
@@ -112,6 +117,8 @@ def child_main() -> None:
         with contextlib.suppress(OSError):
             os.write(fd, b"j" * count)
 
+    # Horizon may signal the supervisor (it forwards signals here), never this restartable child.
+    params["horizon_signal_pid"] = parent or None
     sys.exit(_run_worker(params, on_jobs_popped=popped))
 
 
@@ -223,12 +230,35 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
     output = Output(settings.version, json_mode=params["json_mode"], quiet=params["quiet"],
                     verbosity=params["verbose"])
     queues = params.get("queue") or settings.redis_queue
-    return Worker(
+    worker = Worker(
         app, queue, queues, options=options, connection_name=connection_name, version=settings.version,
         cache=cache, failer=_failed_store(settings), encrypter=encrypter, output=output,
         maintenance=MaintenanceMode(settings, cache), on_job_popped=on_job_popped,
         on_jobs_popped=on_jobs_popped,
     )
+    horizon = _horizon_listener(params, settings, client)
+    if horizon is not None:
+        worker.add_listener(horizon)
+    return worker
+
+
+def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any:
+    """The Horizon listener when ``--horizon`` or the app uses Horizon (``laraq.horizon``)."""
+    from laraq.horizon import HorizonSettings, horizon_in_use
+
+    wanted = params.get("horizon")
+    if wanted is False or (wanted is None and not horizon_in_use(settings.env, settings.base_path)):
+        return None
+    from laraq.horizon.listener import HorizonListener
+    from laraq.horizon.supervisors import NO_SIGNAL_PID
+
+    hs = HorizonSettings.from_app(settings.env, settings.base_path)
+    if params.get("horizon_signals", True):
+        signal_pid = params.get("horizon_signal_pid") or None
+    else:
+        signal_pid = NO_SIGNAL_PID
+    log.info("horizon: writing Horizon's records under prefix %r", hs.prefix)
+    return HorizonListener(client, hs, signal_pid=signal_pid)
 
 
 def _failed_store(settings: Any) -> Any:

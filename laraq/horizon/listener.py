@@ -26,17 +26,12 @@ import os
 import signal
 from typing import Any
 
+from laraq.events import WorkerListener
 from laraq.failed import format_exception
 from laraq.horizon.records import HorizonPayload, HorizonRecords
 from laraq.horizon.settings import HorizonSettings
 from laraq.horizon.supervisors import NO_SIGNAL_PID, HorizonMaster
 from laraq.horizon.trimming import Trimmer
-
-try:  # the worker's event seam
-    from laraq.events import WorkerListener
-except ImportError:  # pragma: no cover - before the seam exists every hook is called by name
-    class WorkerListener:  # type: ignore[no-redef]
-        pass
 
 __all__ = ["HorizonListener"]
 
@@ -124,6 +119,10 @@ class HorizonListener(WorkerListener):
         self.records.released(job.connection_name, job.queue, self._payload(job))
 
     def job_processed(self, job: Any, runtime: float) -> None:
+        # A job that released itself was never deleted: Horizon's JobDeleted (completion, metrics)
+        # does not fire for it; a failed one is recorded by job_failed.
+        if job.is_released or job.has_failed:
+            return
         self.records.completed(job.connection_name, job.queue, self._payload(job), runtime * 1000.0)
 
     def job_failed(self, job: Any, exc: BaseException | None, runtime: float | None) -> None:

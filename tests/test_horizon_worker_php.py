@@ -1,0 +1,164 @@
+"""The proof: the same jobs run by ``php artisan horizon`` and by ``laraq work --horizon`` look the same in
+Horizon (live Laravel 12 and 13 with real Horizon 5.29).
+
+PHP dispatches, into a Horizon app, a success, a job that fails once and succeeds after its backoff, a
+failure, a tagged job with a monitored tag and a silenced job. They are run once by real Horizon and,
+from an identical start, once by ``laraq work``. Horizon's own repositories (``getRecent``,
+``getCompleted``, ``getSilenced``, ``getFailed``, ``throughput``, ``runtimeForQueue``, ``measuredQueues``,
+``measuredJobs``, tags, ``SupervisorRepository::all``) and ``horizon:status`` must give equivalent
+answers: same statuses, same counts, timestamps in order, a runtime, tags. ``horizon:terminate`` stops
+both. A mixed run (Horizon's workers and laraq on one queue) shows every job exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+from conftest import require
+from horizon_support import HORIZON_PREFIX
+from phpapp import PhpApp, live_missing
+from test_worker_support import popen_laraq, wait_for
+
+pytestmark = pytest.mark.php
+
+JOBS = [
+    ("echo", {"args": {"n": "ok"}}),
+    ("echo", {"args": {"n": "retry"}, "mode": "fail-until", "seconds": 2, "settings": {"tries": 3, "backoff": 1}}),
+    ("tagged", {"args": {"n": "fail"}, "mode": "fail", "settings": {"tries": 1}, "tags": ["team:a"]}),
+    ("tagged", {"args": {"n": "tagged"}, "tags": ["watched", "team:a"]}),
+    ("silenced", {"args": {"n": "quiet"}}),
+]
+
+
+@pytest.fixture(params=["12", "13"])
+def hz(request: pytest.FixtureRequest, php: str, redis_client: Any, redis_server: Any) -> PhpApp:
+    reason = live_missing(request.param)
+    require(reason is None, reason or "")
+    return PhpApp(redis_server.port, version=request.param, horizon=True,
+                  extra_env={"HORIZON_BALANCE": "false", "HORIZON_TRIES": "1"})
+
+
+def _dispatch_all(hz: PhpApp, redis_client: Any) -> dict[str, str]:
+    redis_client.sadd(HORIZON_PREFIX + "monitoring", "watched")
+    names: dict[str, str] = {}
+    for kind, args in JOBS:
+        [uuid] = hz.tool("dispatch", kind, "--args=" + json.dumps(args))["ids"]
+        names[uuid] = args["args"]["n"]
+    return names
+
+
+def _done(hz: PhpApp) -> dict[str, Any] | None:
+    dump = hz.tool("horizon-dump", "--tags=team:a,watched")
+    c = dump["counts"]
+    return dump if (c["completed"], c["silenced"], c["failed"]) == (3, 1, 1) else None
+
+
+def _summary(dump: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """What Horizon's dashboard shows, with job ids replaced by the test's names."""
+    def jobs(kind: str) -> list[Any]:
+        return sorted((names[j["id"]], j["status"], j["name"], j["queue"], j["connection"]) for j in dump[kind])
+
+    for job in dump["recent"]:
+        assert job["reserved_at"], job
+        ends = [float(job[k]) for k in ("completed_at", "failed_at") if job[k]]
+        assert ends and all(float(job["reserved_at"]) <= t for t in ends), job
+        if job["status"] == "failed":
+            assert "echo job failed on purpose" in job["exception"]
+    return {
+        "recent": [(names[j["id"]], j["status"]) for j in dump["recent"]],
+        "completed": jobs("completed"), "silenced": jobs("silenced"), "failed": jobs("failed"),
+        "pending": jobs("pending"), "counts": dump["counts"], "throughput": dump["throughput"],
+        "queues": [(q["name"], q["throughput"], q["runtime"] > 0) for q in dump["queues"]],
+        "jobs": sorted((j["name"], j["throughput"], j["runtime"] > 0) for j in dump["jobs"]),
+        "tagged": {t: sorted(names[i] for i in ids) for t, ids in dump["tagged"].items()},
+        "failed_tags": {t: sorted(names[i] for i in ids) for t, ids in dump["failed_tags"].items()},
+    }
+
+
+def _stop(hz: PhpApp, proc: subprocess.Popen[str]) -> tuple[int, str]:
+    out = hz.artisan("horizon:terminate").stdout
+    try:
+        code = proc.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+    return code, out
+
+
+def _run_horizon(hz: PhpApp) -> tuple[dict[str, Any], dict[str, Any]]:
+    proc = hz.popen_artisan("horizon")
+    try:
+        dump = wait_for(lambda: _done(hz), timeout=120, interval=0.5)
+        live = hz.tool("horizon-dump")
+        status = hz.artisan("horizon:status").returncode
+    finally:
+        _stop(hz, proc)
+    return dump, {"status": status, "supervisors": live["supervisors"], "masters": live["masters"]}
+
+
+def _run_laraq(hz: PhpApp) -> tuple[dict[str, Any], dict[str, Any]]:
+    proc = popen_laraq(hz, "--horizon", "--queue=default", app_spec="horizon_support:app")
+    try:
+        dump = wait_for(lambda: _done(hz), timeout=120, interval=0.5)
+        live = hz.tool("horizon-dump")
+        status = hz.artisan("horizon:status").returncode
+    finally:
+        code, out = _stop(hz, proc)
+    assert code == 0, proc.stderr.read() if proc.stderr else ""
+    assert "Sending TERM signal" in out
+    return dump, {"status": status, "supervisors": live["supervisors"], "masters": live["masters"]}
+
+
+def test_horizon_and_laraq_give_the_same_answers(hz: PhpApp, redis_client: Any) -> None:
+    names = _dispatch_all(hz, redis_client)
+    php_dump, php_live = _run_horizon(hz)
+    php = _summary(php_dump, names)
+    assert [r["runner"] for r in hz.runs()] == ["php"] * 6
+
+    redis_client.flushall()
+    hz.log_path.write_text("")
+    names = _dispatch_all(hz, redis_client)
+    laraq_dump, laraq_live = _run_laraq(hz)
+    laraq = _summary(laraq_dump, names)
+    assert [r["runner"] for r in hz.runs()] == ["python"] * 6
+
+    assert laraq == php
+    assert php["counts"]["failed"] == 1 and php["throughput"] == 4
+    assert php["tagged"] == {"watched": ["tagged"]} and php["failed_tags"]["team:a"] == ["fail"]
+    # both were alive in Horizon while working, and gone after horizon:terminate
+    assert php_live["status"] == laraq_live["status"] == 0
+    for live in (php_live, laraq_live):
+        assert [s["status"] for s in live["supervisors"]] == ["running"]
+        assert [s["processes"] for s in live["supervisors"]] == [{"redis:default": 1}]
+        assert [m["status"] for m in live["masters"]] == ["running"]
+    assert hz.artisan("horizon:status").returncode == 2
+
+
+def test_mixed_fleet_shows_every_job_once(hz: PhpApp, redis_client: Any) -> None:
+    count = 40
+    horizon = hz.popen_artisan("horizon")
+    laraq = None
+    try:
+        wait_for(lambda: hz.tool("horizon-dump")["supervisors"], timeout=60, interval=0.3)
+        laraq = popen_laraq(hz, "--horizon", "--queue=default", "--concurrency=2", app_spec="horizon_support:app")
+        wait_for(lambda: len(hz.tool("horizon-dump")["masters"]) == 2, timeout=60, interval=0.3)
+        ids = hz.tool("dispatch", "echo", f"--count={count}",
+                      "--args=" + json.dumps({"seconds": 0.25, "mode": "sleep"}))["ids"]
+        wait_for(lambda: hz.tool("horizon-dump")["counts"]["completed"] == count, timeout=120, interval=0.5)
+        dump = hz.tool("horizon-dump")
+    finally:
+        _stop(hz, horizon)
+        if laraq is not None:
+            laraq.wait(timeout=60)
+    runs = hz.runs()
+    assert sorted(r["uuid"] for r in runs) == sorted(ids)
+    assert {r["runner"] for r in runs} == {"php", "python"}, "both workers should have taken jobs"
+    assert sorted(j["id"] for j in dump["recent"]) == sorted(ids)
+    assert [j["status"] for j in dump["recent"]] == ["completed"] * count
+    assert sorted(j["id"] for j in dump["completed"]) == sorted(ids)
+    assert dump["throughput"] == count and dump["counts"]["pending"] == 0
+    assert sorted(len(s["processes"]) for s in dump["supervisors"]) == [1, 1]
