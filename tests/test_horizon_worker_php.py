@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from typing import Any
 
 import pytest
@@ -110,6 +111,8 @@ def _run_laraq(hz: PhpApp) -> tuple[dict[str, Any], dict[str, Any]]:
         code, out = _stop(hz, proc)
     assert code == 0, proc.stderr.read() if proc.stderr else ""
     assert "Sending TERM signal" in out
+    # the pid Horizon signalled is laraq's long-lived supervisor process, not its restartable worker
+    assert [m["pid"] for m in live["masters"]] == [str(proc.pid)]
     return dump, {"status": status, "supervisors": live["supervisors"], "masters": live["masters"]}
 
 
@@ -162,3 +165,42 @@ def test_mixed_fleet_shows_every_job_once(hz: PhpApp, redis_client: Any) -> None
     assert sorted(j["id"] for j in dump["completed"]) == sorted(ids)
     assert dump["throughput"] == count and dump["counts"]["pending"] == 0
     assert sorted(len(s["processes"]) for s in dump["supervisors"]) == [1, 1]
+
+
+def test_horizon_pause_and_continue_reach_laraq_work(hz: PhpApp, redis_client: Any) -> None:
+    proc = popen_laraq(hz, "--horizon", "--queue=default", app_spec="horizon_support:app")
+    try:
+        wait_for(lambda: hz.artisan("horizon:status").returncode == 0, timeout=60, interval=0.3)
+        assert "Sending USR2 signal" in hz.artisan("horizon:pause", check=True).stdout
+        wait_for(lambda: hz.artisan("horizon:status").returncode == 1, timeout=60, interval=0.3)
+        hz.tool("dispatch", "echo", "--args=" + json.dumps({"args": {"n": "after-pause"}}))
+        time.sleep(1.5)  # a running laraq (--sleep 0) would have taken it by now
+        assert hz.runs() == [] and redis_client.llen(hz.prefix + "queues:default") == 1
+        hz.artisan("horizon:continue", check=True)
+        wait_for(lambda: hz.runs(), timeout=60, interval=0.3)
+        wait_for(lambda: hz.artisan("horizon:status").returncode == 0, timeout=60, interval=0.3)
+    finally:
+        code, _ = _stop(hz, proc)
+    assert code == 0
+    assert [r["args"] for r in hz.runs()] == [{"n": "after-pause"}]
+
+
+def test_no_horizon_signals_records_an_unreachable_pid(hz: PhpApp, redis_client: Any) -> None:
+    from laraq.horizon.supervisors import NO_SIGNAL_PID
+
+    proc = popen_laraq(hz, "--horizon", "--no-horizon-signals", app_spec="horizon_support:app")
+    try:
+        [master] = wait_for(lambda: hz.tool("horizon-dump")["masters"], timeout=60, interval=0.3)
+        assert master["pid"] == str(NO_SIGNAL_PID)
+        out = hz.artisan("horizon:pause").stdout
+        assert f"Failed to kill process: {NO_SIGNAL_PID}" in out
+        assert hz.artisan("horizon:status").returncode == 0
+        # Horizon's command list still reaches it
+        redis_client.rpush(HORIZON_PREFIX + "commands:master:" + master["name"], json.dumps(
+            {"command": "Laravel\\Horizon\\SupervisorCommands\\Terminate", "options": {"status": 0}}))
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert hz.tool("horizon-dump")["masters"] == []
