@@ -257,8 +257,16 @@ def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any
         signal_pid = params.get("horizon_signal_pid") or None
     else:
         signal_pid = NO_SIGNAL_PID
+    horizon_client = client
+    if hs.use == "cache" and not params.get("redis_url"):
+        from laraq.config import make_redis
+
+        horizon_client = make_redis(settings, "cache")
+    elif hs.use not in ("default", "cache"):
+        log.warning("horizon: config/horizon.php uses Redis connection %r, which laraq does not know; "
+                    "writing Horizon's records on the queue's connection", hs.use)
     log.info("horizon: writing Horizon's records under prefix %r", hs.prefix)
-    return HorizonListener(client, hs, signal_pid=signal_pid)
+    return HorizonListener(horizon_client, hs, signal_pid=signal_pid)
 
 
 def _failed_store(settings: Any) -> Any:
