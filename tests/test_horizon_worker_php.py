@@ -181,7 +181,7 @@ def test_horizon_pause_and_continue_reach_laraq_work(hz: PhpApp, redis_client: A
         wait_for(lambda: hz.artisan("horizon:status").returncode == 0, timeout=60, interval=0.3)
     finally:
         code, _ = _stop(hz, proc)
-    assert code == 0
+    assert code == 0, proc.stderr.read() if proc.stderr else ""
     assert [r["args"] for r in hz.runs()] == [{"n": "after-pause"}]
 
 

@@ -17,6 +17,11 @@ laraq event                   Horizon listener it stands in for
 
 Horizon commands reach the worker as the signals Horizon itself would send (SIGUSR2 pause, SIGCONT
 continue, SIGTERM terminate), sent by the process to itself, so there is one code path for both.
+
+Round trips: the ``reserved`` write (with the reservation's own time) is held back and sent with the
+job's outcome, or on the next loop (within about a second) once the job is running, so a short job
+costs one round trip for all its records. A prefetched job that laraq hands back unstarted at
+shutdown never shows as reserved.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
+import time
 from typing import Any
 
 from laraq.events import WorkerListener
@@ -57,6 +64,20 @@ class HorizonListener(WorkerListener):
         self.trimmer = Trimmer(client, settings) if trim else None
         self.signal_pid = signal_pid
         self.master: HorizonMaster | None = None
+        self._lock = threading.Lock()
+        #: reserved writes not sent yet: job key -> (hash key, fields, started)
+        self._held: dict[int, tuple[str, dict[str, Any], bool]] = {}
+
+    def _take(self, job: Any) -> list[tuple[str, dict[str, Any]]]:
+        with self._lock:
+            held = self._held.pop(id(job), None)
+        return [] if held is None else [(held[0], held[1])]
+
+    def _flush_started(self) -> None:
+        with self._lock:
+            ready = [k for k, (_, _, started) in self._held.items() if started]
+            writes = [self._held.pop(k)[:2] for k in ready]
+        self.records.write(writes)
 
     # -- the worker -------------------------------------------------------------------------------------
 
@@ -92,11 +113,16 @@ class HorizonListener(WorkerListener):
                 continue
             log.info("horizon: %s requested through %s", action, command.command)
             os.kill(os.getpid(), _SIGNALS[action])
+        self._flush_started()
         master.persist(paused=bool(getattr(worker, "paused", False)))
         if self.trimmer is not None and not master.php_master_alive():
             self.trimmer.tick()
 
     def worker_stopping(self, worker: Any, status: int) -> None:
+        # jobs that never started were handed back to the queue: their records stay pending
+        self._flush_started()
+        with self._lock:
+            self._held.clear()
         if self.master is not None:
             self.master.forget()
 
@@ -113,17 +139,29 @@ class HorizonListener(WorkerListener):
         return cached
 
     def job_reserved(self, job: Any) -> None:
-        self.records.reserved(job.connection_name, job.queue, self._payload(job))
+        key, fields = self.records.reserved_write(self._payload(job), time.time())
+        with self._lock:
+            self._held[id(job)] = (key, fields, False)
+
+    def job_processing(self, job: Any) -> None:
+        with self._lock:
+            held = self._held.get(id(job))
+            if held is not None:
+                self._held[id(job)] = (held[0], held[1], True)
+
+    def job_timed_out(self, job: Any) -> None:
+        self.records.write(self._take(job))
 
     def job_released(self, job: Any, delay: int, exc: BaseException | None) -> None:
-        self.records.released(job.connection_name, job.queue, self._payload(job))
+        self.records.released(job.connection_name, job.queue, self._payload(job), before=self._take(job))
 
     def job_processed(self, job: Any, runtime: float) -> None:
         # A job that released itself was never deleted: Horizon's JobDeleted (completion, metrics)
         # does not fire for it; a failed one is recorded by job_failed.
         if job.is_released or job.has_failed:
             return
-        self.records.completed(job.connection_name, job.queue, self._payload(job), runtime * 1000.0)
+        self.records.completed(job.connection_name, job.queue, self._payload(job), runtime * 1000.0,
+                               before=self._take(job))
 
     def job_failed(self, job: Any, exc: BaseException | None, runtime: float | None) -> None:
         text = "" if exc is None else format_exception(exc, job_name=getattr(job, "name", None))
@@ -136,10 +174,16 @@ class HorizonListener(WorkerListener):
                 context = json.dumps(ctx(), separators=(",", ":"), default=str)
             except Exception:  # a broken context() must not hide the failure itself
                 context = None
-        self.records.failed(job.connection_name, job.queue, self._payload(job), text, context)
+        self.records.failed(job.connection_name, job.queue, self._payload(job), text, context,
+                            before=self._take(job))
 
     def job_unhandled(self, job: Any, action: str, detail: str) -> None:
+        before = self._take(job)
         if action == "requeue":  # the original body went back on the list for PHP
-            self.records.released(job.connection_name, job.queue, self._payload(job, body=True))
+            self.records.released(job.connection_name, job.queue, self._payload(job, body=True), before=before)
         elif action == "release":
-            self.records.released(job.connection_name, job.queue, self._payload(job))
+            self.records.released(job.connection_name, job.queue, self._payload(job), before=before)
+        else:  # "fail": job_failed follows; keep the reservation for it
+            with self._lock:
+                for key, fields in before:
+                    self._held[id(job)] = (key, fields, True)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,7 +123,40 @@ class HorizonRecords:
         self.client = client
         self.settings = settings
         self.clock = clock
-        self._metrics = client.register_script(_METRICS_LUA)
+        self._metrics_sha: str | None = None
+
+    # -- the metrics script (EVALSHA inside the job's pipeline, loaded once) ---------------------------
+
+    def _metrics_args(self, queue: str, payload: HorizonPayload, runtime: str) -> list[tuple[str, str, str]]:
+        return [(self._k("queue:" + queue), self._k("measured_queues"), runtime),
+                (self._k("job:" + payload.display_name), self._k("measured_jobs"), runtime)]
+
+    def _run_with_metrics(self, pipe: Any, metrics: list[tuple[str, str, str]]) -> list[Any]:
+        """Execute ``pipe`` with the metrics calls appended; reload the script once if Redis lost it."""
+        import redis
+
+        if self._metrics_sha is None:
+            self._metrics_sha = self.client.script_load(_METRICS_LUA)
+        for key, group, runtime in metrics:
+            pipe.evalsha(self._metrics_sha, 2, key, group, runtime)
+        results = pipe.execute(raise_on_error=False)
+        tail = results[len(results) - len(metrics):] if metrics else []
+        if any(isinstance(r, redis.exceptions.NoScriptError) for r in tail):
+            self._metrics_sha = self.client.script_load(_METRICS_LUA)
+            retry = self.client.pipeline(transaction=False)
+            for (key, group, runtime), r in zip(metrics, tail, strict=True):
+                if isinstance(r, redis.exceptions.NoScriptError):
+                    retry.evalsha(self._metrics_sha, 2, key, group, runtime)
+            retry.execute()
+        errors = [r for r in results if isinstance(r, Exception) and not isinstance(r, redis.exceptions.NoScriptError)]
+        if errors:
+            raise errors[0]
+        return results
+
+    @staticmethod
+    def _apply(pipe: Any, before: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+        for key, mapping in before:
+            pipe.hset(key, mapping=dict(mapping))
 
     # -- helpers -----------------------------------------------------------------------------------
 
@@ -175,39 +208,60 @@ class HorizonRecords:
 
     # -- the worker's events ---------------------------------------------------------------------------
 
-    def reserved(self, connection: str, queue: str, payload: HorizonPayload) -> None:
-        """``JobReserved`` → ``MarkJobAsReserved``: status ``reserved`` with the reserved payload."""
-        now = php_microtime(self.clock())
-        self.client.hset(self._k(_require_id(payload)), mapping={
+    def reserved_write(self, payload: HorizonPayload, at: float | None = None) -> tuple[str, dict[str, Any]]:
+        """``JobReserved`` → ``MarkJobAsReserved``: the hash write (status ``reserved``, the reserved
+        payload, ``reserved_at`` = ``at``), for :meth:`reserved` or to send with a later pipeline."""
+        now = php_microtime(self.clock() if at is None else at)
+        return self._k(_require_id(payload)), {
             "status": "reserved", "payload": payload.value, "updated_at": now, "reserved_at": now,
-        })
+        }
 
-    def released(self, connection: str, queue: str, payload: HorizonPayload) -> None:
-        """``JobReleased`` → ``MarkJobAsReleased`` (also ``JobsMigrated``): back to ``pending``."""
-        self.client.hset(self._k(_require_id(payload)), mapping={
+    def reserved(self, connection: str, queue: str, payload: HorizonPayload) -> None:
+        """``MarkJobAsReserved`` now."""
+        key, mapping = self.reserved_write(payload)
+        self.client.hset(key, mapping=mapping)
+
+    def write(self, writes: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+        """Send buffered hash writes (see :meth:`reserved_write`) in one round trip."""
+        if writes:
+            pipe = self.client.pipeline(transaction=False)
+            self._apply(pipe, writes)
+            pipe.execute()
+
+    def released(self, connection: str, queue: str, payload: HorizonPayload,
+                 before: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> None:
+        """``JobReleased`` → ``MarkJobAsReleased`` (also ``JobsMigrated``): back to ``pending``.
+
+        ``before``: buffered writes of this job to send first, in the same round trip.
+        """
+        pipe = self.client.pipeline(transaction=False)
+        self._apply(pipe, before)
+        pipe.hset(self._k(_require_id(payload)), mapping={
             "status": "pending", "payload": payload.value, "updated_at": php_microtime(self.clock()),
         })
+        pipe.execute()
 
-    def completed(self, connection: str, queue: str, payload: HorizonPayload, runtime_ms: float | None) -> None:
+    def completed(self, connection: str, queue: str, payload: HorizonPayload, runtime_ms: float | None,
+                  before: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> None:
         """``JobDeleted`` after success: ``MarkJobAsComplete`` (+ ``remember``) and ``UpdateJobMetrics``.
 
-        ``runtime_ms`` is reserve-to-delete time as measured by the worker (Horizon's ``Stopwatch``);
-        ``None`` counts as 0, as Horizon does for a job it did not time.
+        ``runtime_ms`` is the job's runtime as measured by the worker (Horizon's ``Stopwatch``);
+        ``None`` counts as 0, as Horizon does for a job it did not time. One round trip (two when a
+        tag is monitored).
         """
         self._retry_status(payload, failed=False)
         job_id = _require_id(payload)
         pipe = self.client.pipeline(transaction=False)
+        self._apply(pipe, before)
         self._completed_writes(pipe, payload, job_id)
         pipe.smembers(self._k("monitoring"))
-        watched = {m.decode() if isinstance(m, bytes) else m for m in pipe.execute()[-1]}
+        runtime = php_float_string(round(runtime_ms or 0.0, 2))
+        metrics = self._metrics_args(queue, payload, runtime)
+        results = self._run_with_metrics(pipe, metrics)
+        members = results[len(results) - len(metrics) - 1]
+        watched = {m.decode() if isinstance(m, bytes) else m for m in members}
         if self.monitored(payload.tags, watched):
             self.remember(connection, queue, payload)
-        runtime = php_float_string(round(runtime_ms or 0.0, 2))
-        pipe = self.client.pipeline(transaction=False)
-        self._metrics(keys=[self._k("queue:" + queue), self._k("measured_queues")], args=[runtime], client=pipe)
-        self._metrics(keys=[self._k("job:" + payload.display_name), self._k("measured_jobs")], args=[runtime],
-                      client=pipe)
-        pipe.execute()
 
     def remember(self, connection: str, queue: str, payload: HorizonPayload) -> None:
         """``RedisJobRepository::remember``: a completed job with a monitored tag, kept ``trim.monitored``."""
@@ -222,7 +276,7 @@ class HorizonRecords:
         pipe.execute()
 
     def failed(self, connection: str, queue: str, payload: HorizonPayload, exception: str,
-               context: str | None = None) -> None:
+               context: str | None = None, before: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> None:
         """A failed job: what Horizon's worker writes when ``Job::fail`` deletes and then reports it.
 
         ``JobDeleted`` with ``hasFailed()`` → ``completed`` (into ``completed_jobs``/``silenced_jobs``,
@@ -234,6 +288,7 @@ class HorizonRecords:
         job_id = _require_id(payload)
         trim = self.settings.trim
         pipe = self.client.pipeline(transaction=False)
+        self._apply(pipe, before)
         self._completed_writes(pipe, payload, job_id)
         pipe.smembers(self._k("monitoring"))  # Horizon's MarkJobAsComplete reads it even for failures
         self._reference(pipe, "failed_jobs", job_id)
