@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from conftest import require
+from phpapp import PhpApp, live_missing
 from test_worker_support import _echo, echo
 
 from laraq.app import App
@@ -14,6 +16,15 @@ from laraq.job import Job
 from laraq.serializer import PHPObject
 
 HORIZON_PREFIX = "laravel_horizon:"
+#: The Laravel lines that ship Horizon in ../shared/laravel-live.
+HORIZON_LINES = ["12", "13"]
+
+
+def horizon_app(version: str, redis_port: int, **extra_env: str) -> PhpApp:
+    """The fixture app of a live line with Horizon registered (skips locally, fails in CI without it)."""
+    reason = live_missing(version)
+    require(reason is None, reason or "")
+    return PhpApp(redis_port, version=version, horizon=True, extra_env=extra_env or None)
 
 app = App("horizon-tests")
 app.handler("App\\Jobs\\EchoJob")(echo)

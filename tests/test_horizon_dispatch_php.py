@@ -12,9 +12,8 @@ import json
 from typing import Any
 
 import pytest
-from conftest import require
-from horizon_support import HORIZON_PREFIX, horizon_state
-from phpapp import PhpApp, live_missing
+from horizon_support import HORIZON_LINES, HORIZON_PREFIX, horizon_app, horizon_state
+from phpapp import PhpApp
 
 from laraq.dispatch import Dispatcher
 from laraq.horizon import HorizonSettings
@@ -23,11 +22,9 @@ from laraq.queue import RedisQueue
 pytestmark = pytest.mark.php
 
 
-@pytest.fixture(params=["12", "13"])
+@pytest.fixture(params=HORIZON_LINES)
 def hz(request: pytest.FixtureRequest, php: str, redis_client: Any, redis_server: Any) -> PhpApp:
-    reason = live_missing(request.param)
-    require(reason is None, reason or "")
-    return PhpApp(redis_server.port, version=request.param, horizon=True)
+    return horizon_app(request.param, redis_server.port)
 
 
 def _dispatcher(hz: PhpApp, client: Any, **settings: Any) -> Dispatcher:

@@ -17,9 +17,8 @@ import time
 from typing import Any
 
 import pytest
-from conftest import require
-from horizon_support import HORIZON_PREFIX, horizon_state, restore, snapshot
-from phpapp import PhpApp, live_missing
+from horizon_support import HORIZON_LINES, HORIZON_PREFIX, horizon_app, horizon_state, restore, snapshot
+from phpapp import PhpApp
 
 from laraq.horizon import HorizonPayload, HorizonRecords, HorizonSettings
 from laraq.queue import RedisQueue
@@ -27,11 +26,9 @@ from laraq.queue import RedisQueue
 pytestmark = pytest.mark.php
 
 
-@pytest.fixture(params=["12", "13"])
+@pytest.fixture(params=HORIZON_LINES)
 def hz(request: pytest.FixtureRequest, php: str, redis_client: Any, redis_server: Any) -> PhpApp:
-    reason = live_missing(request.param)
-    require(reason is None, reason or "")
-    return PhpApp(redis_server.port, version=request.param, horizon=True)
+    return horizon_app(request.param, redis_server.port)
 
 
 def _dispatch(hz: PhpApp, kind: str, **args: Any) -> str:

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import require
-from horizon_support import HORIZON_PREFIX
-from phpapp import PhpApp, live_missing
+from horizon_support import HORIZON_LINES, HORIZON_PREFIX, horizon_app
+from phpapp import PhpApp
 from test_worker_support import wait_for
 
 pytestmark = pytest.mark.php
@@ -26,11 +25,9 @@ pytestmark = pytest.mark.php
 TESTS = Path(__file__).resolve().parent
 
 
-@pytest.fixture(params=["12", "13"])
+@pytest.fixture(params=HORIZON_LINES)
 def hz(request: pytest.FixtureRequest, php: str, redis_client: Any, redis_server: Any) -> PhpApp:
-    reason = live_missing(request.param)
-    require(reason is None, reason or "")
-    return PhpApp(redis_server.port, version=request.param, horizon=True)
+    return horizon_app(request.param, redis_server.port)
 
 
 class Proc:

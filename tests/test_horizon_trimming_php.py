@@ -12,9 +12,8 @@ import time
 from typing import Any
 
 import pytest
-from conftest import require
-from horizon_support import HORIZON_PREFIX, restore, snapshot
-from phpapp import PhpApp, live_missing
+from horizon_support import HORIZON_LINES, HORIZON_PREFIX, horizon_app, restore, snapshot
+from phpapp import PhpApp
 
 from laraq.horizon import HorizonSettings
 from laraq.horizon.listener import HorizonListener
@@ -26,11 +25,9 @@ SETS = ("recent_jobs", "recent_failed_jobs", "pending_jobs", "completed_jobs", "
         "monitored_jobs")
 
 
-@pytest.fixture(params=["12", "13"])
+@pytest.fixture(params=HORIZON_LINES)
 def hz(request: pytest.FixtureRequest, php: str, redis_client: Any, redis_server: Any) -> PhpApp:
-    reason = live_missing(request.param)
-    require(reason is None, reason or "")
-    return PhpApp(redis_server.port, version=request.param, horizon=True)
+    return horizon_app(request.param, redis_server.port)
 
 
 def _fill(client: Any) -> None:

@@ -18,9 +18,8 @@ import time
 from typing import Any
 
 import pytest
-from conftest import require
-from horizon_support import HORIZON_PREFIX
-from phpapp import PhpApp, live_missing
+from horizon_support import HORIZON_LINES, HORIZON_PREFIX, horizon_app
+from phpapp import PhpApp
 from test_worker_support import popen_laraq, wait_for
 
 pytestmark = pytest.mark.php
@@ -34,12 +33,9 @@ JOBS = [
 ]
 
 
-@pytest.fixture(params=["12", "13"])
+@pytest.fixture(params=HORIZON_LINES)
 def hz(request: pytest.FixtureRequest, php: str, redis_client: Any, redis_server: Any) -> PhpApp:
-    reason = live_missing(request.param)
-    require(reason is None, reason or "")
-    return PhpApp(redis_server.port, version=request.param, horizon=True,
-                  extra_env={"HORIZON_BALANCE": "false", "HORIZON_TRIES": "1"})
+    return horizon_app(request.param, redis_server.port, HORIZON_BALANCE="false", HORIZON_TRIES="1")
 
 
 def _dispatch_all(hz: PhpApp, redis_client: Any) -> dict[str, str]:
