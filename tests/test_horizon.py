@@ -191,3 +191,16 @@ def test_laraq_dispatch_and_work_write_horizon_records(redis_client: Any, redis_
     assert redis_client.zcard(P + "completed_jobs") == 2 and redis_client.zcard(P + "failed_jobs") == 1
     # stopping removed the master and supervisor records at once
     assert redis_client.zcard(P + "masters") == 0 and not redis_client.keys(P + "supervisor:*")
+
+
+def test_a_restarted_worker_removes_its_predecessors_master(redis_client: Any) -> None:
+    # a supervised worker records its supervisor's pid (here: this process's parent)
+    parent = os.getppid()
+    before = HorizonMaster(redis_client, HorizonSettings(), connection="redis", queues="default", processes=1,
+                           signal_pid=parent)
+    before.persist()
+    after = HorizonMaster(redis_client, HorizonSettings(), connection="redis", queues="default", processes=1,
+                          signal_pid=parent)
+    assert after.forget_dead_laraq_masters() == [before.name]
+    after.persist()
+    assert [m.decode() for m in redis_client.zrange(P + "masters", 0, -1)] == [after.name]

@@ -13,8 +13,11 @@ both. A mixed run (Horizon's workers and laraq on one queue) shows every job exa
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -200,3 +203,33 @@ def test_no_horizon_signals_records_an_unreachable_pid(hz: PhpApp, redis_client:
             proc.kill()
             proc.wait()
     assert hz.tool("horizon-dump")["masters"] == []
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rfind(")") + 2:].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def test_a_restarted_worker_stays_one_master(hz: PhpApp, redis_client: Any) -> None:
+    proc = popen_laraq(hz, "--horizon", app_spec="horizon_support:app")
+    try:
+        [first] = wait_for(lambda: hz.tool("horizon-dump")["masters"], timeout=60, interval=0.3)
+        [child] = _children(proc.pid)
+        os.kill(child, signal.SIGKILL)  # what laraq's own timeout kill does to a worker
+        masters = wait_for(lambda: [m for m in hz.tool("horizon-dump")["masters"] if m["name"] != first["name"]],
+                           timeout=60, interval=0.3)
+        dump = hz.tool("horizon-dump")
+        assert [m["name"] for m in dump["masters"]] == [masters[0]["name"]]
+        assert masters[0]["pid"] == first["pid"] == str(proc.pid)
+        assert len(dump["supervisors"]) == 1
+    finally:
+        code, out = _stop(hz, proc)
+    assert out.count("Process: ") == 1 and code == 0

@@ -236,7 +236,8 @@ class HorizonMaster:
         return any(record.get("laraq") != "1" for record in self.live_masters().values())
 
     def forget_dead_laraq_masters(self) -> list[str]:
-        """Delete this host's laraq masters whose pid is gone or was reused (``pid_started`` differs)."""
+        """Delete this host's laraq masters whose pid is gone or was reused (``pid_started`` differs),
+        and the records a previous worker of the same ``laraq work`` supervisor left behind."""
         gone: list[str] = []
         base = master_basename()
         for name, record in self.live_masters().items():
@@ -250,7 +251,10 @@ class HorizonMaster:
                 continue
             if pid == NO_SIGNAL_PID:
                 continue
-            if process_started(pid) != (record.get("pid_started") or None):
+            # Our pid under another name: the worker this supervisor ran before (killed at a timeout
+            # and restarted). Left alone, Horizon would list it and signal this pid twice.
+            predecessor = pid == self.signal_pid and self.signal_pid != os.getpid()
+            if predecessor or process_started(pid) != (record.get("pid_started") or None):
                 supervisors = json.loads(record.get("supervisors") or "[]")
                 pipe = self.client.pipeline(transaction=False)
                 pipe.delete(self._k("master:" + name), *[self._k("supervisor:" + s) for s in supervisors])
