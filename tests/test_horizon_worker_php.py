@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -48,6 +49,20 @@ def _dispatch_all(hz: PhpApp, redis_client: Any) -> dict[str, str]:
         [uuid] = hz.tool("dispatch", kind, "--args=" + json.dumps(args))["ids"]
         names[uuid] = args["args"]["n"]
     return names
+
+
+def _failed_payload_kept(hz: PhpApp, redis_client: Any, names: dict[str, str], pushed: dict[str, bytes]) -> None:
+    """``failed_jobs.payload`` is the Horizon-format body exactly as it was pushed."""
+    [fail_id] = [i for i, n in names.items() if n == "fail"]
+    with sqlite3.connect(hz.db_path) as db:
+        [(payload,)] = db.execute("select payload from failed_jobs where uuid = ?", (fail_id,)).fetchall()
+    body = payload.encode() if isinstance(payload, str) else payload
+    assert body == pushed[fail_id]
+    assert json.loads(body)["pushedAt"] and json.loads(body)["id"] == fail_id
+
+
+def _pushed(redis_client: Any, hz: PhpApp) -> dict[str, bytes]:
+    return {json.loads(m)["uuid"]: m for m in redis_client.lrange(hz.prefix + "queues:default", 0, -1)}
 
 
 def _done(hz: PhpApp) -> dict[str, Any] | None:
@@ -117,15 +132,19 @@ def _run_laraq(hz: PhpApp) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def test_horizon_and_laraq_give_the_same_answers(hz: PhpApp, redis_client: Any) -> None:
     names = _dispatch_all(hz, redis_client)
+    pushed = _pushed(redis_client, hz)
     php_dump, php_live = _run_horizon(hz)
     php = _summary(php_dump, names)
+    _failed_payload_kept(hz, redis_client, names, pushed)
     assert [r["runner"] for r in hz.runs()] == ["php"] * 6
 
     redis_client.flushall()
     hz.log_path.write_text("")
     names = _dispatch_all(hz, redis_client)
+    pushed = _pushed(redis_client, hz)
     laraq_dump, laraq_live = _run_laraq(hz)
     laraq = _summary(laraq_dump, names)
+    _failed_payload_kept(hz, redis_client, names, pushed)
     assert [r["runner"] for r in hz.runs()] == ["python"] * 6
 
     assert laraq == php
