@@ -130,22 +130,21 @@ def _run_laraq(hz: PhpApp) -> tuple[dict[str, Any], dict[str, Any]]:
     return dump, {"status": status, "supervisors": live["supervisors"], "masters": live["masters"]}
 
 
-def test_horizon_and_laraq_give_the_same_answers(hz: PhpApp, redis_client: Any) -> None:
-    names = _dispatch_all(hz, redis_client)
-    pushed = _pushed(redis_client, hz)
-    php_dump, php_live = _run_horizon(hz)
-    php = _summary(php_dump, names)
-    _failed_payload_kept(hz, redis_client, names, pushed)
-    assert [r["runner"] for r in hz.runs()] == ["php"] * 6
-
+def _round(hz: PhpApp, redis_client: Any, run: Any, runner: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """From an empty Redis: dispatch the jobs, run them with ``run``, summarise what Horizon shows."""
     redis_client.flushall()
     hz.log_path.write_text("")
     names = _dispatch_all(hz, redis_client)
     pushed = _pushed(redis_client, hz)
-    laraq_dump, laraq_live = _run_laraq(hz)
-    laraq = _summary(laraq_dump, names)
+    dump, live = run(hz)
     _failed_payload_kept(hz, redis_client, names, pushed)
-    assert [r["runner"] for r in hz.runs()] == ["python"] * 6
+    assert [r["runner"] for r in hz.runs()] == [runner] * 6
+    return _summary(dump, names), live
+
+
+def test_horizon_and_laraq_give_the_same_answers(hz: PhpApp, redis_client: Any) -> None:
+    php, php_live = _round(hz, redis_client, _run_horizon, "php")
+    laraq, laraq_live = _round(hz, redis_client, _run_laraq, "python")
 
     assert laraq == php
     assert php["counts"]["failed"] == 1 and php["throughput"] == 4

@@ -13,12 +13,27 @@ What is written, when, and which Horizon versions were proven: ``compat-docs/hor
 
 from laraq.horizon.records import HorizonPayload, HorizonRecords, php_microtime
 from laraq.horizon.settings import HorizonSettings, HorizonTrim, horizon_in_use
+from laraq.horizon.supervisors import NO_SIGNAL_PID, HorizonMaster
+from laraq.horizon.trimming import Trimmer
 
 __all__ = [
+    "NO_SIGNAL_PID",
+    "HorizonListener",
+    "HorizonMaster",
     "HorizonPayload",
     "HorizonRecords",
     "HorizonSettings",
     "HorizonTrim",
+    "Trimmer",
     "horizon_in_use",
     "php_microtime",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The listener imports the worker's event seam; load it only when asked for.
+    if name == "HorizonListener":
+        from laraq.horizon.listener import HorizonListener
+
+        return HorizonListener
+    raise AttributeError(name)
