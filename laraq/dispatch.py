@@ -24,6 +24,12 @@ declare them); pass them in ``properties`` too if the job's own code reads ``$th
 
 String jobs (``Queue::push('Class@method', $data)``) are built by :meth:`Dispatcher.dispatch_string`.
 :meth:`Dispatcher.bulk` pushes many prepared jobs in one MULTI/EXEC round trip.
+
+Into a Horizon app (``horizon=`` a :class:`laraq.horizon.HorizonSettings`) the push is Horizon's
+``RedisQueue``'s: ``id`` is the ``uuid``, ``JobPayload::prepare`` adds ``type``, ``tags`` (given, else
+``Class:key`` of each ``ModelIdentifier`` property, as Horizon tags models), ``silenced`` (given, else
+the class is in ``horizon.silenced``) and ``pushedAt``, and after the push the pending record
+(``JobPushed`` → ``StoreJob``, ``StoreMonitoredTags``) is written.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from laraq.payload import build_object_payload, build_string_payload
+from laraq.payload import build_object_payload, build_string_payload, horizon_prepare, new_uuid
 from laraq.queue import RedisQueue
 from laraq.versions import LaravelVersion
 
@@ -193,10 +199,33 @@ class Dispatcher:
         queue: RedisQueue,
         version: LaravelVersion | str | None = None,
         encrypter: Any = None,
+        horizon: Any = None,
     ) -> None:
         self.queue = queue
         self.version = queue.version if version is None else LaravelVersion.parse(version)
         self.encrypter = encrypter
+        #: :class:`laraq.horizon.HorizonSettings` when the app runs Horizon (see the module docstring).
+        self.horizon = horizon
+        self._records: Any = None
+
+    def _horizon_payload(self, payload: str, *, tags: Sequence[str] | None,
+                         silenced: bool, class_name: str | None) -> str:
+        if self.horizon is None:
+            return payload
+        if silenced is False and class_name is not None:
+            silenced = class_name in self.horizon.silenced
+        return horizon_prepare(payload, tags=list(tags or ()), silenced=silenced)
+
+    def _record_pushed(self, jobs: Sequence[PreparedJob]) -> None:
+        """``JobPushed``: Horizon's pending record of each pushed job."""
+        if self.horizon is None:
+            return
+        from laraq.horizon import HorizonPayload, HorizonRecords
+
+        if self._records is None:
+            self._records = HorizonRecords(self.queue.client, self.horizon)
+        for job in jobs:
+            self._records.pushed(self.queue.connection_name, job.queue, HorizonPayload.parse(job.payload))
 
     # -- building -------------------------------------------------------------------------------
 
@@ -222,8 +251,13 @@ class Dispatcher:
         queueable: Mapping[str, Any] | None = None,
         skip_defaults: bool = False,
         delete_when_missing_models: bool = False,
+        tags: Sequence[str] | None = None,
+        silenced: bool = False,
     ) -> PreparedJob:
-        """Build the payload :meth:`dispatch_job` would push, without pushing it."""
+        """Build the payload :meth:`dispatch_job` would push, without pushing it.
+
+        ``tags`` and ``silenced`` are Horizon's (used only with ``horizon=``).
+        """
         now = self.queue.clock()
         delay_seconds = None if delay is None else _seconds(delay, now)
         command = serialize_command(
@@ -251,8 +285,20 @@ class Dispatcher:
             delete_when_missing_models=delete_when_missing_models,
             delay=delay_seconds,
             now=now,
+            **self._horizon_ids(),
         )
+        if self.horizon is not None:
+            if tags is None:
+                tags = _model_tags([properties, protected, private])
+            payload = self._horizon_payload(payload, tags=tags, silenced=silenced, class_name=class_name)
         return PreparedJob(payload.encode("utf-8"), self.queue.queue_name(queue), delay)
+
+    def _horizon_ids(self) -> dict[str, str]:
+        """Horizon's ``createPayloadArray``: ``id`` is the ``uuid``."""
+        if self.horizon is None:
+            return {}
+        uuid = new_uuid()
+        return {"uuid": uuid, "id": uuid}
 
     def prepare_string(
         self,
@@ -276,8 +322,10 @@ class Dispatcher:
             self.version, job, data,
             max_tries=tries, max_exceptions=max_exceptions, fail_on_timeout=fail_on_timeout,
             backoff=list(backoff) if isinstance(backoff, list | tuple) else backoff,
-            timeout=timeout, delay=delay_seconds, now=now,
+            timeout=timeout, delay=delay_seconds, now=now, **self._horizon_ids(),
         )
+        # Horizon prepares a string job with no tags, not silenced.
+        payload = self._horizon_payload(payload, tags=(), silenced=False, class_name=None)
         return PreparedJob(payload.encode("utf-8"), self.queue.queue_name(queue), delay)
 
     # -- pushing -------------------------------------------------------------------------------------
@@ -290,6 +338,7 @@ class Dispatcher:
         else:
             available = self.queue.available_at(job.delay)
             self.queue.later(job.delay, job.payload, job.queue)
+        self._record_pushed([job])
         return _result(job, available)
 
     def dispatch_job(self, class_name: str, properties: Mapping[str, Any] | None = None, **options: Any) -> DispatchResult:
@@ -327,7 +376,21 @@ class Dispatcher:
                     pipe.zadd(keys.delayed, {job.payload: score})
                 results.append(_result(job, score))
         pipe.execute()
+        self._record_pushed(items)
         return results
+
+
+def _model_tags(groups: Sequence[Mapping[str, Any] | None]) -> list[str]:
+    """Horizon's automatic tags: ``Class:key`` for each model (``ModelIdentifier``) property."""
+    from laraq.serializer import ModelIdentifier
+
+    tags: list[str] = []
+    for group in groups:
+        for value in (group or {}).values():
+            if isinstance(value, ModelIdentifier):
+                keys = value.id if isinstance(value.id, list) else [value.id]
+                tags += [f"{value.class_name}:{key}" for key in keys]
+    return tags
 
 
 def _result(job: PreparedJob, available_at: int | None) -> DispatchResult:

@@ -12,7 +12,7 @@ Checks (all with ``SCAN`` and bounded samples, never ``KEYS``):
 * reservations already expired and delayed jobs already due piling up (no worker is running);
 * ``:notify`` lists far longer than their queues (harmless drift, but wasted memory);
 * job classes with no Python handler in ``--app``;
-* Horizon keys (Horizon rewrites payloads and will not see laraq's work).
+* Horizon keys (run ``laraq work`` with Horizon's records so Horizon sees laraq's work).
 """
 
 from __future__ import annotations
@@ -239,7 +239,9 @@ def diagnose(
         out.append(Finding(
             "warn", "Laravel Horizon is in use",
             "keys such as " + ", ".join(horizon[:3]) if horizon else "payloads carry Horizon's pushedAt/tags",
-            "Horizon's dashboards and metrics do not see jobs run by laraq; Horizon payloads have id = uuid and "
-            "escaped unicode, which laraq reads fine",
+            "laraq writes Horizon's job, metrics and supervisor records when the app uses Horizon (detected from "
+            "config/horizon.php via --env-file, or forced with laraq work --horizon); without them Horizon shows "
+            "laraq's jobs as pending. Horizon payloads (id = uuid, escaped unicode) are read fine "
+            "(compat-docs/horizon.md)",
         ))
     return out

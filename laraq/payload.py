@@ -38,6 +38,7 @@ __all__ = [
     "PayloadError",
     "build_object_payload",
     "build_string_payload",
+    "horizon_prepare",
     "log_context",
     "new_uuid",
     "parse_job_name",
@@ -632,3 +633,28 @@ def with_attempts(raw: bytes | str, attempts: int, *, unescaped_unicode: bool = 
     payload = _php_decode_object(raw)
     payload["attempts"] = attempts
     return _php_encode_arrays(payload, unescaped_unicode=unescaped_unicode).encode("utf-8")
+
+
+# -- Horizon ---------------------------------------------------------------------------------------------
+
+def horizon_prepare(
+    raw: bytes | str, *, tags: Sequence[str] = (), silenced: bool = False, job_type: str = "job",
+    pushed_at: str | None = None,
+) -> str:
+    """Horizon's ``JobPayload::prepare``: ``type``, ``tags``, ``silenced``, ``pushedAt`` merged into the payload.
+
+    Like Horizon, the payload is decoded to PHP arrays, the four keys are set (in place when present,
+    else appended in that order), and the result is re-encoded with ``json_encode``'s default flags
+    (``\\uXXXX`` unicode, ``\\/``, an empty ``{}`` becomes ``[]``). ``tags`` are appended to any
+    ``tags`` the payload already has; ``pushed_at`` is ``(string) microtime(true)`` (default: now).
+    """
+    payload = _php_decode_object(raw)
+    before = payload.get("tags")
+    merged = (list(before.values()) if isinstance(before, dict) else list(before or [])) + list(tags)
+    payload["type"] = job_type
+    payload["tags"] = merged
+    payload["silenced"] = silenced
+    if pushed_at is None:
+        pushed_at = format(time.time(), ".14G")
+    payload["pushedAt"] = pushed_at
+    return _php_encode_arrays(payload, unescaped_unicode=False)

@@ -343,6 +343,7 @@ class Worker(Reservation, Execution, Lifecycle):
                 return await self._fast_stop(EXIT_SUCCESS)
             if not can_run or self.paused or self._kill_pending:
                 self._give_back_buffer()
+                self._looping()  # as in classic_daemon: heartbeats (Horizon) go on while paused or down
                 await self._idle(opts.sleep if opts.sleep > 0 else 1)
                 status = self.stop_status(last_restart, started, jobs_processed, popped=False)
                 if status is not None:

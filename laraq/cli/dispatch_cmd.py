@@ -38,14 +38,22 @@ from laraq.dispatch import Dispatcher
 @click.option("--fail-on-timeout", is_flag=True, help="Fail instead of retrying when the job times out.")
 @click.option("--encrypt", is_flag=True, help="ShouldBeEncrypted: encrypt the command with APP_KEY.")
 @click.option("--count", type=int, default=1, show_default=True, help="Dispatch this many copies (one round trip).")
+@click.option("--horizon/--no-horizon", default=None,
+              help="Push the way Horizon's queue does (payload fields + pending record); default: when the app uses Horizon.")
+@click.option("--tag", "tags", multiple=True, help="Horizon tag of a job class (repeatable).")
+@click.option("--silenced", is_flag=True, help="Horizon: silence this job (else: when listed in horizon.silenced).")
 @click.option("--json", "as_json", is_flag=True, help="Print the dispatched ids as JSON.")
 def dispatch_cmd(ops: Ops, job: str, props: tuple[str, ...], protected_props: tuple[str, ...],
                  private_props: tuple[str, ...], data: str | None, queue_name: str | None, delay: str | None,
                  tries: int | None, backoff: str | None, timeout: int | None, retry_until: str | None,
                  max_exceptions: int | None, fail_on_timeout: bool, encrypt: bool, count: int,
-                 as_json: bool) -> None:
+                 horizon: bool | None, tags: tuple[str, ...], silenced: bool, as_json: bool) -> None:
     """Dispatch JOB (a job class, or Class@method) so that PHP workers run it."""
-    dispatcher = Dispatcher(ops.queue, encrypter=ops.encrypter)
+    from laraq.horizon import HorizonSettings, horizon_in_use
+
+    use_horizon = horizon if horizon is not None else horizon_in_use(ops.settings.env, ops.settings.base_path)
+    hs = HorizonSettings.from_app(ops.settings.env, ops.settings.base_path) if use_horizon else None
+    dispatcher = Dispatcher(ops.queue, encrypter=ops.encrypter, horizon=hs)
     backoff_value: Any = None
     if backoff is not None:
         backoff_value = [int(b) for b in backoff.split(",")] if "," in backoff else int(backoff)
@@ -66,6 +74,7 @@ def dispatch_cmd(ops: Ops, job: str, props: tuple[str, ...], protected_props: tu
                 dispatcher.prepare_job(
                     job, parse_assignments(props, "--prop"), protected=parse_assignments(protected_props, "--protected"),
                     private=parse_assignments(private_props, "--private"), retry_until=deadline, encrypt=encrypt,
+                    tags=list(tags) if tags else None, silenced=silenced,
                     **common,
                 )
                 for _ in range(count)

@@ -96,6 +96,11 @@ _BANNER_ENV = "LARAQ_BANNER"
 @click.option("--schedule", is_flag=True, help="Also run the app's schedule entries (laraq.scheduler) in a thread.")
 @click.option("--supervise/--no-supervise", default=True, show_default=True,
               help="Run the worker in a child process that is restarted after a hard timeout.")
+@click.option("--horizon/--no-horizon", default=None,
+              help="Write Laravel Horizon's records (default: when the app uses Horizon; see compat-docs/horizon.md).")
+@click.option("--horizon-signals/--no-horizon-signals", default=True, show_default=True,
+              help="Let horizon:pause/continue/terminate signal this process (off: they reach it only "
+                   "through Horizon's command lists; for containers sharing a hostname).")
 def work_cmd(**params: Any) -> None:
     """Process jobs on the queue (php artisan queue:work), running them with Python handlers.
 
@@ -121,6 +126,8 @@ def child_main() -> None:
         with contextlib.suppress(OSError):
             os.write(fd, b"j" * count)
 
+    # Horizon may signal the supervisor (it forwards signals here), never this restartable child.
+    params["horizon_signal_pid"] = parent or None
     sys.exit(_run_worker(params, on_jobs_popped=popped))
 
 
@@ -374,12 +381,43 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
     output = Output(settings.version, json_mode=params["json_mode"],
                     quiet=params["quiet"] or (json_logs and not params["json_mode"]), verbosity=params["verbose"])
     connection_name = params.get("connection") or settings.connection_name
-    return Worker(
+    worker = Worker(
         p.app, p.queue, p.queues, options=options, connection_name=connection_name, version=settings.version,
         cache=p.cache, failer=p.failer, encrypter=p.encrypter, output=output,
         maintenance=MaintenanceMode(settings, p.cache), on_job_popped=on_job_popped,
         on_jobs_popped=on_jobs_popped, listeners=[JobLogListener(job_lines=json_logs)],
     )
+    horizon = _horizon_listener(params, settings, p.queue.client)
+    if horizon is not None:
+        worker.add_listener(horizon)
+    return worker
+
+
+def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any:
+    """The Horizon listener when ``--horizon`` or the app uses Horizon (``laraq.horizon``)."""
+    from laraq.horizon import HorizonSettings, horizon_in_use
+
+    wanted = params.get("horizon")
+    if wanted is False or (wanted is None and not horizon_in_use(settings.env, settings.base_path)):
+        return None
+    from laraq.horizon.listener import HorizonListener
+    from laraq.horizon.supervisors import NO_SIGNAL_PID
+
+    hs = HorizonSettings.from_app(settings.env, settings.base_path)
+    if params.get("horizon_signals", True):
+        signal_pid = params.get("horizon_signal_pid") or None
+    else:
+        signal_pid = NO_SIGNAL_PID
+    horizon_client = client
+    if hs.use == "cache" and not params.get("redis_url"):
+        from laraq.config import make_redis
+
+        horizon_client = make_redis(settings, "cache")
+    elif hs.use not in ("default", "cache"):
+        log.warning("horizon: config/horizon.php uses Redis connection %r, which laraq does not know; "
+                    "writing Horizon's records on the queue's connection", hs.use)
+    log.info("horizon: writing Horizon's records under prefix %r", hs.prefix)
+    return HorizonListener(horizon_client, hs, signal_pid=signal_pid)
 
 
 # -- the supervisor -------------------------------------------------------------------------------------

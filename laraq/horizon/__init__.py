@@ -1,0 +1,39 @@
+"""Horizon sees Python: laraq writes the Redis records Laravel Horizon's dashboard reads.
+
+* :mod:`laraq.horizon.settings` - prefix, trim minutes and silenced classes (``config/horizon.php``);
+* :mod:`laraq.horizon.records` - the job hashes, sorted sets, tags and metrics of each job
+  (``RedisJobRepository``, ``RedisTagRepository``, ``RedisMetricsRepository``);
+* :mod:`laraq.horizon.supervisors` - laraq workers as a master with supervisors
+  (``RedisMasterSupervisorRepository``, ``RedisSupervisorRepository``, ``RedisHorizonCommandQueue``);
+* :mod:`laraq.horizon.trimming` - what Horizon's master trims, done by laraq when no PHP master runs;
+* :mod:`laraq.horizon.listener` - the worker listener that ties them to laraq's job lifecycle.
+
+What is written, when, and which Horizon versions were proven: ``compat-docs/horizon.md``.
+"""
+
+from laraq.horizon.records import HorizonPayload, HorizonRecords, php_microtime
+from laraq.horizon.settings import HorizonSettings, HorizonTrim, horizon_in_use
+from laraq.horizon.supervisors import NO_SIGNAL_PID, HorizonMaster
+from laraq.horizon.trimming import Trimmer
+
+__all__ = [
+    "NO_SIGNAL_PID",
+    "HorizonListener",
+    "HorizonMaster",
+    "HorizonPayload",
+    "HorizonRecords",
+    "HorizonSettings",
+    "HorizonTrim",
+    "Trimmer",
+    "horizon_in_use",
+    "php_microtime",
+]
+
+
+def __getattr__(name: str) -> object:
+    # The listener imports the worker's event seam; load it only when asked for.
+    if name == "HorizonListener":
+        from laraq.horizon.listener import HorizonListener
+
+        return HorizonListener
+    raise AttributeError(name)

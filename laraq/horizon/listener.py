@@ -1,0 +1,189 @@
+"""The worker listener that makes a ``laraq work`` process visible in Horizon.
+
+It maps laraq's job lifecycle onto Horizon's ``EventMap`` (see :mod:`laraq.horizon.records`):
+
+============================  ================================================================
+laraq event                   Horizon listener it stands in for
+============================  ================================================================
+``job_reserved``              ``MarkJobAsReserved`` (+ ``StartTimingJob``: laraq times the job)
+``job_released``              ``MarkJobAsReleased``
+``job_processed``             ``MarkJobAsComplete`` + ``UpdateJobMetrics`` with laraq's runtime
+``job_failed``                ``MarkJobAsComplete`` (failed) → ``MarkJobAsFailed`` + ``StoreTagsForFailedJob``
+``job_unhandled`` (requeue)   ``MarkJobAsReleased`` with the untouched body put back for PHP
+``worker_starting``/looping   ``MasterSupervisor``/``Supervisor`` ``persist`` + their command queues,
+                              and the master's trims while no PHP master is alive
+``worker_stopping``           ``RedisMasterSupervisorRepository::forget``
+============================  ================================================================
+
+Horizon commands reach the worker as the signals Horizon itself would send (SIGUSR2 pause, SIGCONT
+continue, SIGTERM terminate), sent by the process to itself, so there is one code path for both.
+
+Round trips: the ``reserved`` write (with the reservation's own time) is held back and sent with the
+job's outcome, or on the next loop (within about a second) once the job is running, so a short job
+costs one round trip for all its records. A prefetched job that laraq hands back unstarted at
+shutdown never shows as reserved.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+from laraq.events import WorkerListener
+from laraq.failed import format_exception
+from laraq.horizon.records import HorizonPayload, HorizonRecords
+from laraq.horizon.settings import HorizonSettings
+from laraq.horizon.supervisors import NO_SIGNAL_PID, HorizonMaster
+from laraq.horizon.trimming import Trimmer
+
+__all__ = ["HorizonListener"]
+
+log = logging.getLogger("laraq.horizon")
+
+_SIGNALS = {"pause": signal.SIGUSR2, "continue": signal.SIGCONT, "terminate": signal.SIGTERM,
+            "restart": signal.SIGTERM}
+
+
+class HorizonListener(WorkerListener):
+    """Writes Horizon's job, master and supervisor records for one worker.
+
+    ``client`` is a redis-py client on Horizon's Redis (no key prefix); ``signal_pid`` is the pid
+    Horizon may signal (see :mod:`laraq.horizon.supervisors`): ``None`` = this process,
+    :data:`~laraq.horizon.supervisors.NO_SIGNAL_PID` = none. ``trim`` = ``False`` never trims.
+    """
+
+    def __init__(self, client: Any, settings: HorizonSettings, *, signal_pid: int | None = None,
+                 trim: bool = True) -> None:
+        self.client = client
+        self.settings = settings
+        self.records = HorizonRecords(client, settings)
+        self.trimmer = Trimmer(client, settings) if trim else None
+        self.signal_pid = signal_pid
+        self.master: HorizonMaster | None = None
+        self._lock = threading.Lock()
+        #: reserved writes not sent yet: job key -> (hash key, fields, started)
+        self._held: dict[int, tuple[str, dict[str, Any], bool]] = {}
+
+    def _take(self, job: Any) -> list[tuple[str, dict[str, Any]]]:
+        with self._lock:
+            held = self._held.pop(id(job), None)
+        return [] if held is None else [(held[0], held[1])]
+
+    def _flush_started(self) -> None:
+        with self._lock:
+            ready = [k for k, (_, _, started) in self._held.items() if started]
+            writes = [self._held.pop(k)[:2] for k in ready]
+        self.records.write(writes)
+
+    # -- the worker -------------------------------------------------------------------------------------
+
+    def worker_starting(self, worker: Any) -> None:
+        opts = worker.options
+        self.master = HorizonMaster(
+            self.client, self.settings, connection=worker.connection_name, queues=",".join(worker.queues),
+            processes=max(1, int(getattr(opts, "concurrency", 1))), signal_pid=self.signal_pid,
+            worker_name=getattr(opts, "name", "default"),
+            options={"backoff": getattr(opts, "backoff", 0), "force": getattr(opts, "force", False),
+                     "tries": getattr(opts, "max_tries", 1), "max_time": getattr(opts, "max_time", 0),
+                     "max_jobs": getattr(opts, "max_jobs", 0), "memory": getattr(opts, "memory", 128),
+                     "sleep": getattr(opts, "sleep", 3), "timeout": getattr(opts, "timeout", 60),
+                     "rest": getattr(opts, "rest", 0)},
+        )
+        self.master.flush_commands()
+        gone = self.master.forget_dead_laraq_masters()
+        if gone:
+            log.info("horizon: removed stale laraq masters %s", ", ".join(gone))
+        self.master.persist(paused=bool(getattr(worker, "paused", False)))
+        pid = "none" if self.master.signal_pid == NO_SIGNAL_PID else self.master.signal_pid
+        log.info("horizon: master %s (signals to pid %s), supervisor %s", self.master.name, pid,
+                 self.master.supervisor)
+
+    def worker_looping(self, worker: Any) -> None:
+        master = self.master
+        if master is None:
+            return
+        for command in master.pending_commands():
+            action = command.action
+            if action is None:
+                log.warning("horizon: laraq does not run Horizon command %s (ignored)", command.command)
+                continue
+            log.info("horizon: %s requested through %s", action, command.command)
+            os.kill(os.getpid(), _SIGNALS[action])
+        self._flush_started()
+        master.persist(paused=bool(getattr(worker, "paused", False)))
+        if self.trimmer is not None and not master.php_master_alive():
+            self.trimmer.tick()
+
+    def worker_stopping(self, worker: Any, status: int) -> None:
+        # jobs that never started were handed back to the queue: their records stay pending
+        self._flush_started()
+        with self._lock:
+            self._held.clear()
+        if self.master is not None:
+            self.master.forget()
+
+    # -- jobs ---------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _payload(job: Any, *, body: bool = False) -> HorizonPayload:
+        if body:
+            return HorizonPayload.parse(job.body)
+        cached = getattr(job, "_horizon_payload", None)
+        if cached is None:
+            cached = HorizonPayload.parse(job.reserved_job.reserved)
+            job._horizon_payload = cached
+        return cached
+
+    def job_reserved(self, job: Any) -> None:
+        key, fields = self.records.reserved_write(self._payload(job), time.time())
+        with self._lock:
+            self._held[id(job)] = (key, fields, False)
+
+    def job_processing(self, job: Any) -> None:
+        with self._lock:
+            held = self._held.get(id(job))
+            if held is not None:
+                self._held[id(job)] = (held[0], held[1], True)
+
+    def job_timed_out(self, job: Any) -> None:
+        self.records.write(self._take(job))
+
+    def job_released(self, job: Any, delay: int, exc: BaseException | None) -> None:
+        self.records.released(job.connection_name, job.queue, self._payload(job), before=self._take(job))
+
+    def job_processed(self, job: Any, runtime: float) -> None:
+        # A job that released itself was never deleted: Horizon's JobDeleted (completion, metrics)
+        # does not fire for it; a failed one is recorded by job_failed.
+        if job.is_released or job.has_failed:
+            return
+        self.records.completed(job.connection_name, job.queue, self._payload(job), runtime * 1000.0,
+                               before=self._take(job))
+
+    def job_failed(self, job: Any, exc: BaseException | None, runtime: float | None) -> None:
+        text = "" if exc is None else format_exception(exc, job_name=getattr(job, "name", None))
+        context = None
+        ctx = getattr(exc, "context", None)
+        if callable(ctx):
+            import json
+
+            try:
+                context = json.dumps(ctx(), separators=(",", ":"), default=str)
+            except Exception:  # a broken context() must not hide the failure itself
+                context = None
+        self.records.failed(job.connection_name, job.queue, self._payload(job), text, context,
+                            before=self._take(job))
+
+    def job_unhandled(self, job: Any, action: str, detail: str) -> None:
+        before = self._take(job)
+        if action == "requeue":  # the original body went back on the list for PHP
+            self.records.released(job.connection_name, job.queue, self._payload(job, body=True), before=before)
+        elif action == "release":
+            self.records.released(job.connection_name, job.queue, self._payload(job), before=before)
+        else:  # "fail": job_failed follows; keep the reservation for it
+            with self._lock:
+                for key, fields in before:
+                    self._held[id(job)] = (key, fields, True)

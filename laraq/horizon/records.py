@@ -1,0 +1,342 @@
+"""Horizon's per-job records, written the way Horizon's own worker writes them.
+
+One class, :class:`HorizonRecords`, owns every job-level key under the Horizon prefix. It mirrors:
+
+* ``Laravel\\Horizon\\Repositories\\RedisJobRepository``: the job hash (``<id>``) moving
+  pending → reserved → completed / failed with ``created_at``/``updated_at``/``reserved_at``/
+  ``completed_at``/``failed_at``, the exception and its context, the EXPIREATs from ``horizon.trim``,
+  and the ``recent_jobs``, ``pending_jobs``, ``completed_jobs``, ``silenced_jobs``, ``failed_jobs``,
+  ``recent_failed_jobs`` and ``monitored_jobs`` sorted sets (score = −microtime); a retried job's
+  ``retried_by`` entry on its parent;
+* ``Laravel\\Horizon\\Repositories\\RedisTagRepository``: the ``monitoring`` set, the per-tag sorted
+  sets of monitored tags and the temporary ``failed:<tag>`` sets;
+* ``Laravel\\Horizon\\Repositories\\RedisMetricsRepository`` + ``LuaScripts::updateMetrics``: the
+  per-queue (``queue:<name>``) and per-job (``job:<displayName>``) throughput and running-average
+  runtime (milliseconds, rounded to 2 places like Horizon's ``Stopwatch``), with the
+  ``measured_queues``/``measured_jobs`` sets. laraq runs its own script with the same arithmetic, so
+  both workers update one average.
+
+Which write happens on which worker event is Horizon's ``EventMap``: reserved → ``reserved``;
+released → ``released``; deleted after success → ``completed`` + ``remember`` (when a tag is
+monitored) + metrics; failed → ``completed(failed)`` then ``failed`` + ``failed:<tag>`` (no metrics).
+Every record is keyed by ``JobPayload::id()`` (``uuid``, else ``id``) and carries the *reserved*
+payload (the copy with the incremented ``attempts``), as Horizon's events do.
+
+Times are PHP's ``(string) microtime(true)``: 14 significant digits, trailing zeros dropped
+(:func:`php_microtime`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from laraq.horizon.settings import HorizonSettings
+
+__all__ = ["HorizonPayload", "HorizonRecords", "php_float_string", "php_microtime"]
+
+#: ``updateMetrics``'s arithmetic (KEYS[1] the metrics hash, KEYS[2] the set naming the measured
+#: hashes, ARGV[1] this job's runtime in ms): throughput + 1 and the running mean of the runtime.
+_METRICS_LUA = """
+redis.call('hsetnx', KEYS[1], 'throughput', 0)
+redis.call('sadd', KEYS[2], KEYS[1])
+local seen = redis.call('hmget', KEYS[1], 'throughput', 'runtime')
+local count = tonumber(seen[1])
+local mean = tonumber(ARGV[1])
+if seen[2] then
+    mean = ((count * tonumber(seen[2])) + tonumber(ARGV[1])) / (count + 1)
+end
+redis.call('hmset', KEYS[1], 'throughput', count + 1, 'runtime', mean)
+"""
+
+
+def php_float_string(value: float) -> str:
+    """PHP's ``(string) $float`` (``precision`` = 14): ``1795351333.3019``, ``27.67``, ``5``."""
+    text = format(value, ".14G")
+    if "E" in text:  # PHP writes 1.0E+25 for huge values; never a timestamp or a runtime
+        mantissa, exponent = text.split("E")
+        text = f"{mantissa if '.' in mantissa else mantissa + '.0'}E{exponent[0]}{int(exponent[1:])}"
+    return text
+
+
+def php_microtime(now: float | None = None) -> str:
+    """``str_replace(',', '.', microtime(true))``."""
+    return php_float_string(time.time() if now is None else now)
+
+
+@dataclass(frozen=True)
+class HorizonPayload:
+    """Horizon's ``JobPayload``: the raw bytes kept verbatim, plus the fields Horizon reads."""
+
+    value: bytes
+    decoded: dict[str, Any]
+
+    @classmethod
+    def parse(cls, raw: bytes | str) -> HorizonPayload:
+        value = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
+        decoded = json.loads(value)
+        if not isinstance(decoded, dict):
+            raise ValueError("a job payload must be a JSON object")
+        return cls(value, decoded)
+
+    @property
+    def id(self) -> str | None:
+        value = self.decoded.get("uuid")
+        if value is None:
+            value = self.decoded.get("id")
+        return None if value is None else str(value)
+
+    @property
+    def display_name(self) -> str:
+        value = self.decoded.get("displayName")
+        return "" if value is None else str(value)
+
+    @property
+    def tags(self) -> list[str]:
+        """``tags`` (a ``{}`` left by Lua's cjson for an empty array counts as none)."""
+        value = self.decoded.get("tags") or []
+        if isinstance(value, dict):
+            value = list(value.values())
+        return [str(tag) for tag in value] if isinstance(value, list) else []
+
+    @property
+    def silenced(self) -> bool:
+        return bool(self.decoded.get("silenced"))
+
+    @property
+    def retry_of(self) -> str | None:
+        value = self.decoded.get("retry_of")
+        return None if value is None else str(value)
+
+
+class HorizonRecords:
+    """Writes Horizon's job records, tags and metrics for jobs laraq pushes and runs.
+
+    ``client`` is a redis-py client on Horizon's Redis (no key prefix of its own: every key is
+    prefixed here with :attr:`HorizonSettings.prefix`). ``clock`` returns Unix time as a float.
+    """
+
+    def __init__(self, client: Any, settings: HorizonSettings, *, clock: Callable[[], float] = time.time) -> None:
+        self.client = client
+        self.settings = settings
+        self.clock = clock
+        self._metrics_sha: str | None = None
+
+    # -- the metrics script (EVALSHA inside the job's pipeline, loaded once) ---------------------------
+
+    def _metrics_args(self, queue: str, payload: HorizonPayload, runtime: str) -> list[tuple[str, str, str]]:
+        return [(self._k("queue:" + queue), self._k("measured_queues"), runtime),
+                (self._k("job:" + payload.display_name), self._k("measured_jobs"), runtime)]
+
+    def _run_with_metrics(self, pipe: Any, metrics: list[tuple[str, str, str]]) -> list[Any]:
+        """Execute ``pipe`` with the metrics calls appended; reload the script once if Redis lost it."""
+        import redis
+
+        if self._metrics_sha is None:
+            self._metrics_sha = self.client.script_load(_METRICS_LUA)
+        for key, group, runtime in metrics:
+            pipe.evalsha(self._metrics_sha, 2, key, group, runtime)
+        results = pipe.execute(raise_on_error=False)
+        tail = results[len(results) - len(metrics):] if metrics else []
+        if any(isinstance(r, redis.exceptions.NoScriptError) for r in tail):
+            self._metrics_sha = self.client.script_load(_METRICS_LUA)
+            retry = self.client.pipeline(transaction=False)
+            for (key, group, runtime), r in zip(metrics, tail, strict=True):
+                if isinstance(r, redis.exceptions.NoScriptError):
+                    retry.evalsha(self._metrics_sha, 2, key, group, runtime)
+            retry.execute()
+        errors = [r for r in results if isinstance(r, Exception) and not isinstance(r, redis.exceptions.NoScriptError)]
+        if errors:
+            raise errors[0]
+        return results
+
+    @staticmethod
+    def _apply(pipe: Any, before: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+        for key, mapping in before:
+            pipe.hset(key, mapping=dict(mapping))
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _k(self, name: str) -> str:
+        return self.settings.prefix + name
+
+    def _expire_at(self, minutes: int) -> int:
+        return int(self.clock()) + minutes * 60
+
+    def _reference(self, pipe: Any, zset: str, job_id: str) -> None:
+        """``storeJobReference``: newest first, scored by −microtime."""
+        pipe.zadd(self._k(zset), {job_id: php_microtime(-self.clock())})
+
+    def monitoring(self) -> set[str]:
+        """``RedisTagRepository::monitoring``: the tags someone watches in the dashboard."""
+        return {m.decode() if isinstance(m, bytes) else m for m in self.client.smembers(self._k("monitoring"))}
+
+    def monitored(self, tags: Sequence[str], watched: set[str] | None = None) -> list[str]:
+        """``RedisTagRepository::monitored`` (``array_intersect``: order and repeats of ``tags`` kept)."""
+        watched = self.monitoring() if watched is None else watched
+        return [tag for tag in tags if tag in watched]
+
+    # -- push ------------------------------------------------------------------------------------------
+
+    def pushed(self, connection: str, queue: str, payload: HorizonPayload) -> None:
+        """``JobPushed``: ``StoreJob`` (``pushed``) and ``StoreMonitoredTags``."""
+        job_id = _require_id(payload)
+        now = php_microtime(self.clock())
+        pipe = self.client.pipeline(transaction=False)
+        self._reference(pipe, "recent_jobs", job_id)
+        self._reference(pipe, "pending_jobs", job_id)
+        pipe.hset(self._k(job_id), mapping={
+            "id": job_id, "connection": connection, "queue": queue, "name": payload.display_name,
+            "status": "pending", "payload": payload.value, "created_at": now, "updated_at": now,
+        })
+        pipe.expireat(self._k(job_id), self._expire_at(self.settings.trim.pending))
+        pipe.smembers(self._k("monitoring"))
+        watched = {m.decode() if isinstance(m, bytes) else m for m in pipe.execute()[-1]}
+        tags = self.monitored(payload.tags, watched)
+        if tags:
+            self.add_tags(job_id, tags)
+
+    def add_tags(self, job_id: str, tags: Sequence[str]) -> None:
+        """``RedisTagRepository::add``."""
+        pipe = self.client.pipeline(transaction=False)
+        for tag in tags:
+            pipe.zadd(self._k(tag), {job_id: php_microtime(self.clock())})
+        pipe.execute()
+
+    # -- the worker's events ---------------------------------------------------------------------------
+
+    def reserved_write(self, payload: HorizonPayload, at: float | None = None) -> tuple[str, dict[str, Any]]:
+        """``JobReserved`` → ``MarkJobAsReserved``: the hash write (status ``reserved``, the reserved
+        payload, ``reserved_at`` = ``at``), for :meth:`reserved` or to send with a later pipeline."""
+        now = php_microtime(self.clock() if at is None else at)
+        return self._k(_require_id(payload)), {
+            "status": "reserved", "payload": payload.value, "updated_at": now, "reserved_at": now,
+        }
+
+    def reserved(self, connection: str, queue: str, payload: HorizonPayload) -> None:
+        """``MarkJobAsReserved`` now."""
+        key, mapping = self.reserved_write(payload)
+        self.client.hset(key, mapping=mapping)
+
+    def write(self, writes: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+        """Send buffered hash writes (see :meth:`reserved_write`) in one round trip."""
+        if writes:
+            pipe = self.client.pipeline(transaction=False)
+            self._apply(pipe, writes)
+            pipe.execute()
+
+    def released(self, connection: str, queue: str, payload: HorizonPayload,
+                 before: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> None:
+        """``JobReleased`` → ``MarkJobAsReleased`` (also ``JobsMigrated``): back to ``pending``.
+
+        ``before``: buffered writes of this job to send first, in the same round trip.
+        """
+        pipe = self.client.pipeline(transaction=False)
+        self._apply(pipe, before)
+        pipe.hset(self._k(_require_id(payload)), mapping={
+            "status": "pending", "payload": payload.value, "updated_at": php_microtime(self.clock()),
+        })
+        pipe.execute()
+
+    def completed(self, connection: str, queue: str, payload: HorizonPayload, runtime_ms: float | None,
+                  before: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> None:
+        """``JobDeleted`` after success: ``MarkJobAsComplete`` (+ ``remember``) and ``UpdateJobMetrics``.
+
+        ``runtime_ms`` is the job's runtime as measured by the worker (Horizon's ``Stopwatch``);
+        ``None`` counts as 0, as Horizon does for a job it did not time. One round trip (two when a
+        tag is monitored).
+        """
+        self._retry_status(payload, failed=False)
+        job_id = _require_id(payload)
+        pipe = self.client.pipeline(transaction=False)
+        self._apply(pipe, before)
+        self._completed_writes(pipe, payload, job_id)
+        pipe.smembers(self._k("monitoring"))
+        runtime = php_float_string(round(runtime_ms or 0.0, 2))
+        metrics = self._metrics_args(queue, payload, runtime)
+        results = self._run_with_metrics(pipe, metrics)
+        members = results[len(results) - len(metrics) - 1]
+        watched = {m.decode() if isinstance(m, bytes) else m for m in members}
+        if self.monitored(payload.tags, watched):
+            self.remember(connection, queue, payload)
+
+    def remember(self, connection: str, queue: str, payload: HorizonPayload) -> None:
+        """``RedisJobRepository::remember``: a completed job with a monitored tag, kept ``trim.monitored``."""
+        job_id = _require_id(payload)
+        pipe = self.client.pipeline(transaction=False)
+        self._reference(pipe, "monitored_jobs", job_id)
+        pipe.hset(self._k(job_id), mapping={
+            "id": job_id, "connection": connection, "queue": queue, "name": payload.display_name,
+            "status": "completed", "payload": payload.value, "completed_at": php_microtime(self.clock()),
+        })
+        pipe.expireat(self._k(job_id), self._expire_at(self.settings.trim.monitored))
+        pipe.execute()
+
+    def failed(self, connection: str, queue: str, payload: HorizonPayload, exception: str,
+               context: str | None = None, before: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> None:
+        """A failed job: what Horizon's worker writes when ``Job::fail`` deletes and then reports it.
+
+        ``JobDeleted`` with ``hasFailed()`` → ``completed`` (into ``completed_jobs``/``silenced_jobs``,
+        no metrics); then ``JobFailed`` → ``MarkJobAsFailed`` (``failed``) and
+        ``StoreTagsForFailedJob`` (``failed:<tag>``, expiring after ``trim.failed``). ``exception`` is
+        PHP's ``(string) $e`` text; ``context`` the JSON of ``$e->context()`` (empty when none).
+        """
+        self._retry_status(payload, failed=True)
+        job_id = _require_id(payload)
+        trim = self.settings.trim
+        pipe = self.client.pipeline(transaction=False)
+        self._apply(pipe, before)
+        self._completed_writes(pipe, payload, job_id)
+        pipe.smembers(self._k("monitoring"))  # Horizon's MarkJobAsComplete reads it even for failures
+        self._reference(pipe, "failed_jobs", job_id)
+        self._reference(pipe, "recent_failed_jobs", job_id)
+        for zset in ("pending_jobs", "completed_jobs", "silenced_jobs"):
+            pipe.zrem(self._k(zset), job_id)
+        pipe.hset(self._k(job_id), mapping={
+            "id": job_id, "connection": connection, "queue": queue, "name": payload.display_name,
+            "status": "failed", "payload": payload.value, "exception": exception,
+            "context": "" if context is None else context, "failed_at": php_microtime(self.clock()),
+        })
+        pipe.expireat(self._k(job_id), self._expire_at(trim.failed))
+        for tag in payload.tags:
+            pipe.zadd(self._k("failed:" + tag), {job_id: php_microtime(self.clock())})
+            pipe.expire(self._k("failed:" + tag), trim.failed * 60)
+        pipe.execute()
+
+    def _completed_writes(self, pipe: Any, payload: HorizonPayload, job_id: str) -> None:
+        """``RedisJobRepository::completed``'s pipeline."""
+        self._reference(pipe, "silenced_jobs" if payload.silenced else "completed_jobs", job_id)
+        pipe.zrem(self._k("pending_jobs"), job_id)
+        pipe.hset(self._k(job_id), mapping={"status": "completed", "completed_at": php_microtime(self.clock())})
+        pipe.expireat(self._k(job_id), self._expire_at(self.settings.trim.completed))
+
+    def _retry_status(self, payload: HorizonPayload, *, failed: bool) -> None:
+        """``updateRetryInformationOnParent``: mark this retry completed/failed on the original job."""
+        parent = payload.retry_of
+        if parent is None:
+            return
+        raw = self.client.hget(self._k(parent), "retried_by")
+        if not raw:
+            return
+        try:
+            retries = json.loads(raw)
+        except ValueError:
+            return
+        if not isinstance(retries, list):
+            return
+        for retry in retries:
+            if isinstance(retry, dict) and retry.get("id") == payload.id:
+                retry["status"] = "failed" if failed else "completed"
+        # PHP's json_encode: compact, "\/" for slashes.
+        text = json.dumps(retries, separators=(",", ":")).replace("/", "\\/")
+        self.client.hset(self._k(parent), "retried_by", text)
+
+
+def _require_id(payload: HorizonPayload) -> str:
+    job_id = payload.id
+    if not job_id:
+        raise ValueError("the job payload has neither uuid nor id: Horizon cannot record it")
+    return job_id

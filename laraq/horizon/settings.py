@@ -1,0 +1,143 @@
+"""Where Horizon keeps its records and for how long: ``config/horizon.php`` read the stock way.
+
+Mirrors what ``Laravel\\Horizon\\Horizon::use`` and the published ``config/horizon.php`` decide:
+
+* the key prefix: ``HORIZON_PREFIX``, else ``Str::slug(env('APP_NAME', 'laravel'), '_') . '_horizon:'``
+  (a literal ``'prefix' => '...'`` in the app's config wins). Horizon's Redis connection is the
+  ``use`` connection (stock ``default``) with this prefix *instead of* the database prefix;
+* the ``trim`` minutes (``recent``, ``pending``, ``completed``, ``recent_failed``, ``failed``,
+  ``monitored``) that ``RedisJobRepository`` turns into EXPIREATs and ``ZREMRANGEBYSCORE`` cuts;
+* the ``silenced`` job classes (``JobPayload::shouldBeSilenced``), used when laraq dispatches.
+
+Horizon is *in use* when the app has ``config/horizon.php`` or ``vendor/laravel/horizon``, or when
+``HORIZON_PREFIX`` is set; ``laraq work --horizon`` forces it. The config file is PHP, so laraq
+reads only literal values from it (numbers, quoted strings, ``X::class``); anything computed keeps
+Horizon's stock default.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from laraq.versions import _slug
+
+__all__ = ["HorizonSettings", "HorizonTrim", "horizon_in_use"]
+
+
+@dataclass(frozen=True)
+class HorizonTrim:
+    """``horizon.trim``: minutes each kind of record is kept (``RedisJobRepository``'s defaults)."""
+
+    recent: int = 60
+    pending: int = 60
+    completed: int = 60
+    failed: int = 10080
+    #: ``recent_failed`` falls back to ``failed`` in Horizon.
+    recent_failed: int | None = None
+    monitored: int = 10080
+
+    @property
+    def recent_failed_minutes(self) -> int:
+        return self.failed if self.recent_failed is None else self.recent_failed
+
+
+@dataclass(frozen=True)
+class HorizonSettings:
+    """Horizon's settings as laraq needs them (key prefix, trim minutes, silenced classes)."""
+
+    prefix: str = "laravel_horizon:"
+    trim: HorizonTrim = field(default_factory=HorizonTrim)
+    silenced: tuple[str, ...] = ()
+    #: The Redis connection Horizon stores on (``horizon.use``).
+    use: str = "default"
+    #: ``horizon.environments`` key the master reports (``APP_ENV``).
+    environment: str = "production"
+
+    def key(self, name: str) -> str:
+        """The full Redis key of one of Horizon's records."""
+        return self.prefix + name
+
+    @classmethod
+    def from_app(cls, env: Mapping[str, str], base_path: Path | None = None) -> HorizonSettings:
+        """The settings of the app at ``base_path`` with environment ``env`` (``.env`` merged in)."""
+        app_name = env.get("APP_NAME") or "laravel"
+        prefix = env.get("HORIZON_PREFIX") or _slug(app_name, "_") + "_horizon:"
+        trim = HorizonTrim()
+        silenced: tuple[str, ...] = ()
+        use = "default"
+        text = _read_config(base_path)
+        if text:
+            literal = _literal_string(text, "prefix")
+            if literal is not None and "HORIZON_PREFIX" not in env:
+                prefix = literal
+            use = _literal_string(text, "use") or use
+            numbers = _block_numbers(text, "trim")
+            trim = HorizonTrim(
+                recent=numbers.get("recent", trim.recent),
+                pending=numbers.get("pending", trim.pending),
+                completed=numbers.get("completed", trim.completed),
+                failed=numbers.get("failed", trim.failed),
+                recent_failed=numbers.get("recent_failed"),
+                monitored=numbers.get("monitored", trim.monitored),
+            )
+            silenced = _block_classes(text, "silenced")
+        return cls(prefix=prefix, trim=trim, silenced=silenced, use=use,
+                   environment=env.get("APP_ENV") or "production")
+
+
+def horizon_in_use(env: Mapping[str, str], base_path: Path | None) -> bool:
+    """Whether the app uses Horizon (see the module docstring)."""
+    if env.get("HORIZON_PREFIX"):
+        return True
+    if base_path is None:
+        return False
+    return (base_path / "config" / "horizon.php").is_file() or (base_path / "vendor" / "laravel" / "horizon").is_dir()
+
+
+# -- reading literals out of config/horizon.php ------------------------------------------------------
+
+def _read_config(base_path: Path | None) -> str:
+    if base_path is None:
+        return ""
+    path = base_path / "config" / "horizon.php"
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    # Comments would hide or fake keys.
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return re.sub(r"(?m)^\s*(//|#).*$", "", text)
+
+
+def _literal_string(text: str, key: str) -> str | None:
+    match = re.search(r"['\"]" + re.escape(key) + r"['\"]\s*=>\s*'([^'\\]*)'\s*,", text)
+    return match.group(1) if match else None
+
+
+def _block(text: str, key: str) -> str:
+    match = re.search(r"['\"]" + re.escape(key) + r"['\"]\s*=>\s*\[", text)
+    if not match:
+        return ""
+    depth, i = 1, match.end()
+    while i < len(text) and depth:
+        depth += {"[": 1, "]": -1}.get(text[i], 0)
+        i += 1
+    return text[match.end():i - 1]
+
+
+def _block_numbers(text: str, key: str) -> dict[str, int]:
+    return {m.group(1): int(m.group(2))
+            for m in re.finditer(r"['\"](\w+)['\"]\s*=>\s*(\d+)", _block(text, key))}
+
+
+def _block_classes(text: str, key: str) -> tuple[str, ...]:
+    block = _block(text, key)
+    imports = {m.group(1).rsplit("\\", 1)[-1]: m.group(1)
+               for m in re.finditer(r"(?m)^use\s+\\?([\w\\]+)\s*;", text)}
+    names = [imports.get(m.group(1), m.group(1)).lstrip("\\")
+             for m in re.finditer(r"\\?([\w\\]+)::class", block)]
+    names += [m.group(1).replace("\\\\", "\\") for m in re.finditer(r"'([\w\\]+)'", block)]
+    return tuple(names)

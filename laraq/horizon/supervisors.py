@@ -1,0 +1,266 @@
+"""laraq workers as Horizon masters and supervisors, and the commands Horizon sends them.
+
+Mirrors ``Laravel\\Horizon\\Repositories\\RedisMasterSupervisorRepository`` (``masters`` zset +
+``master:<name>`` hash, EXPIRE 15 s, read window 14 s), ``RedisSupervisorRepository``
+(``supervisors`` zset + ``supervisor:<name>`` hash, EXPIRE 30 s, with ``processes`` per
+``connection:queue`` that feed ``WaitTimeCalculator`` and the workload view) and
+``RedisHorizonCommandQueue`` (``commands:master:<master>`` and ``commands:<supervisor>`` lists).
+
+One ``laraq work`` process is one master named like ``MasterSupervisor::name()``
+(``slug(hostname)-XXXX``) with one supervisor ``<master>:laraq-<worker name>``. Its pool works the
+``--queue`` list in priority order, like a Horizon supervisor with ``balance => false``, so
+``processes`` is ``{"<connection>:<q1,q2>": <concurrency>}``.
+
+Signals, safe by design. ``horizon:pause``, ``horizon:continue`` and ``horizon:terminate`` send
+SIGUSR2, SIGCONT and SIGTERM to the ``pid`` of every live master whose name starts with
+``slug(hostname)``. The recorded pid is therefore only ever the long-lived ``laraq work`` process
+that handles exactly those signals (pause, resume, finish running jobs and exit 0): the supervisor
+parent when laraq supervises its worker (it forwards them), else the worker itself, and only while
+it is our own process or our direct parent. Against PID reuse: the records are deleted on every
+orderly exit before the signal handlers go away; after a crash they vanish from Horizon's 14 s read
+window; the hash also records the process start time (``pid_started``), and every laraq on the
+host deletes laraq masters whose pid is gone or now belongs to another process. In containers the
+pid means something only inside laraq's PID namespace: when PHP runs elsewhere under the same
+hostname, ``--no-horizon-signals`` records a pid above Linux's PID limit, which no ``kill`` can
+reach, and laraq still obeys the ``commands:`` lists.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import socket
+import string
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from laraq.horizon.settings import HorizonSettings
+from laraq.versions import _slug
+
+__all__ = ["NO_SIGNAL_PID", "HorizonCommand", "HorizonMaster", "master_basename", "pid_namespace", "process_started"]
+
+log = logging.getLogger("laraq.horizon")
+
+#: Above Linux's PID_MAX_LIMIT (2**22): ``posix_kill`` can only fail with ESRCH.
+NO_SIGNAL_PID = 2**22 + 1
+
+MASTER_TTL = 15
+SUPERVISOR_TTL = 30
+#: ``names()`` windows: masters (and, when flushed, supervisors) older than this are gone.
+MASTER_WINDOW = 14
+SUPERVISOR_WINDOW = 29
+
+_COMMANDS = "Laravel\\Horizon\\SupervisorCommands\\"
+
+
+def master_basename() -> str:
+    """``MasterSupervisor::basename()``: ``Str::slug(gethostname())``."""
+    return _slug(socket.gethostname(), "-")
+
+
+def pid_namespace() -> str:
+    """This process's PID namespace (``/proc/self/ns/pid``), or '' where there is none."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def process_started(pid: int) -> str | None:
+    """The start time of ``pid`` in clock ticks since boot (``/proc/<pid>/stat`` field 22), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
+    fields = stat[stat.rfind(")") + 2:].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+@dataclass(frozen=True)
+class HorizonCommand:
+    """One entry of a ``commands:`` list (``{"command": class, "options": {...}}``)."""
+
+    command: str
+    options: Mapping[str, Any]
+
+    @property
+    def action(self) -> str | None:
+        """``pause``, ``continue``, ``terminate`` or ``restart`` for the commands laraq obeys."""
+        return {
+            _COMMANDS + "Pause": "pause",
+            _COMMANDS + "ContinueWorking": "continue",
+            _COMMANDS + "Terminate": "terminate",
+            _COMMANDS + "Restart": "restart",
+        }.get(self.command)
+
+
+class HorizonMaster:
+    """The master and supervisor records of one ``laraq work`` process."""
+
+    def __init__(
+        self,
+        client: Any,
+        settings: HorizonSettings,
+        *,
+        connection: str,
+        queues: str,
+        processes: int,
+        options: Mapping[str, Any] | None = None,
+        signal_pid: int | None = None,
+        worker_name: str = "default",
+        name: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.settings = settings
+        self.connection = connection
+        self.queues = queues
+        self.processes = processes
+        self.clock = clock
+        token = "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(4))
+        self.name = name or f"{master_basename()}-{token}"
+        self.supervisor = f"{self.name}:laraq-{worker_name}"
+        self.signal_pid = os.getpid() if signal_pid is None else signal_pid
+        self.options = dict(options or {})
+        self._started = None if self.signal_pid == NO_SIGNAL_PID else process_started(self.signal_pid)
+
+    def _k(self, name: str) -> str:
+        return self.settings.prefix + name
+
+    # -- pid safety ----------------------------------------------------------------------------------
+
+    def pid_is_ours(self) -> bool:
+        """The recorded pid is this process or its direct parent, and still the same process."""
+        if self.signal_pid == NO_SIGNAL_PID:
+            return True
+        if self.signal_pid not in (os.getpid(), os.getppid()):
+            return False
+        return process_started(self.signal_pid) == self._started
+
+    # -- heartbeat ------------------------------------------------------------------------------------
+
+    def supervisor_options(self) -> dict[str, Any]:
+        """``SupervisorOptions::toArray`` for this worker (what the dashboard shows)."""
+        o = self.options
+        return {
+            "balance": False, "connection": self.connection, "queue": self.queues,
+            "backoff": o.get("backoff", 0), "force": bool(o.get("force", False)),
+            "maxProcesses": self.processes, "minProcesses": self.processes,
+            "maxTries": o.get("tries", 1), "maxTime": o.get("max_time", 0), "maxJobs": o.get("max_jobs", 0),
+            "memory": o.get("memory", 128), "nice": 0, "name": self.supervisor,
+            "workersName": "laraq", "sleep": o.get("sleep", 3), "timeout": o.get("timeout", 60),
+            "balanceCooldown": 3, "balanceMaxShift": 1, "parentId": self.signal_pid, "rest": o.get("rest", 0),
+            "autoScalingStrategy": "time",
+        }
+
+    def persist(self, *, paused: bool = False) -> None:
+        """``MasterSupervisor::persist`` + ``Supervisor::persist``: one heartbeat of both records."""
+        if not self.pid_is_ours():
+            log.warning("horizon: pid %s is no longer laraq's; removing master %s", self.signal_pid, self.name)
+            self.forget()
+            return
+        now = int(self.clock())
+        status = "paused" if paused else "running"
+        pid = str(self.signal_pid)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hset(self._k("master:" + self.name), mapping={
+            "name": self.name, "environment": self.settings.environment, "pid": pid, "status": status,
+            "supervisors": json.dumps([self.supervisor]),
+            # laraq's own fields (Horizon reads only the ones above)
+            "laraq": "1", "pid_started": self._started or "", "pid_ns": pid_namespace(),
+        })
+        pipe.zadd(self._k("masters"), {self.name: now})
+        pipe.expire(self._k("master:" + self.name), MASTER_TTL)
+        pipe.hset(self._k("supervisor:" + self.supervisor), mapping={
+            "name": self.supervisor, "master": self.name, "pid": pid, "status": status,
+            "processes": json.dumps({f"{self.connection}:{self.queues}": self.processes}),
+            "options": json.dumps(self.supervisor_options()),
+        })
+        pipe.zadd(self._k("supervisors"), {self.supervisor: now})
+        pipe.expire(self._k("supervisor:" + self.supervisor), SUPERVISOR_TTL)
+        pipe.execute()
+
+    def forget(self) -> None:
+        """``RedisMasterSupervisorRepository::forget`` and the supervisor's: gone from Horizon at once."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.delete(self._k("master:" + self.name), self._k("supervisor:" + self.supervisor),
+                    self._k("commands:master:" + self.name), self._k("commands:" + self.supervisor))
+        pipe.zrem(self._k("masters"), self.name)
+        pipe.zrem(self._k("supervisors"), self.supervisor)
+        pipe.execute()
+
+    def flush_commands(self) -> None:
+        """A new master or supervisor starts with empty command lists, as Horizon's do."""
+        self.client.delete(self._k("commands:master:" + self.name), self._k("commands:" + self.supervisor))
+
+    # -- commands ------------------------------------------------------------------------------------
+
+    def pending_commands(self) -> list[HorizonCommand]:
+        """``RedisHorizonCommandQueue::pending`` for the master's and the supervisor's lists."""
+        out: list[HorizonCommand] = []
+        for key in (self._k("commands:master:" + self.name), self._k("commands:" + self.supervisor)):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.lrange(key, 0, -1)
+            pipe.delete(key)
+            for raw in pipe.execute()[0]:
+                try:
+                    item = json.loads(raw)
+                    out.append(HorizonCommand(str(item["command"]), item.get("options") or {}))
+                except (ValueError, KeyError, TypeError):
+                    log.warning("horizon: ignoring an unreadable command in %s: %r", key, raw[:200])
+        return out
+
+    # -- who else is alive -----------------------------------------------------------------------------
+
+    def live_masters(self) -> dict[str, dict[str, str]]:
+        """Masters inside Horizon's 14 s window, each with its hash (``names()`` + ``get()``)."""
+        names = [n.decode() if isinstance(n, bytes) else n for n in self.client.zrangebyscore(
+            self._k("masters"), int(self.clock()) - MASTER_WINDOW, "+inf")]
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            pipe.hgetall(self._k("master:" + name))
+        out: dict[str, dict[str, str]] = {}
+        for name, record in zip(names, pipe.execute(), strict=True):
+            if record:
+                out[name] = {k.decode(): v.decode("utf-8", "replace") for k, v in record.items()}
+        return out
+
+    def php_master_alive(self) -> bool:
+        """Whether a PHP ``php artisan horizon`` master is alive (it then trims; laraq does not)."""
+        return any(record.get("laraq") != "1" for record in self.live_masters().values())
+
+    def forget_dead_laraq_masters(self) -> list[str]:
+        """Delete this host's laraq masters whose pid is gone or was reused (``pid_started`` differs),
+        and the records a previous worker of the same ``laraq work`` supervisor left behind."""
+        gone: list[str] = []
+        base = master_basename()
+        for name, record in self.live_masters().items():
+            if name == self.name or record.get("laraq") != "1" or not name.startswith(base + "-"):
+                continue
+            if record.get("pid_ns", "") != pid_namespace():  # another container's pids: not ours to judge
+                continue
+            try:
+                pid = int(record.get("pid", ""))
+            except ValueError:
+                continue
+            if pid == NO_SIGNAL_PID:
+                continue
+            # Our pid under another name: the worker this supervisor ran before (killed at a timeout
+            # and restarted). Left alone, Horizon would list it and signal this pid twice.
+            predecessor = pid == self.signal_pid and self.signal_pid != os.getpid()
+            if predecessor or process_started(pid) != (record.get("pid_started") or None):
+                supervisors = json.loads(record.get("supervisors") or "[]")
+                pipe = self.client.pipeline(transaction=False)
+                pipe.delete(self._k("master:" + name), *[self._k("supervisor:" + s) for s in supervisors])
+                pipe.zrem(self._k("masters"), name)
+                if supervisors:
+                    pipe.zrem(self._k("supervisors"), *supervisors)
+                pipe.execute()
+                gone.append(name)
+        return gone

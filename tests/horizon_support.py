@@ -1,0 +1,90 @@
+"""Shared pieces of the Horizon tests: snapshots of Horizon's keys, normalised for comparison, and the
+Python handlers of the Horizon fixture jobs (``TaggedJob``, ``SilencedJob``: ``EchoJob`` modes).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from conftest import require
+from phpapp import PhpApp, live_missing
+from test_worker_support import _echo, echo
+
+from laraq.app import App
+from laraq.job import Job
+from laraq.serializer import PHPObject
+
+HORIZON_PREFIX = "laravel_horizon:"
+#: The Laravel lines that ship Horizon in ../shared/laravel-live.
+HORIZON_LINES = ["12", "13"]
+
+
+def horizon_app(version: str, redis_port: int, **extra_env: str) -> PhpApp:
+    """The fixture app of a live line with Horizon registered (skips locally, fails in CI without it)."""
+    reason = live_missing(version)
+    require(reason is None, reason or "")
+    return PhpApp(redis_port, version=version, horizon=True, extra_env=extra_env or None)
+
+app = App("horizon-tests")
+app.handler("App\\Jobs\\EchoJob")(echo)
+
+
+@app.handler("App\\Jobs\\TaggedJob")
+def tagged(command: PHPObject, job: Job) -> None:
+    time.sleep(_echo(command, job))
+
+
+@app.handler("App\\Jobs\\SilencedJob")
+def silenced(command: PHPObject, job: Job) -> None:
+    time.sleep(_echo(command, job))
+
+
+def snapshot(client: Any) -> dict[bytes, tuple[bytes, int]]:
+    """Every key with its DUMP and PTTL, to restore the exact same state later."""
+    return {k: (client.dump(k), client.pttl(k)) for k in client.keys("*")}
+
+
+def restore(client: Any, snap: dict[bytes, tuple[bytes, int]]) -> None:
+    client.flushdb()
+    for key, (blob, pttl) in snap.items():
+        client.restore(key, max(pttl, 0), blob)
+
+
+def horizon_state(client: Any, ids: dict[str, str], prefix: str = HORIZON_PREFIX) -> dict[str, Any]:
+    """Horizon's keys with job ids replaced by names, times by their presence, scores by rank, TTLs
+    rounded to 10 s and runtimes by a flag: what both workers must agree on."""
+
+    def name(text: str) -> str:
+        for job_id, label in ids.items():
+            text = text.replace(job_id, label)
+        return text
+
+    state: dict[str, Any] = {}
+    for raw in sorted(client.keys(prefix + "*")):
+        key = name(raw.decode()[len(prefix):])
+        kind = client.type(raw).decode()
+        ttl = client.ttl(raw)
+        if kind == "hash":
+            fields = {k.decode(): v for k, v in client.hgetall(raw).items()}
+            value: Any = {}
+            for field, v in sorted(fields.items()):
+                text = v.decode("utf-8", "replace")
+                if field.endswith("_at"):
+                    value[field] = "<time>" if text else ""
+                elif field == "runtime":
+                    value[field] = "<ms>" if float(text) > 0 else text
+                elif field == "exception":
+                    value[field] = text.split(" in ", 1)[0] if text else ""
+                else:
+                    value[field] = name(text)
+        elif kind == "zset":
+            value = [name(m.decode()) for m in client.zrange(raw, 0, -1)]
+        elif kind == "set":
+            value = sorted(name(m.decode()) for m in client.smembers(raw))
+        elif kind == "list":
+            value = [name(m.decode()) for m in client.lrange(raw, 0, -1)]
+        else:
+            value = name(client.get(raw).decode())
+        state[key] = (kind, value, -1 if ttl < 0 else round(ttl / 10))
+    return state

@@ -1,0 +1,206 @@
+"""laraq.horizon without PHP: settings detection, PHP number strings, payload reading, pid safety, and a
+real in-process ``laraq work`` (real Redis) writing Horizon's records for jobs laraq dispatched.
+
+What Horizon itself reads back is proven against real Horizon in ``test_horizon_*_php.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from laraq.app import App
+from laraq.cli.work import build_worker, default_params
+from laraq.dispatch import Dispatcher
+from laraq.horizon import HorizonPayload, HorizonSettings, HorizonTrim, horizon_in_use
+from laraq.horizon.listener import HorizonListener
+from laraq.horizon.records import php_float_string
+from laraq.horizon.supervisors import NO_SIGNAL_PID, HorizonMaster, process_started
+from laraq.queue import RedisQueue
+
+P = "laravel_horizon:"
+
+
+# -- settings -------------------------------------------------------------------------------------------
+
+CONFIG = """<?php
+
+use App\\Jobs\\Noisy;
+use Illuminate\\Support\\Str;
+
+return [
+    'use' => 'horizon-redis',
+    // 'prefix' => 'commented_out:',
+    'prefix' => env('HORIZON_PREFIX', Str::slug(env('APP_NAME', 'laravel'), '_').'_horizon:'),
+    'trim' => [
+        'recent' => 30,
+        'pending' => 45,
+        'completed' => 15,
+        'failed' => 2880,
+        'monitored' => 600,
+    ],
+    'silenced' => [
+        Noisy::class,
+        \\App\\Jobs\\Heartbeat::class,
+        'App\\\\Jobs\\\\Ping',
+    ],
+];
+"""
+
+
+def test_settings_from_the_app_config(tmp_path: Path) -> None:
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "horizon.php").write_text(CONFIG)
+    s = HorizonSettings.from_app({"APP_NAME": "My Shop@Home", "APP_ENV": "local"}, tmp_path)
+    assert s.prefix == "my_shop_at_home_horizon:"
+    assert s.use == "horizon-redis" and s.environment == "local"
+    assert s.trim == HorizonTrim(recent=30, pending=45, completed=15, failed=2880, recent_failed=None, monitored=600)
+    assert s.trim.recent_failed_minutes == 2880
+    assert s.silenced == ("App\\Jobs\\Noisy", "App\\Jobs\\Heartbeat", "App\\Jobs\\Ping")
+    assert HorizonSettings.from_app({"HORIZON_PREFIX": "hz:"}, tmp_path).prefix == "hz:"
+    assert horizon_in_use({}, tmp_path)
+
+
+def test_stock_settings_and_detection(tmp_path: Path) -> None:
+    s = HorizonSettings.from_app({}, None)
+    assert (s.prefix, s.trim, s.silenced) == ("laravel_horizon:", HorizonTrim(), ())
+    assert HorizonSettings.from_app({"APP_NAME": "Laravel"}, None).prefix == "laravel_horizon:"
+    assert not horizon_in_use({}, tmp_path) and not horizon_in_use({}, None)
+    assert horizon_in_use({"HORIZON_PREFIX": "x:"}, None)
+    (tmp_path / "vendor" / "laravel" / "horizon").mkdir(parents=True)
+    assert horizon_in_use({}, tmp_path)
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (1795351333.30195, "1795351333.3019"), (1795351333.30196, "1795351333.302"), (1795351333.3019, "1795351333.3019"), (27.67, "27.67"),
+    (5.0, "5"), (0.0, "0"), (-1795351330.3388, "-1795351330.3388"), (1795351330.0, "1795351330"),
+])
+def test_php_float_strings(value: float, text: str) -> None:
+    assert php_float_string(value) == text
+
+
+def test_payload_fields_as_horizon_reads_them() -> None:
+    p = HorizonPayload.parse(b'{"uuid":"u","id":"r","displayName":"A","tags":{},"silenced":true,"retry_of":"x"}')
+    assert (p.id, p.display_name, p.tags, p.silenced, p.retry_of) == ("u", "A", [], True, "x")
+    q = HorizonPayload.parse('{"id":"r","tags":["a",1]}')
+    assert (q.id, q.tags, q.silenced, q.retry_of) == ("r", ["a", "1"], False, None)
+    with pytest.raises(ValueError):
+        HorizonPayload.parse(b"[1]")
+
+
+# -- the master record's pid -----------------------------------------------------------------------------
+
+def test_a_pid_that_is_not_ours_is_never_recorded(redis_client: Any) -> None:
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        master = HorizonMaster(redis_client, HorizonSettings(), connection="redis", queues="default", processes=1,
+                               signal_pid=other.pid)
+        master.persist()
+        assert not redis_client.exists(P + "master:" + master.name)
+        assert redis_client.zcard(P + "masters") == 0
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_no_signal_pid_is_beyond_any_linux_pid(redis_client: Any) -> None:
+    limit = int(Path("/proc/sys/kernel/pid_max").read_text()) if Path("/proc/sys/kernel/pid_max").exists() else 0
+    assert max(limit, 2**22) < NO_SIGNAL_PID
+    with pytest.raises(ProcessLookupError):
+        os.kill(NO_SIGNAL_PID, 0)
+    master = HorizonMaster(redis_client, HorizonSettings(), connection="redis", queues="default", processes=1,
+                           signal_pid=NO_SIGNAL_PID)
+    master.persist()
+    assert redis_client.hget(P + "master:" + master.name, "pid") == str(NO_SIGNAL_PID).encode()
+
+
+def test_stale_laraq_masters_of_this_host_are_removed(redis_client: Any) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    assert process_started(dead.pid) is None
+    ghost = HorizonMaster(redis_client, HorizonSettings(), connection="redis", queues="default", processes=1)
+    ghost.persist()
+    # pretend its process died (the pid is gone)
+    redis_client.hset(P + "master:" + ghost.name, "pid", str(dead.pid))
+    # a PHP master under another name is never touched
+    redis_client.hset(P + "master:elsewhere-AbCd", mapping={"name": "elsewhere-AbCd", "pid": str(dead.pid)})
+    redis_client.zadd(P + "masters", {"elsewhere-AbCd": int(time.time())})
+    me = HorizonMaster(redis_client, HorizonSettings(), connection="redis", queues="default", processes=1)
+    assert me.forget_dead_laraq_masters() == [ghost.name]
+    assert not redis_client.exists(P + "master:" + ghost.name, P + "supervisor:" + ghost.supervisor)
+    assert redis_client.exists(P + "master:elsewhere-AbCd")
+    assert me.php_master_alive()
+
+
+def test_unreadable_and_unknown_commands(redis_client: Any) -> None:
+    master = HorizonMaster(redis_client, HorizonSettings(), connection="redis", queues="default", processes=1)
+    redis_client.rpush(P + "commands:master:" + master.name, b"not json",
+                       json.dumps({"command": "Laravel\\Horizon\\SupervisorCommands\\Scale", "options": {"scale": 3}}))
+    [cmd] = master.pending_commands()
+    assert cmd.action is None and cmd.options == {"scale": 3}
+    assert not redis_client.exists(P + "commands:master:" + master.name)
+
+
+# -- a real worker with the listener (no PHP) --------------------------------------------------------------
+
+app = App("horizon-unit")
+
+
+@app.handler("App\\Jobs\\Ok")
+def ok(command: Any, job: Any) -> None:
+    pass
+
+
+@app.handler("App\\Jobs\\SelfRelease")
+def self_release(command: Any, job: Any) -> None:
+    if job.attempts < 2:
+        job.release(0)
+
+
+@app.handler("App\\Jobs\\Boom")
+def boom(command: Any, job: Any) -> None:
+    job.fail(RuntimeError("boom from python"))
+
+
+def test_laraq_dispatch_and_work_write_horizon_records(redis_client: Any, redis_server: Any) -> None:
+    env = {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(redis_server.port), "DB_CONNECTION": "sqlite",
+           "DB_DATABASE": ":memory:", "CACHE_STORE": "redis", "QUEUE_CONNECTION": "redis",
+           "QUEUE_FAILED_DRIVER": "null"}
+    params = default_params(laravel="13", sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20,
+                            tries=3, horizon=True, once=False, force=False)
+    worker = build_worker(params, env=env, app=app)
+    assert any(isinstance(listener, HorizonListener) for listener in worker.events)
+    queue = RedisQueue(redis_client, prefix="laravel-database-", version="13")
+    d = Dispatcher(queue, horizon=HorizonSettings())
+    ids = {name: d.dispatch_job(f"App\\Jobs\\{name}", {}, tags=[name.lower()]).uuid
+           for name in ("Ok", "SelfRelease", "Boom")}
+    assert all(redis_client.hget(P + i, "status") == b"pending" for i in ids.values())
+    assert worker.run() == 0
+    status = {name: redis_client.hget(P + i, "status").decode() for name, i in ids.items()}
+    assert status == {"Ok": "completed", "SelfRelease": "completed", "Boom": "failed"}
+    assert redis_client.hget(P + ids["Boom"], "exception").decode().startswith("RuntimeError: boom from python")
+    # the self-released attempt did not count: throughput 2 (Ok, SelfRelease's second attempt)
+    assert redis_client.hget(P + "queue:default", "throughput") == b"2"
+    assert redis_client.zrange(P + "failed:boom", 0, -1) == [ids["Boom"].encode()]
+    assert redis_client.zcard(P + "completed_jobs") == 2 and redis_client.zcard(P + "failed_jobs") == 1
+    # stopping removed the master and supervisor records at once
+    assert redis_client.zcard(P + "masters") == 0 and not redis_client.keys(P + "supervisor:*")
+
+
+def test_a_restarted_worker_removes_its_predecessors_master(redis_client: Any) -> None:
+    # a supervised worker records its supervisor's pid (here: this process's parent)
+    parent = os.getppid()
+    before = HorizonMaster(redis_client, HorizonSettings(), connection="redis", queues="default", processes=1,
+                           signal_pid=parent)
+    before.persist()
+    after = HorizonMaster(redis_client, HorizonSettings(), connection="redis", queues="default", processes=1,
+                          signal_pid=parent)
+    assert after.forget_dead_laraq_masters() == [before.name]
+    after.persist()
+    assert [m.decode() for m in redis_client.zrange(P + "masters", 0, -1)] == [after.name]
