@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from laraq.app import App
+from laraq.callqueued import CallQueued
 from laraq.encryption import Encrypter
 from laraq.events import Listeners, OutputListener, WorkerListener
 from laraq.execution import _TICK, Execution, sigkill_self
@@ -98,6 +99,9 @@ class WorkerOptions:
     #: leases renewed while they wait). False: reserve only what free slots start at once.
     prefetch: bool = True
     prefetch_seconds: float = 1.0
+    #: The queue PHP workers serve, where laraq hands over what only PHP can finish (the next job of a
+    #: chain, batch bookkeeping, ``uniqueId()`` locks, PHP ``failed()``); None: the connection's default.
+    php_queue: str | None = None
 
 
 class Worker(Reservation, Execution, Lifecycle):
@@ -152,6 +156,10 @@ class Worker(Reservation, Execution, Lifecycle):
         self._stop_announced = False
         self._unreported = 0
         self._reported_at = 0.0
+        #: chain, batch, unique lock and PHP failed() steps around the handler (CallQueuedHandler's)
+        self.callqueued = CallQueued(queue, self.version, cache=cache,
+                                     signing_key=encrypter.key if encrypter is not None else None,
+                                     connection_name=connection_name, php_queue=self.options.php_queue)
         self._init_reservation()
         self._init_execution()
 

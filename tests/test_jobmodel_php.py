@@ -1,0 +1,152 @@
+"""Laravel's job model when Python runs the job, proven against real artisan (Laravel 8 fixture app).
+
+The same dispatch is done twice by PHP: once onto queue ``pq``, drained by ``php artisan queue:work``,
+and once onto ``lq``, drained by laraq (Python handlers mirroring the PHP jobs). PHP workers drain the
+follow-up jobs on both sides (the connection's default queue carries laraq's hand-overs to PHP). The
+end states are then compared: what the jobs recorded and in which order, the chain ``catch`` callback
+runs, ``failed_jobs``, and what is left in Redis.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import test_worker_support as support
+from phpapp import PhpApp
+
+from laraq.cli.work import build_worker, default_params
+from laraq.worker import Worker
+
+pytestmark = pytest.mark.php
+
+PREFIX = "laravel_database_queues:"
+
+
+@pytest.fixture
+def php(php: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> PhpApp:
+    app = PhpApp(redis_server.port)
+    monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
+    return app
+
+
+@pytest.fixture
+def workers() -> Iterator[list[Worker]]:
+    made: list[Worker] = []
+    yield made
+    for w in made:
+        w.close()
+
+
+def chain(php: PhpApp, queue: str, steps: list[dict[str, Any]], *, catch: bool = False) -> None:
+    steps = [{"args": {"q": queue, "n": i + 1}, **step} for i, step in enumerate(steps)]
+    php.tool("chain", f"--queue={queue}", "--steps=" + json.dumps(steps), *([f"--catch={queue}"] if catch else []))
+
+
+def artisan_drain(php: PhpApp, queues: str) -> None:
+    php.artisan("queue:work", "redis", f"--queue={queues}", "--stop-when-empty", "--sleep=0", check=True)
+
+
+def laraq_drain(php: PhpApp, workers: list[Worker], queue: str = "lq") -> None:
+    params = default_params(laravel="8", sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20, queue=queue)
+    worker = build_worker(params, env=php.env, app=support.app)
+    workers.append(worker)
+    assert worker.daemon() == 0
+
+
+def pending(redis_client: Any, queue: str) -> int:
+    return sum(redis_client.llen(PREFIX + queue) + redis_client.zcard(PREFIX + queue + suffix)
+               for suffix in (":delayed", ":reserved"))
+
+
+def drain_both(php: PhpApp, redis_client: Any, workers: list[Worker], rounds: int = 8) -> None:
+    """artisan drains ``pq``; laraq drains ``lq`` and artisan the hand-overs, until nothing is left."""
+    artisan_drain(php, "pq,default")
+    for _ in range(rounds):
+        laraq_drain(php, workers)
+        artisan_drain(php, "default")
+        if pending(redis_client, "lq") == 0 and pending(redis_client, "default") == 0:
+            return
+    raise AssertionError("the laraq side did not settle")
+
+
+def side(php: PhpApp, queue: str) -> dict[str, Any]:
+    """What one side left behind: its step runs in order, its catch runs, its failed_jobs rows."""
+    runs = php.runs()
+    steps = [(r["args"]["n"], r["attempts"]) for r in runs
+             if r.get("class") == "App\\Jobs\\EchoJob" and r.get("args", {}).get("q") == queue]
+    catches = [r["message"] for r in runs if r.get("class") == "chain-catch" and r.get("tag") == queue]
+    conn = sqlite3.connect(php.db_path)
+    # the message without its exception class (a Python handler raises RuntimeError, PHP RuntimeException)
+    rows = [(q, json.loads(p)["displayName"], re.sub(r"^\S+: | in \S+:\d+$", "", e.splitlines()[0]))
+            for q, p, e in conn.execute("SELECT queue, payload, exception FROM failed_jobs ORDER BY id")
+            if q == queue]
+    conn.close()
+    return {"steps": steps, "catches": catches, "failed": rows}
+
+
+def same_sides(php: PhpApp, redis_client: Any) -> dict[str, Any]:
+    pq, lq = side(php, "pq"), side(php, "lq")
+    lq["failed"] = [("pq", *rest) for _q, *rest in lq["failed"]]
+    assert pq == lq
+    for queue in ("pq", "lq", "default"):
+        assert pending(redis_client, queue) == 0, queue
+    return pq
+
+
+def test_chain_of_three_runs_every_step(php: PhpApp, redis_client: Any, workers: list[Worker]) -> None:
+    for queue in ("pq", "lq"):
+        chain(php, queue, [{"mode": "ok"}, {"mode": "ok"}, {"mode": "ok"}], catch=True)
+    drain_both(php, redis_client, workers)
+    result = same_sides(php, redis_client)
+    assert result == {"steps": [(1, 1), (2, 1), (3, 1)], "catches": [], "failed": []}
+    runners = {r["runner"] for r in php.runs() if r.get("args", {}).get("q") == "lq"}
+    assert runners == {"python"}  # every lq step ran in Python; PHP only ran the hand-overs
+
+
+def test_failing_step_runs_the_catch_once_and_ends_the_chain(php: PhpApp, redis_client: Any,
+                                                             workers: list[Worker]) -> None:
+    for queue in ("pq", "lq"):
+        chain(php, queue, [{"mode": "ok"}, {"mode": "fail", "settings": {"tries": 1}}, {"mode": "ok"}], catch=True)
+    drain_both(php, redis_client, workers)
+    result = same_sides(php, redis_client)
+    assert result["steps"] == [(1, 1), (2, 1)]
+    assert result["catches"] == ["echo job failed on purpose"]
+    assert [r[2] for r in result["failed"]] == ["echo job failed on purpose"]
+
+
+def test_chained_survives_release_and_retry(php: PhpApp, redis_client: Any, workers: list[Worker]) -> None:
+    for queue in ("pq", "lq"):
+        chain(php, queue, [{"mode": "fail-until", "seconds": 2, "settings": {"tries": 2}}, {"mode": "ok"}],
+              catch=True)
+    drain_both(php, redis_client, workers)
+    result = same_sides(php, redis_client)
+    assert result == {"steps": [(1, 1), (1, 2), (2, 1)], "catches": [], "failed": []}
+
+
+def test_next_step_is_queued_exactly_as_php_queues_it(php: PhpApp, redis_client: Any,
+                                                      workers: list[Worker]) -> None:
+    for queue in ("pq", "lq"):
+        chain(php, queue, [{"mode": "ok"}, {"mode": "ok", "settings": {"tries": 4, "backoff": [3, 9],
+                                                                        "timeout": 30}}])
+    php.artisan("queue:work", "redis", "--queue=pq", "--once", check=True)
+    params = default_params(laravel="8", sleep=0, quiet=True, memory=1 << 20, queue="lq", once=True)
+    worker = build_worker(params, env=php.env, app=support.app)
+    workers.append(worker)
+    assert worker.run_once() == 0
+    artisan_drain(php, "default")  # the hand-over: PHP dispatches step 2
+    (php_next,) = redis_client.lrange(PREFIX + "pq", 0, -1)
+    (py_next,) = redis_client.lrange(PREFIX + "lq", 0, -1)
+
+    def norm(body: bytes) -> dict[str, Any]:
+        payload = json.loads(body)
+        payload["uuid"] = payload["id"] = "-"
+        payload["data"]["command"] = payload["data"]["command"].replace('"lq"', '"pq"')
+        return payload
+
+    assert norm(py_next) == norm(php_next)
+    assert norm(py_next)["maxTries"] == 4 and norm(py_next)["backoff"] == "3,9"
