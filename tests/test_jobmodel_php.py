@@ -150,3 +150,41 @@ def test_next_step_is_queued_exactly_as_php_queues_it(php: PhpApp, redis_client:
 
     assert norm(py_next) == norm(php_next)
     assert norm(py_next)["maxTries"] == 4 and norm(py_next)["backoff"] == "3,9"
+
+
+# -- unique locks -------------------------------------------------------------------------------------
+
+def lock_keys(redis_client: Any, side_tag: str) -> list[str]:
+    return sorted(k.decode() for k in redis_client.scan_iter(match=f"*laravel_unique_job:*{side_tag}*"))
+
+
+def dispatch_unique(php: PhpApp, queue: str, kind: str, mode: str) -> None:
+    php.tool("dispatch", kind, f"--queue={queue}", "--pending", "--args=" + json.dumps({"id": f"{queue}-1", "mode": mode}))
+
+
+def unique_side(php: PhpApp, redis_client: Any, queue: str, kind: str) -> dict[str, Any]:
+    runs = [(r["lock"], r["mode"]) for r in php.runs() if r.get("queue") == queue and "lock" in r]
+    conn = sqlite3.connect(php.db_path)
+    failed = conn.execute("SELECT COUNT(*) FROM failed_jobs WHERE queue = ?", (queue,)).fetchone()[0]
+    conn.close()
+    left = lock_keys(redis_client, f"{queue}-1")
+    # a new dispatch of the same job is accepted again (PHP drops it while the lock is held)
+    dispatch_unique(php, queue, kind, "ok")
+    return {"runs": runs, "failed": failed, "locks_left": len(left), "redispatched": redis_client.llen(PREFIX + queue)}
+
+
+@pytest.mark.parametrize("mode", ["ok", "fail"])
+@pytest.mark.parametrize("kind", ["unique-property", "unique-method", "until-processing"])
+def test_unique_lock_released_with_the_real_key_at_phps_moment(php: PhpApp, redis_client: Any,
+                                                              workers: list[Worker], kind: str, mode: str) -> None:
+    for queue in ("pq", "lq"):
+        dispatch_unique(php, queue, kind, mode)
+        dispatch_unique(php, queue, kind, mode)  # dropped: the lock is held
+        assert redis_client.llen(PREFIX + queue) == 1
+        assert len(lock_keys(redis_client, f"{queue}-1")) == 1
+    drain_both(php, redis_client, workers)
+    pq = unique_side(php, redis_client, "pq", kind)
+    lq = unique_side(php, redis_client, "lq", kind)
+    assert pq == lq
+    assert pq["locks_left"] == 0 and pq["redispatched"] == 1
+    assert pq["runs"] == [("free" if kind == "until-processing" else "held", mode)]

@@ -94,6 +94,30 @@ def foo_bar(data: Any, job: Job) -> None:
     record(job, data=data)
 
 
+def _unique_run(command: PHPObject, job: Job, unique_id: str) -> None:
+    """The fixture's ``UniqueRun``: record whether the job's own lock is held now, then ok or fail."""
+    lock = f"{job.redis_queue.prefix}laravel_cache:laravel_unique_job:{command.class_name}{unique_id}"
+    held = bool(job.redis_queue.client.exists(lock))
+    record(job, lock="held" if held else "free", mode=command.mode)
+    if command.mode == "fail":
+        raise RuntimeError("unique job failed on purpose")
+
+
+@app.handler("App\\Jobs\\UniquePropertyJob")  # unique=None: the uniqueId property says it all
+def unique_property(command: PHPObject, job: Job) -> None:
+    _unique_run(command, job, command.uniqueId)
+
+
+@app.handler("App\\Jobs\\UniqueMethodJob", unique=True)  # uniqueId() is a method: PHP releases the lock
+def unique_method(command: PHPObject, job: Job) -> None:
+    _unique_run(command, job, "m-" + command.key)
+
+
+@app.handler("App\\Jobs\\UntilProcessingJob", unique="until_processing")
+def until_processing(command: PHPObject, job: Job) -> None:
+    _unique_run(command, job, command.uniqueId)
+
+
 #: The same EchoJob semantics with an ``async def`` handler (cancellable at its timeout).
 async_app = App("tests-async")
 
