@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
+from laraq import middleware
 from laraq.failed import FailedJobStore, format_exception, max_attempts_exceeded
 from laraq.job import Job, JobAbandoned, ManuallyFailedError, UnhandledJobError
 from laraq.payload import PayloadError
@@ -95,7 +96,13 @@ class Lifecycle:
                     self._processed(job)
                 return
             self.callqueued.before_handle(job)
-            self._fire(job, handler, running)
+            gate = middleware.enter(job, self.cache) if middleware.middleware_of(job) else None
+            try:
+                if gate is None or gate.proceed:
+                    self._fire(job, handler, running)
+            finally:
+                if gate is not None:
+                    gate.exit()
             if not self._claim(running, "finishing"):
                 return
             self._after_success(job, handler)
@@ -130,7 +137,13 @@ class Lifecycle:
             try:
                 argument = self._decode(job, handler)
                 self.callqueued.before_handle(job)
-                await handler.func(argument, job)  # type: ignore[misc]
+                gate = middleware.enter(job, self.cache) if middleware.middleware_of(job) else None
+                try:
+                    if gate is None or gate.proceed:
+                        await handler.func(argument, job)  # type: ignore[misc]
+                finally:
+                    if gate is not None:
+                        gate.exit()
             finally:
                 if running.task_done is not None:
                     running.task_done.set()
@@ -198,7 +211,7 @@ class Lifecycle:
             self._decode(job, handler)
         except Exception:
             return False
-        reason = self.callqueued.unsupported(job)
+        reason = self.callqueued.unsupported(job) or middleware.unsupported(job, self.cache)
         if reason is None:
             return False
         delay = max(1, int(self.options.unhandled_delay))

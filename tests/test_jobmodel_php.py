@@ -188,3 +188,68 @@ def test_unique_lock_released_with_the_real_key_at_phps_moment(php: PhpApp, redi
     assert pq == lq
     assert pq["locks_left"] == 0 and pq["redispatched"] == 1
     assert pq["runs"] == [("free" if kind == "until-processing" else "held", mode)]
+
+
+# -- job middleware -----------------------------------------------------------------------------------
+
+OVERLAP = "laravel_database_laravel_cache:laravel-queue-overlap:App\\Jobs\\EchoJob:"
+
+
+def run_once_both(php: PhpApp, workers: list[Worker]) -> None:
+    php.artisan("queue:work", "redis", "--queue=pq", "--once", check=True)
+    params = default_params(laravel="8", sleep=0, quiet=True, memory=1 << 20, queue="lq", once=True)
+    worker = build_worker(params, env=php.env, app=support.app)
+    workers.append(worker)
+    assert worker.run_once() == 0
+
+
+def echo_runs(php: PhpApp, queue: str) -> int:
+    return len([r for r in php.runs() if r.get("class") == "App\\Jobs\\EchoJob" and r.get("queue") == queue])
+
+
+@pytest.mark.parametrize("release_after", ["7", "none"])
+def test_without_overlapping_while_the_lock_is_held(php: PhpApp, redis_client: Any, workers: list[Worker],
+                                                    release_after: str) -> None:
+    for queue in ("pq", "lq"):
+        php.tool("dispatch", "echo", f"--queue={queue}", f"--overlap={queue}-k", f"--release-after={release_after}",
+                 "--args=" + json.dumps({"args": {"q": queue}}))
+        redis_client.set(OVERLAP + f"{queue}-k", "another-worker")
+    before = redis_client.time()[0]
+    run_once_both(php, workers)
+    outcome = {}
+    for queue in ("pq", "lq"):
+        delayed = [(json.loads(m)["attempts"], s - before)
+                   for m, s in redis_client.zrange(PREFIX + queue + ":delayed", 0, -1, withscores=True)]
+        outcome[queue] = {"runs": echo_runs(php, queue), "delayed": [a for a, _ in delayed],
+                          "lock": redis_client.get(OVERLAP + f"{queue}-k"), "reserved": pending(redis_client, queue)
+                          - len(delayed), "delay_ok": all(7 <= d <= 67 for _, d in delayed)}
+    assert outcome["pq"] == outcome["lq"]
+    assert outcome["pq"]["runs"] == 0 and outcome["pq"]["lock"] == b"another-worker"
+    assert outcome["pq"]["delayed"] == ([1] if release_after == "7" else [])
+    assert outcome["pq"]["delay_ok"] and outcome["pq"]["reserved"] == 0
+
+
+def test_without_overlapping_runs_and_frees_the_lock(php: PhpApp, redis_client: Any, workers: list[Worker]) -> None:
+    for queue in ("pq", "lq"):
+        php.tool("dispatch", "echo", f"--queue={queue}", f"--overlap={queue}-k",
+                 "--args=" + json.dumps({"args": {"q": queue}}))
+    run_once_both(php, workers)
+    for queue in ("pq", "lq"):
+        assert echo_runs(php, queue) == 1
+        assert redis_client.exists(OVERLAP + f"{queue}-k") == 0
+        assert pending(redis_client, queue) == 0
+
+
+def test_middleware_laraq_does_not_run_goes_back_to_php_untouched(php: PhpApp, redis_client: Any,
+                                                                  workers: list[Worker],
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    php.tool("dispatch", "echo", "--queue=lq", "--throttle", "--args=" + json.dumps({"args": {"q": "lq"}}))
+    (body,) = redis_client.lrange(PREFIX + "lq", 0, -1)
+    laraq_drain(php, workers)
+    assert echo_runs(php, "lq") == 0
+    assert redis_client.zrange(PREFIX + "lq:delayed", 0, -1) == [body]  # attempts not burned, bytes untouched
+    assert any("ThrottlesExceptions" in r.getMessage() and "PHP" in r.getMessage() for r in caplog.records)
+    # and PHP's own worker runs it as if laraq had never seen it
+    redis_client.zadd(PREFIX + "lq:delayed", {body: 0})
+    artisan_drain(php, "lq")
+    assert [r["runner"] for r in php.runs() if r.get("queue") == "lq"] == ["php"]
