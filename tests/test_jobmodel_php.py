@@ -253,3 +253,52 @@ def test_middleware_laraq_does_not_run_goes_back_to_php_untouched(php: PhpApp, r
     redis_client.zadd(PREFIX + "lq:delayed", {body: 0})
     artisan_drain(php, "lq")
     assert [r["runner"] for r in php.runs() if r.get("queue") == "lq"] == ["php"]
+
+
+# -- batches ------------------------------------------------------------------------------------------
+
+def batch(php: PhpApp, queue: str, steps: list[dict[str, Any]], *, allow_failures: bool = False) -> str:
+    steps = [{"args": {"q": queue, "n": i + 1}, **step} for i, step in enumerate(steps)]
+    return php.tool("batch", f"--queue={queue}", "--steps=" + json.dumps(steps),
+                    *(["--allow-failures"] if allow_failures else []))["id"]
+
+
+def batch_side(php: PhpApp, queue: str, batch_id: str) -> dict[str, Any]:
+    runs = php.runs()
+    items = [(r["args"]["n"], r["attempts"]) for r in runs
+             if r.get("class") == "App\\Jobs\\BatchEchoJob" and r.get("args", {}).get("q") == queue]
+    callbacks = [r["what"] for r in runs if r.get("class") == "batch-callback" and r.get("tag") == queue]
+    conn = sqlite3.connect(php.db_path)
+    total, pending_jobs, failed, failed_ids, cancelled, finished = conn.execute(
+        "SELECT total_jobs, pending_jobs, failed_jobs, failed_job_ids, cancelled_at, finished_at "
+        "FROM job_batches WHERE id = ?", (batch_id,)).fetchone()
+    failed_uuids = {json.loads(p)["uuid"] for (p,) in conn.execute("SELECT payload FROM failed_jobs")}
+    conn.close()
+    ids = json.loads(failed_ids)
+    return {"items": items, "callbacks": callbacks, "total": total, "pending": pending_jobs, "failed": failed,
+            "failed_ids": len(ids), "failed_ids_in_failed_jobs": all(i in failed_uuids for i in ids),
+            "cancelled": cancelled is not None, "finished": finished is not None}
+
+
+@pytest.mark.parametrize("allow_failures", [False, True])
+@pytest.mark.parametrize("modes", [("ok", "ok", "ok"), ("ok", "fail", "ok")], ids=["all-ok", "item2-fails"])
+def test_batch_bookkeeping_and_callbacks(php: PhpApp, redis_client: Any, workers: list[Worker],
+                                         modes: tuple[str, ...], allow_failures: bool) -> None:
+    ids = {q: batch(php, q, [{"mode": m, "settings": {"tries": 1}} for m in modes], allow_failures=allow_failures)
+           for q in ("pq", "lq")}
+    drain_both(php, redis_client, workers)
+    pq, lq = batch_side(php, "pq", ids["pq"]), batch_side(php, "lq", ids["lq"])
+    assert pq == lq
+    assert {r["runner"] for r in php.runs() if r.get("class") == "App\\Jobs\\BatchEchoJob"
+            and r["args"]["q"] == "lq"} == {"python"}
+    for queue in ("pq", "lq", "default"):
+        assert pending(redis_client, queue) == 0
+    if "fail" in modes:
+        assert pq["failed"] == pq["failed_ids"] == 1 and pq["failed_ids_in_failed_jobs"]
+        assert pq["cancelled"] is (not allow_failures)
+        # queue:retry-batch finds the item Python failed, as it finds the one PHP failed
+        for queue in ("pq", "lq"):
+            php.artisan("queue:retry-batch", ids[queue], check=True)
+        assert redis_client.llen(PREFIX + "pq") == redis_client.llen(PREFIX + "lq") == 1
+    else:
+        assert pq["callbacks"] == ["then", "finally"] and pq["finished"] and pq["pending"] == 0

@@ -69,6 +69,11 @@ def echo(command: PHPObject, job: Job) -> None:
     time.sleep(_echo(command, job))
 
 
+@app.handler("App\\Jobs\\BatchEchoJob")  # EchoJob in a batch: the bookkeeping is laraq's (PHP's) part
+def batch_echo(command: PHPObject, job: Job) -> None:
+    time.sleep(_echo(command, job))
+
+
 @app.handler("App\\Jobs\\PythonJob")
 def python_job(command: PHPObject, job: Job) -> None:
     record(job, document=command.document, options=plain(command.options), owner=command.owner,
