@@ -151,6 +151,21 @@ def php() -> str:
     return shutil.which("php") or "php"
 
 
+@pytest.fixture(scope="session", params=["8", "12", "13"])
+def laravel(request: pytest.FixtureRequest, php: str) -> str:
+    """Each live Laravel line in turn (8: Debian's packages; 12, 13: the trees in ../shared/laravel-live).
+
+    A differential test takes this fixture and builds ``PhpApp(port, version=laravel)``; a missing tree
+    skips locally and fails under CI.
+    """
+    from phpapp import live_missing
+
+    version: str = request.param
+    reason = live_missing(version)
+    require(reason is None, reason or "")
+    return version
+
+
 def load_json(path: Path) -> object:
     return json.loads(path.read_bytes())
 

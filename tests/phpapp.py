@@ -1,26 +1,75 @@
-"""Python handle on the Laravel 8 fixture app (``fixtures/laravel8``) used by the interop tests.
+"""Python handle on the fixture Laravel apps (``fixtures/laravel8``, ``laravel12``, ``laravel13``).
 
-Each :class:`PhpApp` gets its own storage directory, SQLite database (with Laravel's ``failed_jobs``
-table, created by Laravel's schema builder) and bootstrap cache paths, so tests never share state.
-``tool()`` runs ``fixtures/laravel8/tool.php`` (Laravel's own RedisQueue, Cache and Dispatcher) and
-returns the JSON it prints; ``artisan()`` runs real ``php artisan`` commands such as ``queue:work``.
+Laravel 8 is Debian's ``php-laravel-framework``; 12 and 13 are the live trees in
+``../shared/laravel-live/N/vendor`` (or ``$LARAQ_LARAVEL_LIVE/N/vendor``), which the app reaches through a
+``vendor`` symlink made here at test time and never committed. Each :class:`PhpApp` gets its own storage
+directory, SQLite database (migrated once per process and version: ``failed_jobs``, ``cache``,
+``cache_locks`` and, on 12/13, the skeleton's ``jobs``/``job_batches``) and bootstrap cache paths, so tests
+never share state. ``tool()`` runs the app's ``tool.php`` (Laravel's own RedisQueue, Cache and Dispatcher)
+and returns the JSON it prints; ``artisan()`` runs real ``php artisan`` commands such as ``queue:work``.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import weakref
 from pathlib import Path
 from typing import Any
 
-APP_PATH = Path(__file__).resolve().parent.parent / "fixtures" / "laravel8"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+APP_PATH = FIXTURES / "laravel8"
 
 #: The corpus' published test key. Never use it for anything real.
 TEST_APP_KEY = "base64:srj9QVmuADIUchwd/iag/u7inuvvH26bDFBsn5w4ghI="
+
+#: The Laravel lines the suite runs live, and the exact release each fixture runs (for laraq's profiles).
+VERSIONS = ("8", "12", "13")
+RELEASES = {"8": "8.83.26", "12": "12.67.0", "13": "13.26.1"}
+#: Stock key prefixes of each line's skeleton (Redis connection, cache store).
+STOCK_PREFIX = {"8": "laravel_database_", "12": "laravel-database-", "13": "laravel-database-"}
+STOCK_CACHE_PREFIX = {"8": "laravel_cache", "12": "laravel-cache-", "13": "laravel-cache-"}
+
+
+def live_root() -> Path:
+    """Where the live Laravel 12/13 trees are: ``$LARAQ_LARAVEL_LIVE`` or ``../shared/laravel-live``."""
+    env = os.environ.get("LARAQ_LARAVEL_LIVE")
+    return Path(env) if env else FIXTURES.parent.parent / "shared" / "laravel-live"
+
+
+def live_missing(version: str) -> str | None:
+    """Why the given line cannot run here (``None`` when it can)."""
+    if version == "8":
+        if not Path("/usr/share/php/Illuminate/autoload.php").exists():
+            return "Debian's Laravel 8 (php-laravel-framework) is not installed"
+        return None
+    tree = live_root() / version / "vendor"
+    if not (tree / "autoload.php").exists():
+        return f"the live Laravel {version} tree is missing at {tree} (set LARAQ_LARAVEL_LIVE)"
+    return None
+
+
+def app_path(version: str) -> Path:
+    """The fixture app of a Laravel line; for 12/13 its ``vendor`` link to the live tree is made here."""
+    path = FIXTURES / f"laravel{version}"
+    if version != "8":
+        link = path / "vendor"
+        target = (live_root() / version / "vendor").resolve()
+        if not (link.is_symlink() and link.resolve() == target):
+            tmp = path / f".vendor.{os.getpid()}.{threading.get_ident()}"
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(target)
+            os.replace(tmp, link)  # atomic, so parallel test processes never see a half-made link
+    return path
+
+
+_templates: dict[tuple[str, str], Path] = {}
+_templates_lock = threading.Lock()
 
 
 class PhpError(RuntimeError):
@@ -32,16 +81,24 @@ class PhpApp:
         self,
         redis_port: int,
         *,
-        prefix: str = "laravel_database_",
+        version: str = "8",
+        prefix: str | None = None,
         queue: str = "default",
         retry_after: int | None = 90,
         block_for: int | None = None,
-        cache_prefix: str = "laravel_cache",
+        cache_prefix: str | None = None,
+        cache_store: str = "redis",
+        horizon: bool = False,
         app_key: str = TEST_APP_KEY,
         workdir: Path | None = None,
         extra_env: dict[str, str] | None = None,
     ) -> None:
-        self.path = APP_PATH
+        if version not in VERSIONS:
+            raise ValueError(f"no fixture app for Laravel {version!r} (have {', '.join(VERSIONS)})")
+        self.version = version
+        #: The exact release, as laraq's version profiles take it.
+        self.release = RELEASES[version]
+        self.path = app_path(version)
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="laraq-php-"))
         if workdir is None:
             # Our own temporary directory: remove it when this handle goes away.
@@ -50,21 +107,23 @@ class PhpApp:
         for sub in ("framework/cache/data", "framework/sessions", "framework/views", "logs", "app"):
             (self.storage / sub).mkdir(parents=True, exist_ok=True)
         self.db_path = self.workdir / "database.sqlite"
-        self.db_path.touch()
         self.log_path = self.workdir / "runs.jsonl"
         self.log_path.touch()
         self.redis_port = redis_port
-        self.prefix = prefix
+        self.prefix = STOCK_PREFIX[version] if prefix is None else prefix
+        self.cache_prefix = STOCK_CACHE_PREFIX[version] if cache_prefix is None else cache_prefix
+        self.cache_store = cache_store
         self.queue = queue
         env = {
             k: v for k, v in os.environ.items()
-            if not k.startswith(("REDIS_", "DB_", "APP_", "CACHE_", "QUEUE_"))
+            if not k.startswith(("REDIS_", "DB_", "APP_", "CACHE_", "QUEUE_", "HORIZON_", "LARAVEL_", "LARAQ_"))
         }
         env.update({
             "APP_NAME": "Laravel",
             "APP_ENV": "testing",
             "APP_KEY": app_key,
             "LARAQ_STORAGE": str(self.storage),
+            "LARAVEL_STORAGE_PATH": str(self.storage),
             "LARAQ_LOG": str(self.log_path),
             "APP_SERVICES_CACHE": str(self.workdir / "services.php"),
             "APP_PACKAGES_CACHE": str(self.workdir / "packages.php"),
@@ -73,28 +132,56 @@ class PhpApp:
             "APP_EVENTS_CACHE": str(self.workdir / "events.php"),
             "REDIS_HOST": "127.0.0.1",
             "REDIS_PORT": str(redis_port),
-            "REDIS_PREFIX": prefix,
+            "REDIS_PREFIX": self.prefix,
             "REDIS_QUEUE": queue,
             "REDIS_QUEUE_RETRY_AFTER": "null" if retry_after is None else str(retry_after),
             "REDIS_QUEUE_BLOCK_FOR": "" if block_for is None else str(block_for),
-            "CACHE_DRIVER": "redis",
-            "CACHE_PREFIX": cache_prefix,
+            "CACHE_DRIVER": cache_store,   # Laravel 8's name
+            "CACHE_STORE": cache_store,    # Laravel 11+'s name
+            "CACHE_PREFIX": self.cache_prefix,
             "DB_CONNECTION": "sqlite",
             "DB_DATABASE": str(self.db_path),
             "QUEUE_CONNECTION": "redis",
         })
+        if horizon:
+            env["LARAQ_HORIZON"] = "1"
         if extra_env:
             env.update(extra_env)
         self.env = env
-        self.tool("migrate-db")
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Give this app a migrated SQLite file: migrated once per process and version, then copied."""
+        key = (self.version, str(self.path))
+        with _templates_lock:
+            template = _templates.get(key)
+            if template is None or not template.exists():
+                tdir = Path(tempfile.mkdtemp(prefix=f"laraq-db{self.version}-"))
+                template = tdir / "database.sqlite"
+                template.touch()
+                env = dict(self.env, DB_DATABASE=str(template))
+                self._run_tool(("migrate-db",), env=env)
+                _templates[key] = template
+                atexit.register(shutil.rmtree, str(tdir), True)
+        shutil.copyfile(template, self.db_path)
+
+    @property
+    def laravel_env(self) -> dict[str, str]:
+        """The app's Laravel settings (REDIS_*, CACHE_*, DB_*, APP_*), as laraq reads them from a ``.env``."""
+        return {k: v for k, v in self.env.items()
+                if k.startswith(("REDIS_", "DB_", "APP_NAME", "APP_KEY", "CACHE_", "QUEUE_"))}
 
     # -- running PHP ------------------------------------------------------------------------------
 
     def tool(self, *args: str, stdin: bytes | None = None, timeout: float = 60) -> Any:
         """Run ``tool.php`` and return its JSON output."""
+        return self._run_tool(args, stdin=stdin, timeout=timeout)
+
+    def _run_tool(self, args: tuple[str, ...], *, stdin: bytes | None = None, timeout: float = 60,
+                  env: dict[str, str] | None = None) -> Any:
         proc = subprocess.run(
             ["php", str(self.path / "tool.php"), *args],
-            input=stdin, capture_output=True, env=self.env, timeout=timeout, cwd=self.path,
+            input=stdin, capture_output=True, env=env or self.env, timeout=timeout, cwd=self.path,
         )
         if proc.returncode != 0:
             raise PhpError(

@@ -1,4 +1,4 @@
-"""Jobs dispatched by laraq, run by real PHP (``php artisan queue:work``, Laravel 8.83 fixture app)."""
+"""Jobs dispatched by laraq, run by real PHP (``php artisan queue:work`` of the Laravel 8, 12 and 13 apps)."""
 
 from __future__ import annotations
 
@@ -15,18 +15,17 @@ from laraq.queue import RedisQueue
 
 pytestmark = pytest.mark.php
 
-PREFIX = "laravel_database_"
 ECHO = "App\\Jobs\\EchoJob"
 
 
 @pytest.fixture
-def app(php, redis_client, redis_server, tmp_path):
-    return PhpApp(redis_server.port, workdir=tmp_path)
+def app(laravel, redis_client, redis_server, tmp_path):
+    return PhpApp(redis_server.port, version=laravel, workdir=tmp_path)
 
 
 @pytest.fixture
-def dispatcher(redis_client):
-    queue = RedisQueue(redis_client, prefix=PREFIX, version="8.83.26")
+def dispatcher(app, redis_client):
+    queue = RedisQueue(redis_client, prefix=app.prefix, version=app.release)
     return Dispatcher(queue, encrypter=Encrypter.from_app_key(TEST_APP_KEY))
 
 
@@ -66,7 +65,7 @@ def test_unserialized_command_has_every_value(app, dispatcher):
 def test_command_bytes_equal_php_serialize(app, dispatcher, redis_client):
     # PHP's own dispatch of EchoJob (all declared properties, declaration order) vs laraq's.
     app.tool("dispatch", "echo", "--queue=cmp", "--args=" + json.dumps({"args": {"k": "vé"}, "mode": "ok"}))
-    php_payload = json.loads(redis_client.lpop(PREFIX + "queues:cmp"))
+    php_payload = json.loads(redis_client.lpop(app.prefix + "queues:cmp"))
     ordered = {"args": {"k": "vé"}, "mode": "ok", "seconds": 0, "tries": None, "backoff": None, "timeout": None,
                "maxExceptions": None, "failOnTimeout": False, "\0*\0note": "protected note",
                "\0App\\Jobs\\EchoJob\0hidden": "private value"}
@@ -82,9 +81,9 @@ def test_delayed_job_lands_in_delayed_with_the_right_score_then_runs(app, dispat
     before = int(time.time())
     res = dispatcher.dispatch_job(ECHO, {"args": ["late"]}, delay=1)
     after = int(time.time())
-    [(member, score)] = redis_client.zrange(PREFIX + "queues:default:delayed", 0, -1, withscores=True)
+    [(member, score)] = redis_client.zrange(app.prefix + "queues:default:delayed", 0, -1, withscores=True)
     assert member == res.payload and before + 1 <= score <= after + 1 and score == res.available_at
-    assert redis_client.llen(PREFIX + "queues:default") == 0
+    assert redis_client.llen(app.prefix + "queues:default") == 0
     time.sleep(max(0.0, res.available_at - time.time()) + 0.05)
     work(app)
     assert [r["args"] for r in app.runs()] == [["late"]]
@@ -102,7 +101,7 @@ def test_tries_and_backoff_from_python_are_honoured(app, dispatcher, redis_clien
     backoff = dispatcher.dispatch_job(ECHO, {"args": ["b"], "mode": "fail"}, tries=3, backoff=[30, 60])
     start = int(time.time())
     work(app)
-    [(member, score)] = redis_client.zrange(PREFIX + "queues:default:delayed", 0, -1, withscores=True)
+    [(member, score)] = redis_client.zrange(app.prefix + "queues:default:delayed", 0, -1, withscores=True)
     assert json.loads(member)["uuid"] == backoff.uuid and json.loads(member)["attempts"] == 1
     assert start + 30 <= score <= int(time.time()) + 30
 

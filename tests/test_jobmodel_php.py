@@ -259,7 +259,7 @@ def test_middleware_laraq_does_not_run_goes_back_to_php_untouched(php: PhpApp, r
 
 def batch(php: PhpApp, queue: str, steps: list[dict[str, Any]], *, allow_failures: bool = False) -> str:
     steps = [{"args": {"q": queue, "n": i + 1}, **step} for i, step in enumerate(steps)]
-    return php.tool("batch", f"--queue={queue}", "--steps=" + json.dumps(steps),
+    return php.tool("batch-callbacks", f"--queue={queue}", "--steps=" + json.dumps(steps),
                     *(["--allow-failures"] if allow_failures else []))["id"]
 
 

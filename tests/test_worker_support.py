@@ -144,19 +144,25 @@ def laraq_env(php: Any, **extra: str) -> dict[str, str]:
     return env
 
 
-def laraq_args(*args: str, app_spec: str = "test_worker_support:app") -> list[str]:
-    return [*LARAQ, "--app", app_spec, "--laravel", "8", "--sleep", "0", *args]
+def laraq_args(*args: str, app_spec: str = "test_worker_support:app", laravel: str = "8") -> list[str]:
+    return [*LARAQ, "--app", app_spec, "--laravel", laravel, "--sleep", "0", *args]
+
+
+def _release(php: Any) -> str:
+    """The Laravel release of a fixture app handle (``PhpApp.release``), for ``--laravel``."""
+    return getattr(php, "release", "8")
 
 
 def run_laraq(php: Any, *args: str, app_spec: str = "test_worker_support:app", timeout: float = 60,
               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(laraq_args(*args, app_spec=app_spec), env=env or laraq_env(php), cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(laraq_args(*args, app_spec=app_spec, laravel=_release(php)), env=env or laraq_env(php),
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
 def popen_laraq(php: Any, *args: str, app_spec: str = "test_worker_support:app",
                 env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(laraq_args(*args, app_spec=app_spec), env=env or laraq_env(php), cwd=ROOT,
+    return subprocess.Popen(laraq_args(*args, app_spec=app_spec, laravel=_release(php)),
+                            env=env or laraq_env(php), cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
