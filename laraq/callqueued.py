@@ -168,9 +168,12 @@ class CallQueued:
             return
         command = self._command(job)
         owner = command.get("uniqueLockOwner") if command is not None else None
+        class_name = job.payload.command_name or job.name
+        # 12.41+ key the lock by displayName() only when the class has that method; the payload's
+        # displayName differs from the class name exactly then
+        display = job.display_name if job.display_name not in (None, class_name) else None
         try:
-            self.cache.unique_lock_release(job.payload.command_name or job.name, unique_id, job.display_name,
-                                           owner=owner or None)
+            self.cache.unique_lock_release(class_name, unique_id, display, owner=owner or None)
         except Exception as exc:
             log.warning("could not release the unique lock of %s: %s", job.name, exc)
 

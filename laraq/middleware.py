@@ -22,6 +22,8 @@ import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import xxhash
+
 from laraq.serializer import PHPObject
 
 if TYPE_CHECKING:
@@ -46,6 +48,14 @@ def middleware_of(job: Job) -> list[Any]:
     if isinstance(value, dict):
         return list(value.values())
     return list(value) if isinstance(value, list) else []
+
+
+def unsupported_names(command: Any) -> list[str]:
+    """The classes of the serialized middleware laraq does not run."""
+    value = command.get("middleware") if isinstance(command, PHPObject) else None
+    items = list(value.values()) if isinstance(value, dict) else value if isinstance(value, list) else []
+    return [item.class_name if isinstance(item, PHPObject) else type(item).__name__
+            for item in items if not (isinstance(item, PHPObject) and item.class_name in SUPPORTED)]
 
 
 def unsupported(job: Job, cache: Any) -> str | None:
@@ -88,10 +98,24 @@ def enter(job: Job, cache: Any) -> Gate:
     return gate
 
 
+def _job_name(job: Job, class_name: str) -> str:
+    """The job's name in a lock key: the class, or (12.41+) its ``displayName()`` - hashed from 12.54 -
+    when the class has that method (then the payload's ``displayName`` differs from the class name)."""
+    display = job.display_name
+    version = job.payload.version
+    if display in (None, class_name) or not version.since("12.41"):
+        return class_name
+    return xxhash.xxh3_128_hexdigest(str(display).encode()) if version.since("12.54") else str(display)
+
+
 def _without_overlapping(job: Job, mw: PHPObject, cache: Any, gate: Gate) -> bool:
     command = job.command
     prefix = mw.get("prefix")
-    name = f"{'laravel-queue-overlap:' if prefix is None else prefix}{command.class_name}:{mw.get('key') or ''}"
+    prefix = "laravel-queue-overlap:" if prefix is None else str(prefix)
+    if mw.get("shareKey"):
+        name = f"{prefix}{mw.get('key') or ''}"
+    else:
+        name = f"{prefix}{_job_name(job, command.class_name)}:{mw.get('key') or ''}"
     key = cache.key(name)
     owner = secrets.token_urlsafe(12)[:16]
     expires = int(mw.get("expiresAfter") or 0)

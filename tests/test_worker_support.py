@@ -74,6 +74,12 @@ def batch_echo(command: PHPObject, job: Job) -> None:
     time.sleep(_echo(command, job))
 
 
+@app.handler("App\\Jobs\\FailedHookJob", php_failed=True)  # the class's failed() runs in PHP
+def failed_hook(command: PHPObject, job: Job) -> None:
+    record(job, reason=command.reason)
+    raise RuntimeError(command.reason)
+
+
 @app.handler("App\\Jobs\\PythonJob")
 def python_job(command: PHPObject, job: Job) -> None:
     record(job, document=command.document, options=plain(command.options), owner=command.owner,
@@ -101,7 +107,10 @@ def foo_bar(data: Any, job: Job) -> None:
 
 def _unique_run(command: PHPObject, job: Job, unique_id: str) -> None:
     """The fixture's ``UniqueRun``: record whether the job's own lock is held now, then ok or fail."""
-    lock = f"{job.redis_queue.prefix}laravel_cache:laravel_unique_job:{command.class_name}{unique_id}"
+    version = job.redis_queue.version
+    cache_prefix = "laravel_cache" if version.major < 12 else "laravel-cache-"  # the fixtures' stock prefixes
+    name = version.unique_lock_key(command.class_name, unique_id, None)
+    lock = job.redis_queue.prefix + version.cache_key(cache_prefix, name)
     held = bool(job.redis_queue.client.exists(lock))
     record(job, lock="held" if held else "free", mode=command.mode)
     if command.mode == "fail":
