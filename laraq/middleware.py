@@ -10,6 +10,8 @@ handler around a middleware it would bypass:
   connection, owner-checked like ``RedisLock``, ``expiresAfter`` as its TTL. Held by someone else: the
   job is released after ``releaseAfter`` seconds, or (``dontRelease()``) finishes without running,
   as in PHP. The lock is released when the handler ends, whatever happened.
+* ``Illuminate\\Queue\\Middleware\\Skip`` (11+; ``Skip::when()`` / ``unless()`` decided at dispatch):
+  a true ``skip`` ends the job without running its handler (it is deleted, the chain goes on), as in PHP.
 
 Middleware a class returns from a ``middleware()`` *method* is not in the payload; Python cannot see
 it (see compat-docs/worker.md).
@@ -34,7 +36,8 @@ __all__ = ["Gate", "SUPPORTED", "enter", "middleware_of", "unsupported"]
 log = logging.getLogger("laraq.worker")
 
 WITHOUT_OVERLAPPING = "Illuminate\\Queue\\Middleware\\WithoutOverlapping"
-SUPPORTED = (WITHOUT_OVERLAPPING,)
+SKIP = "Illuminate\\Queue\\Middleware\\Skip"
+SUPPORTED = (WITHOUT_OVERLAPPING, SKIP)
 
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
 
@@ -65,7 +68,7 @@ def unsupported(job: Job, cache: Any) -> str | None:
         name = item.class_name if isinstance(item, PHPObject) else type(item).__name__
         if name not in SUPPORTED:
             names.append(name)
-        elif getattr(cache, "lock_client", None) is None:
+        elif name == WITHOUT_OVERLAPPING and getattr(cache, "lock_client", None) is None:
             names.append(f"{name} (the cache store is not Redis)")
     if not names:
         return None
@@ -91,8 +94,13 @@ def enter(job: Job, cache: Any) -> Gate:
     """Run the middleware's "before" half, in order; a middleware that stops the job stops the rest."""
     gate = Gate(locks=[])
     for item in middleware_of(job):
-        stock = isinstance(item, PHPObject) and item.class_name == WITHOUT_OVERLAPPING
-        if stock and not _without_overlapping(job, item, cache, gate):
+        if not isinstance(item, PHPObject):
+            continue
+        if item.class_name == SKIP and item.get("skip"):
+            log.info("%s (id %s): skipped by its Skip middleware", job.name, job.id)
+            gate.proceed = False
+            break
+        if item.class_name == WITHOUT_OVERLAPPING and not _without_overlapping(job, item, cache, gate):
             gate.proceed = False
             break
     return gate

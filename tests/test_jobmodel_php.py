@@ -335,3 +335,17 @@ def test_php_failed_method_runs_once_in_php(app: PhpApp, redis_client: Any, work
     conn = sqlite3.connect(app.db_path)
     assert sorted(q for (q,) in conn.execute("SELECT queue FROM failed_jobs")) == ["lq", "pq"]
     conn.close()
+
+
+@pytest.mark.parametrize("skip", ["1", "0"])
+def test_skip_middleware(app: PhpApp, redis_client: Any, workers: list[Worker], skip: str) -> None:
+    if app.version == "8":
+        pytest.skip("Illuminate\\Queue\\Middleware\\Skip arrived in Laravel 11")
+    for queue in ("pq", "lq"):
+        chain(app, queue, [{"mode": "ok"}, {"mode": "ok"}])  # the first step carries no middleware
+        app.tool("dispatch", "echo", f"--queue={queue}", f"--skip={skip}", "--args=" + json.dumps({"args": {"q": queue}}))
+    drain_both(app, redis_client, workers)
+    counts = {q: echo_runs(app, q) for q in ("pq", "lq")}
+    assert counts["pq"] == counts["lq"] == (2 if skip == "1" else 3)
+    for queue in ("pq", "lq"):
+        assert pending(app, redis_client, queue) == 0
