@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -32,14 +31,6 @@ def app(laravel: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.
     app = PhpApp(redis_server.port, version=laravel)
     monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
     return app
-
-
-@pytest.fixture
-def workers() -> Iterator[list[Worker]]:
-    made: list[Worker] = []
-    yield made
-    for w in made:
-        w.close()
 
 
 def chain(app: PhpApp, queue: str, steps: list[dict[str, Any]], *, catch: bool = False) -> None:
