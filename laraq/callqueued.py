@@ -113,7 +113,11 @@ class CallQueued:
             steps.append("chain")
         if self.batch_id(job):
             steps.append("batch")
-        if self._unique_for_php(job) and self._unique_mode(job) != "until_processing":
+        mode = self._unique_mode(job)
+        # a lock Python cannot release goes with PHP's steps: declared (uniqueId() method), or, when a
+        # continuation runs anyway, whatever PHP finds (it checks ShouldBeUnique itself)
+        if mode != "until_processing" and mode is not False and not self._unique_known(job) \
+                and (self._unique_for_php(job) or steps):
             steps.append("unique")
         return steps
 
@@ -144,7 +148,7 @@ class CallQueued:
         if self._unique_known(job):
             self.release_unique(job)
         else:
-            self._push(job, SUCCESS_CODE, {"steps": ["unique"]}, "unique lock")
+            self._push(job, SUCCESS_CODE, {"steps": ["unique-now"]}, "unique lock")
 
     def after_success(self, job: Job) -> None:
         """After a handler returned (and the job did not release itself): lock, chain, batch."""

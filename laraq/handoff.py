@@ -10,7 +10,9 @@ the app's payload hooks), a batch's ``then``/``catch``/``finally`` callbacks are
 method. When a job laraq ran needs any of that, laraq pushes one continuation job whose closure calls
 Laravel's own ``CallQueuedHandler`` steps on the original payload:
 
-* success: ``ensureUniqueJobLockIsReleased`` (only when laraq did not release the lock itself),
+* before the handler: ``ensureUniqueJobLockIsReleased`` (``ShouldBeUniqueUntilProcessing``, key by method);
+* success: ``ensureUniqueJobLockIsReleased`` (only when laraq did not release the lock itself, and not
+  for a ``ShouldBeUniqueUntilProcessing`` class, whose lock went before ``handle()``),
   ``ensureNextJobInChainIsDispatched`` and ``ensureSuccessfulBatchJobIsRecorded`` - the protected
   methods of the version that runs it, reached by binding the closure to ``CallQueuedHandler``'s scope;
 * failure: ``CallQueuedHandler::failed($data, $e, $uuid, $job)`` - unique lock, batch failure record,
@@ -56,7 +58,9 @@ SUCCESS_CODE = (
     "    $handler = app(\\Illuminate\\Queue\\CallQueuedHandler::class);\n"
     f"    {_JOB}\n"
     "    $command = $handler->setJobInstanceIfNecessary($job, $handler->getCommand($data));\n"
-    "    if (in_array('unique', $steps, true)) {\n"
+    "    $untilProcessing = $command instanceof \\Illuminate\\Contracts\\Queue\\ShouldBeUniqueUntilProcessing;\n"
+    "    if (in_array('unique-now', $steps, true)\n"
+    "            || (in_array('unique', $steps, true) && ! $untilProcessing)) {\n"
     "        $handler->ensureUniqueJobLockIsReleased($command);\n"
     "    }\n"
     "    if (in_array('chain', $steps, true)) {\n"
