@@ -169,6 +169,12 @@ class Worker(Reservation, Execution, Lifecycle):
 
     def _starting(self) -> None:
         """``WorkerStarting``: settings resolved, the first pop comes next."""
+        if self.encrypter is None:
+            log.warning("APP_KEY is not set: jobs in a chain or a batch, or with a uniqueId() method, cannot be "
+                        "finished by PHP and are sent back to PHP untouched")
+        else:
+            log.info("chain steps, batch bookkeeping, uniqueId() locks and PHP failed() are handed to PHP on "
+                     "queue %s: keep a PHP worker on it", self.options.php_queue or self.queue.default_queue)
         self.events.emit("worker_starting", self)
 
     def _announce_stop(self, status: int) -> None:
