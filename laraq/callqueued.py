@@ -31,11 +31,12 @@ that needs PHP is not run at all: it goes back to PHP untouched (see :meth:`Call
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from laraq.failed import php_class_name
 from laraq.handoff import FAILURE_CODE, SUCCESS_CODE, continuation_payload
-from laraq.serializer import PHPObject
+from laraq.serializer import PHPObject, deref
 
 if TYPE_CHECKING:
     from laraq.job import Job
@@ -51,6 +52,40 @@ def _non_empty(value: Any) -> bool:
     if isinstance(value, dict | list):
         return len(value) > 0
     return value not in (None, "", False)
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """The parts of a command the PHP-spanning steps depend on."""
+
+    chained: bool = False
+    catch: bool = False
+    batch_id: str | None = None
+    #: the ``uniqueId`` property (``""`` when it is null), None when the command has none
+    unique_id: str | None = None
+    #: job middleware is serialized on the command (see :mod:`laraq.middleware`)
+    middleware: bool = False
+
+    @classmethod
+    def of(cls, command: PHPObject | None) -> _Facts:
+        if command is None:
+            return _NO_FACTS
+        # CallQueuedHandler reads these from outside the object: only *public* properties count, and
+        # a public property's wire name is its plain name (a dict lookup, no name resolution)
+        props = command._props
+        batch = deref(props.get("batchId"))
+        unique = deref(props.get("uniqueId", _MISSING))
+        return cls(
+            chained=_non_empty(deref(props.get("chained"))),
+            catch=_non_empty(deref(props.get("chainCatchCallbacks"))),
+            batch_id=str(batch) if _non_empty(batch) else None,
+            unique_id=None if unique is _MISSING else "" if unique is None else str(unique),
+            middleware=_non_empty(deref(props.get("middleware"))),
+        )
+
+
+_MISSING = object()
+_NO_FACTS = _Facts()
 
 
 class CallQueued:
@@ -73,19 +108,20 @@ class CallQueued:
         command = job.command
         return command if isinstance(command, PHPObject) else None
 
+    def facts(self, job: Job) -> _Facts:
+        """What the command says (read once per job: property lookups are not free on the hot path)."""
+        facts = job.model_facts
+        if facts is None:
+            facts = job.model_facts = _Facts.of(self._command(job))
+        return facts
+
     def _unique_mode(self, job: Job) -> Any:
         handler = job.handler
         return None if handler is None else handler.unique
 
     def _python_unique_id(self, job: Job) -> str | None:
-        """The ``uniqueId`` Python can compute (a property), ``""`` for a class without one, else None."""
-        command = self._command(job)
-        if command is None:
-            return None
-        if "uniqueId" in command:
-            value = command.get("uniqueId")
-            return "" if value is None else str(value)
-        return None
+        """The ``uniqueId`` Python can compute (a property), else None."""
+        return self.facts(job).unique_id
 
     def _unique_known(self, job: Job) -> bool:
         return self._unique_mode(job) is not False and self._python_unique_id(job) is not None
@@ -95,17 +131,13 @@ class CallQueued:
         return bool(mode) and self._python_unique_id(job) is None
 
     def chained(self, job: Job) -> bool:
-        command = self._command(job)
-        return command is not None and _non_empty(command.get("chained"))
+        return self.facts(job).chained
 
     def has_catch_callbacks(self, job: Job) -> bool:
-        command = self._command(job)
-        return command is not None and _non_empty(command.get("chainCatchCallbacks"))
+        return self.facts(job).catch
 
     def batch_id(self, job: Job) -> str | None:
-        command = self._command(job)
-        value = command.get("batchId") if command is not None else None
-        return str(value) if _non_empty(value) else None
+        return self.facts(job).batch_id
 
     def success_steps(self, job: Job) -> list[str]:
         steps = []

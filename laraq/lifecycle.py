@@ -96,7 +96,7 @@ class Lifecycle:
                     self._processed(job)
                 return
             self.callqueued.before_handle(job)
-            gate = middleware.enter(job, self.cache) if middleware.middleware_of(job) else None
+            gate = middleware.enter(job, self.cache) if self.callqueued.facts(job).middleware else None
             try:
                 if gate is None or gate.proceed:
                     self._fire(job, handler, running)
@@ -137,7 +137,7 @@ class Lifecycle:
             try:
                 argument = self._decode(job, handler)
                 self.callqueued.before_handle(job)
-                gate = middleware.enter(job, self.cache) if middleware.middleware_of(job) else None
+                gate = middleware.enter(job, self.cache) if self.callqueued.facts(job).middleware else None
                 try:
                     if gate is None or gate.proceed:
                         await handler.func(argument, job)  # type: ignore[misc]
@@ -211,7 +211,9 @@ class Lifecycle:
             self._decode(job, handler)
         except Exception:
             return False
-        reason = self.callqueued.unsupported(job) or middleware.unsupported(job, self.cache)
+        reason = self.callqueued.unsupported(job)
+        if reason is None and self.callqueued.facts(job).middleware:
+            reason = middleware.unsupported(job, self.cache)
         if reason is None:
             return False
         delay = max(1, int(self.options.unhandled_delay))
