@@ -66,8 +66,12 @@ class Handler:
     func: HandlerFunc
     kind: Literal["command", "string"]
     is_async: bool
-    #: Release the ShouldBeUnique lock after success/failure (``None``: when the command has a ``uniqueId``).
-    unique: bool | None = None
+    #: The class is ``ShouldBeUnique`` (``True``), ``ShouldBeUniqueUntilProcessing`` (``"until_processing"``),
+    #: not unique (``False``), or ``None``: unique when the command has a ``uniqueId`` property.
+    #: See :mod:`laraq.callqueued` for how the lock is released.
+    unique: bool | str | None = None
+    #: Also run the PHP class's ``failed()`` method (in PHP) when the job fails.
+    php_failed: bool = False
 
 
 class App:
@@ -83,16 +87,18 @@ class App:
 
     # -- registration ------------------------------------------------------------------------------
 
-    def handler(self, job_name: str, *, unique: bool | None = None) -> Callable[[HandlerFunc], HandlerFunc]:
+    def handler(self, job_name: str, *, unique: bool | str | None = None,
+                php_failed: bool = False) -> Callable[[HandlerFunc], HandlerFunc]:
         """Decorator: run ``func`` for jobs named ``job_name`` (a class or ``Class@method``)."""
 
         def decorate(func: HandlerFunc) -> HandlerFunc:
-            self.register(job_name, func, unique=unique)
+            self.register(job_name, func, unique=unique, php_failed=php_failed)
             return func
 
         return decorate
 
-    def register(self, job_name: str, func: HandlerFunc, *, unique: bool | None = None) -> Handler:
+    def register(self, job_name: str, func: HandlerFunc, *, unique: bool | str | None = None,
+                 php_failed: bool = False) -> Handler:
         """Register ``func`` for ``job_name``; a name can have only one handler."""
         name = _norm(job_name)
         if not name:
@@ -102,7 +108,9 @@ class App:
         if not callable(func):
             raise TypeError(f"handler for {name} is not callable")
         kind: Literal["command", "string"] = "string" if "@" in name else "command"
-        handler = Handler(name, func, kind, inspect.iscoroutinefunction(func), unique)
+        if unique not in (None, True, False, "until_processing"):
+            raise ValueError(f"unique= for {name} is True, False, None or 'until_processing', not {unique!r}")
+        handler = Handler(name, func, kind, inspect.iscoroutinefunction(func), unique, php_failed)
         self._handlers[name] = handler
         self._resolved.clear()
         return handler

@@ -11,7 +11,9 @@ Checks (all with ``SCAN`` and bounded samples, never ``KEYS``):
 * the worker ``--timeout`` (and per-job ``timeout``) against ``retry_after`` (jobs run twice);
 * reservations already expired and delayed jobs already due piling up (no worker is running);
 * ``:notify`` lists far longer than their queues (harmless drift, but wasted memory);
-* job classes with no Python handler in ``--app``;
+* job classes with no Python handler in ``--app``; jobs with a handler that carry middleware laraq
+  does not run (they go back to PHP), or chains/batches that laraq hands to PHP (continuations), and
+  continuation jobs waiting for a PHP worker;
 * Horizon keys (run ``laraq work`` with Horizon's records so Horizon sees laraq's work).
 """
 
@@ -90,6 +92,63 @@ def _expected_hint(version: Any) -> str:
     return "8.43–12.10"
 
 
+def _note_job_model(payload: Payload, queue_name: str, notes: dict[tuple[str, str, str], int]) -> None:
+    """Count what PHP must finish for this job (chain, batch, middleware laraq does not run)."""
+    from laraq.handoff import is_continuation
+    from laraq.middleware import unsupported_names
+    from laraq.serializer import loads
+
+    if is_continuation(payload.display_name):
+        key = ("continuation", queue_name, "")
+        notes[key] = notes.get(key, 0) + 1
+        return
+    text = payload.command
+    if not text or not text.startswith("O:"):
+        return
+    try:
+        command = loads(text.encode("utf-8"))
+    except Exception:
+        return
+    job = payload.command_name or payload.resolve_name
+    found = [("middleware", ", ".join(unsupported_names(command)))] if unsupported_names(command) else []
+    if command.get("chained") or command.get("chainCatchCallbacks"):
+        found.append(("chain", ""))
+    if command.get("batchId"):
+        found.append(("batch", ""))
+    for kind, detail in found:
+        notes[(kind, job, detail)] = notes.get((kind, job, detail), 0) + 1
+
+
+def _job_model_findings(notes: dict[tuple[str, str, str], int], app: Any, samples: dict[str, Payload],
+                        has_app_key: bool) -> list[Finding]:
+    out = []
+    handled = {name for name, payload in samples.items() if app.resolve(payload) is not None}
+    for (kind, name, detail), n in sorted(notes.items()):
+        if kind == "continuation":
+            out.append(Finding(
+                "info", f"queue {name!r}: {n} laraq continuation job(s) waiting for a PHP worker",
+                "chain steps, batch bookkeeping, uniqueId() locks or failed() that laraq handed to PHP",
+                f"run php artisan queue:work on {name!r} (or point laraq work --php-queue at a queue PHP serves)"))
+        elif name not in handled:
+            continue
+        elif kind == "middleware":
+            out.append(Finding(
+                "warn", f"{n} {name} job(s) carry job middleware laraq does not run: {detail}",
+                "laraq sends these back to PHP untouched (never runs them around a bypassed middleware)",
+                "leave this class to PHP workers, or drop the middleware / use WithoutOverlapping"))
+        elif not has_app_key:
+            out.append(Finding(
+                "error", f"{n} {name} job(s) are part of a {kind}, and APP_KEY is not set",
+                "laraq hands a chain's next step / a batch's bookkeeping to PHP in a signed job; without "
+                "APP_KEY it cannot, so it sends these jobs back to PHP", "set APP_KEY (or --env-file)"))
+        else:
+            out.append(Finding(
+                "info", f"{n} {name} job(s) are part of a {kind}",
+                "laraq runs them and hands the next step / the batch bookkeeping to PHP (a continuation job)",
+                "make sure a PHP worker serves laraq work's --php-queue (default: the default queue)"))
+    return out
+
+
 def diagnose(
     settings: LaravelSettings,
     queue: RedisQueue,
@@ -130,6 +189,7 @@ def diagnose(
 
     # -- members
     hints: dict[str, int] = {}
+    model_notes: dict[tuple[str, str, str], int] = {}
     job_samples: dict[str, Payload] = {}  # one payload per job name, to ask the --app which it handles
     max_job_timeout = 0
     for name in names:
@@ -147,6 +207,7 @@ def diagnose(
                 for hint in _version_hints(payload.decoded):
                     hints[hint] = hints.get(hint, 0) + 1
                 job_samples.setdefault(payload.command_name or payload.resolve_name, payload)
+                _note_job_model(payload, name, model_notes)
                 with contextlib.suppress(PayloadError):
                     max_job_timeout = max(max_job_timeout, payload.timeout or 0)
         for kind, n in bad.items():
@@ -228,6 +289,7 @@ def diagnose(
                 ))
             else:
                 out.append(Finding("ok", "every job class seen has a Python handler"))
+            out.extend(_job_model_findings(model_notes, app, job_samples, bool(settings.app_key)))
 
     # -- horizon
     horizon = []

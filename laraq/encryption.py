@@ -125,6 +125,11 @@ class Encrypter:
         """Build from ``APP_KEY`` (and ``APP_PREVIOUS_KEYS`` entries), ``base64:`` prefix aware."""
         return cls(parse_app_key(app_key), cipher, [parse_app_key(k) for k in previous_keys])
 
+    @property
+    def key(self) -> bytes:
+        """The raw key (it also signs queued closures, as ``SerializableClosure::setSecretKey`` does)."""
+        return self._key
+
     def __repr__(self) -> str:  # never show the key
         return f"<Encrypter {self.cipher} keys={len(self._all_keys)}>"
 

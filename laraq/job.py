@@ -109,6 +109,8 @@ class Job:
         self.command: Any = None
         #: The :class:`laraq.app.Handler` running this job (set by the worker).
         self.handler: Any = None
+        #: What :mod:`laraq.callqueued` read from the command (chain, batch, uniqueId), once.
+        self.model_facts: Any = None
         #: ``time.perf_counter()`` when the handler started (set by the worker; ``None`` before).
         self.started_at: float | None = None
         #: The delay of the last :meth:`release`, in whole seconds from the moment of the release.

@@ -24,16 +24,18 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
+from laraq import middleware
 from laraq.failed import FailedJobStore, format_exception, max_attempts_exceeded
 from laraq.job import Job, JobAbandoned, ManuallyFailedError, UnhandledJobError
 from laraq.logs import short
 from laraq.payload import PayloadError
 from laraq.phparray import php_arrays
 from laraq.reservation import REDIS_DOWN
-from laraq.serializer import PHPObject, PHPSerializeError, loads
+from laraq.serializer import PHPSerializeError, loads
 
 if TYPE_CHECKING:
     from laraq.app import App, Handler
+    from laraq.callqueued import CallQueued
     from laraq.encryption import Encrypter
     from laraq.events import Listeners
     from laraq.execution import _Running
@@ -72,6 +74,7 @@ class Lifecycle:
     encrypter: Encrypter | None
     connection_name: str
     events: Listeners
+    callqueued: CallQueued
     _failer_lock: threading.Lock
 
     def process(self, job: Job, running: _Running | None = None, handler: Any = _UNKNOWN) -> None:
@@ -84,6 +87,9 @@ class Lifecycle:
             self._claim(running, "finishing")
             return
         job.handler = handler
+        if self._sent_to_php(job, handler):
+            self._claim(running, "finishing")
+            return
         self._processing(job)
         try:
             self._fail_if_already_exceeds_max_attempts(job)
@@ -91,7 +97,14 @@ class Lifecycle:
                 if self._claim(running, "finishing"):
                     self._processed(job)
                 return
-            self._fire(job, handler, running)
+            self.callqueued.before_handle(job)
+            gate = middleware.enter(job, self.cache) if self.callqueued.facts(job).middleware else None
+            try:
+                if gate is None or gate.proceed:
+                    self._fire(job, handler, running)
+            finally:
+                if gate is not None:
+                    gate.exit()
             if not self._claim(running, "finishing"):
                 return
             self._after_success(job, handler)
@@ -116,11 +129,23 @@ class Lifecycle:
     async def _process_async(self, job: Job, handler: Handler, running: _Running) -> None:
         """:meth:`process` for an async handler, as a task on the fast path's loop (pre-check done)."""
         job.handler = handler
+        if self._sent_to_php(job, handler):
+            self._claim(running, "finishing")
+            if running.task_done is not None:
+                running.task_done.set()
+            return
         self._processing(job)
         try:
             try:
                 argument = self._decode(job, handler)
-                await handler.func(argument, job)  # type: ignore[misc]
+                self.callqueued.before_handle(job)
+                gate = middleware.enter(job, self.cache) if self.callqueued.facts(job).middleware else None
+                try:
+                    if gate is None or gate.proceed:
+                        await handler.func(argument, job)  # type: ignore[misc]
+                finally:
+                    if gate is not None:
+                        gate.exit()
             finally:
                 if running.task_done is not None:
                     running.task_done.set()
@@ -141,6 +166,8 @@ class Lifecycle:
 
     def _decode(self, job: Job, handler: Handler) -> Any:
         """The handler's first argument: the unserialized (decrypted) command, or ``data``."""
+        if job.command is not None:
+            return job.command
         if handler.kind == "string":
             job.command = php_arrays(job.payload.data)
             return job.command
@@ -163,11 +190,40 @@ class Lifecycle:
         return job.command
 
     def _after_success(self, job: Job, handler: Handler) -> None:
-        """CallQueuedHandler after ``handle()``: release the unique lock, delete unless released."""
-        if not job.is_released:
-            self._release_unique_lock(job)
+        """CallQueuedHandler after ``handle()``: unique lock, next chain step, batch (see
+        :mod:`laraq.callqueued`), then delete unless released. If that hand-over cannot be made, the
+        job is released like after an exception, never deleted with its chain lost."""
+        if not job.is_released and not job.has_failed:
+            try:
+                self.callqueued.after_success(job)
+            except Exception as exc:
+                log.error("%s (uuid %s) ran, but what follows it could not be queued: %s",
+                          job.name, job.uuid, exc)
+                self._handle_job_exception(job, exc)
+                return
         if not job.is_deleted_or_released and not job.has_failed:
             self._retrying(job.delete)
+
+    def _sent_to_php(self, job: Job, handler: Handler) -> bool:
+        """Decode the command; True if the job was sent back to PHP because laraq cannot finish it.
+        (A command that cannot be decoded fails later, in the handler's run, as before.)"""
+        if handler.kind != "command":
+            return False
+        try:
+            self._decode(job, handler)
+        except Exception:
+            return False
+        reason = self.callqueued.unsupported(job)
+        if reason is None and self.callqueued.facts(job).middleware:
+            reason = middleware.unsupported(job, self.cache)
+        if reason is None:
+            return False
+        delay = max(1, int(self.options.unhandled_delay))
+        self._retrying(lambda: self._put_back(job, delay))
+        detail = f"requeued untouched in {delay}s for PHP: {reason}"
+        log.error("%s (id %s on %s): %s", job.name, job.id, job.queue, detail)
+        self.events.emit("job_unhandled", job, "requeue", detail)
+        return True
 
     def _processing(self, job: Job) -> None:
         """Laravel's ``JobProcessing``: the handler is about to run."""
@@ -257,38 +313,34 @@ class Lifecycle:
                 result = callback(job.command, job, error)
                 if asyncio.iscoroutine(result):
                     self._run_coroutine(result, self.options.timeout or None)
-            self._release_unique_lock(job)
         except Exception:
             log.exception("the failed() callback of %s raised", job.name)
         finally:
+            self._php_side_of_failure(job, error)
             log.warning("%s (uuid %s) failed: %s", job.name, job.uuid, short(text.partition("\n")[0]))
             started = job.started_at
             self.events.emit("job_failed", job, error,
                              None if started is None else time.perf_counter() - started)
+
+    def _php_side_of_failure(self, job: Job, error: BaseException) -> None:
+        """``CallQueuedHandler::failed``: unique lock, batch, chain catch callbacks, PHP ``failed()``."""
+        handler = job.handler
+        try:
+            if job.command is None and handler is not None and handler.kind == "command":
+                self._decode(job, handler)  # failed before it ran (max attempts): still PHP's failed()
+        except Exception as exc:
+            log.warning("%s (uuid %s): cannot read its command for the failure steps: %s", job.name, job.uuid, exc)
+        try:
+            self._retrying(lambda: self.callqueued.after_failure(job, error))
+        except Exception as exc:
+            log.error("%s (uuid %s): could not hand its failure steps (chain catch, batch, failed()) to PHP: %s",
+                      job.name, job.uuid, exc)
 
     def _log_failed(self, connection: str, queue: str, body: bytes, text: str) -> None:
         if self.failer is None:
             return
         with self._failer_lock:
             self.failer.log(connection, queue, body, text)
-
-    def _release_unique_lock(self, job: Job) -> None:
-        """Release a ShouldBeUnique lock when it can be identified (see ``compat-docs/worker.md``)."""
-        handler: Handler | None = getattr(job, "handler", None)
-        command = job.command
-        if self.cache is None or handler is None or handler.unique is False or not isinstance(command, PHPObject):
-            return
-        if handler.unique is None and "uniqueId" not in command:
-            return
-        unique_id = command.get("uniqueId")
-        owner = command.get("uniqueLockOwner") or None
-        try:
-            self.cache.unique_lock_release(
-                job.payload.command_name or job.name, "" if unique_id is None else str(unique_id),
-                job.display_name, owner=owner,
-            )
-        except Exception as exc:
-            log.warning("could not release the unique lock of %s: %s", job.name, exc)
 
     def _unhandled(self, job: Job) -> None:
         name = job.payload.command_name or str(job.payload.decoded.get("job") or "") or job.name

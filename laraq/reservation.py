@@ -53,6 +53,18 @@ class _Buffered:
     lease_until: float
 
 
+def _apply_renewal(items: list[_Buffered], alive: list[bool], lease: float, lost: str) -> set[int]:
+    """Record a renewal's answer: ours get the new lease; the ids of those taken back are returned."""
+    gone = set()
+    for b, ours in zip(items, alive, strict=False):
+        if ours:
+            b.lease_until = lease
+        else:
+            gone.add(id(b))
+            log.warning("%s (id %s) was taken back from :reserved %s", b.job.name, b.job.id, lost)
+    return gone
+
+
 class Reservation:
     """The worker's reserving side (mixin of :class:`laraq.worker.Worker`)."""
 
@@ -183,14 +195,7 @@ class Reservation:
         except Exception as exc:
             log.warning("could not renew the reservation of %s (%s): not starting it", item.job.name, exc)
             return False
-        gone = set()
-        for b, ours in zip(items, alive, strict=False):
-            if ours:
-                b.lease_until = fresh
-            else:
-                gone.add(id(b))
-                log.warning("%s (id %s) was taken back from :reserved before it started: not running it",
-                            b.job.name, b.job.id)
+        gone = _apply_renewal(items, alive, fresh, "before it started: not running it")
         if len(gone) > (id(item) in gone):
             self._buffer = collections.deque(b for b in self._buffer if id(b) not in gone)
         return id(item) not in gone
@@ -222,13 +227,7 @@ class Reservation:
                 continue
             lease = math.floor(time.time()) + retry_after
             self._renew_at = min(self._renew_at, lease - half)
-            for b, ours in zip(items, alive, strict=False):
-                if ours:
-                    b.lease_until = lease
-                else:
-                    gone.add(id(b))
-                    log.warning("%s (id %s) was taken back from :reserved while buffered: dropped",
-                                b.job.name, b.job.id)
+            gone |= _apply_renewal(items, alive, lease, "while buffered: dropped")
         if gone:
             self._buffer = collections.deque(b for b in self._buffer if id(b) not in gone)
 

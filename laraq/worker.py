@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from laraq.app import App
+from laraq.callqueued import CallQueued
 from laraq.encryption import Encrypter
 from laraq.events import Listeners, OutputListener, WorkerListener
 from laraq.execution import _TICK, Execution, sigkill_self
@@ -98,6 +99,9 @@ class WorkerOptions:
     #: leases renewed while they wait). False: reserve only what free slots start at once.
     prefetch: bool = True
     prefetch_seconds: float = 1.0
+    #: The queue PHP workers serve, where laraq hands over what only PHP can finish (the next job of a
+    #: chain, batch bookkeeping, ``uniqueId()`` locks, PHP ``failed()``); None: the connection's default.
+    php_queue: str | None = None
 
 
 class Worker(Reservation, Execution, Lifecycle):
@@ -154,6 +158,10 @@ class Worker(Reservation, Execution, Lifecycle):
         self._stop_announced = False
         self._unreported = 0
         self._reported_at = 0.0
+        #: chain, batch, unique lock and PHP failed() steps around the handler (CallQueuedHandler's)
+        self.callqueued = CallQueued(queue, self.version, cache=cache,
+                                     signing_key=encrypter.key if encrypter is not None else None,
+                                     connection_name=connection_name, php_queue=self.options.php_queue)
         self._init_reservation()
         self._init_execution()
 
@@ -163,6 +171,12 @@ class Worker(Reservation, Execution, Lifecycle):
 
     def _starting(self) -> None:
         """``WorkerStarting``: settings resolved, the first pop comes next."""
+        if self.encrypter is None:
+            log.warning("APP_KEY is not set: jobs in a chain or a batch, or with a uniqueId() method, cannot be "
+                        "finished by PHP and are sent back to PHP untouched")
+        else:
+            log.info("chain steps, batch bookkeeping, uniqueId() locks and PHP failed() are handed to PHP on "
+                     "queue %s: keep a PHP worker on it", self.options.php_queue or self.queue.default_queue)
         self.events.emit("worker_starting", self)
 
     def _announce_stop(self, status: int) -> None:

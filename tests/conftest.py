@@ -199,3 +199,14 @@ def postgres() -> Iterator[object]:
     server = PostgresServer()
     yield server
     server.stop()
+
+
+# -- in-process workers ------------------------------------------------------------------------------------
+
+@pytest.fixture
+def workers() -> Iterator[list]:
+    """Workers a test builds (append them); their slot threads and loops are closed afterwards."""
+    made: list = []
+    yield made
+    for w in made:
+        w.close()

@@ -10,7 +10,6 @@ import json
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,14 +30,6 @@ def php(php: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.Monk
     app = PhpApp(redis_server.port)
     monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
     return app
-
-
-@pytest.fixture
-def workers() -> Iterator[list[Worker]]:
-    made: list[Worker] = []
-    yield made
-    for w in made:
-        w.close()
 
 
 class Recorder(WorkerListener):

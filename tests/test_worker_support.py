@@ -72,6 +72,17 @@ def echo(command: PHPObject, job: Job) -> None:
     time.sleep(_echo(command, job))
 
 
+@app.handler("App\\Jobs\\BatchEchoJob")  # EchoJob in a batch: the bookkeeping is laraq's (PHP's) part
+def batch_echo(command: PHPObject, job: Job) -> None:
+    time.sleep(_echo(command, job))
+
+
+@app.handler("App\\Jobs\\FailedHookJob", php_failed=True)  # the class's failed() runs in PHP
+def failed_hook(command: PHPObject, job: Job) -> None:
+    record(job, reason=command.reason)
+    raise RuntimeError(command.reason)
+
+
 @app.handler("App\\Jobs\\PythonJob")
 def python_job(command: PHPObject, job: Job) -> None:
     record(job, document=command.document, options=plain(command.options), owner=command.owner,
@@ -95,6 +106,33 @@ def rich(command: PHPObject, job: Job) -> None:
 @app.handler("App\\Handlers\\Foo@bar")
 def foo_bar(data: Any, job: Job) -> None:
     record(job, data=data)
+
+
+def _unique_run(command: PHPObject, job: Job, unique_id: str) -> None:
+    """The fixture's ``UniqueRun``: record whether the job's own lock is held now, then ok or fail."""
+    version = job.redis_queue.version
+    cache_prefix = "laravel_cache" if version.major < 12 else "laravel-cache-"  # the fixtures' stock prefixes
+    name = version.unique_lock_key(command.class_name, unique_id, None)
+    lock = job.redis_queue.prefix + version.cache_key(cache_prefix, name)
+    held = bool(job.redis_queue.client.exists(lock))
+    record(job, lock="held" if held else "free", mode=command.mode)
+    if command.mode == "fail":
+        raise RuntimeError("unique job failed on purpose")
+
+
+@app.handler("App\\Jobs\\UniquePropertyJob")  # unique=None: the uniqueId property says it all
+def unique_property(command: PHPObject, job: Job) -> None:
+    _unique_run(command, job, command.uniqueId)
+
+
+@app.handler("App\\Jobs\\UniqueMethodJob", unique=True)  # uniqueId() is a method: PHP releases the lock
+def unique_method(command: PHPObject, job: Job) -> None:
+    _unique_run(command, job, "m-" + command.key)
+
+
+@app.handler("App\\Jobs\\UntilProcessingJob", unique="until_processing")
+def until_processing(command: PHPObject, job: Job) -> None:
+    _unique_run(command, job, command.uniqueId)
 
 
 #: The same EchoJob semantics with an ``async def`` handler (cancellable at its timeout).

@@ -89,6 +89,9 @@ _BANNER_ENV = "LARAQ_BANNER"
               help="What to do with a job that has no Python handler.")
 @click.option("--unhandled-delay", type=click.IntRange(1), default=10, show_default=True,
               help="Delay before an unhandled job is visible again (requeue/release).")
+@click.option("--php-queue", default=None,
+              help="A queue PHP workers serve: laraq hands chain steps, batch bookkeeping, uniqueId() locks "
+                   "and PHP failed() there (default: the connection's default queue).")
 @click.option("--redis-url", default=None, help="Queue Redis URL (overrides REDIS_HOST/PORT/...).")
 @click.option("--prefix", default=None, help="Redis key prefix (default: REDIS_PREFIX or the version's).")
 @click.option("--retry-after", default=None, help="Override the connection's retry_after (seconds, or 'null').")
@@ -376,6 +379,7 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
         rest=params["rest"], once=params["once"], concurrency=params["concurrency"],
         unhandled=params["unhandled"], unhandled_delay=params["unhandled_delay"],
         batch=params.get("batch", 100), prefetch=params.get("prefetch", True),
+        php_queue=params.get("php_queue"),
     )
     json_logs = params.get("log_format") == "json"
     output = Output(settings.version, json_mode=params["json_mode"],

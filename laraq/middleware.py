@@ -1,0 +1,143 @@
+"""Job middleware serialized on the job (``$job->through([...])``, Laravel's ``Queueable::$middleware``), as
+``CallQueuedHandler::dispatchThroughMiddleware`` runs it.
+
+laraq honours the stock middleware it implements with PHP's cache keys and outcomes, and sends every
+other job with middleware back to PHP untouched and loudly (:func:`unsupported`), never running its
+handler around a middleware it would bypass:
+
+* ``Illuminate\\Queue\\Middleware\\WithoutOverlapping`` (mirrors it): the cache lock
+  ``<prefix><command class>:<key>`` (prefix ``laravel-queue-overlap:``) on the cache store's lock
+  connection, owner-checked like ``RedisLock``, ``expiresAfter`` as its TTL. Held by someone else: the
+  job is released after ``releaseAfter`` seconds, or (``dontRelease()``) finishes without running,
+  as in PHP. The lock is released when the handler ends, whatever happened.
+* ``Illuminate\\Queue\\Middleware\\Skip`` (11+; ``Skip::when()`` / ``unless()`` decided at dispatch):
+  a true ``skip`` ends the job without running its handler (it is deleted, the chain goes on), as in PHP.
+
+Middleware a class returns from a ``middleware()`` *method* is not in the payload; Python cannot see
+it (see compat-docs/worker.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import xxhash
+
+from laraq.serializer import PHPObject
+
+if TYPE_CHECKING:
+    from laraq.job import Job
+
+__all__ = ["Gate", "SUPPORTED", "enter", "middleware_of", "unsupported"]
+
+log = logging.getLogger("laraq.worker")
+
+WITHOUT_OVERLAPPING = "Illuminate\\Queue\\Middleware\\WithoutOverlapping"
+SKIP = "Illuminate\\Queue\\Middleware\\Skip"
+SUPPORTED = (WITHOUT_OVERLAPPING, SKIP)
+
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+
+
+def middleware_of(job: Job) -> list[Any]:
+    """The middleware serialized on the job's command (``$middleware``), in order."""
+    command = job.command
+    if not isinstance(command, PHPObject):
+        return []
+    value = command.get("middleware")
+    if isinstance(value, dict):
+        return list(value.values())
+    return list(value) if isinstance(value, list) else []
+
+
+def unsupported_names(command: Any) -> list[str]:
+    """The classes of the serialized middleware laraq does not run."""
+    value = command.get("middleware") if isinstance(command, PHPObject) else None
+    items = list(value.values()) if isinstance(value, dict) else value if isinstance(value, list) else []
+    return [item.class_name if isinstance(item, PHPObject) else type(item).__name__
+            for item in items if not (isinstance(item, PHPObject) and item.class_name in SUPPORTED)]
+
+
+def unsupported(job: Job, cache: Any) -> str | None:
+    """Why laraq cannot run this job's middleware (the job then goes back to PHP), or None."""
+    names = []
+    for item in middleware_of(job):
+        name = item.class_name if isinstance(item, PHPObject) else type(item).__name__
+        if name not in SUPPORTED:
+            names.append(name)
+        elif name == WITHOUT_OVERLAPPING and getattr(cache, "lock_client", None) is None:
+            names.append(f"{name} (the cache store is not Redis)")
+    if not names:
+        return None
+    return f"{job.name} has job middleware laraq does not run: {', '.join(names)}"
+
+
+@dataclass
+class Gate:
+    """The middleware's verdict for one run: ``proceed`` (run the handler) and what to undo afterwards."""
+
+    proceed: bool = True
+    locks: list[tuple[Any, str, str]] | None = None
+
+    def exit(self) -> None:
+        for client, key, owner in reversed(self.locks or []):
+            try:
+                client.eval(_RELEASE, 1, key, owner)
+            except Exception as exc:
+                log.warning("could not release the WithoutOverlapping lock %s: %s", key, exc)
+
+
+def enter(job: Job, cache: Any) -> Gate:
+    """Run the middleware's "before" half, in order; a middleware that stops the job stops the rest."""
+    gate = Gate(locks=[])
+    for item in middleware_of(job):
+        if not isinstance(item, PHPObject):
+            continue
+        if item.class_name == SKIP and item.get("skip"):
+            log.info("%s (id %s): skipped by its Skip middleware", job.name, job.id)
+            gate.proceed = False
+            break
+        if item.class_name == WITHOUT_OVERLAPPING and not _without_overlapping(job, item, cache, gate):
+            gate.proceed = False
+            break
+    return gate
+
+
+def _job_name(job: Job, class_name: str) -> str:
+    """The job's name in a lock key: the class, or (12.41+) its ``displayName()`` - hashed from 12.54 -
+    when the class has that method (then the payload's ``displayName`` differs from the class name)."""
+    display = job.display_name
+    version = job.payload.version
+    if display in (None, class_name) or not version.since("12.41"):
+        return class_name
+    return xxhash.xxh3_128_hexdigest(str(display).encode()) if version.since("12.54") else str(display)
+
+
+def _without_overlapping(job: Job, mw: PHPObject, cache: Any, gate: Gate) -> bool:
+    command = job.command
+    prefix = mw.get("prefix")
+    prefix = "laravel-queue-overlap:" if prefix is None else str(prefix)
+    if mw.get("shareKey"):
+        name = f"{prefix}{mw.get('key') or ''}"
+    else:
+        name = f"{prefix}{_job_name(job, command.class_name)}:{mw.get('key') or ''}"
+    key = cache.key(name)
+    owner = secrets.token_urlsafe(12)[:16]
+    expires = int(mw.get("expiresAfter") or 0)
+    client = cache.lock_client
+    acquired = client.set(key, owner, nx=True, ex=expires) if expires > 0 else client.set(key, owner, nx=True)
+    if acquired:
+        assert gate.locks is not None
+        gate.locks.append((client, key, owner))
+        return True
+    release_after = mw.get("releaseAfter")
+    if release_after is not None:
+        job.release(int(release_after))
+        log.info("%s (id %s): WithoutOverlapping lock %s is held: released for %ss",
+                 job.name, job.id, name, release_after)
+    else:
+        log.info("%s (id %s): WithoutOverlapping lock %s is held: not run (dontRelease)", job.name, job.id, name)
+    return False
