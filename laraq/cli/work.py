@@ -87,6 +87,15 @@ _PARENT_ENV = "LARAQ_WORKER_PARENT"
 @click.option("--block-for", type=float, default=None, help="Override the connection's block_for (seconds).")
 @click.option("--supervise/--no-supervise", default=True, show_default=True,
               help="Run the worker in a child process that is restarted after a hard timeout.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
+              help="Serve Prometheus metrics on this port (see compat-docs/production.md).")
+@click.option("--metrics-addr", default="0.0.0.0", show_default=True, help="Address for --metrics-port.")
+@click.option("--metrics-dir", type=click.Path(file_okay=False), default=None, envvar="PROMETHEUS_MULTIPROC_DIR",
+              help="Multiprocess dir shared by the workers of a host: the port serves their sum.")
+@click.option("--heartbeat-file", type=click.Path(dir_okay=False), default=None,
+              help="Write this worker's heartbeat id here (for laraq health --id-file).")
+@click.option("--heartbeat/--no-heartbeat", default=True, show_default=True,
+              help="Keep a heartbeat record in Redis (laraq workers / laraq health).")
 def work_cmd(**params: Any) -> None:
     """Process jobs on the queue (php artisan queue:work), running them with Python handlers.
 
@@ -95,6 +104,10 @@ def work_cmd(**params: Any) -> None:
     params.pop("delay", None)
     params.pop("daemon", None)
     _setup_logging(params["verbose"], params["quiet"])
+    if params.get("metrics_dir"):  # before prometheus_client is imported, here and in the child
+        from laraq.metrics import use_multiprocess_dir
+
+        use_multiprocess_dir(params["metrics_dir"])
     if params.pop("supervise"):
         sys.exit(Supervisor(params).run())
     sys.exit(_run_worker(params))
@@ -223,12 +236,16 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
     output = Output(settings.version, json_mode=params["json_mode"], quiet=params["quiet"],
                     verbosity=params["verbose"])
     queues = params.get("queue") or settings.redis_queue
-    return Worker(
+    worker = Worker(
         app, queue, queues, options=options, connection_name=connection_name, version=settings.version,
         cache=cache, failer=_failed_store(settings), encrypter=encrypter, output=output,
         maintenance=MaintenanceMode(settings, cache), on_job_popped=on_job_popped,
         on_jobs_popped=on_jobs_popped,
     )
+    from laraq.production import attach_listeners
+
+    attach_listeners(worker, params)
+    return worker
 
 
 def _failed_store(settings: Any) -> Any:
