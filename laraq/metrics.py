@@ -78,7 +78,7 @@ def _pushed_at(job: Any) -> float | None:
 def _job_labels(job: Any) -> tuple[str, str]:
     queue = str(getattr(job, "queue", "") or "")
     try:
-        name = getattr(job, "display_name", None) or getattr(job, "name", None) or "?"
+        name = getattr(job, "name", None) or "?"
     except Exception:
         name = "?"
     return queue, str(name)
