@@ -235,11 +235,12 @@ class RedisQueue:
         block_for: int | float | None = None,
         migration_batch_size: int = -1,
         version: LaravelVersion | str = DEFAULT_VERSION,
-        cluster: bool = False,
+        cluster: bool | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.version = LaravelVersion.parse(version)
-        self.cluster = cluster
+        # None: a cluster connection if the client is a redis.RedisCluster
+        self.cluster = isinstance(client, redis.RedisCluster) if cluster is None else cluster
         if isinstance(client, str):
             self._url: str | None = client
             factory = redis.RedisCluster if cluster else redis.Redis
