@@ -30,8 +30,14 @@ LARAQ = [sys.executable, "-c", "from laraq.cli import main; main()"]
 def track(command: Any, job: Job) -> None:
     seconds = float(getattr(command, "seconds", 0) or 0)
     if seconds:
+        _log(command, job, "start")
         time.sleep(seconds)
-    line = json.dumps({"n": command.n, "pid": os.getpid(), "queue": job.queue, "runner": "python"})
+    _log(command, job, "done")
+
+
+def _log(command: Any, job: Job, event: str) -> None:
+    line = json.dumps({"n": command.n, "pid": os.getpid(), "queue": job.queue, "runner": "python",
+                       "event": event})
     fd = os.open(os.environ["LARAQ_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, (line + "\n").encode())
@@ -39,10 +45,12 @@ def track(command: Any, job: Job) -> None:
         os.close(fd)
 
 
-def runs(path: Path) -> list[dict[str, Any]]:
+def runs(path: Path, event: str = "done") -> list[dict[str, Any]]:
+    """The handler runs recorded in ``path`` (finished ones by default; ``event="start"`` for starts)."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in lines if r.get("event", "done") == event]
 
 
 def laraq_env(**extra: str) -> dict[str, str]:
