@@ -3,9 +3,10 @@
 Laravel talks to a cluster through a ``clusters`` block in ``config/database.php`` (not in stock apps;
 the seed nodes are usually ``REDIS_HOST``/``REDIS_PORT``) with ``options.cluster = 'redis'`` (native
 cluster; ``REDIS_CLUSTER`` defaults to ``redis`` in every stock app, clustered or not, so it cannot tell
-laraq that the app uses a cluster). laraq therefore turns cluster mode on with
-``LARAQ_REDIS_CLUSTER=true``; the seed nodes are ``LARAQ_REDIS_CLUSTER_NODES`` (comma list of
-``host:port``), else the connection's ``REDIS_HOST``/``REDIS_PORT``/``REDIS_URL``.
+laraq that the app uses a cluster). laraq therefore turns cluster mode on with ``LARAQ_REDIS_CLUSTER``:
+``true`` for both Redis connections, or a comma list of the connections that are clusters (``default``
+is the queue's, ``cache`` the cache store's). The seed nodes are ``LARAQ_REDIS_CLUSTER_NODES`` (comma
+list of ``host:port``), else the connection's ``REDIS_HOST``/``REDIS_PORT``/``REDIS_URL``.
 
 On a cluster the queue's keys must share a hash slot: Laravel documents naming queues ``{default}``
 (every version), and 13.5+ wraps untagged names itself (``queues:{default}``;
@@ -24,9 +25,11 @@ __all__ = ["cluster_nodes", "cluster_client"]
 _TRUE = ("1", "true", "yes", "on", "(true)")
 
 
-def cluster_nodes(env: Mapping[str, str], default: tuple[str, int]) -> list[tuple[str, int]] | None:
-    """The seed nodes when cluster mode is on (``LARAQ_REDIS_CLUSTER``), else None."""
-    if env.get("LARAQ_REDIS_CLUSTER", "").lower() not in _TRUE:
+def cluster_nodes(env: Mapping[str, str], default: tuple[str, int],
+                  connection: str = "default") -> list[tuple[str, int]] | None:
+    """The seed nodes when ``connection`` is a cluster (``LARAQ_REDIS_CLUSTER``), else None."""
+    switch = env.get("LARAQ_REDIS_CLUSTER", "").strip().lower()
+    if switch not in _TRUE and connection not in {c.strip() for c in switch.split(",")}:
         return None
     raw = env.get("LARAQ_REDIS_CLUSTER_NODES") or ""
     nodes: list[tuple[str, int]] = []

@@ -700,7 +700,7 @@ def make_redis(settings: LaravelSettings, which: str = "default", **kwargs: Any)
     if sentinel is not None:
         return sentinel_master(sentinel, db=conn.database, username=conn.username, password=conn.password,
                                ssl=conn.tls, **kwargs)
-    nodes = cluster_nodes(settings.env, (conn.host, conn.port))
+    nodes = cluster_nodes(settings.env, (conn.host, conn.port), which)
     if nodes is not None:
         return cluster_client(nodes, username=conn.username, password=conn.password, ssl=conn.tls, **kwargs)
     return redis.Redis(

@@ -38,7 +38,7 @@ def attach_listeners(worker: Any, params: dict[str, Any]) -> list[Any]:
     add = getattr(worker, "add_listener", None)
     if add is None:
         if listeners:
-            log.warning("this worker has no listener seam yet: heartbeat and metrics are off")
+            log.info("this worker has no listener seam yet: heartbeat and metrics are off")
         return []
     for listener in listeners:
         add(listener)

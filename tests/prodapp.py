@@ -132,3 +132,79 @@ class Sentinel:
             self.proc.wait(5)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+
+
+class Cluster:
+    """Three Redis Cluster masters on loopback, slots split evenly (ports below 55536 for the bus port)."""
+
+    def __init__(self, workdir: Path, masters: int = 3) -> None:
+        from conftest import RedisServer
+
+        self.nodes: list[Any] = []
+        try:
+            for i in range(masters):
+                d = workdir / f"node{i}"
+                d.mkdir(parents=True, exist_ok=True)
+                self.nodes.append(RedisServer(d, "--cluster-enabled", "yes", "--cluster-config-file",
+                                              str(d / "nodes.conf"), "--cluster-node-timeout", "5000"))
+            first = self.nodes[0].client()
+            for node in self.nodes[1:]:
+                first.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port)
+            step = 16384 // masters
+            for i, node in enumerate(self.nodes):
+                end = 16383 if i == masters - 1 else (i + 1) * step - 1
+                node.client().execute_command("CLUSTER", "ADDSLOTSRANGE", i * step, end)
+            if not wait_until(self._ready, 30):
+                raise RuntimeError("the cluster did not become ready")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _ready(self) -> bool:
+        for node in self.nodes:
+            info = node.client().execute_command("CLUSTER", "INFO")
+            if b"cluster_state:ok" not in info or b"cluster_known_nodes:%d" % len(self.nodes) not in info:
+                return False
+        return True
+
+    @property
+    def seeds(self) -> str:
+        return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    def node_id(self, node: Any) -> str:
+        return node.client().execute_command("CLUSTER", "MYID").decode()
+
+    def owner(self, slot: int) -> Any:
+        for row in self.nodes[0].client().execute_command("CLUSTER", "SLOTS"):
+            if row[0] <= slot <= row[1]:
+                return next(n for n in self.nodes if n.port == int(row[2][1]))
+        raise LookupError(slot)
+
+    def migrate_slot(self, slot: int, target: Any, *, pause: float = 0.0) -> int:
+        """Move ``slot`` to ``target`` the way ``redis-cli --cluster reshard`` does (IMPORTING/MIGRATING,
+        MIGRATE key by key, then SETSLOT NODE everywhere); returns how many keys moved. ``pause`` waits
+        between keys so clients see ``ASK``/``TRYAGAIN`` while the slot is half-moved."""
+        source = self.owner(slot)
+        if source is target:
+            return 0
+        src, dst = source.client(), target.client()
+        target_id, source_id = self.node_id(target), self.node_id(source)
+        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        moved = 0
+        while True:
+            keys = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 10)
+            if not keys:
+                break
+            for key in keys:
+                src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", key)
+                moved += 1
+                if pause:
+                    time.sleep(pause)
+        for node in (target, source, *[n for n in self.nodes if n not in (source, target)]):
+            node.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        return moved
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()

@@ -1,0 +1,131 @@
+r"""Redis Cluster for real: three masters on loopback, PHP (phpredis ``RedisCluster``) and ``laraq work`` side
+by side on hash-tagged queues that live on different nodes, and a slot migration in the middle.
+
+The Laravel 8 fixture app's ``redis-cluster`` queue connection uses a ``clusters`` block (Laravel's native
+cluster support through phpredis). Queues are named ``{alpha}``, ``{beta}``, ``{gamma}``: the hash tag
+Laravel documents for clusters (13.5+ adds it itself; see ``test_queue.py``). While both workers run and a
+producer keeps pushing, the slot of ``{alpha}`` is moved to another master key by key, the way
+``redis-cli --cluster reshard`` does it, with a pause while the slot is half-moved (clients get ``ASK`` and
+``TRYAGAIN``, then ``MOVED``). Every job pushed must run exactly once.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+
+import pytest
+import redis
+from phpapp import PhpApp
+from prodapp import Cluster, stop_process, wait_until
+from redis.cluster import key_slot
+from test_worker_support import laraq_env
+
+from laraq.dispatch import Dispatcher
+from laraq.queue import RedisQueue
+
+pytestmark = [pytest.mark.php, pytest.mark.slow]
+
+PREFIX = "laravel_database_"
+
+
+def pick_queues(cluster: Cluster, count: int = 3) -> list[str]:
+    """Hash-tagged queue names whose slots belong to ``count`` different masters."""
+    chosen: dict[int, str] = {}
+    i = 0
+    while len(chosen) < count:
+        name = "{q" + str(i) + "}"
+        owner = cluster.owner(key_slot(f"{PREFIX}queues:{name}".encode())).port
+        chosen.setdefault(owner, name)
+        i += 1
+    return list(chosen.values())
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path / "cluster")
+    yield c
+    c.stop()
+
+
+def test_php_and_laraq_share_a_three_master_cluster_through_a_reshard(php, redis_server, cluster, tmp_path):
+    queues = pick_queues(cluster)
+    app = PhpApp(redis_server.port, extra_env={"REDIS_CLUSTER_SEEDS": cluster.seeds})
+    client = redis.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    rq = RedisQueue(client, prefix=PREFIX, version="8", connection_name="redis-cluster")
+    assert rq.cluster
+    per_queue = 30
+    for q in queues:
+        app.tool("dispatch", "echo", "--connection=redis-cluster", f"--queue={q}", f"--count={per_queue}")
+    owners = {cluster.owner(key_slot(rq.keys(q).list.encode())).port for q in queues}
+    assert len(owners) == 3  # three queues on three masters
+    for q in queues:
+        assert client.llen(rq.keys(q).list) == per_queue
+
+    env = laraq_env(app, LARAQ_REDIS_CLUSTER="default", LARAQ_REDIS_CLUSTER_NODES=cluster.seeds)
+    laraq_out = tmp_path / "laraq.log"
+    with open(laraq_out, "wb") as out:
+        laraq = subprocess.Popen(
+            [*__import__("prodapp").LARAQ, "work", "redis-cluster", "--app", "test_worker_support:app",
+             "--laravel", "8", "--queue", ",".join(queues), "--sleep", "0.1", "--tries", "3", "-v"],
+            env=env, cwd=str(app.path.parent.parent), stdout=out, stderr=subprocess.STDOUT)
+    artisan = app.popen_artisan("queue:work", "redis-cluster", f"--queue={','.join(queues)}", "--sleep=0.1",
+                                "--tries=3")
+    pushed = per_queue * len(queues)
+    stop = threading.Event()
+    produced = 0
+    push_errors = 0
+    d = Dispatcher(rq)
+
+    def produce() -> None:
+        nonlocal produced, push_errors
+        n = 0
+        while not stop.is_set():
+            job = d.prepare_job("App\\Jobs\\EchoJob", {"args": {"n": n}, "mode": "ok", "seconds": 0},
+                                protected={"note": "py"}, private={"hidden": "h"}, queue=queues[n % 3])
+            try:
+                d.push(job)
+            except redis.RedisError:
+                push_errors += 1
+                time.sleep(0.05)
+                continue
+            produced += 1
+            n += 1
+            time.sleep(0.01)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    try:
+        runners = lambda: {r["runner"] for r in app.runs()}  # noqa: E731
+        producer.start()
+        assert wait_until(lambda: runners() == {"php", "python"}, 60), laraq_out.read_text()
+        slot = key_slot(rq.keys(queues[0]).list.encode())
+        source = cluster.owner(slot)
+        target = next(n for n in cluster.nodes if n is not source)
+        moved = cluster.migrate_slot(slot, target, pause=0.5)
+        assert cluster.owner(slot) is target and moved >= 1
+        time.sleep(1.0)
+        stop.set()
+        producer.join(10)
+        total = pushed + produced
+
+        def drained() -> bool:
+            left = sum(client.llen(rq.keys(q).list) + client.zcard(rq.keys(q).reserved)
+                       + client.zcard(rq.keys(q).delayed) for q in queues)
+            return left == 0 and len(app.runs()) >= total
+
+        assert wait_until(drained, 120), (laraq_out.read_text(), len(app.runs()), total)
+        assert laraq.poll() is None, laraq_out.read_text()
+    finally:
+        stop.set()
+        code = stop_process(laraq)
+        stop_process(artisan)
+    runs = app.runs()
+    uuids = [r["uuid"] for r in runs]
+    by_runner = {name: sum(1 for r in runs if r["runner"] == name) for name in ("php", "python")}
+    print(f"\ncluster: {total} jobs ({produced} pushed during the reshard, {push_errors} push retries), "
+          f"slot {slot} moved with {moved} keys; ran by php {by_runner['php']}, by laraq {by_runner['python']}")
+    assert len(uuids) == total and len(set(uuids)) == total  # nothing lost, nothing run twice
+    assert code == 0, laraq_out.read_text()
+    assert app.tool("size", "--connection=redis-cluster", f"--queue={queues[0]}") == {"size": 0}  # PHP follows the moved slot
+    assert min(by_runner.values()) > 0
