@@ -36,12 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from laraq import __version__
-
-try:
-    from laraq.events import WorkerListener
-except ImportError:  # pragma: no cover - before the worker split lands
-    class WorkerListener:  # type: ignore[no-redef]
-        """Stand-in for :class:`laraq.events.WorkerListener`."""
+from laraq.events import WorkerListener
 
 __all__ = ["Heartbeat", "WorkerRecord", "live_workers", "check_health", "registry_key", "DEFAULT_INTERVAL",
            "DEFAULT_TTL"]
@@ -181,7 +176,7 @@ class Heartbeat(WorkerListener):
     """
 
     def __init__(self, client: Any, prefix: str, *, interval: float = DEFAULT_INTERVAL, ttl: int = DEFAULT_TTL,
-                 stall_after: float = 300.0, id_file: str | os.PathLike[str] | None = None,
+                 stall_after: float | None = 300.0, id_file: str | os.PathLike[str] | None = None,
                  supervisor_pid: int | None = None) -> None:
         self.client = client
         self.prefix = prefix
@@ -193,7 +188,8 @@ class Heartbeat(WorkerListener):
         self.pid = os.getpid()
         self.ppid = supervisor_pid if supervisor_pid is not None else os.getppid()
         self.id = f"{self.host}:{self.pid}:{secrets.token_hex(3)}"
-        self.done = self.failed = self.released = self.in_flight = 0
+        self.done = self.failed = self.released = 0
+        self._running: set[int] = set()
         self._static: dict[str, str] = {}
         self._looped = time.monotonic()
         self._stop = threading.Event()
@@ -229,22 +225,31 @@ class Heartbeat(WorkerListener):
 
     def job_processing(self, job: Any) -> None:
         with self._lock:
-            self.in_flight += 1
+            self._running.add(id(job))
 
     def job_processed(self, job: Any, runtime: float) -> None:
         with self._lock:
             self.done += 1
-            self.in_flight = max(0, self.in_flight - 1)
+            self._running.discard(id(job))
 
     def job_released(self, job: Any, delay: int, exc: BaseException | None) -> None:
         with self._lock:
             self.released += 1
-            self.in_flight = max(0, self.in_flight - 1)
+            if exc is not None:  # a handler's own release is followed by job_processed
+                self._running.discard(id(job))
 
     def job_failed(self, job: Any, exc: BaseException | None, runtime: float | None) -> None:
         with self._lock:
             self.failed += 1
-            self.in_flight = max(0, self.in_flight - 1)
+            self._running.discard(id(job))
+
+    def job_timed_out(self, job: Any) -> None:
+        with self._lock:
+            self._running.discard(id(job))
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._running)
 
     def worker_stopping(self, worker: Any, status: int) -> None:
         self.stop()
@@ -297,7 +302,7 @@ class Heartbeat(WorkerListener):
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             stalled = time.monotonic() - self._looped
-            if stalled > self.stall_after:
+            if self.stall_after is not None and stalled > self.stall_after:
                 log.warning("heartbeat: the worker loop has not run for %.0fs; not beating", stalled)
                 continue
             self.beat()

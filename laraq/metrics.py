@@ -30,13 +30,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-try:
-    from laraq.events import WorkerListener
-except ImportError:  # pragma: no cover - before the worker split lands
-    class WorkerListener:  # type: ignore[no-redef]
-        """Stand-in for :class:`laraq.events.WorkerListener`."""
+from laraq.events import WorkerListener
 
-__all__ = ["Metrics", "QueueSampler", "sample_queues", "exposition", "multiprocess_dir", "MULTIPROC_ENV"]
+__all__ = ["Metrics", "QueueSampler", "sample_queues", "exposition", "multiprocess_dir", "use_multiprocess_dir",
+           "reap_dead_processes", "MULTIPROC_ENV"]
 
 log = logging.getLogger("laraq.metrics")
 
@@ -178,6 +175,8 @@ class Metrics(WorkerListener):
         self.in_flight = Gauge("laraq_jobs_in_flight", "Jobs being run now.", **kw, **live)
         self.sampler = QueueSampler(self.registry, multiprocess=self.multiprocess)
         self._worker: Any = None
+        self._running: set[int] = set()
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._server: Any = None
@@ -187,6 +186,8 @@ class Metrics(WorkerListener):
 
     def worker_starting(self, worker: Any) -> None:
         self._worker = worker
+        if self.multiprocess:
+            reap_dead_processes(multiprocess_dir() or "")
         self.up.set(1)
         self.in_flight.set(0)
         self._try_serve()
@@ -217,8 +218,16 @@ class Metrics(WorkerListener):
 
     # -- job events ----------------------------------------------------------------------------------------
 
+    def _running_changed(self, job: Any, running: bool) -> None:
+        with self._lock:
+            if running:
+                self._running.add(id(job))
+            else:
+                self._running.discard(id(job))
+            self.in_flight.set(len(self._running))
+
     def job_processing(self, job: Any) -> None:
-        self.in_flight.inc()
+        self._running_changed(job, True)
         pushed = _pushed_at(job)
         if pushed is not None:
             self.pickup.labels(_job_labels(job)[0]).observe(max(0.0, time.time() - pushed))
@@ -227,21 +236,23 @@ class Metrics(WorkerListener):
         labels = _job_labels(job)
         self.processed.labels(*labels).inc()
         self.runtime.labels(*labels).observe(runtime)
-        self.in_flight.dec()
+        self._running_changed(job, False)
 
     def job_released(self, job: Any, delay: int, exc: BaseException | None) -> None:
         self.released.labels(*_job_labels(job)).inc()
-        self.in_flight.dec()
+        if exc is not None:  # a handler's own release is followed by job_processed
+            self._running_changed(job, False)
 
     def job_failed(self, job: Any, exc: BaseException | None, runtime: float | None) -> None:
         labels = _job_labels(job)
         self.failed.labels(*labels).inc()
         if runtime is not None:
             self.runtime.labels(*labels).observe(runtime)
-        self.in_flight.dec()
+        self._running_changed(job, False)
 
     def job_timed_out(self, job: Any) -> None:
         self.timed_out.labels(*_job_labels(job)).inc()
+        self._running_changed(job, False)
 
     def job_unhandled(self, job: Any, action: str, detail: str) -> None:
         self.unhandled.labels(*_job_labels(job), action).inc()
@@ -288,6 +299,32 @@ class Metrics(WorkerListener):
         while not self._stop.wait(self.sample_interval):
             self._try_serve()
             self._sample()
+
+
+def reap_dead_processes(path: str | os.PathLike[str]) -> list[int]:
+    """Drop the live gauges of worker processes that died without saying so (SIGKILL, OOM).
+
+    ``prometheus_client`` names live-gauge files ``gauge_live*_<pid>.db``; a pid that no longer exists
+    is passed to ``mark_process_dead``. Returns the pids reaped.
+    """
+    from prometheus_client import multiprocess
+
+    reaped: set[int] = set()
+    for file in Path(path).glob("gauge_live*_*.db"):
+        try:
+            pid = int(file.stem.rsplit("_", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        if pid in reaped or pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            multiprocess.mark_process_dead(pid, str(path))
+            reaped.add(pid)
+        except PermissionError:
+            pass
+    return sorted(reaped)
 
 
 # -- one-shot exposition ------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ def env(redis_server, redis_client, tmp_path):
 
 
 def worker_like(queues=("default",), name="default"):
-    """The attributes a listener reads from a worker (the real worker is exercised in test_production_worker)."""
+    """The attributes a listener reads from a worker (real workers: test_production_worker.py)."""
     return SimpleNamespace(queues=list(queues), options=SimpleNamespace(name=name), connection_name="redis",
                            version="12.67")
 
@@ -53,15 +53,17 @@ def test_each_worker_has_its_own_record_and_stopping_removes_only_its_own(redis_
                                                                      ["high", "default"], "12.67")
         assert 0 < redis_client.ttl(f"{registry_key(PREFIX)}:{a.id}") <= a.ttl
         # job events only touch memory; the next beat carries them
-        for _ in range(3):
-            a.job_processing(None)
-            a.job_processed(None, 0.01)
-        a.job_processing(None)
-        a.job_failed(None, RuntimeError("x"), 0.5)
-        a.job_processing(None)
+        jobs = [object() for _ in range(5)]
+        for job in jobs[:3]:
+            a.job_processing(job)
+            a.job_processed(job, 0.01)
+        a.job_processing(jobs[3])
+        a.job_failed(jobs[3], RuntimeError("x"), 0.5)
+        a.job_processing(jobs[4])
+        a.job_released(jobs[4], 0, None)  # a handler's own release: still running until job_processed
         assert wait_until(lambda: {r.id: r for r in live_workers(redis_client, PREFIX)}[a.id].jobs_done == 3)
         ra = {r.id: r for r in live_workers(redis_client, PREFIX)}[a.id]
-        assert (ra.jobs_done, ra.jobs_failed, ra.in_flight) == (3, 1, 1)
+        assert (ra.jobs_done, ra.jobs_failed, ra.jobs_released, ra.in_flight) == (3, 1, 1, 1)
         a.worker_stopping(None, 0)
         assert [r.id for r in live_workers(redis_client, PREFIX)] == [b.id]
         assert not (tmp_path / "a.id").exists()

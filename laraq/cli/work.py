@@ -90,6 +90,8 @@ _PARENT_ENV = "LARAQ_WORKER_PARENT"
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
               help="Serve Prometheus metrics on this port (see compat-docs/production.md).")
 @click.option("--metrics-addr", default="0.0.0.0", show_default=True, help="Address for --metrics-port.")
+@click.option("--metrics-interval", type=click.FloatRange(0.1), default=15.0, show_default=True, metavar="SECONDS",
+              help="How often the queue-size gauges are sampled (one pipelined round per queue).")
 @click.option("--metrics-dir", type=click.Path(file_okay=False), default=None, envvar="PROMETHEUS_MULTIPROC_DIR",
               help="Multiprocess dir shared by the workers of a host: the port serves their sum.")
 @click.option("--heartbeat-file", type=click.Path(dir_okay=False), default=None,
