@@ -196,6 +196,7 @@ class Heartbeat(WorkerListener):
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._warned = False
+        self._beats_ok = False
 
     # -- listener hooks: in-memory only, except start and stop ------------------------------------------
 
@@ -208,9 +209,7 @@ class Heartbeat(WorkerListener):
             "laravel": str(getattr(worker, "version", "")), "laraq": __version__,
         }
         self._looped = time.monotonic()
-        with contextlib.suppress(Exception):
-            self._static["started"] = repr(_redis_now(self.client))
-        self.beat()
+        self._static["started"] = repr(time.time())
         if self.id_file is not None:
             try:
                 self.id_file.write_text(self.id + "\n")
@@ -264,8 +263,6 @@ class Heartbeat(WorkerListener):
         try:
             now = _redis_now(self.client)
             fields = {**self._static, **{k: str(v) for k, v in counters.items()}, "beat": repr(now)}
-            fields.setdefault("started", repr(now))
-            self._static.setdefault("started", fields["started"])
             key = _record_key(self.prefix, self.id)
             pipe = self.client.pipeline(transaction=False)
             pipe.hset(key, mapping=fields)
@@ -273,11 +270,13 @@ class Heartbeat(WorkerListener):
             pipe.zadd(registry_key(self.prefix), {self.id: now})
             pipe.execute()
         except Exception as exc:
+            self._beats_ok = False
             if not self._warned:
                 log.warning("heartbeat: cannot write the worker record (%s); retrying every %gs", exc,
                             self.interval)
                 self._warned = True
             return False
+        self._beats_ok = True
         if self._warned:
             log.warning("heartbeat: the worker record is written again")
             self._warned = False
@@ -289,17 +288,20 @@ class Heartbeat(WorkerListener):
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
-        with contextlib.suppress(Exception):
-            pipe = self.client.pipeline(transaction=False)
-            pipe.zrem(registry_key(self.prefix), self.id)
-            pipe.delete(_record_key(self.prefix, self.id))
-            pipe.execute()
+        if self._beats_ok:  # an unreachable Redis must not delay the exit; the record expires by itself
+            with contextlib.suppress(Exception):
+                pipe = self.client.pipeline(transaction=False)
+                pipe.zrem(registry_key(self.prefix), self.id)
+                pipe.delete(_record_key(self.prefix, self.id))
+                pipe.execute()
         if self.id_file is not None:
             with contextlib.suppress(OSError):
                 if self.id_file.read_text().strip() == self.id:
                     self.id_file.unlink()
 
     def _run(self) -> None:
+        # Redis I/O only here, never on the worker's thread: an unreachable Redis must not delay its loop
+        self.beat()
         while not self._stop.wait(self.interval):
             stalled = time.monotonic() - self._looped
             if self.stall_after is not None and stalled > self.stall_after:

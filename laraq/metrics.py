@@ -191,7 +191,6 @@ class Metrics(WorkerListener):
         self.up.set(1)
         self.in_flight.set(0)
         self._try_serve()
-        self._sample()
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="laraq-metrics", daemon=True)
         self._thread.start()
@@ -296,6 +295,7 @@ class Metrics(WorkerListener):
             log.debug("metrics: queue sampling failed: %s", exc)
 
     def _run(self) -> None:
+        self._sample()  # Redis I/O only on this thread, never on the worker's
         while not self._stop.wait(self.sample_interval):
             self._try_serve()
             self._sample()

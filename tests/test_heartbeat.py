@@ -46,6 +46,7 @@ def test_each_worker_has_its_own_record_and_stopping_removes_only_its_own(redis_
     b.worker_starting(worker_like(["emails"]))
     try:
         assert (tmp_path / "a.id").read_text().strip() == a.id
+        assert wait_until(lambda: len(live_workers(redis_client, PREFIX)) == 2)  # the first beat is the thread's
         records = {r.id: r for r in live_workers(redis_client, PREFIX)}
         assert set(records) == {a.id, b.id}
         ra = records[a.id]
@@ -78,6 +79,7 @@ def test_each_worker_has_its_own_record_and_stopping_removes_only_its_own(redis_
 def test_a_killed_worker_expires_and_is_cleaned_from_the_registry(redis_client):
     hb = Heartbeat(redis_client, PREFIX, interval=0.2, ttl=1)
     hb.worker_starting(worker_like())
+    assert wait_until(lambda: live_workers(redis_client, PREFIX, ttl=1))
     hb._stop.set()  # the process "dies": no more beats, no clean-up
     assert wait_until(lambda: live_workers(redis_client, PREFIX, ttl=1) == [])
     assert redis_client.zcard(registry_key(PREFIX)) == 0
@@ -88,6 +90,7 @@ def test_a_wedged_loop_stops_beating(redis_client):
     hb = Heartbeat(redis_client, PREFIX, interval=0.1, ttl=1, stall_after=0.3)
     hb.worker_starting(worker_like())
     try:
+        assert wait_until(lambda: live_workers(redis_client, PREFIX))
         first = live_workers(redis_client, PREFIX)[0].beat
         assert wait_until(lambda: live_workers(redis_client, PREFIX, ttl=60)[0].beat > first)
         hb._looped -= 10  # the loop has not reported for 10 s
@@ -108,6 +111,7 @@ def test_workers_and_health_commands(env, redis_client, tmp_path):
     hb = Heartbeat(redis_client, PREFIX, interval=0.2, id_file=idf)
     hb.worker_starting(worker_like(["default", "mail"], "web-1"))
     try:
+        assert wait_until(lambda: live_workers(redis_client, PREFIX))
         table = CliRunner().invoke(cli, ["workers"], env=env)
         assert table.exit_code == 0 and "web-1" in table.output and "default,mail" in table.output
         listed = json.loads(CliRunner().invoke(cli, ["workers", "--json"], env=env).output)
