@@ -51,9 +51,11 @@ def cluster(tmp_path):
 
 def test_php_and_laraq_share_a_three_master_cluster_through_a_reshard(php, redis_server, cluster, tmp_path):
     queues = pick_queues(cluster)
-    app = PhpApp(redis_server.port, extra_env={"REDIS_CLUSTER_SEEDS": cluster.seeds})
+    # a short retry_after: a reservation left behind by a stalled worker comes back within the test
+    app = PhpApp(redis_server.port, extra_env={"REDIS_CLUSTER_SEEDS": cluster.seeds,
+                                               "REDIS_CLUSTER_RETRY_AFTER": "10"})
     client = redis.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
-    rq = RedisQueue(client, prefix=PREFIX, version="8", connection_name="redis-cluster")
+    rq = RedisQueue(client, prefix=PREFIX, version="8", connection_name="redis-cluster", retry_after=10)
     assert rq.cluster
     per_queue = 30
     for q in queues:
@@ -63,7 +65,8 @@ def test_php_and_laraq_share_a_three_master_cluster_through_a_reshard(php, redis
     for q in queues:
         assert client.llen(rq.keys(q).list) == per_queue
 
-    env = laraq_env(app, LARAQ_REDIS_CLUSTER="default", LARAQ_REDIS_CLUSTER_NODES=cluster.seeds)
+    env = laraq_env(app, LARAQ_REDIS_CLUSTER="default", LARAQ_REDIS_CLUSTER_NODES=cluster.seeds,
+                    LARAQ_RETRY_AFTER="10")
     laraq_out = tmp_path / "laraq.log"
     with open(laraq_out, "wb") as out:
         laraq = subprocess.Popen(
@@ -99,6 +102,11 @@ def test_php_and_laraq_share_a_three_master_cluster_through_a_reshard(php, redis
         runners = lambda: {r["runner"] for r in app.runs()}  # noqa: E731
         producer.start()
         assert wait_until(lambda: runners() == {"php", "python"}, 60), laraq_out.read_text()
+        # the slot must hold keys while it moves: delayed jobs (due in 2 s) keep :delayed alive
+        for n in range(10):
+            d.push(d.prepare_job("App\\Jobs\\EchoJob", {"args": {"late": n}, "mode": "ok", "seconds": 0},
+                                 protected={"note": "py"}, private={"hidden": "h"}, queue=queues[0], delay=2))
+        pushed += 10
         slot = key_slot(rq.keys(queues[0]).list.encode())
         source = cluster.owner(slot)
         target = next(n for n in cluster.nodes if n is not source)
@@ -114,7 +122,9 @@ def test_php_and_laraq_share_a_three_master_cluster_through_a_reshard(php, redis
                        + client.zcard(rq.keys(q).delayed) for q in queues)
             return left == 0 and len(app.runs()) >= total
 
+        drain_started = time.monotonic()
         assert wait_until(drained, 120), (laraq_out.read_text(), len(app.runs()), total)
+        print(f"\ndrained in {time.monotonic() - drain_started:.1f}s")
         assert laraq.poll() is None, laraq_out.read_text()
     finally:
         stop.set()
