@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from conftest import ROOT, free_port
+from conftest import ROOT, RedisServer, free_port
 
 from laraq.app import App
 from laraq.job import Job
@@ -126,20 +126,13 @@ class Sentinel:
         host = found[0].decode() if isinstance(found[0], bytes) else str(found[0])
         return host, int(found[1])
 
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+    stop = RedisServer.stop  # the same terminate-then-kill
 
 
 class Cluster:
     """Three Redis Cluster masters on loopback, slots split evenly (ports below 55536 for the bus port)."""
 
     def __init__(self, workdir: Path, masters: int = 3) -> None:
-        from conftest import RedisServer
-
         self.nodes: list[Any] = []
         try:
             for i in range(masters):
