@@ -122,12 +122,13 @@ def test_two_worker_processes_add_up_on_one_metrics_port(env, redis_client, tmp_
         assert total(s, "laraq_job_pickup_delay_seconds_count", queue="default") == 80
         assert total(s, "laraq_jobs_in_flight") == 0
         assert wait_until(lambda: total(scrape(port), "laraq_queue_jobs", queue="default", state="pending") == 0, 30)
-        one_shot = cli({**env, "PROMETHEUS_MULTIPROC_DIR": ""}, "metrics", "--metrics-dir", str(mdir))
+        one_shot = cli({**env, "PROMETHEUS_MULTIPROC_DIR": str(mdir)}, "metrics")  # the dir from the env
         assert one_shot.returncode == 0, one_shot.stderr
         lines = {(x.name, tuple(sorted(x.labels.items()))): x.value
                  for f in text_string_to_metric_families(one_shot.stdout) for x in f.samples}
         assert total(lines, "laraq_jobs_processed_total", **label) == 80
         assert total(lines, "laraq_workers_live") == 2
+        assert not list(mdir.glob("gauge_all_*.db"))  # the one-shot wrote nothing into the workers' dir
         print(f"\nmetrics: 80 jobs over worker pids {sorted(pids)}")
 
         # the serving worker stops: the other one takes the port, and the sum still includes its jobs

@@ -100,6 +100,9 @@ def _report(ok: bool, reason: str, quiet: bool) -> None:
               help="Write to this file atomically (textfile collector) instead of stdout.")
 def metrics_cmd(ops: Ops, queues: str | None, metrics_dir: str | None, output: str | None) -> None:
     """Print Prometheus metrics once: queue sizes, oldest pending age, live workers (and job counters)."""
+    # this process only reads the workers' files: its own gauges must not become files in that dir
+    os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    os.environ.pop("prometheus_multiproc_dir", None)
     from laraq.metrics import exposition
 
     names: list[str] = [q for q in (queues or "").split(",") if q] or ops.queues()
