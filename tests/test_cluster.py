@@ -139,3 +139,35 @@ def test_php_and_laraq_share_a_three_master_cluster_through_a_reshard(php, redis
     assert code == 0, laraq_out.read_text()
     assert app.tool("size", "--connection=redis-cluster", f"--queue={queues[0]}") == {"size": 0}  # PHP follows the moved slot
     assert min(by_runner.values()) > 0
+
+
+def test_13_5_tags_untagged_queues_itself_on_three_masters(cluster, redis_server, tmp_path):
+    """13.5+: plain queue names become ``queues:{name}`` on a cluster; laraq dispatches and works them."""
+    from prodapp import laraq_env as prod_env
+    from prodapp import popen_work, runs
+
+    client = redis.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    rq = RedisQueue(client, prefix="laravel-database-", version="13.5")
+    names, owners = [], set()
+    i = 0
+    while len(owners) < 3:  # plain names whose tagged keys land on three different masters
+        name = f"mail{i}"
+        owner = cluster.owner(key_slot(rq.keys(name).list.encode())).port
+        if owner not in owners:
+            owners.add(owner)
+            names.append(name)
+        i += 1
+    d = Dispatcher(rq)
+    for n in range(30):
+        d.push(d.prepare_job("App\\Jobs\\Track", {"n": n}, queue=names[n % 3]))
+    assert all(client.llen(f"laravel-database-queues:{{{name}}}") == 10 for name in names)
+    log = tmp_path / "runs.jsonl"
+    env = prod_env(LARAQ_REDIS_CLUSTER="true", LARAQ_REDIS_CLUSTER_NODES=cluster.seeds, LARAQ_LOG=str(log),
+                   REDIS_PREFIX="laravel-database-", CACHE_STORE="array", DB_CONNECTION="sqlite",
+                   DB_DATABASE=str(tmp_path / "db.sqlite"))
+    worker = popen_work(env, "--laravel", "13.5", "--queue", ",".join(names), "--stop-when-empty",
+                        log=tmp_path / "w.log")
+    assert worker.wait(120) == 0, (tmp_path / "w.log").read_text()
+    assert sorted(r["n"] for r in runs(log)) == list(range(30))
+    assert {r["queue"] for r in runs(log)} == set(names)
+    assert not client.keys("laravel-database-queues:*")
