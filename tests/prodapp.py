@@ -92,7 +92,7 @@ def stop_process(proc: subprocess.Popen[Any], timeout: float = 30) -> int:
 class Sentinel:
     """A throw-away ``redis-sentinel`` watching ``127.0.0.1:<master_port>`` as ``mymaster``."""
 
-    def __init__(self, workdir: Path, master_port: int, quorum: int = 2) -> None:
+    def __init__(self, workdir: Path, master_port: int, quorum: int = 2, extra: str = "") -> None:
         binary = shutil.which("redis-sentinel") or shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-sentinel not found (bash .ci/run installs it)")
@@ -104,7 +104,7 @@ class Sentinel:
             f"sentinel monitor mymaster 127.0.0.1 {master_port} {quorum}\n"
             "sentinel down-after-milliseconds mymaster 1000\n"
             "sentinel failover-timeout mymaster 10000\n"
-            "sentinel parallel-syncs mymaster 1\n")
+            "sentinel parallel-syncs mymaster 1\n" + extra)
         args = [binary, str(conf)] if binary.endswith("sentinel") else [binary, str(conf), "--sentinel"]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if not wait_until(self._up, 10, 0.05):
@@ -113,6 +113,8 @@ class Sentinel:
     def _up(self) -> bool:
         try:
             return bool(redis.Redis(port=self.port, socket_connect_timeout=0.2).ping())
+        except redis.AuthenticationError:
+            return True  # up, and asking for its password
         except redis.RedisError:
             return False
 

@@ -143,3 +143,28 @@ def test_laraq_follows_a_failover_and_counts_what_replication_lost(sentinel_grou
     assert "Redis unreachable at redis-sentinel://" in worker_log, worker_log
     assert "Redis reachable again" in worker_log, worker_log
     assert "worker process died" not in worker_log, worker_log
+
+
+def test_sentinel_and_data_passwords(tmp_path):
+    """``REDIS_SENTINEL_PASSWORD`` authenticates to the sentinels, ``REDIS_PASSWORD`` to the master."""
+    require(bool(__import__("shutil").which("redis-sentinel")), "redis-sentinel is not installed")
+    (tmp_path / "m").mkdir()
+    master = RedisServer(tmp_path / "m")
+    master.client().config_set("requirepass", "datapw")
+    sentinel = Sentinel(tmp_path / "s", master.port, quorum=1,
+                        extra="sentinel auth-pass mymaster datapw\nrequirepass sentinelpw\n")
+    try:
+        base = {"REDIS_SENTINEL_HOST": f"127.0.0.1:{sentinel.port}", "REDIS_SENTINEL_PASSWORD": "sentinelpw",
+                "REDIS_PASSWORD": "datapw", "LARAQ_LARAVEL_VERSION": "12.67"}
+        q = RedisQueue(make_redis(LaravelSettings.from_env(base)), prefix="", version="12.67")
+        q.push_raw(b'{"uuid":"u","job":"X","attempts":0,"data":{}}')
+        assert q.pop() is not None
+        wrong = RedisQueue(make_redis(LaravelSettings.from_env({**base, "REDIS_SENTINEL_PASSWORD": "nope"})),
+                           prefix="", version="12.67")
+        with pytest.raises(redis.RedisError) as info:
+            wrong.push_raw(b"{}")
+        assert "nope" not in str(info.value) and "sentinelpw" not in str(info.value)
+        assert "datapw" not in q.redacted_url() and "mymaster" in q.redacted_url()
+    finally:
+        sentinel.stop()
+        master.stop()
