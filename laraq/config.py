@@ -782,12 +782,25 @@ class LaravelSettings:
 def make_redis(settings: LaravelSettings, which: str = "default", **kwargs: Any) -> Any:
     """A ``redis.Redis`` client for the ``default`` (queue) or ``cache`` connection.
 
+    Behind Sentinel (:mod:`laraq.sentinel`) it follows the current master; in cluster mode
+    (:mod:`laraq.cluster`) it is a ``redis.RedisCluster``.
+
     The client does *not* apply Laravel's key prefix (redis-py has none); callers add
     ``settings.redis_prefix`` to key names themselves.
     """
     import redis
 
+    from laraq.cluster import cluster_client, cluster_nodes
+    from laraq.sentinel import sentinel_master, sentinel_settings
+
     conn = settings.redis_connection(which)
+    sentinel = sentinel_settings(settings.env)
+    if sentinel is not None:
+        return sentinel_master(sentinel, db=conn.database, username=conn.username, password=conn.password,
+                               ssl=conn.tls, **kwargs)
+    nodes = cluster_nodes(settings.env, (conn.host, conn.port), which)
+    if nodes is not None:
+        return cluster_client(nodes, username=conn.username, password=conn.password, ssl=conn.tls, **kwargs)
     return redis.Redis(
         host=conn.host,
         port=conn.port,

@@ -150,7 +150,16 @@ def redact_url(url: str) -> str:
 
 def _describe_client(client: Any) -> str:
     """A password-free URL-like description of an existing redis-py client."""
+    if isinstance(client, redis.RedisCluster):
+        nodes = ",".join(f"{n.host}:{n.port}" for n in client.get_nodes()[:3])
+        return f"redis-cluster://{nodes}"
     pool = getattr(client, "connection_pool", None)
+    service = getattr(pool, "service_name", None)
+    if service is not None:
+        watchers = getattr(getattr(pool, "sentinel_manager", None), "sentinels", [])
+        found = [c.connection_pool.connection_kwargs for c in watchers]
+        sentinels = ",".join(f"{k.get('host')}:{k.get('port')}" for k in found)
+        return f"redis-sentinel://{sentinels}/{service}"
     kwargs: dict[str, Any] = dict(getattr(pool, "connection_kwargs", {}) or {})
     if "path" in kwargs:
         return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
@@ -235,11 +244,12 @@ class RedisQueue:
         block_for: int | float | None = None,
         migration_batch_size: int = -1,
         version: LaravelVersion | str = DEFAULT_VERSION,
-        cluster: bool = False,
+        cluster: bool | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.version = LaravelVersion.parse(version)
-        self.cluster = cluster
+        # None: a cluster connection if the client is a redis.RedisCluster
+        self.cluster = isinstance(client, redis.RedisCluster) if cluster is None else cluster
         if isinstance(client, str):
             self._url: str | None = client
             factory = redis.RedisCluster if cluster else redis.Redis

@@ -40,6 +40,8 @@ def _register() -> None:
         ops = importlib.import_module("laraq.cli.ops")
         for command in getattr(ops, "COMMANDS", []):
             main.add_command(command)
+    for command in importlib.import_module("laraq.cli.production").COMMANDS:
+        main.add_command(command)
 
 
 _register()

@@ -104,6 +104,17 @@ _BANNER_ENV = "LARAQ_BANNER"
 @click.option("--horizon-signals/--no-horizon-signals", default=True, show_default=True,
               help="Let horizon:pause/continue/terminate signal this process (off: they reach it only "
                    "through Horizon's command lists; for containers sharing a hostname).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
+              help="Serve Prometheus metrics on this port (see compat-docs/production.md).")
+@click.option("--metrics-addr", default="0.0.0.0", show_default=True, help="Address for --metrics-port.")
+@click.option("--metrics-interval", type=click.FloatRange(0.1), default=15.0, show_default=True, metavar="SECONDS",
+              help="How often the queue-size gauges are sampled (one pipelined round per queue).")
+@click.option("--metrics-dir", type=click.Path(file_okay=False), default=None, envvar="PROMETHEUS_MULTIPROC_DIR",
+              help="Multiprocess dir shared by the workers of a host: the port serves their sum.")
+@click.option("--heartbeat-file", type=click.Path(dir_okay=False), default=None,
+              help="Write this worker's heartbeat id here (for laraq health --id-file).")
+@click.option("--heartbeat/--no-heartbeat", default=True, show_default=True,
+              help="Keep a heartbeat record in Redis (laraq workers / laraq health).")
 def work_cmd(**params: Any) -> None:
     """Process jobs on the queue (php artisan queue:work), running them with Python handlers.
 
@@ -112,6 +123,10 @@ def work_cmd(**params: Any) -> None:
     """
     params.pop("delay", None)
     params.pop("daemon", None)
+    if params.get("metrics_dir"):  # before prometheus_client is imported, here and in the child
+        from laraq.metrics import use_multiprocess_dir
+
+        use_multiprocess_dir(params["metrics_dir"])
     if params.pop("supervise"):
         _setup_logging(params)  # the supervisor's own lines; the worker process sets up its own
         sys.exit(Supervisor(params).run())
@@ -394,6 +409,9 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
     horizon = _horizon_listener(params, settings, p.queue.client)
     if horizon is not None:
         worker.add_listener(horizon)
+    from laraq.production import attach_listeners
+
+    attach_listeners(worker, params)
     return worker
 
 

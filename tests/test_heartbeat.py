@@ -1,0 +1,132 @@
+"""Heartbeat records on a real Redis: one per worker, TTL, own-record removal, ``laraq workers``/``health``."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from types import SimpleNamespace
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from laraq.cli.production import COMMANDS
+from laraq.heartbeat import Heartbeat, check_health, live_workers, registry_key
+
+cli = click.Group("laraq", commands={c.name: c for c in COMMANDS})
+PREFIX = "hb_"
+
+
+@pytest.fixture
+def env(redis_server, redis_client, tmp_path):
+    return {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(redis_server.port), "REDIS_PREFIX": PREFIX,
+            "LARAQ_LARAVEL_VERSION": "12.67", "COLUMNS": "250"}
+
+
+def worker_like(queues=("default",), name="default"):
+    """The attributes a listener reads from a worker (real workers: test_production_worker.py)."""
+    return SimpleNamespace(queues=list(queues), options=SimpleNamespace(name=name), connection_name="redis",
+                           version="12.67")
+
+
+def wait_until(predicate, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_each_worker_has_its_own_record_and_stopping_removes_only_its_own(redis_client, tmp_path):
+    a = Heartbeat(redis_client, PREFIX, interval=0.2, id_file=tmp_path / "a.id")
+    b = Heartbeat(redis_client, PREFIX, interval=0.2)
+    a.worker_starting(worker_like(["high", "default"], "alpha"))
+    b.worker_starting(worker_like(["emails"]))
+    try:
+        assert (tmp_path / "a.id").read_text().strip() == a.id
+        assert wait_until(lambda: len(live_workers(redis_client, PREFIX)) == 2)  # the first beat is the thread's
+        records = {r.id: r for r in live_workers(redis_client, PREFIX)}
+        assert set(records) == {a.id, b.id}
+        ra = records[a.id]
+        assert (ra.pid, ra.ppid, ra.name, ra.queues, ra.laravel) == (os.getpid(), os.getppid(), "alpha",
+                                                                     ["high", "default"], "12.67")
+        assert 0 < redis_client.ttl(f"{registry_key(PREFIX)}:{a.id}") <= a.ttl
+        # job events only touch memory; the next beat carries them
+        jobs = [object() for _ in range(5)]
+        for job in jobs[:3]:
+            a.job_processing(job)
+            a.job_processed(job, 0.01)
+        a.job_processing(jobs[3])
+        a.job_failed(jobs[3], RuntimeError("x"), 0.5)
+        a.job_processing(jobs[4])
+        a.job_released(jobs[4], 0, None)  # a handler's own release: still running until job_processed
+        assert wait_until(lambda: {r.id: r for r in live_workers(redis_client, PREFIX)}[a.id].jobs_done == 3)
+        ra = {r.id: r for r in live_workers(redis_client, PREFIX)}[a.id]
+        assert (ra.jobs_done, ra.jobs_failed, ra.jobs_released, ra.in_flight) == (3, 1, 1, 1)
+        a.worker_stopping(None, 0)
+        assert [r.id for r in live_workers(redis_client, PREFIX)] == [b.id]
+        assert not (tmp_path / "a.id").exists()
+        assert check_health(redis_client, PREFIX, within=10, queues=["emails"])[0]
+        assert not check_health(redis_client, PREFIX, within=10, queues=["high"])[0]
+    finally:
+        a.stop()
+        b.stop()
+    assert live_workers(redis_client, PREFIX) == []
+
+
+def test_a_killed_worker_expires_and_is_cleaned_from_the_registry(redis_client):
+    hb = Heartbeat(redis_client, PREFIX, interval=0.2, ttl=1)
+    hb.worker_starting(worker_like())
+    assert wait_until(lambda: live_workers(redis_client, PREFIX, ttl=1))
+    hb._stop.set()  # the process "dies": no more beats, no clean-up
+    assert wait_until(lambda: live_workers(redis_client, PREFIX, ttl=1) == [])
+    assert redis_client.zcard(registry_key(PREFIX)) == 0
+    assert redis_client.keys(f"{registry_key(PREFIX)}:*") == []
+
+
+def test_a_wedged_loop_stops_beating(redis_client):
+    hb = Heartbeat(redis_client, PREFIX, interval=0.1, ttl=1, stall_after=0.3)
+    hb.worker_starting(worker_like())
+    try:
+        assert wait_until(lambda: live_workers(redis_client, PREFIX))
+        first = live_workers(redis_client, PREFIX)[0].beat
+        assert wait_until(lambda: live_workers(redis_client, PREFIX, ttl=60)[0].beat > first)
+        hb._looped -= 10  # the loop has not reported for 10 s
+        time.sleep(0.3)
+        frozen = live_workers(redis_client, PREFIX, ttl=60)[0].beat
+        time.sleep(0.5)
+        assert live_workers(redis_client, PREFIX, ttl=60)[0].beat == frozen
+        assert not check_health(redis_client, PREFIX, within=0.4)[0]
+    finally:
+        hb.stop()
+
+
+def test_workers_and_health_commands(env, redis_client, tmp_path):
+    out = CliRunner().invoke(cli, ["workers"], env=env)
+    assert out.exit_code == 0 and "No live laraq workers" in out.output
+    assert CliRunner().invoke(cli, ["health"], env=env).exit_code == 1
+    idf = tmp_path / "w.id"
+    hb = Heartbeat(redis_client, PREFIX, interval=0.2, id_file=idf)
+    hb.worker_starting(worker_like(["default", "mail"], "web-1"))
+    try:
+        assert wait_until(lambda: live_workers(redis_client, PREFIX))
+        table = CliRunner().invoke(cli, ["workers"], env=env)
+        assert table.exit_code == 0 and "web-1" in table.output and "default,mail" in table.output
+        listed = json.loads(CliRunner().invoke(cli, ["workers", "--json"], env=env).output)
+        assert [w["id"] for w in listed] == [hb.id] and listed[0]["queues"] == ["default", "mail"]
+        for args in (["--id-file", str(idf)], ["--pid", str(os.getpid())], ["--pid", str(os.getppid())],
+                     ["--queue", "mail"], []):
+            result = CliRunner().invoke(cli, ["health", *args], env=env)
+            assert result.exit_code == 0, (args, result.output)
+        for args in (["--queue", "other"], ["--pid", "1", "--host", "elsewhere"],
+                     ["--id-file", str(tmp_path / "missing.id")]):
+            assert CliRunner().invoke(cli, ["health", *args], env=env).exit_code == 1, args
+    finally:
+        hb.stop()
+    result = CliRunner().invoke(cli, ["health", "--id-file", str(idf)], env=env)
+    assert result.exit_code == 1
+    unreachable = {**env, "REDIS_PORT": "1"}
+    result = CliRunner().invoke(cli, ["health"], env=unreachable)
+    assert result.exit_code == 1 and "cannot read" in result.output
