@@ -143,16 +143,20 @@ def php_available() -> bool:
     return shutil.which("php") is not None and Path("/usr/share/php/Illuminate/autoload.php").exists()
 
 
-@pytest.fixture(scope="session")
-def php() -> str:
+def _require_php() -> str:
     require(php_available(), "PHP + Debian's Laravel 8 are not installed (bash .ci/run installs them)")
     probe = subprocess.run(["php", "-m"], capture_output=True, text=True, check=True).stdout
     require("redis" in probe.split(), "php-redis extension missing")
     return shutil.which("php") or "php"
 
 
+@pytest.fixture(scope="session")
+def php() -> str:
+    return _require_php()
+
+
 @pytest.fixture(scope="session", params=["8", "12", "13"])
-def laravel(request: pytest.FixtureRequest, php: str) -> str:
+def laravel(request: pytest.FixtureRequest) -> str:
     """Each live Laravel line in turn (8: Debian's packages; 12, 13: the trees in ../shared/laravel-live).
 
     A differential test takes this fixture and builds ``PhpApp(port, version=laravel)``; a missing tree
@@ -160,6 +164,7 @@ def laravel(request: pytest.FixtureRequest, php: str) -> str:
     """
     from phpapp import live_missing
 
+    _require_php()
     version: str = request.param
     reason = live_missing(version)
     require(reason is None, reason or "")
