@@ -162,13 +162,18 @@ def laravel(request: pytest.FixtureRequest) -> str:
     A differential test takes this fixture and builds ``PhpApp(port, version=laravel)``; a missing tree
     skips locally and fails under CI.
     """
+    version: str = request.param
+    require_laravel(version)
+    return version
+
+
+def require_laravel(version: str) -> None:
+    """PHP and the given live Laravel line must be here: skip locally, fail under CI."""
     from phpapp import live_missing
 
     _require_php()
-    version: str = request.param
     reason = live_missing(version)
     require(reason is None, reason or "")
-    return version
 
 
 def load_json(path: Path) -> object:

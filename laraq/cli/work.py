@@ -138,7 +138,9 @@ def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None) -> int:
 
 def default_params(**overrides: Any) -> dict[str, Any]:
     """``laraq work``'s options with their defaults (for building a worker in-process)."""
-    params: dict[str, Any] = {p.name: p.default for p in work_cmd.params if p.name}
+    # get_default, not .default: click 8.3+ keeps an UNSET sentinel (truthy) there for flags
+    ctx = click.Context(work_cmd)
+    params: dict[str, Any] = {p.name: p.get_default(ctx) for p in work_cmd.params if p.name}
     params.update(connection=None, app_spec=None)
     unknown = set(overrides) - set(params)
     if unknown:
