@@ -36,6 +36,7 @@ from typing import Any
 
 from laraq.payload import build_object_payload, build_string_payload
 from laraq.queue import RedisQueue
+from laraq.routing import queue_name_of
 from laraq.versions import LaravelVersion
 
 __all__ = [
@@ -223,7 +224,11 @@ class Dispatcher:
         skip_defaults: bool = False,
         delete_when_missing_models: bool = False,
     ) -> PreparedJob:
-        """Build the payload :meth:`dispatch_job` would push, without pushing it."""
+        """Build the payload :meth:`dispatch_job` would push, without pushing it.
+
+        ``queue`` may be an enum case, stored as ``onQueue()`` stores it (its ``enum_value``).
+        """
+        queue = queue_name_of(queue)
         now = self.queue.clock()
         delay_seconds = None if delay is None else _seconds(delay, now)
         command = serialize_command(

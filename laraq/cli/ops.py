@@ -51,6 +51,7 @@ class Ops:
             prefix=settings.redis_prefix if prefix is None else prefix,
             retry_after=settings.retry_after,
             version=settings.version,
+            forwards=settings.env.get("LARAQ_QUEUE_FORWARD"),
         )
         encrypter = None
         if settings.app_key:
@@ -536,6 +537,12 @@ def _transfer_command(name: str, move: bool) -> click.Command:
                                 states=tuple(states) or ("pending", "delayed"), class_filter=class_filter)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from exc
+        refused = transfer.incompatible()
+        if refused:
+            shown = "\n  ".join(refused[:20]) + (f"\n  ... and {len(refused) - 20} more" if len(refused) > 20 else "")
+            raise click.ClickException(
+                f"refusing to {verb.lower()} to Laravel {target.version}: {len(refused)} job(s) it cannot run as "
+                f"dispatched; nothing was {'moved' if move else 'copied'} (--filter selects the classes to take):\n  {shown}")
         total = transfer.count()
         if dry_run:
             summary = transfer.plan()

@@ -164,6 +164,7 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
     from laraq.config import LaravelSettings, make_redis
     from laraq.output import Output
     from laraq.queue import RedisQueue
+    from laraq.routing import QueueForwards
 
     try:
         settings = LaravelSettings.from_env(env, env_file=params.get("env_file"), version=params.get("laravel"))
@@ -187,9 +188,14 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
         retry_after = None if text in ("null", "none", "") else int(text)
     block_for = params["block_for"] if params.get("block_for") is not None else settings.block_for
     connection_name = params.get("connection") or settings.connection_name
+    try:
+        forwards = QueueForwards.parse(settings.env.get("LARAQ_QUEUE_FORWARD"))
+    except ValueError as exc:
+        raise click.UsageError(f"LARAQ_QUEUE_FORWARD: {exc}") from exc
     queue = RedisQueue(
         client, connection_name=connection_name, default_queue=settings.redis_queue,
         prefix=settings.redis_prefix, retry_after=retry_after, block_for=block_for, version=settings.version,
+        forwards=forwards,
     )
 
     if params.get("stop_when_empty_for") and not settings.version.has_stop_when_empty_for:
