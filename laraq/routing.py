@@ -27,12 +27,13 @@ __all__ = ["QueueForwards", "enum_value", "queue_name_of"]
 def enum_value(value: Any) -> Any:
     """``enum_value()``: a backed case's value, a pure case's name; anything else unchanged.
 
-    Python enums whose values are ``str`` or ``int`` count as backed (``StrEnum``/``IntEnum`` and
-    plain ``Enum`` subclasses with such values); other enums give their member name.
+    Python has no pure/backed split, so: ``StrEnum``/``IntEnum`` (and ``str``/``int`` mix-in enums) and
+    plain ``Enum`` classes with ``str`` values count as backed; any other enum (``auto()`` numbers,
+    tuples, ...) counts as pure and gives its member name.
     """
     if isinstance(value, enum.Enum):
         raw = value.value
-        if isinstance(raw, str | int) and not isinstance(raw, bool):
+        if isinstance(value, str | int) or isinstance(raw, str):
             return raw
         return value.name
     return value
