@@ -109,6 +109,10 @@ class Job:
         self.command: Any = None
         #: The :class:`laraq.app.Handler` running this job (set by the worker).
         self.handler: Any = None
+        #: ``time.perf_counter()`` when the handler started (set by the worker; ``None`` before).
+        self.started_at: float | None = None
+        #: The delay of the last :meth:`release`, in whole seconds from the moment of the release.
+        self.release_delay: int = 0
 
     def __repr__(self) -> str:
         return f"<Job {self.name} id={self.id} attempts={self.attempts} queue={self.queue}>"
@@ -240,7 +244,9 @@ class Job:
             if not self._check_live("release"):
                 return
             self._released = True
-            self.redis_queue.release(self.reserved_job, delay)
+            queue = self.redis_queue
+            self.release_delay = max(0, queue.available_at(delay) - queue.current_time())
+            queue.release(self.reserved_job, delay)
 
     def fail(self, exc: BaseException | None = None) -> None:
         """Fail the job: delete it, run the failed callback and write ``failed_jobs``."""

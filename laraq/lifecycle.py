@@ -1,0 +1,325 @@
+"""The job lifecycle: what happens around a handler, as Laravel's ``Illuminate\\Queue\\Worker::process``
+and ``Illuminate\\Queue\\CallQueuedHandler`` do it.
+
+Owns, for the worker: the pre-run max-attempts check (``retryUntil`` wins over tries), decoding the
+command (decrypting an encrypted one), success (release the unique lock unless the job released
+itself, delete unless released/deleted/failed), a handler's exception (fail if this was the last
+attempt or ``maxExceptions`` is reached - the shared cache counter ``job-exceptions:<uuid>``, so PHP
+and Python count together - else release with the backoff), failing (``Job::fail``'s ``JobFailed``
+side: Python ``failed`` callback, ShouldBeUnique lock release, a ``failed_jobs`` row with the original
+body, or the body put back if that row cannot be written), and jobs without a Python handler
+(``--unhandled``: requeued untouched, released, or failed). Every outcome is announced once through
+the worker's :mod:`laraq.events` listeners.
+
+A mixin of :class:`laraq.worker.Worker`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+
+from laraq.failed import FailedJobStore, format_exception, max_attempts_exceeded
+from laraq.job import Job, JobAbandoned, ManuallyFailedError, UnhandledJobError
+from laraq.payload import PayloadError
+from laraq.reservation import REDIS_DOWN
+from laraq.serializer import PHPObject, PHPSerializeError, loads
+
+if TYPE_CHECKING:
+    from laraq.app import App, Handler
+    from laraq.encryption import Encrypter
+    from laraq.events import Listeners
+    from laraq.execution import _Running
+    from laraq.queue import RedisQueue
+    from laraq.versions import LaravelVersion
+
+__all__ = ["CacheLike", "Lifecycle", "UnhandledPolicy"]
+
+log = logging.getLogger("laraq.worker")
+
+UnhandledPolicy = Literal["fail", "release", "requeue"]
+T = TypeVar("T")
+
+_REDIS_DOWN = REDIS_DOWN
+_UNKNOWN = object()
+
+
+class CacheLike(Protocol):
+    def restart_timestamp(self) -> int | None: ...
+    def paused_queues(self, connection: str, queues: list[str]) -> list[str]: ...
+    def job_exceptions_increment(self, uuid: str) -> int: ...
+    def job_exceptions_forget(self, uuid: str) -> bool: ...
+    def unique_lock_release(self, job_class: str, unique_id: str = "", display_name: str | None = None,
+                            *, owner: str | None = None) -> bool: ...
+
+
+class Lifecycle:
+    """The worker's per-job rules (mixin of :class:`laraq.worker.Worker`)."""
+
+    app: App
+    queue: RedisQueue
+    options: Any
+    version: LaravelVersion
+    cache: CacheLike | None
+    failer: FailedJobStore | None
+    encrypter: Encrypter | None
+    connection_name: str
+    events: Listeners
+    _failer_lock: threading.Lock
+
+    def process(self, job: Job, running: _Running | None = None, handler: Any = _UNKNOWN) -> None:
+        """Laravel's ``Worker::process`` for one job (``running`` ties it to the watchdog; ``handler``:
+        the caller's ``app.resolve`` of this payload, if it did it already)."""
+        if handler is _UNKNOWN:
+            handler = self.app.resolve(job.payload)
+        if handler is None:
+            self._unhandled(job)
+            self._claim(running, "finishing")
+            return
+        job.handler = handler
+        self._processing(job)
+        try:
+            self._fail_if_already_exceeds_max_attempts(job)
+            if job.is_deleted:
+                if self._claim(running, "finishing"):
+                    self._processed(job)
+                return
+            self._fire(job, handler, running)
+            if not self._claim(running, "finishing"):
+                return
+            self._after_success(job, handler)
+            self._processed(job)
+        except (JobAbandoned, concurrent.futures.CancelledError, asyncio.CancelledError):
+            if self._claim(running, "finishing"):  # cancelled by someone else than the watchdog
+                self._handle_job_exception(job, RuntimeError(f"{job.name} was cancelled"))
+        except Exception as exc:
+            if not self._claim(running, "finishing"):
+                return
+            self._report(job, exc)
+            self._handle_job_exception(job, exc)
+        except BaseException as exc:
+            # SystemExit, KeyboardInterrupt or another BaseException raised by a handler: a job
+            # exception like any other (PHP's Throwable); swallowing it would strand the job in
+            # :reserved until retry_after with its attempt not counted
+            if not self._claim(running, "finishing"):
+                return
+            self._report(job, exc)
+            self._handle_job_exception(job, exc)
+
+    async def _process_async(self, job: Job, handler: Handler, running: _Running) -> None:
+        """:meth:`process` for an async handler, as a task on the fast path's loop (pre-check done)."""
+        job.handler = handler
+        self._processing(job)
+        try:
+            try:
+                argument = self._decode(job, handler)
+                await handler.func(argument, job)  # type: ignore[misc]
+            finally:
+                if running.task_done is not None:
+                    running.task_done.set()
+            if not self._claim(running, "finishing"):
+                return
+            self._after_success(job, handler)
+            self._processed(job)
+        except (JobAbandoned, asyncio.CancelledError):
+            if self._claim(running, "finishing"):
+                await self._off_loop(self._handle_job_exception, job, RuntimeError(f"{job.name} was cancelled"))
+        except BaseException as exc:  # a handler's exception, SystemExit and KeyboardInterrupt included
+            if isinstance(exc, GeneratorExit):
+                raise
+            if not self._claim(running, "finishing"):
+                return
+            self._report(job, exc)
+            await self._off_loop(self._handle_job_exception, job, exc)
+
+    def _decode(self, job: Job, handler: Handler) -> Any:
+        """The handler's first argument: the unserialized (decrypted) command, or ``data``."""
+        if handler.kind == "string":
+            job.command = job.payload.data
+            return job.command
+        text = job.payload.command
+        if text is None:
+            raise PayloadError(f"{job.name} (uuid {job.uuid}) has no data.command to unserialize")
+        if job.payload.is_encrypted_command:
+            if self.encrypter is None:
+                raise RuntimeError(f"Unable to extract job payload: {job.name} is encrypted and APP_KEY is not set")
+            try:
+                raw = self.encrypter.decrypt(text, unserialize=True)
+            except Exception as exc:
+                raise RuntimeError(f"Cannot decrypt the command of {job.name} (uuid {job.uuid}): {exc}") from exc
+        else:
+            raw = text.encode("utf-8")
+        try:
+            job.command = loads(raw)
+        except PHPSerializeError as exc:
+            raise PHPSerializeError(f"Cannot unserialize the command of {job.name} (uuid {job.uuid}): {exc}") from exc
+        return job.command
+
+    def _after_success(self, job: Job, handler: Handler) -> None:
+        """CallQueuedHandler after ``handle()``: release the unique lock, delete unless released."""
+        if not job.is_released:
+            self._release_unique_lock(job)
+        if not job.is_deleted_or_released and not job.has_failed:
+            self._retrying(job.delete)
+
+    def _processing(self, job: Job) -> None:
+        """Laravel's ``JobProcessing``: the handler is about to run."""
+        job.started_at = time.perf_counter()
+        self.events.emit("job_processing", job)
+
+    def _processed(self, job: Job) -> None:
+        """Laravel's ``JobProcessed`` (a job that released itself is announced as released first)."""
+        if job.is_released:
+            self.events.emit("job_released", job, job.release_delay, None)
+        started = job.started_at
+        self.events.emit("job_processed", job, 0.0 if started is None else time.perf_counter() - started)
+
+    def _report(self, job: Job, exc: BaseException) -> None:
+        log.error("%s (id %s, attempt %d) raised %s: %s", job.name, job.id, job.attempts,
+                  type(exc).__name__, exc, exc_info=(type(exc), exc, exc.__traceback__))
+
+    def _max_tries(self, job: Job) -> int:
+        return job.max_tries if job.max_tries is not None else int(self.options.max_tries)
+
+    def _precheck_fails(self, job: Job) -> bool:
+        """Would :meth:`_fail_if_already_exceeds_max_attempts` fail this job? (no side effects)"""
+        retry_until = job.retry_until
+        if retry_until and time.time() <= retry_until:
+            return False
+        max_tries = self._max_tries(job)
+        return bool(retry_until) or not (max_tries == 0 or job.attempts <= max_tries)
+
+    def _fail_if_already_exceeds_max_attempts(self, job: Job) -> None:
+        retry_until = job.retry_until
+        if retry_until and time.time() <= retry_until:
+            return
+        max_tries = self._max_tries(job)
+        if not retry_until and (max_tries == 0 or job.attempts <= max_tries):
+            return
+        exc = max_attempts_exceeded(job.name, self.version)
+        job.fail(exc)
+        raise exc
+
+    def _fail_if_will_exceed_max_attempts(self, job: Job, exc: BaseException, *, force: bool = False) -> None:
+        retry_until = job.retry_until
+        if retry_until and retry_until <= time.time():
+            job.fail_internal(exc, from_watchdog=force)
+        max_tries = self._max_tries(job)
+        if not retry_until and max_tries > 0 and job.attempts >= max_tries:
+            job.fail_internal(exc, from_watchdog=force)
+
+    def _fail_if_will_exceed_max_exceptions(self, job: Job, exc: BaseException, *, force: bool = False) -> None:
+        if self.cache is None or job.uuid is None or job.max_exceptions is None:
+            return
+        if job.max_exceptions <= self.cache.job_exceptions_increment(job.uuid):
+            self.cache.job_exceptions_forget(job.uuid)
+            job.fail_internal(exc, from_watchdog=force)
+
+    def _handle_job_exception(self, job: Job, exc: BaseException) -> None:
+        try:
+            if not job.has_failed:
+                self._fail_if_will_exceed_max_attempts(job, exc)
+                self._fail_if_will_exceed_max_exceptions(job, exc)
+        except Exception:
+            log.exception("could not apply tries/maxExceptions to %s", job.name)
+        finally:
+            if not (job.is_deleted or job.is_released or job.has_failed):
+                backoff = job.payload.backoff_seconds(job.attempts, self.options.backoff)
+                self._retrying(lambda: job.release(backoff))
+                self.events.emit("job_released", job, backoff, exc)
+
+    def _job_failed(self, job: Job, exc: BaseException | None) -> None:
+        """The ``JobFailed`` side of ``Job::fail``: callback, unique lock, ``failed_jobs`` row, event."""
+        error = exc if exc is not None else ManuallyFailedError("")
+        try:
+            callback = self.app.failed_callback(job.payload)
+            if callback is not None:
+                result = callback(job.command, job, error)
+                if asyncio.iscoroutine(result):
+                    self._run_coroutine(result, self.options.timeout or None)
+            self._release_unique_lock(job)
+        except Exception:
+            log.exception("the failed() callback of %s raised", job.name)
+        finally:
+            text = format_exception(error, job_name=job.name)
+            try:
+                self._log_failed(job.connection, job.queue, job.body, text)
+            except Exception as log_exc:
+                log.error("%s (uuid %s) failed but failed_jobs could not be written (%s): "
+                          "putting it back on the queue in 60s", job.name, job.uuid, log_exc)
+                self._retrying(lambda: self._put_back(job, 60, require_reservation=False))
+            log.warning("%s (uuid %s) failed: %s", job.name, job.uuid, text.splitlines()[0] if text else "")
+            started = job.started_at
+            self.events.emit("job_failed", job, error,
+                             None if started is None else time.perf_counter() - started)
+
+    def _log_failed(self, connection: str, queue: str, body: bytes, text: str) -> None:
+        if self.failer is None:
+            return
+        with self._failer_lock:
+            self.failer.log(connection, queue, body, text)
+
+    def _release_unique_lock(self, job: Job) -> None:
+        """Release a ShouldBeUnique lock when it can be identified (see ``compat-docs/worker.md``)."""
+        handler: Handler | None = getattr(job, "handler", None)
+        command = job.command
+        if self.cache is None or handler is None or handler.unique is False or not isinstance(command, PHPObject):
+            return
+        if handler.unique is None and "uniqueId" not in command:
+            return
+        unique_id = command.get("uniqueId")
+        owner = command.get("uniqueLockOwner") or None
+        try:
+            self.cache.unique_lock_release(
+                job.payload.command_name or job.name, "" if unique_id is None else str(unique_id),
+                job.display_name, owner=owner,
+            )
+        except Exception as exc:
+            log.warning("could not release the unique lock of %s: %s", job.name, exc)
+
+    def _unhandled(self, job: Job) -> None:
+        name = job.payload.command_name or str(job.payload.decoded.get("job") or "") or job.name
+        reason = f"No Python handler registered for {name}"
+        policy = self.options.unhandled
+        delay = max(1, int(self.options.unhandled_delay))
+        if policy == "fail":
+            self.events.emit("job_unhandled", job, "fail", reason)
+            job.fail(UnhandledJobError(reason))
+            return
+        if policy == "release":
+            self._retrying(lambda: job.release(delay))
+            detail = f"released for {delay}s"
+        else:
+            self._retrying(lambda: self._put_back(job, delay))
+            detail = f"requeued untouched in {delay}s"
+        log.warning("%s (id %s on %s): %s", reason, job.id, job.queue, detail)
+        self.events.emit("job_unhandled", job, policy, detail)
+
+    def _put_back(self, job: Job, delay: int, *, require_reservation: bool = True) -> None:
+        """Put the original body back on ``:delayed`` (attempts not burned)."""
+        keys = self.queue.keys(job.queue)
+        if require_reservation:
+            self.queue.scripts.requeue(keys.reserved, keys.delayed, job.reserved, self.queue.available_at(delay),
+                                       job.body)
+        else:
+            self.queue.client.zadd(keys.delayed, {job.body: self.queue.available_at(delay)})
+
+    def _retrying(self, action: Callable[[], T], attempts: int = 4) -> T | None:
+        """Run a Redis write, retrying while Redis is unreachable (the outcome is known; keep it)."""
+        delay = 0.5
+        for attempt in range(attempts):
+            try:
+                return action()
+            except _REDIS_DOWN as exc:
+                if attempt == attempts - 1:
+                    log.error("Redis write failed after %d attempts (%s): the job stays reserved "
+                              "until retry_after", attempts, exc)
+                    return None
+                time.sleep(delay)
+                delay *= 2
+        return None

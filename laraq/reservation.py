@@ -1,0 +1,343 @@
+"""Reservation: taking jobs from Redis and keeping them ours until they start (Laravel's ``RedisQueue::pop``
+side of ``Illuminate\\Queue\\Worker::getNextJob``).
+
+Owns, for the worker: the classic one-job pop (:meth:`Reservation.next_job`, Laravel's ``getNextJob``
+with paused queues skipped), the batched fast path's reserve rounds (several jobs per Lua call, the
+pending acks riding along), the adaptive prefetch budget, the buffer of reserved-but-unstarted jobs and
+their leases (renewed with ``ZADD XX`` before half of ``retry_after`` runs out, dropped if someone else
+migrated them back), giving the buffer back to the head of its lists on stop/pause, the deferred acks
+(``Job.delete``'s ``ZREM``), ``BLPOP :notify`` (``block_for``), Redis outages, and wrapping a reservation
+in a :class:`~laraq.job.Job` (an unreadable body goes to ``failed_jobs`` with a clear reason).
+
+A mixin of :class:`laraq.worker.Worker`: the state it owns is set up by :meth:`Reservation._init_reservation`.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from laraq.failed import format_exception
+from laraq.job import Job
+from laraq.payload import Payload, PayloadError
+from laraq.queue import ReservedJob
+
+if TYPE_CHECKING:
+    from laraq.events import Listeners
+    from laraq.queue import RedisQueue
+    from laraq.versions import LaravelVersion
+
+__all__ = ["REDIS_DOWN", "Reservation"]
+
+log = logging.getLogger("laraq.worker")
+
+#: The errors that mean "Redis is unreachable right now" (retry, never lose the outcome).
+REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+_REDIS_DOWN = REDIS_DOWN
+#: Deferred acks are sent at the latest this many seconds after the oldest one.
+_ACK_MAX_AGE = 0.05
+
+
+@dataclass(eq=False)
+class _Buffered:
+    """A prefetched job: reserved (its lease runs until ``lease_until``, unix seconds), not started."""
+
+    job: Job
+    lease_until: float
+
+
+class Reservation:
+    """The worker's reserving side (mixin of :class:`laraq.worker.Worker`)."""
+
+    queue: RedisQueue
+    queues: list[str]
+    options: Any
+    version: LaravelVersion
+    cache: Any
+    connection_name: str
+    events: Listeners
+    on_job_popped: Any
+    _loop_thread: int | None
+    _reconnect_delay: float
+
+    def _init_reservation(self) -> None:
+        #: set by next_job when a reservation was taken (even one rejected as unreadable)
+        self._took_reservation = False
+        self._took_unreadable = 0
+        self._redis_down_since: float | None = None
+        self._reconnect_delay = 0.0
+        self._buffer: collections.deque[_Buffered] = collections.deque()
+        self._acks: dict[str, list[bytes]] = {}
+        self._ack_lock = threading.Lock()
+        self._ack_since: float | None = None
+        self._paused_queues: set[str] = set()
+        #: the measured average job duration (seconds) the prefetch budget is based on
+        self._avg_duration: float | None = None
+        #: the earliest time (unix seconds) at which a buffered lease needs renewing
+        self._renew_at = math.inf
+
+    def _reserve_count(self, free: int, jobs_processed: int) -> int:
+        """How many jobs to reserve now: the free slots plus an adaptive, time-bounded prefetch."""
+        opts = self.options
+        want = free
+        if opts.prefetch and self._avg_duration is not None:
+            budget = opts.prefetch_seconds
+            if self.queue.retry_after is not None:
+                budget = min(budget, self.queue.retry_after / 4)
+            want += int(budget * opts.concurrency / max(self._avg_duration, 1e-6))
+        want = min(want, max(opts.batch, free))
+        if opts.max_jobs:
+            want = min(want, opts.max_jobs - jobs_processed)
+        return want
+
+    def _reserve_round(self, want: int) -> int:
+        """One reserve round over the ``--queue`` list (first queue first, like consecutive pops),
+        the pending acks riding along; buffers the jobs and returns how many usable ones came."""
+        acks = self._take_acks()
+        self._took_reservation = False
+        self._took_unreadable = 0
+        count = 0
+        try:
+            self._paused_queues = set()
+            if self.cache is not None and self.version.has_queue_pause:
+                self._paused_queues = set(self.cache.paused_queues(self.connection_name, self.queues))
+            expiry_base = time.time()
+            for index, name in enumerate(self.queues):
+                mine = acks.pop(name, [])
+                if name in self._paused_queues or count >= want:
+                    if mine:
+                        acks[name] = mine
+                    continue
+                try:
+                    reserved = self.queue.reserve_batch(name, want - count, mine)
+                except BaseException:
+                    acks.setdefault(name, []).extend(mine)
+                    raise
+                if index == 0:
+                    self.queue.secondary_queue_had_job = False
+                elif reserved:
+                    self.queue.secondary_queue_had_job = True
+                lease = math.floor(expiry_base) + (self.queue.retry_after or 0)
+                for item in reserved:
+                    self._took_reservation = True
+                    job = self.make_job(item)
+                    if job is None:
+                        self._took_unreadable += 1
+                        continue
+                    self._buffer.append(_Buffered(job, lease))
+                    count += 1
+                if reserved and self.queue.retry_after is not None:
+                    self._renew_at = min(self._renew_at, lease - self.queue.retry_after / 2)
+            if acks:
+                self.queue.ack(acks)
+                acks = {}
+            self._redis_up()
+        except _REDIS_DOWN as exc:
+            self._redis_lost(exc)
+        except Exception:
+            log.exception("could not reserve jobs from %s", ",".join(self.queues))
+            self._reconnect_delay = 1.0
+        finally:
+            if acks:
+                self._restore_acks(acks)
+        return count
+
+    def _block_for_job(self) -> bool:
+        """``block_for``: ``BLPOP :notify`` as Laravel's pop does (only the first queue from 11.27
+        unless a later one had a job; every queue in turn before). True if a token arrived."""
+        block_for = self.queue.block_for
+        if block_for is None:
+            return False
+        first_only = self.version.blocks_only_on_first_queue
+        try:
+            for index, name in enumerate(self.queues):
+                if name in self._paused_queues:
+                    continue
+                if first_only and (index > 0 or self.queue.secondary_queue_had_job):
+                    continue
+                if self.queue.client.blpop([self.queue.keys(name).notify], timeout=block_for):
+                    return True
+        except _REDIS_DOWN as exc:
+            self._redis_lost(exc)
+        return False
+
+    def _lease_ok(self, item: _Buffered) -> bool:
+        """A buffered job may start only while its reservation is still ours. Its lease is renewed
+        first whenever a reservation made now would expire later (so a started job gets the same
+        ``retry_after`` from its start as a Laravel pop gives it); the rest of the buffer is renewed
+        in the same call. A job someone else migrated back is dropped, never run."""
+        retry_after = self.queue.retry_after
+        if retry_after is None:
+            return True
+        fresh = math.floor(time.time()) + retry_after
+        if fresh <= item.lease_until:
+            return True
+        items = [item, *(b for b in self._buffer if b.job.queue == item.job.queue and b.lease_until < fresh)]
+        try:
+            alive = self.queue.renew(item.job.queue, [b.job.reserved for b in items])
+        except Exception as exc:
+            log.warning("could not renew the reservation of %s (%s): not starting it", item.job.name, exc)
+            return False
+        gone = set()
+        for b, ours in zip(items, alive, strict=False):
+            if ours:
+                b.lease_until = fresh
+            else:
+                gone.add(id(b))
+                log.warning("%s (id %s) was taken back from :reserved before it started: not running it",
+                            b.job.name, b.job.id)
+        if len(gone) > (id(item) in gone):
+            self._buffer = collections.deque(b for b in self._buffer if id(b) not in gone)
+        return id(item) not in gone
+
+    def _renew_leases(self) -> None:
+        """Push the reservation of buffered jobs past half their ``retry_after`` forward (``ZADD XX``)."""
+        retry_after = self.queue.retry_after
+        if retry_after is None or not self._buffer:
+            return
+        now = time.time()
+        if now < self._renew_at:  # no buffered lease is due yet: skip the scan
+            return
+        half = retry_after / 2
+        due = [b for b in self._buffer if b.lease_until - now < half]
+        self._renew_at = min((b.lease_until - half for b in self._buffer if b.lease_until - now >= half),
+                             default=math.inf)
+        if not due:
+            return
+        gone: set[int] = set()
+        by_queue: dict[str, list[_Buffered]] = {}
+        for b in due:
+            by_queue.setdefault(b.job.queue, []).append(b)
+        for name, items in by_queue.items():
+            try:
+                alive = self.queue.renew(name, [b.job.reserved for b in items])
+            except Exception as exc:
+                log.warning("could not renew buffered reservations on %s: %s", name, exc)
+                self._renew_at = now  # still due: try again on the next pass
+                continue
+            lease = math.floor(time.time()) + retry_after
+            self._renew_at = min(self._renew_at, lease - half)
+            for b, ours in zip(items, alive, strict=False):
+                if ours:
+                    b.lease_until = lease
+                else:
+                    gone.add(id(b))
+                    log.warning("%s (id %s) was taken back from :reserved while buffered: dropped",
+                                b.job.name, b.job.id)
+        if gone:
+            self._buffer = collections.deque(b for b in self._buffer if id(b) not in gone)
+
+    def _give_back_buffer(self) -> None:
+        """Hand buffered, unstarted jobs back to the head of their lists (attempts not burned)."""
+        if not self._buffer:
+            return
+        by_queue: dict[str, list[ReservedJob]] = {}
+        for b in self._buffer:
+            by_queue.setdefault(b.job.queue, []).append(b.job.reserved_job)
+        self._buffer.clear()
+        for name, jobs in by_queue.items():
+            try:
+                given = self.queue.give_back(name, jobs)
+                log.info("gave %d buffered job(s) back to %s", given, name)
+            except Exception as exc:
+                log.warning("could not give %d buffered job(s) back to %s (%s): they return after "
+                            "retry_after", len(jobs), name, exc)
+
+    def _ack(self, job: Job) -> None:
+        """``Job.delete`` on the fast path: the ``ZREM`` rides on the next reserve call or flush."""
+        with self._ack_lock:
+            self._acks.setdefault(job.queue, []).append(job.reserved)
+            if self._ack_since is None:
+                self._ack_since = time.monotonic()
+
+    def _take_acks(self) -> dict[str, list[bytes]]:
+        with self._ack_lock:
+            acks, self._acks, self._ack_since = self._acks, {}, None
+        return acks
+
+    def _restore_acks(self, acks: dict[str, list[bytes]]) -> None:
+        with self._ack_lock:
+            for name, members in acks.items():
+                self._acks.setdefault(name, []).extend(members)
+            if self._ack_since is None:
+                self._ack_since = time.monotonic()
+
+    def _flush_acks(self, *, force: bool = False) -> None:
+        """Send the deferred ``ZREM``s now if forced or if the oldest is ``_ACK_MAX_AGE`` old."""
+        since = self._ack_since
+        if since is None or (not force and time.monotonic() - since < _ACK_MAX_AGE):
+            return
+        acks = self._take_acks()
+        try:
+            self.queue.ack(acks)
+        except Exception as exc:
+            log.warning("could not send %d ack(s) (%s): retrying", sum(map(len, acks.values())), exc)
+            self._restore_acks(acks)
+
+    def next_job(self) -> Job | None:
+        """Laravel's ``getNextJob``: the first job of the queue list, skipping paused queues."""
+        try:
+            paused: set[str] = set()
+            if self.cache is not None and self.version.has_queue_pause:
+                paused = set(self.cache.paused_queues(self.connection_name, self.queues))
+            for index, name in enumerate(self.queues):
+                if name in paused:
+                    continue
+                reserved = self.queue.pop(name, index)
+                if reserved is not None:
+                    self._took_reservation = True
+                    self._redis_up()
+                    if self.on_job_popped is not None:
+                        self.on_job_popped()
+                    return self.make_job(reserved)
+            self._redis_up()
+        except _REDIS_DOWN as exc:
+            self._redis_lost(exc)
+        except Exception:
+            log.exception("could not pop a job from %s", ",".join(self.queues))
+            self._reconnect_delay = 1.0
+        return None
+
+    def _redis_lost(self, exc: BaseException) -> None:
+        now = time.monotonic()
+        if self._redis_down_since is None:
+            self._redis_down_since = now
+        self._reconnect_delay = min(30.0, max(1.0, self._reconnect_delay * 2))
+        log.warning("Redis unreachable at %s (%s); retrying in %.0fs",
+                    self.queue.redacted_url(), exc, self._reconnect_delay)
+
+    def _redis_up(self) -> None:
+        if self._redis_down_since is not None:
+            log.warning("Redis reachable again after %.0fs", time.monotonic() - self._redis_down_since)
+        self._redis_down_since = None
+        self._reconnect_delay = 0.0
+
+    def make_job(self, reserved: ReservedJob) -> Job | None:
+        """Wrap a reservation; a body Python cannot read is failed (or put back) with a clear reason."""
+        try:
+            payload = Payload.parse(reserved.body, version=self.version)
+        except PayloadError as exc:
+            self._reject_unreadable(reserved, exc)
+            return None
+        acker = self._ack if self._loop_thread is not None else None
+        job = Job(self.queue, reserved, payload, connection_name=self.connection_name, on_fail=self._job_failed,
+                  acker=acker)
+        self.events.emit("job_reserved", job)
+        return job
+
+    def _reject_unreadable(self, reserved: ReservedJob, exc: PayloadError) -> None:
+        error = PayloadError(f"laraq cannot read the job payload on queue {reserved.queue}: {exc}")
+        try:
+            self._log_failed(self.connection_name, reserved.queue, reserved.body, format_exception(error))
+            self.queue.delete_reserved(reserved)
+            log.error("%s: moved to failed_jobs", error)
+        except Exception as log_exc:
+            log.error("%s; could not write failed_jobs (%s): released for 60s", error, log_exc)
+            self._retrying(lambda: self.queue.release(reserved, 60))
