@@ -141,6 +141,31 @@ def test_listing_helpers_match_php(redis_server: Any, redis_client: Any, state: 
                                                  "createdAt": None}
 
 
+def test_debounced_jobs_go_back_to_php_which_runs_only_the_newest(redis_server: Any, redis_client: Any) -> None:
+    require_laravel("13")
+    app = PhpApp(redis_server.port, version="13")
+    app.tool("dispatch", "debounced", '--args={"key": "k1", "label": "first"}')
+    app.tool("dispatch", "debounced", '--args={"key": "k1", "label": "second"}')
+    delayed = app.prefix + "queues:default:delayed"
+
+    def make_due() -> list[bytes]:
+        members = redis_client.zrange(delayed, 0, -1)
+        redis_client.zadd(delayed, dict.fromkeys(members, 0))
+        return members
+
+    bodies = make_due()
+    assert len(bodies) == 2
+    # laraq has a handler for the class, but cannot tell which copy is superseded: both go back untouched
+    proc = run_laraq(app, "--stop-when-empty", app_spec="test_live_13:attr_app")
+    assert proc.returncode == 0, proc.stderr
+    assert "is debounced" in proc.stderr and app.runs() == []
+    assert sorted(make_due()) == sorted(bodies)  # byte for byte, attempts not burned
+    # PHP runs the newest dispatch only and deletes the superseded one
+    app.artisan("queue:work", "redis", "--stop-when-empty", "--sleep=0", check=True)
+    assert [(r["class"], r["label"]) for r in app.runs()] == [("App\\Jobs\\DebouncedJob", "second")]
+    assert app.tool("size")["size"] == 0
+
+
 # -- a handler for AttributeJob (fails, so the attribute backoff applies) ---------------------------------
 
 from laraq.app import App  # noqa: E402
@@ -151,3 +176,8 @@ attr_app = App("attr")
 @attr_app.handler("App\\Jobs\\AttributeJob")
 def attribute_job(command: Any, job: Any) -> None:
     raise RuntimeError(f"attribute job failed in python: {command.mode}")
+
+
+@attr_app.handler("App\\Jobs\\DebouncedJob")
+def debounced_job(command: Any, job: Any) -> None:
+    raise AssertionError("a debounced job must never run in Python")
