@@ -42,6 +42,7 @@ from typing import Any
 
 from laraq.payload import build_object_payload, build_string_payload, horizon_prepare, new_uuid
 from laraq.queue import RedisQueue
+from laraq.routing import queue_name_of
 from laraq.versions import LaravelVersion
 
 __all__ = [
@@ -256,8 +257,10 @@ class Dispatcher:
     ) -> PreparedJob:
         """Build the payload :meth:`dispatch_job` would push, without pushing it.
 
-        ``tags`` and ``silenced`` are Horizon's (used only with ``horizon=``).
+        ``tags`` and ``silenced`` are Horizon's (used only with ``horizon=``). ``queue`` may be an enum
+        case, stored as ``onQueue()`` stores it (its ``enum_value``).
         """
+        queue = queue_name_of(queue)
         now = self.queue.clock()
         delay_seconds = None if delay is None else _seconds(delay, now)
         command = serialize_command(

@@ -134,7 +134,7 @@ class Execution:
         started = time.perf_counter()
         loop = self._loop
         assert loop is not None
-        if handler is not None and handler.is_async and not self._precheck_fails(job):
+        if handler is not None and handler.is_async and not self._php_only(job) and not self._precheck_fails(job):
             running.is_async = True
             running.task_done = _Flag()
             task = loop.create_task(self._process_async(job, handler, running))

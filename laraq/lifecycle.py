@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -62,6 +63,10 @@ class CacheLike(Protocol):
                             *, owner: str | None = None) -> bool: ...
 
 
+#: A non-empty ``debounceOwner`` property in a serialized command (13.6+ debounce).
+_DEBOUNCED = re.compile(r's:13:"debounceOwner";s:[1-9][0-9]*:')
+
+
 class Lifecycle:
     """The worker's per-job rules (mixin of :class:`laraq.worker.Worker`)."""
 
@@ -82,7 +87,7 @@ class Lifecycle:
         the caller's ``app.resolve`` of this payload, if it did it already)."""
         if handler is _UNKNOWN:
             handler = self.app.resolve(job.payload)
-        if handler is None:
+        if handler is None or self._php_only(job):
             self._unhandled(job)
             self._claim(running, "finishing")
             return
@@ -342,9 +347,32 @@ class Lifecycle:
         with self._failer_lock:
             self.failer.log(connection, queue, body, text)
 
+    def _php_only(self, job: Job) -> str | None:
+        """Why only PHP's ``CallQueuedHandler`` can run this job as meant, or None.
+
+        A debounced job (13.6+ ``#[DebounceFor]``: a non-empty ``debounceOwner`` in its command) must be
+        deleted unsent when a newer dispatch superseded it, which is decided by the job's own
+        ``debounceId()``/``debounceVia()`` PHP methods; laraq cannot evaluate them, so the job goes back
+        to PHP through the ``--unhandled`` policy, loudly, instead of running superseded copies.
+        """
+        text = job.payload.command
+        if not text or not self.version.since("13.6"):
+            return None
+        if job.payload.is_encrypted_command:
+            if self.encrypter is None:
+                return None  # the decode step reports the missing key
+            try:
+                text = self.encrypter.decrypt(text, unserialize=True).decode("utf-8", "replace")
+            except Exception:
+                return None  # the decode step reports it
+        if _DEBOUNCED.search(text):
+            return (f"{job.name} is debounced (#[DebounceFor], Laravel 13.6+): only PHP can tell whether a "
+                    "newer dispatch superseded it")
+        return None
+
     def _unhandled(self, job: Job) -> None:
         name = job.payload.command_name or str(job.payload.decoded.get("job") or "") or job.name
-        reason = f"No Python handler registered for {name}"
+        reason = self._php_only(job) or f"No Python handler registered for {name}"
         policy = self.options.unhandled
         delay = max(1, int(self.options.unhandled_delay))
         if policy == "fail":

@@ -50,9 +50,10 @@ from typing import IO, Any
 
 from laraq.inspect import JobView, _matches
 from laraq.queue import QueueKeys, RedisQueue
+from laraq.versions import LaravelVersion
 
 __all__ = ["TRANSFER_MARK", "ImportLineError", "Transfer", "TransferSummary", "export_jobs", "import_jobs",
-           "job_identity"]
+           "job_identity", "unsupported_by"]
 
 #: Infix of laraq's transfer bookkeeping keys (skipped by queue discovery).
 TRANSFER_MARK = ":laraq-transfer:"
@@ -228,6 +229,33 @@ class TransferSummary:
         return "\n".join(lines)
 
 
+#: A non-empty ``debounceOwner`` in a serialized command (as it appears inside the JSON payload).
+_DEBOUNCED = re.compile(rb's:13:\\"debounceOwner\\";s:[1-9][0-9]*:')
+
+
+def unsupported_by(member: bytes, version: LaravelVersion) -> str | None:
+    """Why ``version``'s worker cannot run this payload the way the dispatching version would, or None.
+
+    Payloads are moved byte for byte and every line from 8 to 13 reads the others' payloads (proven
+    live for 8 and 13 both ways in ``tests/test_live_crossversion.py``); what an older worker cannot do
+    is honour a feature it lacks. Today: a debounced job (``#[DebounceFor]``, 13.6+) would run on an
+    older worker even when a newer dispatch superseded it. An encrypted command cannot be looked into.
+    """
+    if not version.since("13.6") and _DEBOUNCED.search(member):
+        return f"it is debounced (#[DebounceFor], Laravel 13.6+); Laravel {version} would run superseded copies"
+    return None
+
+
+def _describe_member(member: bytes) -> str:
+    try:
+        doc = json.loads(member)
+    except (ValueError, UnicodeDecodeError):
+        return "an unreadable member"
+    if not isinstance(doc, dict):
+        return "an unreadable member"
+    return f"{doc.get('displayName') or doc.get('job') or '?'} (uuid {doc.get('uuid') or '?'})"
+
+
 class Transfer:
     """Move (or copy) the jobs of ``source_name`` on ``source`` to ``dest_name`` on ``dest``.
 
@@ -373,6 +401,24 @@ class Transfer:
                 summary.transferred[state] += 1
         self._left_reserved(summary)
         return summary
+
+    def incompatible(self) -> list[str]:
+        """Jobs (of the wanted ones) the destination's Laravel cannot run as the source's would.
+
+        Each entry names the job and the reason (see :func:`unsupported_by`); empty when all can run.
+        """
+        problems: list[str] = []
+        for state in self.states:
+            key = _key(self.src_keys, state)
+            members = (self.source.client.lrange(key, 0, -1) if _kind(state) == "list"
+                       else self.source.client.zrange(key, 0, -1))
+            for member in members:
+                if not self._wanted(member, state):
+                    continue
+                reason = unsupported_by(member, self.dest.version)
+                if reason:
+                    problems.append(f"{_describe_member(member)}: {reason}")
+        return problems
 
     def _summary(self) -> TransferSummary:
         return TransferSummary("move" if self.move else "copy", self.describe_source(), self.describe_dest(),

@@ -22,15 +22,17 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import Enum
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis
 
 from laraq.lua import Scripts
+from laraq.routing import QueueForwards, queue_name_of
 from laraq.versions import DEFAULT_VERSION, LaravelVersion
 
 log = logging.getLogger(__name__)
@@ -246,8 +248,11 @@ class RedisQueue:
         version: LaravelVersion | str = DEFAULT_VERSION,
         cluster: bool | None = None,
         clock: Callable[[], float] = time.time,
+        forwards: QueueForwards | Mapping[str, Any] | str | None = None,
     ) -> None:
         self.version = LaravelVersion.parse(version)
+        #: 13.26+ ``Queue::forward`` routes (see :mod:`laraq.routing`); none before 13.26.
+        self.forwards = QueueForwards.of(forwards) if self.version.since("13.26") else QueueForwards()
         # None: a cluster connection if the client is a redis.RedisCluster
         self.cluster = isinstance(client, redis.RedisCluster) if cluster is None else cluster
         if isinstance(client, str):
@@ -279,16 +284,17 @@ class RedisQueue:
             return redact_url(self._url)
         return _describe_client(self.client)
 
-    def queue_name(self, queue: str | None = None) -> str:
-        """The unprefixed queue name (``queue ?: default``)."""
-        return queue or self.default_queue
+    def queue_name(self, queue: str | Enum | None = None) -> str:
+        """The unprefixed queue name (``enum_value(queue) ?: default``)."""
+        return queue_name_of(queue) or self.default_queue
 
-    def keys(self, queue: str | None = None) -> QueueKeys:
-        """The keys of ``queue`` (default queue when empty)."""
+    def keys(self, queue: str | Enum | None = None) -> QueueKeys:
+        """The keys of ``queue`` (default queue when empty; 13.26+ forwards applied)."""
         name = self.queue_name(queue)
         found = self._keys.get(name)
         if found is None:
-            found = QueueKeys.for_queue(name, prefix=self.prefix, version=self.version, cluster=self.cluster)
+            routed = self.forwards.resolve(name, self.connection_name) if self.forwards else name
+            found = QueueKeys.for_queue(routed, prefix=self.prefix, version=self.version, cluster=self.cluster)
             self._keys[name] = found
         return found
 

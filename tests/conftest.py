@@ -148,27 +148,37 @@ def php_available() -> bool:
     return shutil.which("php") is not None and Path("/usr/share/php/Illuminate/autoload.php").exists()
 
 
-@pytest.fixture(scope="session")
-def php() -> str:
+def _require_php() -> str:
     require(php_available(), "PHP + Debian's Laravel 8 are not installed (bash .ci/run installs them)")
     probe = subprocess.run(["php", "-m"], capture_output=True, text=True, check=True).stdout
     require("redis" in probe.split(), "php-redis extension missing")
     return shutil.which("php") or "php"
 
 
+@pytest.fixture(scope="session")
+def php() -> str:
+    return _require_php()
+
+
 @pytest.fixture(scope="session", params=["8", "12", "13"])
-def laravel(request: pytest.FixtureRequest, php: str) -> str:
+def laravel(request: pytest.FixtureRequest) -> str:
     """Each live Laravel line in turn (8: Debian's packages; 12, 13: the trees in ../shared/laravel-live).
 
     A differential test takes this fixture and builds ``PhpApp(port, version=laravel)``; a missing tree
     skips locally and fails under CI.
     """
+    version: str = request.param
+    require_laravel(version)
+    return version
+
+
+def require_laravel(version: str) -> None:
+    """PHP and the given live Laravel line must be here: skip locally, fail under CI."""
     from phpapp import live_missing
 
-    version: str = request.param
+    _require_php()
     reason = live_missing(version)
     require(reason is None, reason or "")
-    return version
 
 
 def load_json(path: Path) -> object:

@@ -245,25 +245,26 @@ def test_failed_store_connection_is_usable_from_threads(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def php_file(php: str, redis_server: Any) -> PhpApp:
-    return PhpApp(redis_server.port, extra_env={"CACHE_DRIVER": "file"})
+def php_file(laravel: str, redis_server: Any) -> PhpApp:
+    return PhpApp(redis_server.port, version=laravel, cache_store="file")
 
 
 @pytest.fixture
-def php_db(php: str, redis_server: Any) -> PhpApp:
-    return PhpApp(redis_server.port, extra_env={"CACHE_DRIVER": "database"})
+def php_db(laravel: str, redis_server: Any) -> PhpApp:
+    """The database store: on 12/13 the stock default, its tables made by the skeleton's migration."""
+    return PhpApp(redis_server.port, version=laravel, cache_store="database")
 
 
 def _file_cache(app: PhpApp) -> FileCache:
     env = {**app.env, "LARAQ_BASE_PATH": str(app.workdir)}
-    cache = make_cache(LaravelSettings.from_env(env, version="8"))
+    cache = make_cache(LaravelSettings.from_env(env, version=app.release))
     assert isinstance(cache, FileCache)
     return cache
 
 
 def _db_cache(app: PhpApp) -> DatabaseCache:
-    cache = make_cache(LaravelSettings.from_env(app.env, version="8"))
-    assert isinstance(cache, DatabaseCache) and cache.prefix == "laravel_cache"
+    cache = make_cache(LaravelSettings.from_env(app.env, version=app.release))
+    assert isinstance(cache, DatabaseCache) and cache.prefix == app.cache_prefix
     return cache
 
 
@@ -317,6 +318,6 @@ def test_database_store_rows_both_ways(php_db: PhpApp) -> None:
     assert php_db.tool("cache-increment", "job-exceptions:u") == {"value": 3}
     conn = sqlite3.connect(php_db.db_path)
     (value, expiration), = conn.execute("select value, expiration from cache where key = ?",
-                                        ("laravel_cachejob-exceptions:u",))
+                                        (php_db.cache_prefix + "job-exceptions:u",))
     conn.close()
     assert value == "i:3;" and 0 < expiration - time.time() <= 86400

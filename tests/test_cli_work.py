@@ -1,6 +1,7 @@
 """``laraq work`` as a process: flags, output, exit codes, signals and the restart key.
 
-Real PHP dispatches; ``php artisan queue:restart`` stops a running ``laraq work``; SIGTERM during a job
+Real PHP (the Laravel 8, 12 and 13 apps) dispatches; ``php artisan queue:restart`` stops a running
+``laraq work`` (on the Redis and on the database cache store); SIGTERM during a job
 lets it finish, then the worker exits 0; SIGUSR2/SIGCONT pause and resume; a lost Redis does not kill
 the worker.
 """
@@ -19,12 +20,14 @@ from test_worker_support import LARAQ, ROOT, free_port_url, laraq_env, popen_lar
 
 pytestmark = pytest.mark.php
 
-PREFIX = "laravel_database_queues:"
-
 
 @pytest.fixture
-def php(php: str, redis_client: Any, redis_server: Any) -> PhpApp:
-    return PhpApp(redis_server.port)
+def php(laravel: str, redis_client: Any, redis_server: Any) -> PhpApp:
+    return PhpApp(redis_server.port, version=laravel)
+
+
+def qkey(php: PhpApp, queue: str) -> str:
+    return php.prefix + "queues:" + queue
 
 
 def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float = 30) -> int:
@@ -84,13 +87,15 @@ def test_max_jobs_and_memory_exit_codes(php: PhpApp, redis_client: Any) -> None:
     php.tool("dispatch", "python", "--queue=py", "--count=3")
     proc = run_laraq(php, "--queue=py", "--max-jobs=2")
     assert proc.returncode == 0, proc.stderr
-    assert len(php.runs()) == 2 and redis_client.llen(PREFIX + "py") == 1
+    assert len(php.runs()) == 2 and redis_client.llen(qkey(php, "py")) == 1
     memory = run_laraq(php, "--queue=empty", "--memory=1")
     assert memory.returncode == 12
     assert "memory limit of 1 MB" in memory.stderr
 
 
-def test_queue_restart_stops_a_running_worker(php: PhpApp) -> None:
+@pytest.mark.parametrize("store", ["redis", "database"])
+def test_queue_restart_stops_a_running_worker(laravel: str, redis_server: Any, store: str) -> None:
+    php = PhpApp(redis_server.port, version=laravel, cache_store=store)
     worker = popen_laraq(php, "--queue=py", "--sleep=0.2")
     try:
         php.tool("dispatch", "python", "--queue=py")
@@ -108,7 +113,7 @@ def test_sigterm_finishes_the_running_job_then_exits_0(php: PhpApp, redis_client
     wait_for(php.runs)  # the job is running
     assert stop(worker) == 0
     assert len(php.runs()) == 1
-    assert not redis_client.exists(PREFIX + "py", PREFIX + "py:reserved", PREFIX + "py:delayed")
+    assert not redis_client.exists(qkey(php, "py"), qkey(php, "py:reserved"), qkey(php, "py:delayed"))
 
 
 def test_second_signal_stops_at_once_leaving_the_job_reserved(php: PhpApp, redis_client: Any) -> None:
@@ -119,7 +124,7 @@ def test_second_signal_stops_at_once_leaving_the_job_reserved(php: PhpApp, redis
     with pytest.raises(subprocess.TimeoutExpired):  # the first signal waits for the job...
         worker.wait(0.5)
     assert stop(worker) == 1  # ...the second one does not
-    assert redis_client.zcard(PREFIX + "py:reserved") == 1  # retry_after brings it back
+    assert redis_client.zcard(qkey(php, "py:reserved")) == 1  # retry_after brings it back
 
 
 def test_sigusr2_pauses_and_sigcont_resumes(php: PhpApp) -> None:
@@ -156,4 +161,4 @@ def test_env_file_and_unhandled_flag(php: PhpApp, redis_client: Any, tmp_path: A
     php.tool("dispatch", "plain", "--queue=py")
     proc = run_laraq(php, "--once", "--queue=py", "--env-file", str(env_file), "--unhandled=release", env=env)
     assert proc.returncode == 0, proc.stderr
-    assert redis_client.zcard(PREFIX + "py:delayed") == 1
+    assert redis_client.zcard(qkey(php, "py:delayed")) == 1

@@ -1,4 +1,6 @@
-"""Differential tests against real PHP (Laravel 8 fixture app): cache signals and failed_jobs rows.
+"""Differential tests against real PHP (the Laravel 8, 12 and 13 fixture apps): cache signals and
+failed_jobs rows. The cache tests run on the Redis store and on the database store (SQLite, the 11+
+default, with its ``cache``/``cache_locks`` tables migrated by the app).
 
 * ``php artisan queue:restart`` writes the key laraq reads, and laraq's restart is what PHP's cache sees;
 * the ``maxExceptions`` counter is shared by PHP and Python increments;
@@ -16,42 +18,50 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from laraq.cache import LaravelCache
+from laraq.cache import CacheStore, LaravelCache, make_cache
 from laraq.config import LaravelSettings
 from laraq.failed import DatabaseUuidFailedJobStore, format_exception, make_failed_store
 
 pytestmark = pytest.mark.php
 
-PREFIX = "laravel_database_"
-
-
-@pytest.fixture
-def app(php: str, redis_server) -> Iterator[object]:  # type: ignore[no-untyped-def]
+@pytest.fixture(params=["redis", "database"])
+def app(laravel: str, redis_server, request) -> Iterator[object]:  # type: ignore[no-untyped-def]
     from phpapp import PhpApp
 
     redis_server.client(0).flushall()
-    yield PhpApp(redis_server.port, prefix=PREFIX, queue="default", retry_after=90)
+    redis_server.client(1).flushall()
+    yield PhpApp(redis_server.port, version=laravel, queue="default", retry_after=90, cache_store=request.param)
     redis_server.client(0).flushall()
 
 
 @pytest.fixture
-def cache(app) -> LaravelCache:  # type: ignore[no-untyped-def]
-    settings = LaravelSettings.from_env(app.env, version="8.83.26")
-    assert settings.cache_prefix == "laravel_cache" and settings.redis_prefix == PREFIX
-    return LaravelCache.from_settings(settings)
+def cache(app) -> Iterator[CacheStore]:  # type: ignore[no-untyped-def]
+    settings = LaravelSettings.from_env(app.env, version=app.release)
+    assert settings.cache_prefix == app.cache_prefix and settings.redis_prefix == app.prefix
+    assert settings.cache_store == app.cache_store
+    store = make_cache(settings)
+    yield store
+    store.close()
 
 
-def test_restart_signal_both_ways(app, cache: LaravelCache) -> None:  # type: ignore[no-untyped-def]
+def redis_ttl(cache: CacheStore, key: str) -> int | None:
+    """TTL of a cache key on the Redis store (None on other stores)."""
+    if not isinstance(cache, LaravelCache):
+        return None
+    return int(cache.client.ttl(cache.key(key)))
+
+
+def test_restart_signal_both_ways(app, cache: CacheStore) -> None:  # type: ignore[no-untyped-def]
     before = int(time.time())
     app.artisan("queue:restart", check=True)
     stamp = cache.restart_timestamp()
     assert stamp is not None and before <= stamp <= int(time.time()) + 1
-    assert cache.client.ttl("laravel_database_laravel_cache:illuminate:queue:restart") == -1
+    assert redis_ttl(cache, "illuminate:queue:restart") in (-1, None)
     cache.set_restart(1234567890)
     assert int(app.tool("cache-get", "illuminate:queue:restart")["value"]) == 1234567890
 
 
-def test_pause_and_values_read_by_php(app, cache: LaravelCache) -> None:  # type: ignore[no-untyped-def]
+def test_pause_and_values_read_by_php(app, cache: CacheStore) -> None:  # type: ignore[no-untyped-def]
     cache.forever("laraq:flag", True)
     cache.forever("laraq:text", "héllo")
     assert app.tool("cache-get", "laraq:flag")["value"] is True
@@ -60,33 +70,40 @@ def test_pause_and_values_read_by_php(app, cache: LaravelCache) -> None:  # type
     assert cache.get("php:text") == "from php"
 
 
-def test_max_exceptions_counter_shared(app, cache: LaravelCache) -> None:  # type: ignore[no-untyped-def]
+def test_max_exceptions_counter_shared(app, cache: CacheStore) -> None:  # type: ignore[no-untyped-def]
     uuid = "0b7c6a4e-1111-2222-3333-444455556666"
-    key = f"laravel_database_laravel_cache:job-exceptions:{uuid}"
-    assert int(app.tool("cache-increment", f"job-exceptions:{uuid}")["value"]) == 1
-    php_ttl = cache.client.ttl(key)
+    key = f"job-exceptions:{uuid}"
+    assert int(app.tool("cache-increment", key)["value"]) == 1
+    php_ttl = redis_ttl(cache, key)
     assert cache.job_exceptions_increment(uuid) == 2
-    assert int(app.tool("cache-increment", f"job-exceptions:{uuid}")["value"]) == 3
-    assert cache.client.get(key) == b"3"
+    assert int(app.tool("cache-increment", key)["value"]) == 3
+    assert cache.get(key) == 3 and int(app.tool("cache-get", key)["value"]) == 3
+    if isinstance(cache, LaravelCache):
+        assert cache.client.get(cache.key(key)) == b"3"
     cache.job_exceptions_forget(uuid)
+    assert app.tool("cache-get", key)["value"] is None
     assert cache.job_exceptions_increment(uuid) == 1
-    # both sides create the counter for one day
-    assert abs(cache.client.ttl(key) - php_ttl) <= 2 and 86390 <= php_ttl <= 86400
+    assert int(app.tool("cache-get", key)["value"]) == 1
+    if php_ttl is not None:
+        # both sides create the counter for one day
+        ttl = redis_ttl(cache, key)
+        assert ttl is not None and abs(ttl - php_ttl) <= 2 and 86390 <= php_ttl <= 86400
 
 
-def _queued(client: redis.Redis) -> list[bytes]:
-    return client.lrange(f"{PREFIX}queues:default", 0, -1)
+def _queued(client: redis.Redis, prefix: str) -> list[bytes]:
+    return client.lrange(f"{prefix}queues:default", 0, -1)
 
 
 def test_row_written_by_laraq_is_retried_by_artisan(app, redis_server) -> None:  # type: ignore[no-untyped-def]
     client = redis_server.client(0)
+    PREFIX = app.prefix
     app.tool("dispatch", "failing", "--queue=default")
     body = client.lpop(f"{PREFIX}queues:default")
     client.delete(f"{PREFIX}queues:default:notify")
     assert body is not None
     uuid = json.loads(body)["uuid"]
 
-    settings = LaravelSettings.from_env(app.env, version="8.83.26")
+    settings = LaravelSettings.from_env(app.env, version=app.release)
     store = make_failed_store(settings)
     assert isinstance(store, DatabaseUuidFailedJobStore)
     try:
@@ -118,7 +135,7 @@ def test_row_written_by_laraq_is_retried_by_artisan(app, redis_server) -> None: 
     client.delete(f"{PREFIX}queues:default", f"{PREFIX}queues:default:notify")
     retry = app.artisan("queue:retry", uuid, check=True)
     assert uuid in retry.stdout or "pushed back" in retry.stdout.lower()
-    queued = [json.loads(b) for b in _queued(client)]
+    queued = [json.loads(b) for b in _queued(client, PREFIX)]
     assert [q["uuid"] for q in queued] == [uuid] and queued[0]["attempts"] == 0
     assert store.find(uuid) is None and len(store.all()) == 1
     store.conn.close()
@@ -128,7 +145,7 @@ def test_row_written_by_php_is_read_and_forgotten(app) -> None:  # type: ignore[
     app.tool("dispatch", "failing", "--queue=default")
     worker = app.artisan("queue:work", "redis", "--once", "--tries=1")
     assert worker.returncode == 0, worker.stderr
-    store = make_failed_store(LaravelSettings.from_env(app.env, version="8"))
+    store = make_failed_store(LaravelSettings.from_env(app.env, version=app.release))
     jobs = store.all()
     assert len(jobs) == 1
     job = jobs[0]

@@ -8,6 +8,7 @@ started and SIGKILLed several times, then run once more to completion. Both the 
 Afterwards every dispatched job must be in exactly one place: run once (by PHP or by Python, per the
 shared run log) or waiting once at the destination (ready or delayed, delayed scores unchanged), and
 nothing may be left behind: no job and no ``:notify`` token in the source, no bookkeeping keys.
+Run on Laravel 8, 12 and 13, each app on its stock prefix, with Python dispatching that line's payloads.
 """
 
 from __future__ import annotations
@@ -30,9 +31,6 @@ from laraq.queue import RedisQueue
 
 pytestmark = pytest.mark.php
 
-PREFIX = "laravel_database_"
-SOURCE = PREFIX + "queues:fleet"
-DEST = PREFIX + "queues:parked"
 READY, DELAYED = 4000, 300
 LARAQ_CLI = [sys.executable, "-c", "from laraq.cli import main; main()"]
 
@@ -42,14 +40,15 @@ def _uuids(members: list[bytes]) -> list[str]:
 
 
 @pytest.mark.parametrize("dest_db", [0, 3], ids=["same-connection-lua", "cross-db-journal"])
-def test_move_killed_under_php_and_python_workers(php: str, redis_server: Any, redis_client: Any,
+def test_move_killed_under_php_and_python_workers(laravel: str, redis_server: Any, redis_client: Any,
                                                   tmp_path: Any, dest_db: int) -> None:
     rng = random.Random(20240 + dest_db)
-    app = PhpApp(redis_server.port, workdir=tmp_path)
+    app = PhpApp(redis_server.port, version=laravel, workdir=tmp_path)
+    SOURCE, DEST = app.prefix + "queues:fleet", app.prefix + "queues:parked"
     dest = redis_server.client(dest_db)
     dest.flushdb()
 
-    queue = RedisQueue(redis_client, prefix=PREFIX, version="8.83.26")
+    queue = RedisQueue(redis_client, prefix=app.prefix, version=app.release)
     d = Dispatcher(queue)
     # each job runs for 4 ms so the workers cannot drain the queue before the mover has started
     common = dict(protected={"note": "n"}, private={"hidden": "h"}, queue="fleet")
@@ -62,7 +61,7 @@ def test_move_killed_under_php_and_python_workers(php: str, redis_server: Any, r
                       redis_client.zrange(SOURCE + ":delayed", 0, -1, withscores=True)}
 
     env = laraq_env(app)
-    move = [*LARAQ_CLI, "move", "fleet", "parked", "--laravel", "8"]
+    move = [*LARAQ_CLI, "move", "fleet", "parked", "--laravel", app.release]
     if dest_db:
         move += ["--to-url", f"redis://127.0.0.1:{redis_server.port}/{dest_db}"]
 

@@ -1,8 +1,10 @@
-"""``laraq`` operations commands against the real Laravel 8 fixture app: retry, failed, restart, inspect."""
+"""``laraq`` operations commands against the real Laravel 8, 12 and 13 fixture apps: retry, failed, restart,
+inspect, clear, export/import."""
 
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 
 import click
@@ -16,17 +18,16 @@ from laraq.queue import RedisQueue
 
 pytestmark = pytest.mark.php
 
-PREFIX = "laravel_database_"
 cli = click.Group("laraq", commands={c.name: c for c in COMMANDS})
 
 
 @pytest.fixture
-def app(php, redis_client, redis_server, tmp_path):
-    return PhpApp(redis_server.port, workdir=tmp_path)
+def app(laravel, redis_client, redis_server, tmp_path):
+    return PhpApp(redis_server.port, version=laravel, workdir=tmp_path)
 
 
 def laraq(app: PhpApp, *args: str, code: int = 0, input: str | None = None) -> str:
-    env = {**app.env, "LARAQ_LARAVEL_VERSION": "8.83.26", "COLUMNS": "200"}
+    env = {**app.env, "LARAQ_LARAVEL_VERSION": app.release, "COLUMNS": "200"}
     result = CliRunner().invoke(cli, list(args), env=env, input=input, catch_exceptions=False)
     assert result.exit_code == code, result.output
     return result.output
@@ -52,16 +53,16 @@ def test_laraq_retry_pushes_the_same_bytes_as_php_queue_retry(app, redis_client)
     from laraq.dispatch import retry_failed
     from laraq.failed import make_failed_store
 
-    settings = LaravelSettings.from_env({**app.env}, version="8.83.26")
+    settings = LaravelSettings.from_env({**app.env}, version=app.release)
     store = make_failed_store(settings)
-    queue = RedisQueue(redis_client, prefix=PREFIX, version="8.83.26")
+    queue = RedisQueue(redis_client, prefix=app.prefix, version=app.release)
     outcomes = retry_failed(store, queue, [r[1] for r in rows], forget=False)
     assert [o.status for o in outcomes] == ["pushed", "pushed"]
-    ours = [redis_client.lpop(PREFIX + "queues:default"), redis_client.lpop(PREFIX + "queues:other")]
-    redis_client.delete(PREFIX + "queues:default:notify", PREFIX + "queues:other:notify")
+    ours = [redis_client.lpop(app.prefix + "queues:default"), redis_client.lpop(app.prefix + "queues:other")]
+    redis_client.delete(app.prefix + "queues:default:notify", app.prefix + "queues:other:notify")
     # PHP's bytes for the very same rows
     app.artisan("queue:retry", "all", check=True)
-    theirs = [redis_client.lpop(PREFIX + "queues:default"), redis_client.lpop(PREFIX + "queues:other")]
+    theirs = [redis_client.lpop(app.prefix + "queues:default"), redis_client.lpop(app.prefix + "queues:other")]
     assert ours == theirs
     assert b"\\u00e9chec \\u2717" in ours[0]  # unicode escaped like PHP's json_encode without flags
     assert [json.loads(b)["attempts"] for b in ours] == [0, 0]
@@ -128,7 +129,7 @@ def test_cli_dispatch_status_peek_show(app, redis_client):
 
 
 def test_cli_clear(app, redis_client):
-    queue = RedisQueue(redis_client, prefix=PREFIX, version="8.83.26")
+    queue = RedisQueue(redis_client, prefix=app.prefix, version=app.release)
     d = Dispatcher(queue)
     d.dispatch_job("App\\Jobs\\EchoJob", {})
     d.dispatch_job("App\\Jobs\\EchoJob", {}, delay=60)
@@ -141,8 +142,11 @@ def test_cli_clear(app, redis_client):
 def php_failed_ids(app: PhpApp) -> list[str]:
     """The ids ``php artisan queue:failed`` prints (uuids with the database-uuids driver)."""
     out = app.artisan("queue:failed", check=True).stdout
-    return [line.split("|")[1].strip() for line in out.splitlines()
-            if line.startswith("|") and "-" in line.split("|")[1] and line.split("|")[1].strip() != "ID"]
+    if app.version == "8":  # a table: | ID | Connection | Queue | Class | Failed At |
+        return [line.split("|")[1].strip() for line in out.splitlines()
+                if line.startswith("|") and "-" in line.split("|")[1] and line.split("|")[1].strip() != "ID"]
+    # 11+: one line per job, "  <failed at> <id>  <connection>@<queue> <class>"
+    return re.findall(r"^\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d (\S+)\s+\S+@", out, flags=re.M)
 
 
 def restore(client, state: dict) -> None:
@@ -163,7 +167,7 @@ def test_laraq_clear_leaves_the_same_state_as_artisan_queue_clear(app, redis_cli
     for args in (["echo"], ["echo", "--delay=60"], ["python"], ["echo", "--queue=other"]):
         app.tool("dispatch", *args)
     app.pop()  # one reserved job
-    redis_client.rpush(PREFIX + "queues:default:notify", 1, 1)  # stale wake-up tokens
+    redis_client.rpush(app.prefix + "queues:default:notify", 1, 1)  # stale wake-up tokens
     seeded = dump_redis(redis_client)
     php = app.artisan("queue:clear", "redis", "--queue=default", check=True).stdout
     after_php = dump_redis(redis_client)
@@ -171,7 +175,7 @@ def test_laraq_clear_leaves_the_same_state_as_artisan_queue_clear(app, redis_cli
     assert dump_redis(redis_client) == seeded
     ours = laraq(app, "clear", "default", "--force")
     assert dump_redis(redis_client) == after_php
-    assert [k.split(":", 1)[1] for k in after_php] == [PREFIX + "queues:other", PREFIX + "queues:other:notify"]
+    assert [k.split(":", 1)[1] for k in after_php] == [app.prefix + "queues:other", app.prefix + "queues:other:notify"]
     assert "Cleared 3 jobs from the [default] queue" in php and "Cleared 3 jobs from the [default] queue" in ours
 
 
@@ -217,7 +221,7 @@ def test_retry_by_queue_and_range_then_php_runs_them(app, redis_client):
     assert [r[1] for r in failed_rows(app)] == [rows[0][1]]
     assert f"The failed job [{rows[0][0]}]" in laraq(app, "retry", "--range", f"{rows[0][0]}-{rows[0][0]}")
     assert failed_rows(app) == [] and php_failed_ids(app) == []
-    bodies = [json.loads(m) for m in redis_client.lrange(PREFIX + "queues:other", 0, -1)]
+    bodies = [json.loads(m) for m in redis_client.lrange(app.prefix + "queues:other", 0, -1)]
     assert [b["attempts"] for b in bodies] == [0, 0] and [b["uuid"] for b in bodies] == [r[1] for r in rows[:0:-1]]
     app.artisan("queue:work", "redis", "--queue=default,other", "--stop-when-empty", "--sleep=0", "--tries=2",
                 check=True)
@@ -227,10 +231,10 @@ def test_retry_by_queue_and_range_then_php_runs_them(app, redis_client):
     assert failed_rows(app) == []
 
 
-def test_export_import_moves_php_jobs_to_another_prefix_and_db_where_php_runs_them(php, redis_server, redis_client,
-                                                                                  tmp_path):
-    old = PhpApp(redis_server.port, prefix="legacy_", workdir=tmp_path / "old")
-    new = PhpApp(redis_server.port, workdir=tmp_path / "new", extra_env={"REDIS_DB": "2"})
+def test_export_import_moves_php_jobs_to_another_prefix_and_db_where_php_runs_them(laravel, redis_server,
+                                                                                  redis_client, tmp_path):
+    old = PhpApp(redis_server.port, version=laravel, prefix="legacy_", workdir=tmp_path / "old")
+    new = PhpApp(redis_server.port, version=laravel, workdir=tmp_path / "new", extra_env={"REDIS_DB": "2"})
     db2 = redis_server.client(2)
     db2.flushdb()
     old.tool("dispatch", "echo", "--count=3", "--args=" + json.dumps({"args": ["ü"], "mode": "ok"}))
@@ -242,8 +246,8 @@ def test_export_import_moves_php_jobs_to_another_prefix_and_db_where_php_runs_th
     laraq(old, "export", "-o", str(path))
     assert [json.loads(line)["state"] for line in path.read_text().splitlines()] == ["pending"] * 3 + ["delayed"]
     laraq(new, "import", str(path))
-    assert db2.lrange(PREFIX + "queues:default", 0, -1) == pending  # byte for byte, order kept
-    assert db2.zrange(PREFIX + "queues:default:delayed", 0, -1, withscores=True) == delayed  # scores kept
+    assert db2.lrange(new.prefix + "queues:default", 0, -1) == pending  # byte for byte, order kept
+    assert db2.zrange(new.prefix + "queues:default:delayed", 0, -1, withscores=True) == delayed  # scores kept
     new.artisan("queue:work", "redis", "--stop-when-empty", "--sleep=0", check=True)
     assert [(r["uuid"], r["args"]) for r in new.runs()] == [(json.loads(m)["uuid"], ["ü"]) for m in pending]
     assert old.runs() == [] and c0.llen("legacy_queues:default") == 3  # export is read-only

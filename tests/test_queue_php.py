@@ -1,5 +1,6 @@
-"""Differential tests: laraq's RedisQueue against real Laravel 8.83 (Debian's framework, the fixture
-app in ``fixtures/laravel8``) on the same redis-server, plus the six-version wire corpus.
+"""Differential tests: laraq's RedisQueue against real Laravel 8.83 (Debian's framework), 12.67 and 13.26
+(the live trees), each through its fixture app on its stock prefix, on the same redis-server, plus the
+six-version wire corpus.
 
 Each operation is done once by PHP and once by laraq, both starting from the same Redis state; the
 resulting states must match modulo the clock (scores compared relative to the time of the operation,
@@ -22,8 +23,8 @@ from phpapp import PhpApp
 
 from laraq.queue import RedisQueue, ReservedJob
 
-PFX = "laravel_database_"
-K = PFX + "queues:default"
+#: The corpus folder holding each live line's captured payloads.
+CORPUS_OF = {"8": "8.83.26", "12": "12.67.0", "13": "13.x"}
 KINDS = ["plain", "configured", "string", "encrypted", "enum", "carbon", "delayed", "failing", "echo"]
 
 State = dict[str, Any]
@@ -32,13 +33,13 @@ State = dict[str, Any]
 # -- fixtures and helpers -------------------------------------------------------------------------
 
 @pytest.fixture
-def app(php: str, redis_server: RedisServer, redis_client: redis.Redis) -> PhpApp:
-    return PhpApp(redis_server.port, prefix=PFX, queue="default", retry_after=90)
+def app(laravel: str, redis_server: RedisServer, redis_client: redis.Redis) -> PhpApp:
+    return PhpApp(redis_server.port, version=laravel, queue="default", retry_after=90)
 
 
 @pytest.fixture
-def lq(redis_client: redis.Redis) -> Iterator[RedisQueue]:
-    yield RedisQueue(redis_client, version="8.83", retry_after=90)
+def lq(app: PhpApp, redis_client: redis.Redis) -> Iterator[RedisQueue]:
+    yield RedisQueue(redis_client, prefix=app.prefix, version=app.release, retry_after=90)
 
 
 def member_key(member: bytes, drop_ids: bool) -> Any:
@@ -111,6 +112,7 @@ def as_job(res: dict[str, Any], queue: str = "default") -> ReservedJob:
 @pytest.mark.php
 @pytest.mark.parametrize("kind", KINDS)
 def test_dispatch_vs_laraq_push(app: PhpApp, lq: RedisQueue, redis_client: redis.Redis, kind: str) -> None:
+    K = app.prefix + "queues:default"
     t_php = time.time()
     php_state = pushed_state(app, redis_client, [kind])
     redis_client.flushall()
@@ -126,7 +128,7 @@ def test_dispatch_vs_laraq_push(app: PhpApp, lq: RedisQueue, redis_client: redis
 
 @pytest.mark.php
 def test_push_raw_and_later_raw_identical(app: PhpApp, lq: RedisQueue, redis_client: redis.Redis) -> None:
-    body = Path(corpus_dir() / "8.83.26" / "plain.pushed.json").read_bytes()
+    body = Path(corpus_dir() / CORPUS_OF[app.version] / "plain.pushed.json").read_bytes()
     for queue in ("default", "q"):
         redis_client.flushall()
         t_php = time.time()
@@ -139,11 +141,12 @@ def test_push_raw_and_later_raw_identical(app: PhpApp, lq: RedisQueue, redis_cli
         lq.later(30, body, queue)
         py_state = dump_redis(redis_client)
         assert_same_state(php_state, t_php, py_state, t_py)
-        assert php_state[f"0:{PFX}queues:{queue}"] == py_state[f"0:{PFX}queues:{queue}"]  # bytes
+        assert php_state[f"0:{app.prefix}queues:{queue}"] == py_state[f"0:{app.prefix}queues:{queue}"]  # bytes
 
 
 @pytest.mark.php
 def test_bulk_vs_laravel_bulk(app: PhpApp, lq: RedisQueue, redis_client: redis.Redis) -> None:
+    K = app.prefix + "queues:default"
     redis_client.flushall()
     app.tool("bulk", "--queue=default", "--count=3")
     php_state = dump_redis(redis_client)
@@ -180,6 +183,7 @@ def test_pop_same_state_as_laravel(app: PhpApp, lq: RedisQueue, redis_client: re
 @pytest.mark.php
 @pytest.mark.parametrize("kind", KINDS[:-1])
 def test_php_pushed_popped_by_laraq(app: PhpApp, lq: RedisQueue, redis_client: redis.Redis, kind: str) -> None:
+    K = app.prefix + "queues:default"
     state = pushed_state(app, redis_client, [kind])
     if kind == "delayed":
         ((pushed, _),) = state[f"0:{K}:delayed"][1]
@@ -196,7 +200,8 @@ def test_php_pushed_popped_by_laraq(app: PhpApp, lq: RedisQueue, redis_client: r
 
 @pytest.mark.php
 def test_laraq_pushed_popped_by_php(app: PhpApp, lq: RedisQueue, redis_client: redis.Redis) -> None:
-    for path in sorted((corpus_dir() / "8.83.26").glob("*.pushed*.json")):
+    K = app.prefix + "queues:default"
+    for path in sorted((corpus_dir() / CORPUS_OF[app.version]).glob("*.pushed*.json")):
         redis_client.flushall()
         body = path.read_bytes()
         lq.push_raw(body)
@@ -259,6 +264,7 @@ def test_release_same_state_as_laravel(app: PhpApp, lq: RedisQueue, redis_client
 
 @pytest.mark.php
 def test_migrate_same_state_as_laravel(app: PhpApp, lq: RedisQueue, redis_client: redis.Redis) -> None:
+    K = app.prefix + "queues:default"
     now = int(time.time())
     redis_client.flushall()
     redis_client.rpush(K, b'{"id":"head","attempts":0}')
@@ -354,14 +360,16 @@ def test_corpus_reserved_and_released(redis_client: redis.Redis, folder: str) ->
 
 
 @pytest.mark.php
-def test_retry_after_null_in_config_means_60(php: str, redis_server: RedisServer, redis_client: redis.Redis) -> None:
+def test_retry_after_null_in_config_means_60(laravel: str, redis_server: RedisServer,
+                                             redis_client: redis.Redis) -> None:
     """Laravel's RedisConnector reads ``retry_after ?? 60``: a null in config/queue.php is 60 seconds.
 
     Only a RedisQueue constructed directly has a null retry_after (reservations never expire); laraq's
     RedisQueue(retry_after=None) is that direct form, checked in test_queue.py.
     """
-    app = PhpApp(redis_server.port, prefix=PFX, queue="default", retry_after=None)
-    lq = RedisQueue(redis_client, version="8.83", retry_after=60)
+    app = PhpApp(redis_server.port, version=laravel, queue="default", retry_after=None)
+    K = app.prefix + "queues:default"
+    lq = RedisQueue(redis_client, prefix=app.prefix, version=app.release, retry_after=60)
     for pop in (lambda: app.pop("default"), lq.pop):
         redis_client.flushall()
         app.tool("dispatch", "plain", "--queue=default")

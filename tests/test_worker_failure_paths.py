@@ -1,7 +1,7 @@
 """Every failure path ends with the job in Redis or in ``failed_jobs`` with a clear reason, never gone;
 and no log line, ``--json`` line or ``failed_jobs`` text carries a Redis password or APP_KEY.
 
-Real Redis, jobs dispatched by real PHP (the Laravel 8 fixture app). Paths covered elsewhere:
+Real Redis, jobs dispatched by real PHP (the Laravel 8, 12 and 13 fixture apps). Paths covered elsewhere:
 unserialize errors (``test_worker.py``), timeouts, SIGTERM/second signal/SIGKILL
 (``test_cli_work.py``, ``test_worker_fastpath.py``, ``test_worker_soak.py``), poison members
 (``test_lua.py``).
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import redis
 import test_worker_support as support
-from conftest import RedisServer
+from conftest import RedisServer, require_laravel
 from phpapp import TEST_APP_KEY, PhpApp
 from test_worker_support import free_port_url, laraq_env, popen_laraq, run_laraq, wait_for
 
@@ -34,13 +34,12 @@ from laraq.worker import Worker
 
 pytestmark = pytest.mark.php
 
-PREFIX = "laravel_database_queues:"
 WRONG_KEY = "base64:" + base64.b64encode(b"W" * 32).decode()
 
 
 @pytest.fixture
-def php(php: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> PhpApp:
-    app = PhpApp(redis_server.port)
+def php(laravel: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> PhpApp:
+    app = PhpApp(redis_server.port, version=laravel)
     monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
     return app
 
@@ -55,7 +54,7 @@ def workers() -> Iterator[list[Worker]]:
 
 def make_worker(php: PhpApp, workers: list[Worker], app: Any = support.app, env: dict[str, str] | None = None,
                 **overrides: Any) -> Worker:
-    params = default_params(laravel="8", sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20, **overrides)
+    params = default_params(laravel=php.release, sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20, **overrides)
     worker = build_worker(params, env=env or php.env, app=app)
     workers.append(worker)
     return worker
@@ -69,8 +68,12 @@ def failed_rows(php: PhpApp) -> list[dict[str, Any]]:
     return rows
 
 
-def queue_empty(client: redis.Redis, name: str) -> bool:
-    return not client.exists(PREFIX + name, PREFIX + name + ":reserved", PREFIX + name + ":delayed")
+def qkey(php: PhpApp, name: str) -> str:
+    return php.prefix + "queues:" + name
+
+
+def queue_empty(client: redis.Redis, key: str) -> bool:
+    return not client.exists(key, key + ":reserved", key + ":delayed")
 
 
 def key_material(app_key: str) -> list[str]:
@@ -85,7 +88,7 @@ def key_material(app_key: str) -> list[str]:
 def test_undecryptable_job_goes_to_failed_jobs_with_a_clear_reason(
         php: PhpApp, redis_client: Any, workers: list[Worker], app_key: str | None, batch: int) -> None:
     php.tool("dispatch", "encrypted", "--queue=enc", "--args=" + json.dumps({"secret": "top secret ✓"}))
-    body = redis_client.lrange(PREFIX + "enc", 0, -1)[0]
+    body = redis_client.lrange(qkey(php, "enc"), 0, -1)[0]
     uuid = json.loads(body)["uuid"]
     env = {k: v for k, v in php.env.items() if k != "APP_KEY"}
     if app_key is not None:
@@ -105,7 +108,7 @@ def test_undecryptable_job_goes_to_failed_jobs_with_a_clear_reason(
                "The MAC is invalid." in text
     for secret in key_material(TEST_APP_KEY) + key_material(WRONG_KEY) + ["top secret"]:
         assert secret not in row["exception"]
-    assert queue_empty(redis_client, "enc")  # failed once (tries 1), not retried forever
+    assert queue_empty(redis_client, qkey(php, "enc"))  # failed once (tries 1), not retried forever
     assert [r for r in php.runs() if r["runner"] == "python"] == []
 
 
@@ -114,13 +117,13 @@ def test_undecryptable_job_with_tries_is_released_then_failed(php: PhpApp, redis
     php.tool("dispatch", "encrypted", "--queue=enc")
     env = dict(php.env, APP_KEY=WRONG_KEY)
     make_worker(php, workers, env=env, queue="enc", tries=2, backoff="30").daemon()
-    ((member, _),) = redis_client.zrange(PREFIX + "enc:delayed", 0, -1, withscores=True)
+    ((member, _),) = redis_client.zrange(qkey(php, "enc:delayed"), 0, -1, withscores=True)
     assert json.loads(member)["attempts"] == 1 and failed_rows(php) == []
-    redis_client.zadd(PREFIX + "enc:delayed", {member: 0})
+    redis_client.zadd(qkey(php, "enc:delayed"), {member: 0})
     make_worker(php, workers, env=env, queue="enc", tries=2, backoff="30").daemon()
     (row,) = failed_rows(php)
     assert "MAC is invalid" in row["exception"]
-    assert queue_empty(redis_client, "enc")
+    assert queue_empty(redis_client, qkey(php, "enc"))
 
 
 def test_decryption_failure_logs_no_key_material(php: PhpApp, redis_client: Any) -> None:
@@ -174,21 +177,21 @@ def test_handler_raising_base_exception_is_released_or_failed(
                        backoff="30").daemon() == 0
 
     # attempt 1 of 2: released (the attempt counts), not left in :reserved
-    ((member, _),) = redis_client.zrange(PREFIX + "b:delayed", 0, -1, withscores=True)
+    ((member, _),) = redis_client.zrange(qkey(php, "b:delayed"), 0, -1, withscores=True)
     assert json.loads(member)["attempts"] == 1
-    assert redis_client.zcard(PREFIX + "b:reserved") == 0
+    assert redis_client.zcard(qkey(php, "b:reserved")) == 0
     # attempt 1 of 1: failed with the exception's name
     (row,) = failed_rows(php)
     assert row["queue"] == "b2" and {"exit": "SystemExit", "interrupt": "KeyboardInterrupt",
                                      "custom": "CustomBase"}[kind] in row["exception"]
-    assert queue_empty(redis_client, "b2")
+    assert queue_empty(redis_client, qkey(php, "b2"))
 
 
 # -- failed_jobs unavailable -------------------------------------------------------------------------
 
 def test_failed_jobs_unwritable_puts_the_job_back(php: PhpApp, redis_client: Any, workers: list[Worker]) -> None:
     php.tool("dispatch", "echo", "--queue=f", '--args={"mode": "fail"}')
-    body = redis_client.lrange(PREFIX + "f", 0, -1)[0]
+    body = redis_client.lrange(qkey(php, "f"), 0, -1)[0]
     worker = make_worker(php, workers, queue="f")
     conn = sqlite3.connect(php.db_path)
     conn.execute("ALTER TABLE failed_jobs RENAME TO failed_jobs_gone")  # the DB is there, the table is not
@@ -197,22 +200,22 @@ def test_failed_jobs_unwritable_puts_the_job_back(php: PhpApp, redis_client: Any
     before = int(time.time())
     assert worker.daemon() == 0
 
-    delayed = redis_client.zrange(PREFIX + "f:delayed", 0, -1, withscores=True)
+    delayed = redis_client.zrange(qkey(php, "f:delayed"), 0, -1, withscores=True)
     assert [m for m, _ in delayed] == [body]  # the original body, back in Redis
     assert before + 60 <= delayed[0][1] <= int(time.time()) + 60
-    assert redis_client.zcard(PREFIX + "f:reserved") == 0 and redis_client.llen(PREFIX + "f") == 0
+    assert redis_client.zcard(qkey(php, "f:reserved")) == 0 and redis_client.llen(qkey(php, "f")) == 0
 
 
 def test_failed_jobs_unreachable_for_an_unreadable_payload_releases_it(
         php: PhpApp, redis_client: Any, workers: list[Worker]) -> None:
-    redis_client.rpush(PREFIX + "u", json.dumps({"attempts": 0, "id": "x1", "data": []}))
+    redis_client.rpush(qkey(php, "u"), json.dumps({"attempts": 0, "id": "x1", "data": []}))
     worker = make_worker(php, workers, queue="u")
     conn = sqlite3.connect(php.db_path)
     conn.execute("DROP TABLE failed_jobs")
     conn.commit()
     conn.close()
     worker.daemon()
-    assert redis_client.zcard(PREFIX + "u:delayed") == 1 and redis_client.zcard(PREFIX + "u:reserved") == 0
+    assert redis_client.zcard(qkey(php, "u:delayed")) == 1 and redis_client.zcard(qkey(php, "u:reserved")) == 0
 
 
 # -- Redis connection lost while a job runs ------------------------------------------------------------
@@ -242,17 +245,17 @@ def test_redis_connections_killed_mid_job(php: PhpApp, redis_client: Any, worker
         t.join()
     runs = [r for r in php.runs() if r["runner"] == "python"]
     assert len(runs) == 2
-    assert redis_client.zcard(PREFIX + "k:reserved") == 0 and redis_client.llen(PREFIX + "k") == 0
-    delayed = redis_client.zrange(PREFIX + "k:delayed", 0, -1)
+    assert redis_client.zcard(qkey(php, "k:reserved")) == 0 and redis_client.llen(qkey(php, "k")) == 0
+    delayed = redis_client.zrange(qkey(php, "k:delayed"), 0, -1)
     assert len(delayed) == (1 if mode == "fail" else 0)
     assert failed_rows(php) == []
 
 
-def test_redis_restarted_mid_job_nothing_lost(php: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_redis_restarted_mid_job_nothing_lost(laravel: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The redis-server process is restarted on the same port (with its data) while a job runs."""
     server = RedisServer(tmp_path)
     try:
-        app = PhpApp(server.port)
+        app = PhpApp(server.port, version=laravel)
         monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
         app.tool("dispatch", "echo", "--queue=r", '--args={"mode": "sleep", "seconds": 1.5}')
         app.tool("dispatch", "echo", "--queue=r")
@@ -279,7 +282,7 @@ def test_redis_restarted_mid_job_nothing_lost(php: str, tmp_path: Path, monkeypa
         assert code == 0, stderr
         client = server.client()
         assert len(app.runs()) == 2
-        assert not client.exists(PREFIX + "r", PREFIX + "r:reserved", PREFIX + "r:delayed")
+        assert not client.exists(qkey(app, "r"), qkey(app, "r:reserved"), qkey(app, "r:delayed"))
     finally:
         server.stop()
 
@@ -296,27 +299,27 @@ def _pings(port: int) -> bool:
 def test_class_at_method_without_handler_fails_with_a_clear_reason(
         php: PhpApp, redis_client: Any, workers: list[Worker]) -> None:
     php.tool("dispatch", "string", "--queue=s", "--args=" + json.dumps({"n": 1}))
-    body = redis_client.lrange(PREFIX + "s", 0, -1)[0]
+    body = redis_client.lrange(qkey(php, "s"), 0, -1)[0]
     other = App("other")
     other.handler("App\\Jobs\\EchoJob")(lambda command, job: None)
     make_worker(php, workers, app=other, queue="s", unhandled="fail").daemon()
     (row,) = failed_rows(php)
     assert row["payload"].encode() == body
     assert row["exception"].startswith("RuntimeException: No Python handler registered for App\\Handlers\\Foo@bar in ")
-    assert queue_empty(redis_client, "s")
+    assert queue_empty(redis_client, qkey(php, "s"))
 
 
 @pytest.mark.parametrize("batch", [1, 100], ids=["classic", "fast"])
 def test_bad_json_is_parked_in_poison_with_a_warning(php: PhpApp, redis_client: Any, workers: list[Worker],
                                                      batch: int, caplog: pytest.LogCaptureFixture) -> None:
-    redis_client.rpush(PREFIX + "j", b"{not json", b'{"job": "X", "attempts": "many"}')
+    redis_client.rpush(qkey(php, "j"), b"{not json", b'{"job": "X", "attempts": "many"}')
     php.tool("dispatch", "python", "--queue=j")
     with caplog.at_level("WARNING"):
         assert make_worker(php, workers, queue="j", batch=batch).daemon() == 0
-    assert redis_client.lrange(PREFIX + "j:poison", 0, -1) == [b"{not json", b'{"job": "X", "attempts": "many"}']
+    assert redis_client.lrange(qkey(php, "j:poison"), 0, -1) == [b"{not json", b'{"job": "X", "attempts": "many"}']
     assert "unreadable member(s)" in caplog.text
     assert len([r for r in php.runs() if r["runner"] == "python"]) == 1
-    assert queue_empty(redis_client, "j")
+    assert queue_empty(redis_client, qkey(php, "j"))
 
 
 # -- secrets in logs -----------------------------------------------------------------------------------
@@ -325,10 +328,17 @@ def _no_secret(proc_out: str, secret: str = "s3cretpw") -> None:
     assert secret not in proc_out, proc_out
 
 
+@pytest.fixture
+def app_env(redis_server: Any) -> PhpApp:
+    """A fixture app for laraq-only checks (no PHP runs a job): the Laravel 8 one."""
+    require_laravel("8")
+    return PhpApp(redis_server.port)
+
+
 @pytest.mark.parametrize("extra", [[], ["--once"], ["--json"], ["--no-supervise"], ["--batch=1"]])
-def test_redis_password_never_logged_when_unreachable(php: PhpApp, extra: list[str]) -> None:
+def test_redis_password_never_logged_when_unreachable(app_env: PhpApp, extra: list[str]) -> None:
     url = free_port_url().replace("redis://", "redis://user:s3cretpw@")
-    worker = popen_laraq(php, "--queue=py", "--redis-url", url, "-vv", *extra)
+    worker = popen_laraq(app_env, "--queue=py", "--redis-url", url, "-vv", *extra)
     try:
         code = worker.wait(60)  # unreachable at start: one line, exit 3 (laraq.exitcodes)
     finally:
@@ -349,11 +359,11 @@ def auth_server(tmp_path: Path) -> Iterator[RedisServer]:
 
 
 @pytest.mark.parametrize("extra", [[], ["--once"], ["--batch=1"]])
-def test_wrong_redis_password_never_logged(php: PhpApp, auth_server: RedisServer, extra: list[str]) -> None:
+def test_wrong_redis_password_never_logged(app_env: PhpApp, auth_server: RedisServer, extra: list[str]) -> None:
     url = f"redis://:s3cretpw@127.0.0.1:{auth_server.port}/0"
-    env = laraq_env(php, REDIS_PASSWORD="s3cretpw", REDIS_PORT=str(auth_server.port))
+    env = laraq_env(app_env, REDIS_PASSWORD="s3cretpw", REDIS_PORT=str(auth_server.port))
     for args in (["--redis-url", url], []):  # from the flag and from REDIS_PASSWORD
-        worker = popen_laraq(php, "--queue=py", "-vv", *args, *extra, env=env)
+        worker = popen_laraq(app_env, "--queue=py", "-vv", *args, *extra, env=env)
         try:
             code = worker.wait(60)  # refused credentials at start: one line, exit 4, no retry loop
         finally:

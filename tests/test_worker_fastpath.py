@@ -3,7 +3,8 @@
 Correctness only, nothing timed: a SIGKILL mid-batch in a mixed artisan + laraq fleet loses nothing;
 lease renewal keeps a prefetched job reserved past ``retry_after`` and a job taken back from
 ``:reserved`` is never run from the buffer; SIGTERM and ``queue:restart`` hand buffered jobs back to
-the head of the list untouched (attempts not burned) and PHP then runs them.
+the head of the list untouched (attempts not burned) and PHP then runs them. Each on Laravel 8, 12 and 13
+(every app on the 8-style ``laravel_database_`` prefix here: the prefix is not the subject).
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ def workers() -> Iterator[list[Worker]]:
         w.close()
 
 
-def _app(redis_server: Any, monkeypatch: pytest.MonkeyPatch, retry_after: int = 90) -> PhpApp:
-    app = PhpApp(redis_server.port, retry_after=retry_after)
+def _app(laravel: str, redis_server: Any, monkeypatch: pytest.MonkeyPatch, retry_after: int = 90) -> PhpApp:
+    app = PhpApp(redis_server.port, version=laravel, retry_after=retry_after, prefix="laravel_database_")
     monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
     return app
 
@@ -58,9 +59,9 @@ def _stop(procs: list[subprocess.Popen[str]]) -> None:
         proc.wait()
 
 
-def test_sigkill_mid_batch_in_a_mixed_fleet_loses_nothing(php: str, redis_client: Any, redis_server: Any,
+def test_sigkill_mid_batch_in_a_mixed_fleet_loses_nothing(laravel: str, redis_client: Any, redis_server: Any,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    app = _app(redis_server, monkeypatch, retry_after=2)
+    app = _app(laravel, redis_server, monkeypatch, retry_after=2)
     _dispatch(app, 600, 0.005)
     uuids = {json.loads(m)["uuid"] for m in redis_client.lrange(KEY, 0, -1)}
     laraq = popen_laraq(app, "--queue=fast", "--tries=0", "--retry-after=2", "--quiet", "--no-supervise",
@@ -86,11 +87,11 @@ def test_sigkill_mid_batch_in_a_mixed_fleet_loses_nothing(php: str, redis_client
 
 
 def test_lease_renewal_keeps_prefetched_jobs_reserved_past_retry_after(
-        php: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch,
+        laravel: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch,
         workers: list[Worker]) -> None:
-    app = _app(redis_server, monkeypatch, retry_after=3)
+    app = _app(laravel, redis_server, monkeypatch, retry_after=3)
     _dispatch(app, 4, 1.2)  # the last one waits 3.6 s in the buffer; none runs longer than retry_after
-    params = default_params(laravel="8", sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20,
+    params = default_params(laravel=app.release, sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20,
                             queue="fast", retry_after="3")
     worker = build_worker(params, env=app.env, app=support.async_app)
     workers.append(worker)
@@ -109,14 +110,14 @@ def test_lease_renewal_keeps_prefetched_jobs_reserved_past_retry_after(
 
 
 def test_a_job_taken_back_from_reserved_is_not_run_from_the_buffer(
-        php: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch,
+        laravel: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch,
         workers: list[Worker]) -> None:
-    app = _app(redis_server, monkeypatch, retry_after=2)
+    app = _app(laravel, redis_server, monkeypatch, retry_after=2)
     _dispatch(app, 1, 1.5)
     _dispatch(app, 2, 0)
     bodies = redis_client.lrange(KEY, 0, -1)
     victim = json.loads(bodies[1])["uuid"]
-    params = default_params(laravel="8", sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20,
+    params = default_params(laravel=app.release, sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20,
                             queue="fast", retry_after="2")
     worker = build_worker(params, env=app.env, app=support.async_app)
     workers.append(worker)
@@ -141,9 +142,9 @@ def _buffering_worker(app: PhpApp, *extra: str) -> subprocess.Popen[str]:
                        app_spec="test_worker_support:async_app")
 
 
-def test_sigterm_gives_buffered_jobs_back_to_the_head_untouched(php: str, redis_client: Any, redis_server: Any,
+def test_sigterm_gives_buffered_jobs_back_to_the_head_untouched(laravel: str, redis_client: Any, redis_server: Any,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    app = _app(redis_server, monkeypatch)
+    app = _app(laravel, redis_server, monkeypatch)
     _dispatch(app, 3, 0.01)  # short jobs first: the worker measures them and starts prefetching
     _dispatch(app, 1, 2)
     _dispatch(app, 20, 0)
@@ -169,9 +170,9 @@ def test_sigterm_gives_buffered_jobs_back_to_the_head_untouched(php: str, redis_
     assert _left(redis_client) == 0
 
 
-def test_restart_is_honoured_promptly_with_a_full_buffer(php: str, redis_client: Any, redis_server: Any,
+def test_restart_is_honoured_promptly_with_a_full_buffer(laravel: str, redis_client: Any, redis_server: Any,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    app = _app(redis_server, monkeypatch)
+    app = _app(laravel, redis_server, monkeypatch)
     _dispatch(app, 300, 0.02)
     bodies = redis_client.lrange(KEY, 0, -1)
     worker = _buffering_worker(app, "--concurrency=2")

@@ -1,10 +1,12 @@
-"""The worker's cache and maintenance signals, with real PHP and real Redis.
+"""The worker's cache and maintenance signals, with real PHP (the Laravel 8, 12 and 13 apps) and real Redis.
 
 * ``queue:restart`` through the ``file`` and ``database`` cache stores (the 8–10 and 11+ defaults):
   ``php artisan queue:restart`` stops a running ``laraq work``, ``laraq restart`` stops a running
   ``php artisan queue:work``; the ``maxExceptions`` counter is shared by PHP and Python in both stores.
-* ``queue:pause`` keys (12.40+) and the global pause (13.25+): the key bytes equal the wire corpus,
-  a running ``laraq work`` skips a paused queue and takes it again after resume; 12.39 ignores the keys.
+* ``queue:pause`` keys (12.40+) and the global pause (13.25+): ``php artisan queue:pause`` /
+  ``queue:resume`` of the real 12.67 and 13.26 apps, on the Redis and the database cache store, write what
+  laraq writes, and a running ``laraq work`` skips a paused queue and takes it again after resume;
+  12.39 and 13.24 ignore the keys.
 * Maintenance mode: ``php artisan down`` / ``up`` (``storage/framework/down``) and the 9+ cache flag;
   ``--force``; ``--once`` while down sleeps and pops nothing.
 * ``--stop-when-empty-for`` and ``--stop-when-empty`` after a payload was moved to ``failed_jobs``.
@@ -25,7 +27,7 @@ import click
 import pytest
 import redis
 import test_worker_support as support
-from conftest import ROOT, corpus_dir
+from conftest import ROOT, corpus_dir, require_laravel
 from phpapp import PhpApp
 from test_worker_support import laraq_env, popen_laraq, run_laraq, wait_for
 
@@ -37,7 +39,9 @@ from laraq.worker import Worker
 
 pytestmark = pytest.mark.php
 
-Q = "laravel_database_queues:"
+
+def qkey(php: PhpApp, queue: str) -> str:
+    return php.prefix + "queues:" + queue
 
 
 def stop(proc: subprocess.Popen[str], timeout: float = 30) -> int:
@@ -75,7 +79,7 @@ def workers() -> Iterator[list[Worker]]:
 
 
 def make_worker(php: PhpApp, workers: list[Worker], env: dict[str, str] | None = None, **overrides: Any) -> Worker:
-    params = default_params(laravel="8", sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20)
+    params = default_params(laravel=php.release, sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20)
     params.update(overrides)
     worker = build_worker(params, env=env or env_for(php), app=support.app)
     workers.append(worker)
@@ -86,9 +90,9 @@ def make_worker(php: PhpApp, workers: list[Worker], env: dict[str, str] | None =
 
 
 @pytest.fixture(params=["file", "database"])
-def store_app(request: pytest.FixtureRequest, php: str, redis_client: Any, redis_server: Any,
+def store_app(request: pytest.FixtureRequest, laravel: str, redis_client: Any, redis_server: Any,
               monkeypatch: pytest.MonkeyPatch) -> PhpApp:
-    app = PhpApp(redis_server.port, extra_env={"CACHE_DRIVER": request.param})
+    app = PhpApp(redis_server.port, version=laravel, cache_store=request.param)
     monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
     return app
 
@@ -111,7 +115,7 @@ def test_laraq_restart_stops_artisan(store_app: PhpApp) -> None:
     try:
         store_app.tool("dispatch", "echo", "--queue=php")
         wait_for(store_app.runs)  # PHP is up and has read the (missing) restart stamp
-        proc = subprocess.run([sys.executable, "-c", "from laraq.cli import main; main()", "restart", "--laravel", "8"],
+        proc = subprocess.run([sys.executable, "-c", "from laraq.cli import main; main()", "restart", "--laravel", store_app.release],
                               env=env_for(store_app), cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, proc.stderr
         assert "Broadcasting queue restart signal" in proc.stdout
@@ -126,17 +130,17 @@ def test_laraq_restart_stops_artisan(store_app: PhpApp) -> None:
 def test_max_exceptions_counted_across_php_and_python(store_app: PhpApp, redis_client: Any) -> None:
     store_app.tool("dispatch", "echo", "--queue=mx", "--args=" + json.dumps(
         {"mode": "fail", "settings": {"tries": 10, "maxExceptions": 2}}))
-    uuid = json.loads(redis_client.lrange(Q + "mx", 0, -1)[0])["uuid"]
-    cache = make_cache(LaravelSettings.from_env(env_for(store_app), version="8"))
-    assert cache.driver == store_app.env["CACHE_DRIVER"]
+    uuid = json.loads(redis_client.lrange(qkey(store_app, "mx"), 0, -1)[0])["uuid"]
+    cache = make_cache(LaravelSettings.from_env(env_for(store_app), version=store_app.release))
+    assert cache.driver == store_app.cache_store
 
     store_app.artisan("queue:work", "redis", "--once", "--queue=mx", check=True)  # exception 1: released
     assert cache.get(f"job-exceptions:{uuid}") == 1
     if isinstance(cache, FileCache):
         raw = cache.path(f"job-exceptions:{uuid}").read_bytes()
         assert raw[10:] == b"i:1;" and 0 < int(raw[:10]) - time.time() <= 86400
-    for member in redis_client.zrange(Q + "mx:delayed", 0, -1):  # make the released job due now
-        redis_client.zadd(Q + "mx:delayed", {member: 0})
+    for member in redis_client.zrange(qkey(store_app, "mx:delayed"), 0, -1):  # make the released job due now
+        redis_client.zadd(qkey(store_app, "mx:delayed"), {member: 0})
     proc = run_laraq(store_app, "--once", "--queue=mx", env=env_for(store_app))  # exception 2: the limit
     assert proc.returncode == 0, proc.stderr
 
@@ -158,10 +162,11 @@ def _corpus_entry(version: str, kind: str) -> dict[str, Any]:
     return entry
 
 
-@pytest.fixture
-def modern(php: str, redis_client: Any, redis_server: Any) -> PhpApp:
-    """The fixture app with the 12.1+/13 skeleton's hyphenated prefixes (Laravel 8's PHP dispatches)."""
-    return PhpApp(redis_server.port, prefix="laravel-database-", cache_prefix="laravel-cache-")
+@pytest.fixture(params=["12", "13"])
+def modern(request: pytest.FixtureRequest, redis_client: Any, redis_server: Any) -> PhpApp:
+    """The real Laravel 12.67 / 13.26 app (stock hyphenated prefixes) on its Redis cache store."""
+    require_laravel(request.param)
+    return PhpApp(redis_server.port, version=request.param, cache_store="redis")
 
 
 def _modern_cache(app: PhpApp, version: str, redis_server: Any) -> LaravelCache:
@@ -171,8 +176,66 @@ def _modern_cache(app: PhpApp, version: str, redis_server: Any) -> LaravelCache:
     return cache
 
 
+@pytest.mark.parametrize("store", ["redis", "database"])
+@pytest.mark.parametrize("version", ["12", "13"])
+def test_artisan_pause_is_what_laraq_writes_and_reads(version: str, store: str, redis_client: Any,
+                                                      redis_server: Any) -> None:
+    """``php artisan queue:pause``/``queue:resume`` of the real 12.67/13.26 app against laraq's pause."""
+    require_laravel(version)
+    app = PhpApp(redis_server.port, version=version, cache_store=store)
+    settings = LaravelSettings.from_env(app.env, version=app.release)
+    cache = make_cache(settings)
+    try:
+        app.artisan("queue:pause", "redis:default", check=True)
+        assert cache.is_paused("redis", "default") and not cache.is_paused("redis", "b")
+        php_paused = app.tool("cache-get", "illuminate:queue:paused:redis:default")["value"]
+        cache.resume("redis", "default")
+        assert app.tool("cache-get", "illuminate:queue:paused:redis:default")["value"] is None
+        cache.pause("redis", "default")
+        assert app.tool("cache-get", "illuminate:queue:paused:redis:default")["value"] == php_paused is True
+        if isinstance(cache, LaravelCache):
+            assert redis_server.client(1).ttl(cache.key("illuminate:queue:paused:redis:default")) == -1
+
+        app.tool("dispatch", "python", "--queue=default")
+        app.tool("dispatch", "python", "--queue=b")
+        # artisan and laraq both skip the paused queue and take the other one
+        app.artisan("queue:work", "redis", "--queue=default,b", "--stop-when-empty", check=True)
+        assert [r["queue"] for r in app.runs()] == ["b"]
+        app.tool("dispatch", "python", "--queue=b")
+        proc = run_laraq(app, "--queue=default,b", "--stop-when-empty")
+        assert proc.returncode == 0, proc.stderr
+        assert [(r["runner"], r["queue"]) for r in app.runs()] == [("php", "b"), ("python", "b")]
+        assert redis_client.llen(qkey(app, "default")) == 1
+        app.artisan("queue:resume", "redis:default", check=True)
+        assert not cache.is_paused("redis", "default")
+        proc = run_laraq(app, "--queue=default,b", "--stop-when-empty")
+        assert proc.returncode == 0, proc.stderr
+        assert [r["queue"] for r in app.runs()][-1] == "default"
+
+        if version == "13":
+            # the global pause (13.25+): `queue:pause --all` stops every queue for both workers
+            app.artisan("queue:pause", "--all", check=True)
+            app.tool("dispatch", "python", "--queue=a")
+            before = len(app.runs())
+            app.artisan("queue:work", "redis", "--queue=a", "--stop-when-empty", check=True)
+            proc = run_laraq(app, "--queue=a", "--stop-when-empty")
+            assert proc.returncode == 0, proc.stderr
+            assert len(app.runs()) == before and redis_client.llen(qkey(app, "a")) == 1
+            php_all = app.tool("cache-get", "illuminate:queues:paused")["value"]
+            cache.resume_all()
+            assert app.tool("cache-get", "illuminate:queues:paused")["value"] is None
+            cache.pause_all()
+            assert app.tool("cache-get", "illuminate:queues:paused")["value"] == php_all
+            app.artisan("queue:resume", "--all", check=True)
+            proc = run_laraq(app, "--queue=a", "--stop-when-empty")
+            assert proc.returncode == 0, proc.stderr
+            assert [r["queue"] for r in app.runs()][-1] == "a"
+    finally:
+        cache.close()
+
+
 def test_paused_queue_is_skipped_until_resumed(modern: PhpApp, redis_server: Any) -> None:
-    cache = _modern_cache(modern, "12.67", redis_server)
+    cache = _modern_cache(modern, modern.release, redis_server)
     entry = _corpus_entry("12.67.0", "queue-pause")
     cache.pause("redis", "default")
     db1 = redis_server.client(1)
@@ -181,14 +244,13 @@ def test_paused_queue_is_skipped_until_resumed(modern: PhpApp, redis_server: Any
 
     modern.tool("dispatch", "python", "--queue=default")
     modern.tool("dispatch", "python", "--queue=b")
-    worker = popen_laraq(modern, "--laravel", "12.67", "--queue=default,b", "--sleep=0.2",
-                         env=laraq_env(modern, CACHE_STORE="redis"))
+    worker = popen_laraq(modern, "--queue=default,b", "--sleep=0.2", env=laraq_env(modern, CACHE_STORE="redis"))
     try:
         wait_for(lambda: runs_on(modern, "b"))
         time.sleep(1.5)  # several loops: the paused first queue is skipped every time
         assert runs_on(modern, "default") == []
         assert redis_server.client(0).llen("laravel-database-queues:default") == 1
-        cache.resume("redis", "default")
+        modern.artisan("queue:resume", "redis:default", check=True)
         wait_for(lambda: runs_on(modern, "default"))
     finally:
         assert stop(worker) == 0
@@ -237,8 +299,9 @@ def test_pause_keys_are_ignored_before_12_40(modern: PhpApp, redis_server: Any) 
 
 
 @pytest.fixture
-def app8(php: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> PhpApp:
-    app = PhpApp(redis_server.port)
+def app8(laravel: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> PhpApp:
+    """Each live app in turn (the name is historical: it was the Laravel 8 app only)."""
+    app = PhpApp(redis_server.port, version=laravel)
     monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
     return app
 
@@ -250,8 +313,8 @@ def test_artisan_down_stops_popping_until_up(app8: PhpApp, redis_client: Any) ->
     worker = popen_laraq(app8, "--queue=py", "--sleep=0.2", env=env_for(app8))
     try:
         time.sleep(2)  # several down loops
-        assert app8.runs() == [] and redis_client.llen(Q + "py") == 1
-        assert redis_client.zcard(Q + "py:reserved") == 0
+        assert app8.runs() == [] and redis_client.llen(qkey(app8, "py")) == 1
+        assert redis_client.zcard(qkey(app8, "py:reserved")) == 0
         app8.artisan("up", check=True)
         wait_for(app8.runs)
     finally:
@@ -265,10 +328,10 @@ def test_once_while_down_sleeps_and_pops_nothing(app8: PhpApp, redis_client: Any
     proc = run_laraq(app8, "--once", "--queue=py", "--sleep=1", env=env_for(app8))
     assert proc.returncode == 0, proc.stderr
     assert time.monotonic() - started >= 1
-    assert app8.runs() == [] and redis_client.llen(Q + "py") == 1
+    assert app8.runs() == [] and redis_client.llen(qkey(app8, "py")) == 1
     # artisan agrees
     app8.artisan("queue:work", "redis", "--once", "--queue=py", "--sleep=0", check=True)
-    assert app8.runs() == [] and redis_client.llen(Q + "py") == 1
+    assert app8.runs() == [] and redis_client.llen(qkey(app8, "py")) == 1
     # --force works while down
     forced = run_laraq(app8, "--once", "--force", "--queue=py", env=env_for(app8))
     assert forced.returncode == 0, forced.stderr
@@ -283,7 +346,7 @@ def test_cache_maintenance_flag_9_plus(app8: PhpApp, redis_client: Any, workers:
                                              "status": 503, "template": None})
     app8.tool("dispatch", "python", "--queue=py")
     assert make_worker(app8, workers, env=env, laravel="11", queue="py").daemon() == 0
-    assert app8.runs() == [] and redis_client.llen(Q + "py") == 1
+    assert app8.runs() == [] and redis_client.llen(qkey(app8, "py")) == 1
     # 8.x only knows the file: the cache flag means nothing there
     assert make_worker(app8, workers, env=env, laravel="8", queue="py").daemon() == 0
     assert len(app8.runs()) == 1
@@ -308,7 +371,15 @@ def test_stop_when_empty_for(app8: PhpApp, workers: list[Worker]) -> None:
     assert len(app8.runs()) == 1
     with pytest.raises(click.UsageError, match="stop-when-empty-for"):
         make_worker(app8, workers, laravel="12.59", queue="py", stop_when_empty_for=1)
-    assert run_laraq(app8, "--stop-when-empty-for=1", "--queue=py").returncode == 2  # --laravel 8
+    if app8.version == "8":
+        assert run_laraq(app8, "--stop-when-empty-for=1", "--queue=py").returncode == 2  # not in 8
+    else:
+        # 12.60+ / 13.10+: artisan and laraq both take it and stop once idle that long
+        app8.tool("dispatch", "echo", "--queue=py")
+        php = app8.artisan("queue:work", "redis", "--queue=py", "--stop-when-empty-for=1", "--sleep=0.2")
+        assert php.returncode == 0, php.stderr
+        assert run_laraq(app8, "--stop-when-empty-for=1", "--sleep=0.2", "--queue=py").returncode == 0
+        assert [r["runner"] for r in app8.runs()] == ["python", "php"]
     proc = run_laraq(app8, "--laravel", "11.53", "--stop-when-empty-for=1", "--sleep=0.2", "--queue=py",
                      env=laraq_env(app8, CACHE_STORE="redis"))
     assert proc.returncode == 0, proc.stderr
@@ -318,20 +389,20 @@ def test_stop_when_empty_after_a_payload_moved_to_failed_jobs(app8: PhpApp, redi
                                                               workers: list[Worker]) -> None:
     # reservable by the pop script (Lua reads "0x1" as 1) but not a payload Python accepts
     bad = b'{"uuid":"bad-1","displayName":"App\\\\Jobs\\\\X","job":"X","attempts":"0x1","data":{}}'
-    redis_client.rpush(Q + "py", bad)
+    redis_client.rpush(qkey(app8, "py"), bad)
     app8.tool("dispatch", "python", "--queue=py")
     assert make_worker(app8, workers, queue="py").daemon() == 0
     (row,) = failed_rows(app8)
     assert row["uuid"] == "bad-1" and "laraq cannot read the job payload" in row["exception"]
     assert [r["class"] for r in app8.runs()] == ["App\\Jobs\\PythonJob"]  # the loop went on
-    assert not redis_client.exists(Q + "py", Q + "py:reserved")
+    assert not redis_client.exists(qkey(app8, "py"), qkey(app8, "py:reserved"))
 
 
 def test_requeue_goes_through_the_shared_script(app8: PhpApp, redis_client: redis.Redis,
                                                 workers: list[Worker]) -> None:
     app8.tool("dispatch", "plain", "--queue=py")
-    body = redis_client.lrange(Q + "py", 0, -1)[0]
+    body = redis_client.lrange(qkey(app8, "py"), 0, -1)[0]
     worker = make_worker(app8, workers, queue="py", unhandled="requeue", unhandled_delay=30)
     assert worker.daemon() == 0
-    assert redis_client.zrange(Q + "py:delayed", 0, -1) == [body]
+    assert redis_client.zrange(qkey(app8, "py:delayed"), 0, -1) == [body]
     assert redis_client.script_exists(worker.queue.scripts.sha("requeue")) == [True]

@@ -55,6 +55,7 @@ class Ops:
             prefix=settings.redis_prefix,
             retry_after=settings.retry_after,
             version=settings.version,
+            forwards=settings.env.get("LARAQ_QUEUE_FORWARD"),
         )
         encrypter = None
         if settings.app_key:

@@ -78,6 +78,12 @@ def _transfer_command(name: str, move: bool) -> click.Command:
                                 class_filter=class_filter, allow_duplicates=allow_duplicates)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from exc
+        refused = transfer.incompatible()
+        if refused:
+            shown = "\n  ".join(refused[:20]) + (f"\n  ... and {len(refused) - 20} more" if len(refused) > 20 else "")
+            raise click.ClickException(
+                f"refusing to {verb.lower()} to Laravel {target.version}: {len(refused)} job(s) it cannot run as "
+                f"dispatched; nothing was {'moved' if move else 'copied'} (--filter selects the classes to take):\n  {shown}")
         total = transfer.count()
         if dry_run:
             summary = transfer.plan()

@@ -239,7 +239,9 @@ def _banner(info: dict[str, Any], render: Any) -> None:
 
 def default_params(**overrides: Any) -> dict[str, Any]:
     """``laraq work``'s options with their defaults (for building a worker in-process)."""
-    params: dict[str, Any] = {p.name: p.default for p in work_cmd.params if p.name}
+    # get_default, not .default: click 8.3+ keeps an UNSET sentinel (truthy) there for flags
+    ctx = click.Context(work_cmd)
+    params: dict[str, Any] = {p.name: p.get_default(ctx) for p in work_cmd.params if p.name}
     params.update(connection=None, app_spec=None)
     unknown = set(overrides) - set(params)
     if unknown:
@@ -274,6 +276,7 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
     from laraq.app import load_app
     from laraq.config import LaravelSettings, make_redis
     from laraq.queue import RedisQueue
+    from laraq.routing import QueueForwards
     from laraq.startup import (
         OpenedStore,
         StartupError,
@@ -310,9 +313,14 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
         retry_after = None if text in ("null", "none", "") else int(text)
     block_for = params["block_for"] if params.get("block_for") is not None else settings.block_for
     connection_name = params.get("connection") or settings.connection_name
+    try:
+        forwards = QueueForwards.parse(settings.env.get("LARAQ_QUEUE_FORWARD"))
+    except ValueError as exc:
+        raise click.UsageError(f"LARAQ_QUEUE_FORWARD: {exc}") from exc
     queue = RedisQueue(
         client, connection_name=connection_name, default_queue=settings.redis_queue,
         prefix=settings.redis_prefix, retry_after=retry_after, block_for=block_for, version=settings.version,
+        forwards=forwards,
     )
     faults: list[str] = []
 
