@@ -276,7 +276,8 @@ def test_a_python_function_entry_is_queued_and_run_by_a_laraq_worker(redis_clien
     # (the worker's --stop-when-empty sometimes stops with a job still queued: a worker matter reported
     # separately; a second run takes the rest)
     for _ in range(3):
-        worker = build_worker(default_params(queue="py", stop_when_empty=True, sleep=0, prefix=PREFIX, quiet=True),
+        worker = build_worker(default_params(queue="py", stop_when_empty=True, sleep=0, prefix=PREFIX, quiet=True,
+                                             memory=1 << 20),  # the test process, not the job, is big
                               app=app, env=env)
         assert worker.run() == 0
         if not redis_client.llen(f"{PREFIX}queues:py"):
