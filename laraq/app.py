@@ -30,11 +30,13 @@ default ``fire``. Names are compared without a leading backslash.
 
 from __future__ import annotations
 
+import enum
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from laraq.models import ModelSchema, default_table, make_enum
 from laraq.payload import CALL_QUEUED_HANDLER, Payload, PayloadError
 
 if TYPE_CHECKING:
@@ -72,6 +74,9 @@ class Handler:
     unique: bool | str | None = None
     #: Also run the PHP class's ``failed()`` method (in PHP) when the job fails.
     php_failed: bool = False
+    #: The class's ``$deleteWhenMissingModels``: a job whose model row is gone is deleted silently
+    #: instead of failed (None: what the payload says, i.e. Laravel 13's ``deleteWhenMissingModels``).
+    delete_when_missing_models: bool | None = None
 
 
 class App:
@@ -84,21 +89,25 @@ class App:
         #: (job, commandName, displayName) -> handler or None: the lookup runs once per job shape
         self._resolved: dict[tuple[Any, Any, Any], Handler | None] = {}
         self._schedule: dict[str, ScheduleEntry] = {}
+        #: model class -> where its rows are; PHP enum class -> Python enum (see :mod:`laraq.models`)
+        self.model_schemas: dict[str, ModelSchema] = {}
+        self.enums: dict[str, type[enum.Enum]] = {}
 
     # -- registration ------------------------------------------------------------------------------
 
-    def handler(self, job_name: str, *, unique: bool | str | None = None,
-                php_failed: bool = False) -> Callable[[HandlerFunc], HandlerFunc]:
+    def handler(self, job_name: str, *, unique: bool | str | None = None, php_failed: bool = False,
+                delete_when_missing_models: bool | None = None) -> Callable[[HandlerFunc], HandlerFunc]:
         """Decorator: run ``func`` for jobs named ``job_name`` (a class or ``Class@method``)."""
 
         def decorate(func: HandlerFunc) -> HandlerFunc:
-            self.register(job_name, func, unique=unique, php_failed=php_failed)
+            self.register(job_name, func, unique=unique, php_failed=php_failed,
+                          delete_when_missing_models=delete_when_missing_models)
             return func
 
         return decorate
 
     def register(self, job_name: str, func: HandlerFunc, *, unique: bool | str | None = None,
-                 php_failed: bool = False) -> Handler:
+                 php_failed: bool = False, delete_when_missing_models: bool | None = None) -> Handler:
         """Register ``func`` for ``job_name``; a name can have only one handler."""
         name = _norm(job_name)
         if not name:
@@ -110,7 +119,8 @@ class App:
         kind: Literal["command", "string"] = "string" if "@" in name else "command"
         if unique not in (None, True, False, "until_processing"):
             raise ValueError(f"unique= for {name} is True, False, None or 'until_processing', not {unique!r}")
-        handler = Handler(name, func, kind, inspect.iscoroutinefunction(func), unique, php_failed)
+        handler = Handler(name, func, kind, inspect.iscoroutinefunction(func), unique, php_failed,
+                          delete_when_missing_models)
         self._handlers[name] = handler
         self._resolved.clear()
         return handler
@@ -123,6 +133,24 @@ class App:
             return func
 
         return decorate
+
+    # -- models and enums (see laraq.models) -------------------------------------------------------
+
+    def model(self, class_name: str, *, table: str | None = None, key: str = "id",
+              connection: str | None = None) -> ModelSchema:
+        """Declare where an Eloquent model's rows are (default: Laravel's table name, key ``id``, the
+        connection the job serialized)."""
+        name = _norm(class_name)
+        schema = ModelSchema(name, table or default_table(name), key, connection)
+        self.model_schemas[name] = schema
+        return schema
+
+    def enum(self, class_name: str, cases: dict[str, str | int]) -> type[enum.Enum]:
+        """Declare a PHP backed enum (``{"Active": "active", ...}``); handlers get its Python members."""
+        name = _norm(class_name)
+        made = make_enum(name, cases)
+        self.enums[name] = made
+        return made
 
     # -- the schedule (see laraq.scheduler) ------------------------------------------------------------
 

@@ -115,6 +115,8 @@ class Job:
         self.started_at: float | None = None
         #: The delay of the last :meth:`release`, in whole seconds from the moment of the release.
         self.release_delay: int = 0
+        #: A model the command names is missing (or could not be loaded): see :mod:`laraq.models`.
+        self.restore_error: BaseException | None = None
 
     def __repr__(self) -> str:
         return f"<Job {self.name} id={self.id} attempts={self.attempts} queue={self.queue}>"

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
-from laraq import middleware
+from laraq import middleware, models
 from laraq.failed import FailedJobStore, format_exception, max_attempts_exceeded
 from laraq.job import Job, JobAbandoned, ManuallyFailedError, UnhandledJobError
 from laraq.logs import short
@@ -75,6 +75,7 @@ class Lifecycle:
     connection_name: str
     events: Listeners
     callqueued: CallQueued
+    model_loader: models.ModelLoader | None
     _failer_lock: threading.Lock
 
     def process(self, job: Job, running: _Running | None = None, handler: Any = _UNKNOWN) -> None:
@@ -93,6 +94,8 @@ class Lifecycle:
         self._processing(job)
         try:
             self._fail_if_already_exceeds_max_attempts(job)
+            if job.restore_error is not None:
+                self._settle_missing_model(job)
             if job.is_deleted:
                 if self._claim(running, "finishing"):
                     self._processed(job)
@@ -138,20 +141,24 @@ class Lifecycle:
         try:
             try:
                 argument = self._decode(job, handler)
-                self.callqueued.before_handle(job)
-                gate = middleware.enter(job, self.cache) if self.callqueued.facts(job).middleware else None
-                try:
-                    if gate is None or gate.proceed:
-                        await handler.func(argument, job)  # type: ignore[misc]
-                finally:
-                    if gate is not None:
-                        gate.exit()
+                if job.restore_error is not None:  # raises unless the job is deleted
+                    await self._off_loop(self._settle_missing_model, job)
+                else:
+                    self.callqueued.before_handle(job)
+                    gate = middleware.enter(job, self.cache) if self.callqueued.facts(job).middleware else None
+                    try:
+                        if gate is None or gate.proceed:
+                            await handler.func(argument, job)  # type: ignore[misc]
+                    finally:
+                        if gate is not None:
+                            gate.exit()
             finally:
                 if running.task_done is not None:
                     running.task_done.set()
             if not self._claim(running, "finishing"):
                 return
-            self._after_success(job, handler)
+            if job.restore_error is None:
+                self._after_success(job, handler)
             self._processed(job)
         except (JobAbandoned, asyncio.CancelledError):
             if self._claim(running, "finishing"):
@@ -217,6 +224,11 @@ class Lifecycle:
         if reason is None and self.callqueued.facts(job).middleware:
             reason = middleware.unsupported(job, self.cache)
         if reason is None:
+            facts = self.callqueued.facts(job)
+            reason = models.prepare(job, self.model_loader, self.app.enums,
+                                    php_settles=facts.batch_id is not None or facts.unique_id is not None
+                                    or bool(handler.unique))
+        if reason is None:
             return False
         delay = max(1, int(self.options.unhandled_delay))
         self._retrying(lambda: self._put_back(job, delay))
@@ -224,6 +236,19 @@ class Lifecycle:
         log.error("%s (id %s on %s): %s", job.name, job.id, job.queue, detail)
         self.events.emit("job_unhandled", job, "requeue", detail)
         return True
+
+    def _settle_missing_model(self, job: Job) -> None:
+        """``CallQueuedHandler::handleModelNotFound``: delete (``deleteWhenMissingModels``) or fail at
+        once; a database error is a job exception like any other (raised)."""
+        error = job.restore_error
+        assert error is not None
+        if not isinstance(error, models.ModelNotFoundError):
+            raise error
+        if models.delete_when_missing(job):
+            self._retrying(job.delete)
+            return
+        job.fail(error)
+        raise error
 
     def _processing(self, job: Job) -> None:
         """Laravel's ``JobProcessing``: the handler is about to run."""
@@ -308,7 +333,7 @@ class Lifecycle:
             self.events.emit("job_released", job, 60, error)
             return
         try:
-            callback = self.app.failed_callback(job.payload)
+            callback = None if job.restore_error is not None else self.app.failed_callback(job.payload)
             if callback is not None:
                 result = callback(job.command, job, error)
                 if asyncio.iscoroutine(result):
@@ -330,6 +355,8 @@ class Lifecycle:
                 self._decode(job, handler)  # failed before it ran (max attempts): still PHP's failed()
         except Exception as exc:
             log.warning("%s (uuid %s): cannot read its command for the failure steps: %s", job.name, job.uuid, exc)
+        if isinstance(job.restore_error, models.ModelNotFoundError):
+            return  # PHP cannot rebuild the command either: no failed(), catch or batch step runs
         try:
             self._retrying(lambda: self.callqueued.after_failure(job, error))
         except Exception as exc:

@@ -135,6 +135,21 @@ def until_processing(command: PHPObject, job: Job) -> None:
     _unique_run(command, job, command.uniqueId)
 
 
+# SerializesModels: laraq loads the rows through the app's DB_* settings; the enum is declared here
+Status = app.enum("App\\Enums\\Status", {"Active": "active", "Archived": "archived"})
+app.model("App\\Models\\Post")  # Laravel's default table (posts) and key (id)
+
+
+def _post(command: PHPObject, job: Job) -> None:
+    assert isinstance(command.status, Status)
+    record(job, post=command.post.id, title=command.post.title, status=command.status.value,
+           others=[p.title for p in command.others])
+
+
+app.register("App\\Jobs\\PostJob", _post)
+app.register("App\\Jobs\\PostJobDeleteMissing", _post, delete_when_missing_models=True)
+
+
 #: The same EchoJob semantics with an ``async def`` handler (cancellable at its timeout).
 async_app = App("tests-async")
 

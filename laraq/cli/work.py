@@ -366,7 +366,9 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
     ``env`` replaces ``os.environ`` as the source of Laravel settings; ``app`` replaces ``--app``.
     """
     from laraq.cache import MaintenanceMode
+    from laraq.failed import connect_database
     from laraq.logs import JobLogListener
+    from laraq.models import ModelLoader
     from laraq.output import Output
 
     p = prepared or prepare(params, env=env, app=app, checks=False)
@@ -390,6 +392,7 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
         cache=p.cache, failer=p.failer, encrypter=p.encrypter, output=output,
         maintenance=MaintenanceMode(settings, p.cache), on_job_popped=on_job_popped,
         on_jobs_popped=on_jobs_popped, listeners=[JobLogListener(job_lines=json_logs)],
+        model_loader=ModelLoader(lambda name: connect_database(settings.database(name)), p.app.model_schemas),
     )
     horizon = _horizon_listener(params, settings, p.queue.client)
     if horizon is not None:
