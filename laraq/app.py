@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from laraq.models import ModelSchema, default_table, make_enum
 from laraq.payload import CALL_QUEUED_HANDLER, Payload, PayloadError
+from laraq.schema import JobSchema, declared_schema, load_schema_file
 
 if TYPE_CHECKING:
     from datetime import timedelta
@@ -92,6 +93,8 @@ class App:
         #: model class -> where its rows are; PHP enum class -> Python enum (see :mod:`laraq.models`)
         self.model_schemas: dict[str, ModelSchema] = {}
         self.enums: dict[str, type[enum.Enum]] = {}
+        #: job class -> :class:`laraq.schema.JobSchema` (what PHP's dispatch of it writes; see laraq.schema)
+        self.job_schemas: dict[str, JobSchema] = {}
 
     # -- registration ------------------------------------------------------------------------------
 
@@ -151,6 +154,24 @@ class App:
         made = make_enum(name, cases)
         self.enums[name] = made
         return made
+
+    def job_schema(self, class_name: str, *, properties: dict[str, Any] | None = None,
+                   unique: bool | str | None = None, encrypt: bool = False, serializes_models: bool = False,
+                   **settings: Any) -> JobSchema:
+        """Declare a job class's defaults (``tries=3, backoff=[10, 60], unique=True, unique_for=3600``...),
+        used when Python dispatches it (see :mod:`laraq.schema`)."""
+        schema = declared_schema(_norm(class_name), properties=properties, unique=unique, encrypt=encrypt,
+                                 serializes_models=serializes_models, **settings)
+        self.job_schemas[schema.class_name] = schema
+        return schema
+
+    def load_schema(self, path: str) -> None:
+        """Load ``laraq schema --from APP``'s JSON: job classes (for dispatch) and backed enums."""
+        jobs, enums = load_schema_file(path)
+        self.job_schemas.update(jobs)
+        for name, cases in enums.items():
+            if name not in self.enums:
+                self.enum(name, cases)
 
     # -- the schedule (see laraq.scheduler) ------------------------------------------------------------
 
