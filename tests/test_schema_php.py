@@ -135,3 +135,28 @@ def test_schema_command_writes_json(app: PhpApp, tmp_path: Any) -> None:
     jobs, _ = parse_schema(json.loads(out.read_text()))
     assert jobs[DEFAULTS].is_unique and [p.name for p in jobs[DEFAULTS].properties or []][:3] == [
         "label", "tries", "backoff"]
+
+
+def test_serializes_models_class_is_written_as_php_writes_it(app: PhpApp, redis_client: Any) -> None:
+    """``SerializesModels``: reflection order, default-valued properties left out on 9.4+, models as
+    ``ModelIdentifier`` and a backed enum as ``E:``."""
+    import sqlite3
+
+    from laraq.serializer import ModelIdentifier, PHPEnum
+
+    conn = sqlite3.connect(app.db_path)
+    conn.executemany("INSERT INTO posts (id, title) VALUES (?, ?)", [(1, "first"), (2, "second"), (3, "third")])
+    conn.commit()
+    conn.close()
+    jobs, _ = parse_schema(exported(app, "App\\Jobs\\PostJob"))
+    d = dispatcher(app, redis_client, jobs)
+    app.tool("dispatch", "post", "--queue=pq", "--args=" + json.dumps({"id": 1, "status": "archived", "others": [3, 2]}))
+    with_class = app.version != "8"  # collectionClass arrived in 9.26
+    d.dispatch_job("App\\Jobs\\PostJob", {
+        "post": ModelIdentifier("App\\Models\\Post", 1, connection="sqlite").to_php(include_collection_class=with_class),
+        "status": PHPEnum("App\\Enums\\Status", "Archived"),
+        "others": ModelIdentifier("App\\Models\\Post", [2, 3], connection="sqlite").to_php(
+            include_collection_class=with_class),
+    }, queue="lq", connection="redis")
+    (php_body,), (py_body,) = pushed(app, redis_client, "pq"), pushed(app, redis_client, "lq")
+    assert norm(py_body, "lq") == norm(php_body, "pq")
