@@ -87,7 +87,7 @@ class Lifecycle:
             self._unhandled(job)
             self._claim(running, "finishing")
             return
-        job.handler = handler
+        job.handler, job.app_db = handler, self.model_loader
         if self._sent_to_php(job, handler):
             self._claim(running, "finishing")
             return
@@ -131,7 +131,7 @@ class Lifecycle:
 
     async def _process_async(self, job: Job, handler: Handler, running: _Running) -> None:
         """:meth:`process` for an async handler, as a task on the fast path's loop (pre-check done)."""
-        job.handler = handler
+        job.handler, job.app_db = handler, self.model_loader
         if self._sent_to_php(job, handler):
             self._claim(running, "finishing")
             if running.task_done is not None:

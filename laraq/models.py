@@ -174,30 +174,32 @@ class ModelLoader:
                 entry = self._conns[name] = (self._connect(name), threading.Lock())
             return entry
 
-    def rows(self, class_name: str, connection: str | None, ids: list[Any]) -> dict[Any, Model]:
-        """The rows whose key is in ``ids``, by key."""
-        schema = self.schema(class_name)
-        name = schema.connection or connection
-        conn, lock = self._conn(name)
+    def select(self, connection: str | None, table: str, column: str, values: list[Any]) -> list[dict[str, Any]]:
+        """``SELECT * FROM table WHERE column IN (values)`` on a Laravel connection (None: the default)."""
+        conn, lock = self._conn(connection)
         dialect = _dialect_of(conn)
 
         def q(ident: str) -> str:
             return "`" + ident.replace("`", "``") + "`" if dialect == "mysql" else '"' + ident.replace('"', '""') + '"'
 
         ph = "?" if dialect == "sqlite" else "%s"
-        sql = f"SELECT * FROM {q(schema.table)} WHERE {q(schema.key)} IN ({', '.join([ph] * len(ids))})"
+        sql = f"SELECT * FROM {q(table)} WHERE {q(column)} IN ({', '.join([ph] * len(values))})"
         try:
             with locked_cursor(conn, lock) as cur:
-                cur.execute(sql, list(ids))
+                cur.execute(sql, list(values))
                 columns = [d[0] for d in cur.description]
-                found = [dict(zip(columns, row, strict=True)) for row in cur.fetchall()]
+                return [dict(zip(columns, row, strict=True)) for row in cur.fetchall()]
         except Exception:
             with self._guard:  # a broken connection is opened again next time
-                if self._conns.get(name, (None,))[0] is conn:
-                    del self._conns[name]
+                if self._conns.get(connection, (None,))[0] is conn:
+                    del self._conns[connection]
             raise
+
+    def rows(self, class_name: str, connection: str | None, ids: list[Any]) -> dict[Any, Model]:
+        """The rows whose key is in ``ids``, by key."""
+        schema = self.schema(class_name)
         out: dict[Any, Model] = {}
-        for attrs in found:
+        for attrs in self.select(schema.connection or connection, schema.table, schema.key, ids):
             model = Model(class_name, attrs, table=schema.table, key_name=schema.key)
             out[_key(model.key)] = model
         return out

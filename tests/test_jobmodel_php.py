@@ -10,6 +10,7 @@ runs, ``failed_jobs``, and what is left in Redis.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sqlite3
 from typing import Any
@@ -298,6 +299,33 @@ def test_batch_bookkeeping_and_callbacks(app: PhpApp, redis_client: Any, workers
         assert redis_client.llen(app.prefix + "queues:" + "pq") == redis_client.llen(app.prefix + "queues:" + "lq") == 1
     else:
         assert pq["callbacks"] == ["then", "finally"] and pq["finished"] and pq["pending"] == 0
+
+
+@pytest.mark.parametrize("skip_cancelled", [False, True], ids=["handler-asks", "SkipIfBatchCancelled"])
+def test_cancelled_batch(app: PhpApp, redis_client: Any, workers: list[Worker], skip_cancelled: bool,
+                        caplog: pytest.LogCaptureFixture) -> None:
+    """A cancelled batch: the handler sees ``batch()->cancelled()`` (Python: ``job.batch_cancelled()``), or
+    ``SkipIfBatchCancelled`` skips the items; the batch's counts end the same on both sides."""
+    if skip_cancelled and app.version == "8":
+        pytest.skip("Illuminate\\Queue\\Middleware\\SkipIfBatchCancelled arrived after Laravel 8")
+    caplog.set_level(logging.INFO, logger="laraq.worker")
+    ids = {}
+    for q in ("pq", "lq"):
+        steps = [{"args": {"q": q, "n": i + 1}, "mode": "ok"} for i in range(2)]
+        ids[q] = app.tool("batch-callbacks", f"--queue={q}", "--steps=" + json.dumps(steps), "--cancel",
+                          *(["--skip-cancelled"] if skip_cancelled else []))["id"]
+    drain_both(app, redis_client, workers)
+    pq, lq = batch_side(app, "pq", ids["pq"]), batch_side(app, "lq", ids["lq"])
+    assert pq == lq and pq["cancelled"]
+    seen = {q: [r.get("cancelled") for r in app.runs() if r.get("class") == "App\\Jobs\\BatchEchoJob"
+                and r["args"]["q"] == q] for q in ("pq", "lq")}
+    assert seen["pq"] == seen["lq"] == ([] if skip_cancelled else [True, True])
+    if skip_cancelled:  # laraq skipped them itself (not handed back to PHP)
+        assert sum("skipped by SkipIfBatchCancelled" in r.getMessage() for r in caplog.records) == 2
+    assert {r["runner"] for r in app.runs() if r.get("class") == "App\\Jobs\\BatchEchoJob"
+            and r["args"]["q"] == "lq"} <= {"python"}
+    for queue in ("pq", "lq", "default"):
+        assert pending(app, redis_client, queue) == 0
 
 
 # -- what laraq cannot finish alone is said loudly -----------------------------------------------------

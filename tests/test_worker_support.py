@@ -51,9 +51,9 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _echo(command: PHPObject, job: Job) -> float:
+def _echo(command: PHPObject, job: Job, **extra: Any) -> float:
     """Record an EchoJob run and apply its mode; returns seconds to sleep for mode=sleep."""
-    record(job, args=plain(command.args), mode=command.mode, note=command.note, hidden=command.hidden)
+    record(job, args=plain(command.args), mode=command.mode, note=command.note, hidden=command.hidden, **extra)
     mode, seconds = command.mode, command.seconds
     if mode == "fail":
         raise RuntimeError("echo job failed on purpose")
@@ -74,7 +74,7 @@ def echo(command: PHPObject, job: Job) -> None:
 
 @app.handler("App\\Jobs\\BatchEchoJob")  # EchoJob in a batch: the bookkeeping is laraq's (PHP's) part
 def batch_echo(command: PHPObject, job: Job) -> None:
-    time.sleep(_echo(command, job))
+    time.sleep(_echo(command, job, cancelled=job.batch_cancelled()))
 
 
 @app.handler("App\\Jobs\\FailedHookJob", php_failed=True)  # the class's failed() runs in PHP
