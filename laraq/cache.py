@@ -451,7 +451,12 @@ class LaravelCache(CacheStore):
                             *, owner: str | None = None) -> bool:
         """Release a unique lock like the worker does: ``forceRelease`` (``DEL``), or an owner-checked
         release when ``owner`` is given (13.24+ ``uniqueLockOwner``)."""
-        key = self.unique_lock_key(job_class, unique_id, display_name)
+        return self.release_lock(self.version.unique_lock_key(job_class, unique_id, display_name), owner=owner)
+
+    def release_lock(self, name: str, *, owner: str | None = None) -> bool:
+        """Release the cache lock ``name`` (before prefixes): owner-checked when ``owner`` is given
+        (``RedisLock::release``), else ``forceRelease``."""
+        key = self.key(name)
         if owner:
             script = ("if redis.call('get',KEYS[1]) == ARGV[1] then return redis.call('del',KEYS[1]) "
                       "else return 0 end")

@@ -184,6 +184,29 @@ def test_unique_lock_released_with_the_real_key_at_phps_moment(app: PhpApp, redi
     assert pq["runs"] == [("free" if kind == "until-processing" else "held", mode)]
 
 
+def test_unique_lock_without_a_hint_is_found_in_the_payload_context(app: PhpApp, redis_client: Any,
+                                                                    workers: list[Worker]) -> None:
+    """A ``uniqueId()`` method and a handler that says nothing (``unique=None``): 11.39+ payloads carry the
+    lock's key (and 13.24+ owner) in hidden Context, so laraq releases the real lock after the job."""
+    if app.version == "8":
+        pytest.skip("Laravel 8's payload does not name the lock: declare unique=True (see compat-docs/worker.md)")
+    from laraq.app import App
+
+    plain = App("no-hint")
+    plain.register("App\\Jobs\\UniqueMethodJob", support.unique_method)
+    for queue in ("pq", "lq"):
+        dispatch_unique(app, queue, "unique-method", "ok")
+    artisan_drain(app, "pq")
+    params = default_params(laravel=app.release, sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20, queue="lq")
+    worker = build_worker(params, env=app.env, app=plain)
+    workers.append(worker)
+    assert worker.daemon() == 0
+    assert pending(app, redis_client, "default") == 0  # nothing handed to PHP: laraq released it itself
+    pq = unique_side(app, redis_client, "pq", "unique-method")
+    lq = unique_side(app, redis_client, "lq", "unique-method")
+    assert pq == lq and pq["locks_left"] == 0 and pq["redispatched"] == 1
+
+
 # -- job middleware -----------------------------------------------------------------------------------
 
 def overlap_key(app: PhpApp, key: str) -> str:
