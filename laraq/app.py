@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import enum
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from laraq.handler_middleware import compose
 from laraq.models import ModelSchema, default_table, make_enum
 from laraq.payload import CALL_QUEUED_HANDLER, Payload, PayloadError
-from laraq.schema import JobSchema, declared_schema, load_schema_file
+from laraq.schema import JobSchema, declared_schema, handler_problems, load_schema_file
 
 if TYPE_CHECKING:
     from datetime import timedelta
@@ -78,6 +79,8 @@ class Handler:
     #: The class's ``$deleteWhenMissingModels``: a job whose model row is gone is deleted silently
     #: instead of failed (None: what the payload says, i.e. Laravel 13's ``deleteWhenMissingModels``).
     delete_when_missing_models: bool | None = None
+    #: how many Python middleware wrap ``func`` (:mod:`laraq.handler_middleware`)
+    python_middleware: int = 0
 
 
 class App:
@@ -99,18 +102,21 @@ class App:
     # -- registration ------------------------------------------------------------------------------
 
     def handler(self, job_name: str, *, unique: bool | str | None = None, php_failed: bool = False,
-                delete_when_missing_models: bool | None = None) -> Callable[[HandlerFunc], HandlerFunc]:
-        """Decorator: run ``func`` for jobs named ``job_name`` (a class or ``Class@method``)."""
+                delete_when_missing_models: bool | None = None,
+                middleware: Sequence[Callable[..., Any]] = ()) -> Callable[[HandlerFunc], HandlerFunc]:
+        """Decorator: run ``func`` for jobs named ``job_name`` (a class or ``Class@method``); ``middleware``:
+        Python job middleware around it (see :mod:`laraq.handler_middleware`)."""
 
         def decorate(func: HandlerFunc) -> HandlerFunc:
             self.register(job_name, func, unique=unique, php_failed=php_failed,
-                          delete_when_missing_models=delete_when_missing_models)
+                          delete_when_missing_models=delete_when_missing_models, middleware=middleware)
             return func
 
         return decorate
 
     def register(self, job_name: str, func: HandlerFunc, *, unique: bool | str | None = None,
-                 php_failed: bool = False, delete_when_missing_models: bool | None = None) -> Handler:
+                 php_failed: bool = False, delete_when_missing_models: bool | None = None,
+                 middleware: Sequence[Callable[..., Any]] = ()) -> Handler:
         """Register ``func`` for ``job_name``; a name can have only one handler."""
         name = _norm(job_name)
         if not name:
@@ -122,8 +128,11 @@ class App:
         kind: Literal["command", "string"] = "string" if "@" in name else "command"
         if unique not in (None, True, False, "until_processing"):
             raise ValueError(f"unique= for {name} is True, False, None or 'until_processing', not {unique!r}")
-        handler = Handler(name, func, kind, inspect.iscoroutinefunction(func), unique, php_failed,
-                          delete_when_missing_models)
+        is_async = inspect.iscoroutinefunction(func)
+        if middleware:
+            func = compose(name, func, middleware, is_async)
+        handler = Handler(name, func, kind, is_async, unique, php_failed, delete_when_missing_models,
+                          len(middleware))
         self._handlers[name] = handler
         self._resolved.clear()
         return handler
@@ -172,6 +181,11 @@ class App:
         for name, cases in enums.items():
             if name not in self.enums:
                 self.enum(name, cases)
+
+    def problems(self, version: Any = None) -> list[str]:
+        """What the declared schemas say laraq cannot do for a registered handler (shown at ``--app``
+        load; ``version``: the app's Laravel version, when known)."""
+        return handler_problems(self.job_schemas, self._handlers, version)
 
     # -- the schedule (see laraq.scheduler) ------------------------------------------------------------
 

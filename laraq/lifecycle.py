@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
-from laraq import middleware, models
+from laraq import middleware, models, schema
 from laraq.failed import FailedJobStore, format_exception, max_attempts_exceeded
 from laraq.job import Job, JobAbandoned, ManuallyFailedError, UnhandledJobError
 from laraq.logs import short
@@ -220,7 +220,8 @@ class Lifecycle:
             self._decode(job, handler)
         except Exception:
             return False
-        reason = self.callqueued.unsupported(job)
+        reason = self.callqueued.unsupported(job) or schema.handler_reason(
+            self.app.job_schemas.get(handler.name), handler)
         if reason is None and self.callqueued.facts(job).middleware:
             reason = middleware.unsupported(job, self.cache)
         if reason is None:

@@ -332,3 +332,35 @@ def declared_schema(class_name: str, *, properties: Mapping[str, Any] | None = N
             declared[prop] = list(settings[kw]) if isinstance(settings[kw], tuple) else settings[kw]
     return JobSchema(class_name, declared=declared, unique=unique or None, encrypt=encrypt,
                      serializes_models=serializes_models)
+
+
+# -- what a schema tells about a Python handler ------------------------------------------------------------
+
+
+def handler_reason(schema: JobSchema | None, handler: Any) -> str | None:
+    """Why a job of this class must go back to PHP although Python has a handler, or None: a
+    ``middleware()`` *method* (PHP runs that middleware around ``handle()``; the payload does not show
+    it) with no Python middleware declared on the handler to stand for it."""
+    if schema is None or "middleware" not in schema.methods or getattr(handler, "python_middleware", 0):
+        return None
+    return (f"{schema.class_name} has a middleware() method laraq cannot run (declare Python middleware on the "
+            "handler to stand for it)")
+
+
+def handler_problems(schemas: Mapping[str, JobSchema], handlers: Mapping[str, Any], version: Any) -> list[str]:
+    """What ``--app`` load can already tell about the handlers, from the schemas it knows."""
+    out = []
+    for name, handler in sorted(handlers.items()):
+        schema = schemas.get(name)
+        reason = handler_reason(schema, handler)
+        if reason:
+            out.append(f"{reason}: its jobs go back to PHP")
+        if schema is None or not schema.is_unique or getattr(handler, "unique", None) is not None:
+            continue
+        if "uniqueId" in schema.methods and (version is None or not version.since("11.39")):
+            out.append(f"{name} is ShouldBeUnique with a uniqueId() method: declare unique=True (or "
+                       "'until_processing') on its handler, or its lock is never released")
+        elif UNTIL_PROCESSING in schema.interfaces:
+            out.append(f"{name} is ShouldBeUniqueUntilProcessing: declare unique='until_processing' on its "
+                       "handler, or its lock is released after the job instead of before it")
+    return out

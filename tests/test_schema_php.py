@@ -160,3 +160,45 @@ def test_serializes_models_class_is_written_as_php_writes_it(app: PhpApp, redis_
     }, queue="lq", connection="redis")
     (php_body,), (py_body,) = pushed(app, redis_client, "pq"), pushed(app, redis_client, "lq")
     assert norm(py_body, "lq") == norm(php_body, "pq")
+
+
+def test_a_middleware_method_known_from_the_schema_sends_the_job_to_php(app: PhpApp, redis_client: Any,
+                                                                          workers: list[Any], tmp_path: Any,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A class whose ``middleware()`` *method* PHP runs around ``handle()``: invisible in the payload, but
+    the exported schema names it, so ``--app`` load says so and its jobs go back to PHP untouched (until
+    the handler declares Python middleware to stand for it)."""
+    from laraq.app import App
+    from laraq.cli.work import build_worker, default_params
+
+    monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
+    cls = "App\\Jobs\\MethodMiddlewareJob"
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(exported(app, cls)))
+    seen: list[str] = []
+
+    def run(middleware: list[Any]) -> None:
+        py = App("mw")
+        py.register(cls, lambda command, job: seen.append(command.mode), middleware=middleware)
+        params = default_params(laravel=app.release, sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20,
+                                queue="lq", unhandled_delay=1)
+        worker = build_worker(params, env={**app.env, "LARAQ_SCHEMA": str(schema_file)}, app=py)
+        workers.append(worker)
+        problems = py.problems(worker.version)
+        assert bool(problems) is (not middleware)
+        assert worker.daemon() == 0
+
+    app.tool("dispatch", "method-middleware", "--queue=lq", "--args=" + json.dumps({"mode": "first"}))
+    (body,) = pushed(app, redis_client, "lq")
+    run([])
+    assert seen == [] and redis_client.zrange(app.prefix + "queues:lq:delayed", 0, -1) == [body]  # untouched
+    redis_client.zadd(app.prefix + "queues:lq:delayed", {body: 0})
+    app.artisan("queue:work", "redis", "--queue=lq", "--stop-when-empty", "--sleep=0", check=True)
+    assert [r["runner"] for r in app.runs() if r.get("class") == cls] == ["php"]
+
+    def stand_in(command: Any, job: Any, call_next: Any) -> Any:  # the Python side of its middleware
+        return call_next(command, job)
+
+    app.tool("dispatch", "method-middleware", "--queue=lq", "--args=" + json.dumps({"mode": "second"}))
+    run([stand_in])
+    assert seen == ["second"]

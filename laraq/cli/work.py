@@ -318,6 +318,13 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
     queues = params.get("queue") or settings.redis_queue
     names = [q for q in str(queues).split(",") if q]
     warnings = [w for w in (settings.version_warning,) if w] + faults + cache.warnings + failer.warnings
+    schema_file = (settings.env or {}).get("LARAQ_SCHEMA")
+    if schema_file:  # `laraq schema --from APP -o FILE`: class defaults, middleware() methods, enums
+        try:
+            app.load_schema(schema_file)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from exc
+    warnings += app.problems(settings.version)
     if checks:
         warnings += queue_warnings(client, settings.redis_prefix, names)
     info = describe_setup(
