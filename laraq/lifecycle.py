@@ -245,7 +245,7 @@ class Lifecycle:
         assert error is not None
         if not isinstance(error, models.ModelNotFoundError):
             raise error
-        if models.delete_when_missing(job):
+        if models.delete_when_missing(job, self.app.job_schemas.get(getattr(job.handler, "name", ""))):
             self._retrying(job.delete)
             return
         job.fail(error)

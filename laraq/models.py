@@ -347,9 +347,16 @@ def prepare(job: Any, loader: ModelLoader | None, enums: Mapping[str, type[enum.
     return None
 
 
-def delete_when_missing(job: Any) -> bool:
-    """The class's ``$deleteWhenMissingModels`` (the handler's declaration, else the payload's, 13+)."""
+def delete_when_missing(job: Any, schema: Any = None) -> bool:
+    """The class's ``$deleteWhenMissingModels``: the handler's declaration, else the payload's (13+), else
+    the class's exported schema (its property default or 12's ``#[DeleteWhenMissingModels]``)."""
     declared = getattr(job.handler, "delete_when_missing_models", None)
     if declared is not None:
         return bool(declared)
-    return bool(job.payload.decoded.get("deleteWhenMissingModels") or False)
+    if job.payload.decoded.get("deleteWhenMissingModels"):
+        return True
+    if schema is not None:
+        if "Illuminate\\Queue\\Attributes\\DeleteWhenMissingModels" in schema.attributes:
+            return True
+        return bool(schema.defaults().get("deleteWhenMissingModels"))
+    return False

@@ -77,3 +77,30 @@ def test_models_are_loaded_and_a_missing_model_fails_or_deletes_as_php(app: PhpA
     assert {r["runner"] for r in app.runs() if r.get("queue") == "lq"} == {"python"}
     for queue in ("pq", "lq", "default"):
         assert pending(app, redis_client, queue) == 0, queue
+
+
+def test_delete_when_missing_models_comes_from_the_exported_schema(app: PhpApp, redis_client: Any,
+                                                                  workers: list[Worker], tmp_path: Any) -> None:
+    """No declaration on the handler: the class's ``$deleteWhenMissingModels`` comes from ``laraq schema``."""
+    import test_worker_support as support
+
+    from laraq.app import App
+    from laraq.cli.work import build_worker, default_params
+    from laraq.schema import export_schema
+
+    seed(app)
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(export_schema(app.path, ["App\\Jobs\\PostJobDeleteMissing"], env=app.env)))
+    py = App("schema-only")
+    py.register("App\\Jobs\\PostJobDeleteMissing", support._post)
+    py.enums.update(support.app.enums)
+    dispatch(app, "lq", "post-delete-missing", id=2)
+    conn = sqlite3.connect(app.db_path)
+    conn.execute("DELETE FROM posts WHERE id = 2")
+    conn.commit()
+    conn.close()
+    params = default_params(laravel=app.release, sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20, queue="lq")
+    worker = build_worker(params, env={**app.env, "LARAQ_SCHEMA": str(schema_file)}, app=py)
+    workers.append(worker)
+    assert worker.daemon() == 0
+    assert side(app, "lq") == {"runs": [], "failed": []} and pending(app, redis_client, "lq") == 0
