@@ -234,24 +234,27 @@ def make_enum(class_name: str, cases: Mapping[str, str | int]) -> type[enum.Enum
 
 
 def needs_restoring(command: Any, enums: Mapping[str, type[enum.Enum]]) -> bool:
+    """Does the command hold a model (a top-level property, where ``SerializesModels`` puts them) or a
+    declared enum (anywhere; only searched when enums are declared)?"""
     if not isinstance(command, PHPObject):
         return False
-    return any(_has(deref(v), enums, 0) for v in command._props.values())
+    values = [deref(v) for v in command._props.values()]
+    if any(is_model_identifier(v) for v in values):
+        return True
+    return bool(enums) and any(_has_enum(v, enums, 0) for v in values)
 
 
-def _has(value: Any, enums: Mapping[str, type[enum.Enum]], depth: int) -> bool:
+def _has_enum(value: Any, enums: Mapping[str, type[enum.Enum]], depth: int) -> bool:
     if depth > 32:
         return False
-    if is_model_identifier(value):
-        return True
     if isinstance(value, PHPEnum):
         return value.class_name in enums
     if isinstance(value, PHPObject):
-        return any(_has(deref(v), enums, depth + 1) for v in value._props.values())
+        return any(_has_enum(deref(v), enums, depth + 1) for v in value._props.values())
     if isinstance(value, dict):
-        return any(_has(deref(v), enums, depth + 1) for v in value.values())
+        return any(_has_enum(deref(v), enums, depth + 1) for v in value.values())
     if isinstance(value, list):
-        return any(_has(deref(v), enums, depth + 1) for v in value)
+        return any(_has_enum(deref(v), enums, depth + 1) for v in value)
     return False
 
 

@@ -98,3 +98,30 @@ def test_enum_declarations_are_checked() -> None:
     app.enum("App\\Enums\\Status", {"Active": "active"})
     with pytest.raises(ValueError, match="has no case 'Gone'"):
         restore_command(command(s=PHPEnum("App\\Enums\\Status", "Gone")), None, app.enums)
+
+
+@pytest.mark.parametrize("server_name", ["mariadb", "postgres"])
+def test_models_load_through_the_apps_mysql_and_postgres_settings(server_name: str,
+                                                                  request: pytest.FixtureRequest) -> None:
+    """The same restore through the app's ``DB_*`` settings on a real MariaDB and PostgreSQL server."""
+    from laraq.config import LaravelSettings
+    from laraq.failed import connect_database
+
+    server = request.getfixturevalue(server_name)
+    conn = server.connect()
+    with conn.cursor() as cur:
+        cur.execute("DROP TABLE IF EXISTS blog_posts")
+        cur.execute("CREATE TABLE blog_posts (id INTEGER PRIMARY KEY, title VARCHAR(20))")
+        cur.execute("INSERT INTO blog_posts (id, title) VALUES (1, 'a'), (2, 'b')")
+    conn.commit()
+    conn.close()
+    settings = LaravelSettings.from_env({"APP_NAME": "Laravel", **server.env}, version="12")
+    loader = ModelLoader(lambda name: connect_database(settings.database(name)))
+    connection = server.env["DB_CONNECTION"]
+    out = restore_command(command(
+        post=ModelIdentifier("App\\Models\\BlogPost", 2, connection=connection).to_php(),
+        posts=ModelIdentifier("App\\Models\\BlogPost", [2, 7, 1]).to_php(),
+    ), loader, {})
+    assert out.post.title == "b" and [p.title for p in out.posts] == ["b", "a"]
+    with pytest.raises(ModelNotFoundError):
+        restore_command(command(post=ModelIdentifier("App\\Models\\BlogPost", 9).to_php()), loader, {})

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from phpapp import PhpApp
+from test_jobmodel_php import app as app  # noqa: F401, PLC0414  (the fixture: PhpApp with LARAQ_LOG)
 from test_jobmodel_php import drain_both, pending
 
 from laraq.worker import Worker
@@ -23,11 +24,6 @@ from laraq.worker import Worker
 pytestmark = pytest.mark.php
 
 
-@pytest.fixture
-def app(laravel: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> PhpApp:
-    app = PhpApp(redis_server.port, version=laravel)
-    monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
-    return app
 
 
 def seed(app: PhpApp) -> None:
