@@ -67,3 +67,26 @@ def test_app_load_names_what_the_schemas_say_laraq_cannot_do() -> None:
     assert "declare unique='until_processing'" in old[1] and "declare unique=True" in old[2]
     # 11.39+ payloads name the lock of a uniqueId() method: no declaration needed
     assert len(app.problems(LaravelVersion.parse("12.67.0"))) == 2
+
+
+def test_doctor_repeats_what_the_schemas_say(redis_server: Any, redis_client: Any, tmp_path: Any,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    import sys
+
+    from laraq.config import LaravelSettings
+    from laraq.doctor import diagnose
+    from laraq.queue import RedisQueue
+
+    (tmp_path / "doctor_app.py").write_text(
+        "import laraq\napp = laraq.App()\napp.register('App\\\\Jobs\\\\M', lambda c, j: None)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("doctor_app", None)
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"jobs": {"App\\Jobs\\M": {"methods": ["middleware"], "properties": []}}}))
+    settings = LaravelSettings.from_env({"APP_NAME": "Laravel", "REDIS_PORT": str(redis_server.port),
+                                         "LARAQ_SCHEMA": str(schema)}, version="12")
+    queue = RedisQueue(redis_client, prefix="", version=settings.version)
+    found = [(f.level, f.title) for f in diagnose(settings, queue, app_ref="doctor_app:app")]
+    assert ("warn", "App\\Jobs\\M has a middleware() method laraq cannot run (declare Python middleware on "
+            "the handler to stand for it): its jobs go back to PHP") in found
