@@ -202,3 +202,23 @@ def test_a_middleware_method_known_from_the_schema_sends_the_job_to_php(app: Php
     app.tool("dispatch", "method-middleware", "--queue=lq", "--args=" + json.dumps({"mode": "second"}))
     run([stand_in])
     assert seen == ["second"]
+
+
+def test_laraq_dispatch_with_a_schema(app: PhpApp, redis_client: Any, tmp_path: Any) -> None:
+    """``laraq dispatch --schema``: PHP's payload for the class; a second unique dispatch is dropped."""
+    from laraq.cli import main
+
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(exported(app, DEFAULTS)))
+    app.tool("dispatch", "defaults", "--queue=pq", "--pending", "--args=" + json.dumps({"label": "cli", "id": "pq-3"}))
+    args = ["dispatch", DEFAULTS, "--schema", str(schema), "-q", "lq", "-p", 'label="cli"', "-p", 'uniqueId="lq-3"',
+            "--laravel", app.release]
+    runner = CliRunner()
+    first = runner.invoke(main, args, env=app.env)
+    assert first.exit_code == 0 and "dispatched" in first.output, first.output
+    second = runner.invoke(main, args, env=app.env)
+    assert second.exit_code == 0 and "its unique lock is held" in second.output, second.output
+    (php_body,), (py_body,) = pushed(app, redis_client, "pq"), pushed(app, redis_client, "lq")
+    php = norm(php_body, "pq")
+    php["data"]["command"] = php["data"]["command"].replace('s:5:"redis"', "N")  # the fixture's onConnection()
+    assert norm(py_body, "lq") == php
