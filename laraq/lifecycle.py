@@ -239,17 +239,8 @@ class Lifecycle:
         return True
 
     def _settle_missing_model(self, job: Job) -> None:
-        """``CallQueuedHandler::handleModelNotFound``: delete (``deleteWhenMissingModels``) or fail at
-        once; a database error is a job exception like any other (raised)."""
-        error = job.restore_error
-        assert error is not None
-        if not isinstance(error, models.ModelNotFoundError):
-            raise error
-        if models.delete_when_missing(job, self.app.job_schemas.get(getattr(job.handler, "name", ""))):
-            self._retrying(job.delete)
-            return
-        job.fail(error)
-        raise error
+        """``CallQueuedHandler::handleModelNotFound`` (see :func:`laraq.models.settle`)."""
+        models.settle(job, self.app.job_schemas.get(getattr(job.handler, "name", "")), self._retrying)
 
     def _processing(self, job: Job) -> None:
         """Laravel's ``JobProcessing``: the handler is about to run."""
