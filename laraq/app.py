@@ -30,12 +30,16 @@ default ``fire``. Names are compared without a leading backslash.
 
 from __future__ import annotations
 
+import enum
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from laraq.handler_middleware import compose
+from laraq.models import ModelSchema, default_table, make_enum
 from laraq.payload import CALL_QUEUED_HANDLER, Payload, PayloadError
+from laraq.schema import JobSchema, declared_schema, handler_problems, load_schema_file
 
 if TYPE_CHECKING:
     from datetime import timedelta
@@ -72,6 +76,11 @@ class Handler:
     unique: bool | str | None = None
     #: Also run the PHP class's ``failed()`` method (in PHP) when the job fails.
     php_failed: bool = False
+    #: The class's ``$deleteWhenMissingModels``: a job whose model row is gone is deleted silently
+    #: instead of failed (None: what the payload says, i.e. Laravel 13's ``deleteWhenMissingModels``).
+    delete_when_missing_models: bool | None = None
+    #: how many Python middleware wrap ``func`` (:mod:`laraq.handler_middleware`)
+    python_middleware: int = 0
 
 
 class App:
@@ -84,21 +93,30 @@ class App:
         #: (job, commandName, displayName) -> handler or None: the lookup runs once per job shape
         self._resolved: dict[tuple[Any, Any, Any], Handler | None] = {}
         self._schedule: dict[str, ScheduleEntry] = {}
+        #: model class -> where its rows are; PHP enum class -> Python enum (see :mod:`laraq.models`)
+        self.model_schemas: dict[str, ModelSchema] = {}
+        self.enums: dict[str, type[enum.Enum]] = {}
+        #: job class -> :class:`laraq.schema.JobSchema` (what PHP's dispatch of it writes; see laraq.schema)
+        self.job_schemas: dict[str, JobSchema] = {}
 
     # -- registration ------------------------------------------------------------------------------
 
-    def handler(self, job_name: str, *, unique: bool | str | None = None,
-                php_failed: bool = False) -> Callable[[HandlerFunc], HandlerFunc]:
-        """Decorator: run ``func`` for jobs named ``job_name`` (a class or ``Class@method``)."""
+    def handler(self, job_name: str, *, unique: bool | str | None = None, php_failed: bool = False,
+                delete_when_missing_models: bool | None = None,
+                middleware: Sequence[Callable[..., Any]] = ()) -> Callable[[HandlerFunc], HandlerFunc]:
+        """Decorator: run ``func`` for jobs named ``job_name`` (a class or ``Class@method``); ``middleware``:
+        Python job middleware around it (see :mod:`laraq.handler_middleware`)."""
 
         def decorate(func: HandlerFunc) -> HandlerFunc:
-            self.register(job_name, func, unique=unique, php_failed=php_failed)
+            self.register(job_name, func, unique=unique, php_failed=php_failed,
+                          delete_when_missing_models=delete_when_missing_models, middleware=middleware)
             return func
 
         return decorate
 
     def register(self, job_name: str, func: HandlerFunc, *, unique: bool | str | None = None,
-                 php_failed: bool = False) -> Handler:
+                 php_failed: bool = False, delete_when_missing_models: bool | None = None,
+                 middleware: Sequence[Callable[..., Any]] = ()) -> Handler:
         """Register ``func`` for ``job_name``; a name can have only one handler."""
         name = _norm(job_name)
         if not name:
@@ -110,7 +128,11 @@ class App:
         kind: Literal["command", "string"] = "string" if "@" in name else "command"
         if unique not in (None, True, False, "until_processing"):
             raise ValueError(f"unique= for {name} is True, False, None or 'until_processing', not {unique!r}")
-        handler = Handler(name, func, kind, inspect.iscoroutinefunction(func), unique, php_failed)
+        is_async = inspect.iscoroutinefunction(func)
+        if middleware:
+            func = compose(name, func, middleware, is_async)
+        handler = Handler(name, func, kind, is_async, unique, php_failed, delete_when_missing_models,
+                          len(middleware))
         self._handlers[name] = handler
         self._resolved.clear()
         return handler
@@ -123,6 +145,47 @@ class App:
             return func
 
         return decorate
+
+    # -- models and enums (see laraq.models) -------------------------------------------------------
+
+    def model(self, class_name: str, *, table: str | None = None, key: str = "id",
+              connection: str | None = None) -> ModelSchema:
+        """Declare where an Eloquent model's rows are (default: Laravel's table name, key ``id``, the
+        connection the job serialized)."""
+        name = _norm(class_name)
+        schema = ModelSchema(name, table or default_table(name), key, connection)
+        self.model_schemas[name] = schema
+        return schema
+
+    def enum(self, class_name: str, cases: dict[str, str | int]) -> type[enum.Enum]:
+        """Declare a PHP backed enum (``{"Active": "active", ...}``); handlers get its Python members."""
+        name = _norm(class_name)
+        made = make_enum(name, cases)
+        self.enums[name] = made
+        return made
+
+    def job_schema(self, class_name: str, *, properties: dict[str, Any] | None = None,
+                   unique: bool | str | None = None, encrypt: bool = False, serializes_models: bool = False,
+                   **settings: Any) -> JobSchema:
+        """Declare a job class's defaults (``tries=3, backoff=[10, 60], unique=True, unique_for=3600``...),
+        used when Python dispatches it (see :mod:`laraq.schema`)."""
+        schema = declared_schema(_norm(class_name), properties=properties, unique=unique, encrypt=encrypt,
+                                 serializes_models=serializes_models, **settings)
+        self.job_schemas[schema.class_name] = schema
+        return schema
+
+    def load_schema(self, path: str) -> None:
+        """Load ``laraq schema --from APP``'s JSON: job classes (for dispatch) and backed enums."""
+        jobs, enums = load_schema_file(path)
+        self.job_schemas.update(jobs)
+        for name, cases in enums.items():
+            if name not in self.enums:
+                self.enum(name, cases)
+
+    def problems(self, version: Any = None) -> list[str]:
+        """What the declared schemas say laraq cannot do for a registered handler (shown at ``--app``
+        load; ``version``: the app's Laravel version, when known)."""
+        return handler_problems(self.job_schemas, self._handlers, version)
 
     # -- the schedule (see laraq.scheduler) ------------------------------------------------------------
 

@@ -373,6 +373,7 @@ class LaravelCache(CacheStore):
             redis_prefix=settings.redis_prefix,
             cache_prefix=settings.cache_prefix,
             lock_client=make_redis(settings, "default", **redis_kwargs),
+            store_name=settings.cache_store if settings.cache_uses_redis else "redis",
         )
 
     # -- keys ------------------------------------------------------------------------------------
@@ -437,11 +438,25 @@ class LaravelCache(CacheStore):
         """The full Redis key of a ``ShouldBeUnique`` lock (in the lock connection's database)."""
         return self.key(self.version.unique_lock_key(job_class, unique_id, display_name))
 
+    def unique_lock_acquire(self, job_class: str, unique_id: str, display_name: str | None, seconds: int,
+                            owner: str) -> bool:
+        """``UniqueLock::acquire`` at dispatch: Laravel's ``RedisLock`` (``SET NX EX`` with a TTL, else
+        ``SETNX``), the owner as the value. False: the lock is held, PHP drops such a dispatch."""
+        key = self.unique_lock_key(job_class, unique_id, display_name)
+        if seconds > 0:
+            return bool(self.lock_client.set(key, owner, ex=seconds, nx=True))
+        return bool(self.lock_client.setnx(key, owner))
+
     def unique_lock_release(self, job_class: str, unique_id: str = "", display_name: str | None = None,
                             *, owner: str | None = None) -> bool:
         """Release a unique lock like the worker does: ``forceRelease`` (``DEL``), or an owner-checked
         release when ``owner`` is given (13.24+ ``uniqueLockOwner``)."""
-        key = self.unique_lock_key(job_class, unique_id, display_name)
+        return self.release_lock(self.version.unique_lock_key(job_class, unique_id, display_name), owner=owner)
+
+    def release_lock(self, name: str, *, owner: str | None = None) -> bool:
+        """Release the cache lock ``name`` (before prefixes): owner-checked when ``owner`` is given
+        (``RedisLock::release``), else ``forceRelease``."""
+        key = self.key(name)
         if owner:
             script = ("if redis.call('get',KEYS[1]) == ARGV[1] then return redis.call('del',KEYS[1]) "
                       "else return 0 end")

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from laraq.failed import php_class_name
 from laraq.handoff import FAILURE_CODE, SUCCESS_CODE, continuation_payload
-from laraq.serializer import PHPObject, deref
+from laraq.serializer import PHPObject, PHPSerializeError, deref, loads
 
 if TYPE_CHECKING:
     from laraq.job import Job
@@ -187,6 +187,8 @@ class CallQueued:
         steps = self.success_steps(job)
         if self._unique_known(job) and self._unique_mode(job) != "until_processing":
             self.release_unique(job)
+        elif "unique" not in steps:
+            self._release_context_lock(job)
         if steps:
             self._push(job, SUCCESS_CODE, {"steps": steps}, " + ".join(steps))
 
@@ -197,6 +199,8 @@ class CallQueued:
                                            "message": str(exc)}, "failed")
         elif self._unique_known(job) and self._unique_mode(job) != "until_processing":
             self.release_unique(job)
+        else:
+            self._release_context_lock(job)
 
     def release_unique(self, job: Job) -> None:
         unique_id = self._python_unique_id(job)
@@ -213,6 +217,25 @@ class CallQueued:
         except Exception as exc:
             log.warning("could not release the unique lock of %s: %s", job.name, exc)
 
+    def _release_context_lock(self, job: Job) -> None:
+        """11.39+: a ``ShouldBeUnique`` job with no hint (no ``uniqueId`` property, handler ``unique=None``)
+        is still known by the lock key ``PendingDispatch`` put in the payload's hidden Context (with the
+        owner, 13.24+): released with that exact key after success or final failure."""
+        lock = context_lock(job.payload.decoded)
+        if lock is None or self.cache is None or self._unique_mode(job) is not None \
+                or self.facts(job).unique_id is not None:
+            return
+        name, owner, store = lock
+        release = getattr(self.cache, "release_lock", None)
+        if release is None or (store and store != getattr(self.cache, "store_name", store)):
+            log.warning("%s (uuid %s): its unique lock %s is in cache store %r, which laraq does not hold: "
+                        "left to expire", job.name, job.uuid, name, store)
+            return
+        try:
+            release(name, owner=owner or None)
+        except Exception as exc:
+            log.warning("could not release the unique lock of %s: %s", job.name, exc)
+
     def _push(self, job: Job, code: str, use: dict[str, Any], about: str) -> None:
         if self.signing_key is None:
             log.error("%s (uuid %s) needs PHP for %s but APP_KEY is not set: not handed over",
@@ -226,3 +249,26 @@ class CallQueued:
         target = self.php_queue or self.queue.default_queue
         self.queue.push_raw(body, target)
         log.info("%s (uuid %s): %s handed to PHP on queue %s", job.name, job.uuid, about, target)
+
+
+def context_lock(payload: dict[str, Any]) -> tuple[str, str | None, str | None] | None:
+    """(lock key, owner, cache store) from the payload's hidden Context (11.39+ unique dispatch), or None."""
+    ctx = payload.get("illuminate:log:context")
+    hidden = ctx.get("hidden") if isinstance(ctx, dict) else None
+    if not isinstance(hidden, dict):
+        return None
+
+    def text(name: str) -> str | None:
+        raw = hidden.get(name)
+        if not isinstance(raw, str):
+            return None
+        try:
+            value = loads(raw.encode("utf-8"))
+        except PHPSerializeError:
+            return None
+        return value if isinstance(value, str) else None
+
+    key = text("laravel_unique_job_key")
+    if not key:
+        return None
+    return key, text("laravel_unique_job_lock_owner"), text("laravel_unique_job_cache_store")

@@ -150,6 +150,8 @@ class PreparedJob:
     payload: bytes
     queue: str
     delay: Delay | None = None
+    #: a ShouldBeUnique job whose lock is held: not pushed, as PHP's ``PendingDispatch`` drops it
+    skipped: bool = False
 
     @property
     def id(self) -> str | None:
@@ -167,6 +169,8 @@ class DispatchResult:
     queue: str
     available_at: int | None
     payload: bytes = field(repr=False)
+    #: not pushed: a ShouldBeUnique job whose lock is held (PHP drops it the same way)
+    skipped: bool = False
 
 
 def _seconds(delay: Delay, now: float) -> int:
@@ -201,6 +205,9 @@ class Dispatcher:
         version: LaravelVersion | str | None = None,
         encrypter: Any = None,
         horizon: Any = None,
+        *,
+        schemas: Mapping[str, Any] | None = None,
+        cache: Any = None,
     ) -> None:
         self.queue = queue
         self.version = queue.version if version is None else LaravelVersion.parse(version)
@@ -208,6 +215,10 @@ class Dispatcher:
         #: :class:`laraq.horizon.HorizonSettings` when the app runs Horizon (see the module docstring).
         self.horizon = horizon
         self._records: Any = None
+        #: class -> :class:`laraq.schema.JobSchema`: dispatch such a class with its PHP defaults and lock
+        self.schemas: dict[str, Any] = dict(schemas or {})
+        #: the app's cache (:class:`laraq.cache.LaravelCache`), where a unique class's lock is taken
+        self.cache = cache
 
     def _horizon_payload(self, payload: str, *, tags: Sequence[str] | None,
                          silenced: bool, class_name: str | None) -> str:
@@ -226,6 +237,8 @@ class Dispatcher:
         if self._records is None:
             self._records = HorizonRecords(self.queue.client, self.horizon)
         for job in jobs:
+            if job.skipped:
+                continue
             self._records.pushed(self.queue.connection_name, job.queue, HorizonPayload.parse(job.payload))
 
     # -- building -------------------------------------------------------------------------------
@@ -254,15 +267,50 @@ class Dispatcher:
         delete_when_missing_models: bool = False,
         tags: Sequence[str] | None = None,
         silenced: bool = False,
+        unique_id: str | None = None,
+        unique_for: int | None = None,
     ) -> PreparedJob:
         """Build the payload :meth:`dispatch_job` would push, without pushing it.
 
-        ``tags`` and ``silenced`` are Horizon's (used only with ``horizon=``). ``queue`` may be an enum
+        ``tags`` and ``silenced`` are Horizon's (used only with ``horizon=``). A class with a schema
+        (``schemas=``, :mod:`laraq.schema`) gets its class defaults, and a unique class its lock:
+        ``unique_id``/``unique_for`` give what a ``uniqueId()``/``uniqueFor()`` method would. When the
+        lock is held the job is not pushed (``PreparedJob.skipped``), as PHP drops it. ``queue`` may be an enum
         case, stored as ``onQueue()`` stores it (its ``enum_value``).
         """
         queue = queue_name_of(queue)
         now = self.queue.clock()
         delay_seconds = None if delay is None else _seconds(delay, now)
+        context: dict[str, Any] | None = None
+        schema = self.schemas.get(class_name.lstrip("\\"))
+        if schema is not None:
+            from laraq.schema import plan as schema_plan
+
+            if protected or private:
+                raise ValueError(f"{class_name} has a schema: give its properties by plain name in properties=")
+            owner = self._unique_owner() if schema.is_unique else None
+            queueable_values: dict[str, Any] = {"connection": connection, "queue": queue, "delay": delay_seconds}
+            if owner is not None and self.version.since("13.24"):
+                queueable_values["uniqueLockOwner"] = owner
+            queueable_values.update(queueable or {})
+            p = schema_plan(schema, properties or {}, self.version, queueable=queueable_values, explicit={
+                "tries": tries, "backoff": backoff, "timeout": timeout, "max_exceptions": max_exceptions,
+                "fail_on_timeout": fail_on_timeout or None, "display_name": display_name,
+                "delete_when_missing_models": delete_when_missing_models or None,
+                "unique_id": unique_id, "unique_for": unique_for,
+                "retry_until": None if retry_until is None else _timestamp(retry_until, now),
+            })
+            if p.unique is not None and not self._take_unique_lock(p.unique, owner):
+                return PreparedJob(b"", self.queue.queue_name(queue), delay, skipped=True)
+            if p.unique is not None and self.version.since("11.39"):
+                context = self._unique_context(p.unique, owner)
+            properties, queueable_defaults, skip_defaults = p.public, p.queueable_defaults, p.skip_defaults
+            queueable = queueable_values if p.queueable_defaults else None
+            encrypt = encrypt or p.encrypt
+            tries, backoff, timeout = p.payload["tries"], p.payload["backoff"], p.payload["timeout"]
+            max_exceptions, fail_on_timeout = p.payload["max_exceptions"], p.payload["fail_on_timeout"]
+            delete_when_missing_models = p.payload["delete_when_missing_models"]
+            retry_until = p.payload["retry_until"]
         command = serialize_command(
             class_name, properties, protected=protected, private=private, version=self.version,
             connection=connection, queue=queue, delay=delay_seconds, queueable=queueable,
@@ -288,6 +336,7 @@ class Dispatcher:
             delete_when_missing_models=delete_when_missing_models,
             delay=delay_seconds,
             now=now,
+            context=context,
             **self._horizon_ids(),
         )
         if self.horizon is not None:
@@ -295,6 +344,39 @@ class Dispatcher:
                 tags = _model_tags([properties, protected, private])
             payload = self._horizon_payload(payload, tags=tags, silenced=silenced, class_name=class_name)
         return PreparedJob(payload.encode("utf-8"), self.queue.queue_name(queue), delay)
+
+    def _unique_owner(self) -> str | None:
+        from laraq.schema import unique_lock_owner
+
+        return unique_lock_owner()
+
+    def _unique_context(self, unique: tuple[str, str, str | None, int], owner: str | None) -> dict[str, Any]:
+        """11.39+: ``PendingDispatch`` puts the lock's store, key (and 13.24+ owner) into hidden Context,
+        so the worker can free the lock of a job whose models are gone."""
+        from laraq.payload import log_context
+
+        def ser(value: str) -> str:
+            return _serialize_value(value).decode("utf-8")
+
+        hidden = {
+            "laravel_unique_job_cache_store": ser(str(getattr(self.cache, "store_name", None) or "redis")),
+            "laravel_unique_job_key": ser(self.version.unique_lock_key(unique[0], unique[1], unique[2])),
+        }
+        if self.version.since("13.24"):
+            hidden["laravel_unique_job_lock_owner"] = ser(owner or "")
+        return log_context(hidden=hidden)
+
+    def _take_unique_lock(self, unique: tuple[str, str, str | None, int], owner: str | None) -> bool:
+        """``UniqueLock::acquire`` in the app's cache (needs ``cache=``)."""
+        acquire = getattr(self.cache, "unique_lock_acquire", None)
+        if acquire is None:
+            from laraq.schema import SchemaError
+
+            store = getattr(self.cache, "driver", None)
+            raise SchemaError(f"{unique[0]} is ShouldBeUnique: its lock is taken in the app's cache, which laraq "
+                              + ("was not given (Dispatcher(cache=...))" if self.cache is None
+                                 else f"cannot lock in (store {store!r}; redis only)"))
+        return bool(acquire(unique[0], unique[1], unique[2], unique[3], owner or ""))
 
     def _horizon_ids(self) -> dict[str, str]:
         """Horizon's ``createPayloadArray``: ``id`` is the ``uuid``."""
@@ -335,6 +417,8 @@ class Dispatcher:
 
     def push(self, job: PreparedJob) -> DispatchResult:
         """Push one prepared job (``later`` when it has a delay)."""
+        if job.skipped:
+            return _result(job, None)
         if job.delay is None:
             self.queue.push_raw(job.payload, job.queue)
             available = None
@@ -367,6 +451,9 @@ class Dispatcher:
         results: list[DispatchResult] = []
         push_text, later_text = q.scripts.text("push"), q.scripts.text("later")
         for job in items:
+            if job.skipped:
+                results.append(_result(job, None))
+                continue
             keys = q.keys(job.queue)
             if job.delay is None:
                 pipe.eval(push_text, 2, keys.list, keys.notify, job.payload)
@@ -399,6 +486,8 @@ def _model_tags(groups: Sequence[Mapping[str, Any] | None]) -> list[str]:
 def _result(job: PreparedJob, available_at: int | None) -> DispatchResult:
     import json
 
+    if job.skipped:
+        return DispatchResult(id=None, uuid=None, queue=job.queue, available_at=None, payload=b"", skipped=True)
     decoded = json.loads(job.payload)
     return DispatchResult(
         id=decoded.get("id"), uuid=decoded.get("uuid"), queue=job.queue,

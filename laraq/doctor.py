@@ -290,6 +290,15 @@ def diagnose(
             else:
                 out.append(Finding("ok", "every job class seen has a Python handler"))
             out.extend(_job_model_findings(model_notes, app, job_samples, bool(settings.app_key)))
+            schema_file = (settings.env or {}).get("LARAQ_SCHEMA")
+            try:
+                if schema_file:
+                    app.load_schema(schema_file)
+            except ValueError as exc:
+                out.append(Finding("error", f"cannot read LARAQ_SCHEMA {schema_file}", str(exc),
+                                   "re-export it: laraq schema --from /path/to/app -o FILE"))
+            for problem in app.problems(settings.version):  # what the job schemas say (laraq.schema)
+                out.append(Finding("warn", problem, "", "see compat-docs/worker.md, The job model"))
 
     # -- horizon
     horizon = []

@@ -115,6 +115,10 @@ class Job:
         self.started_at: float | None = None
         #: The delay of the last :meth:`release`, in whole seconds from the moment of the release.
         self.release_delay: int = 0
+        #: A model the command names is missing (or could not be loaded): see :mod:`laraq.models`.
+        self.restore_error: BaseException | None = None
+        #: The app's database (a :class:`laraq.models.ModelLoader`), set by the worker; None without DB_*.
+        self.app_db: Any = None
 
     def __repr__(self) -> str:
         return f"<Job {self.name} id={self.id} attempts={self.attempts} queue={self.queue}>"
@@ -249,6 +253,12 @@ class Job:
             queue = self.redis_queue
             self.release_delay = max(0, queue.available_at(delay) - queue.current_time())
             queue.release(self.reserved_job, delay)
+
+    def batch_cancelled(self) -> bool:
+        """``$this->batch()?->cancelled()``: was this job's batch cancelled? (False outside a batch)."""
+        from laraq.batches import batch_cancelled
+
+        return batch_cancelled(self)
 
     def fail(self, exc: BaseException | None = None) -> None:
         """Fail the job: delete it, run the failed callback and write ``failed_jobs``."""

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
-from laraq import middleware
+from laraq import middleware, models, schema
 from laraq.failed import FailedJobStore, format_exception, max_attempts_exceeded
 from laraq.job import Job, JobAbandoned, ManuallyFailedError, UnhandledJobError
 from laraq.logs import short
@@ -80,6 +80,7 @@ class Lifecycle:
     connection_name: str
     events: Listeners
     callqueued: CallQueued
+    model_loader: models.ModelLoader | None
     _failer_lock: threading.Lock
 
     def process(self, job: Job, running: _Running | None = None, handler: Any = _UNKNOWN) -> None:
@@ -91,13 +92,15 @@ class Lifecycle:
             self._unhandled(job)
             self._claim(running, "finishing")
             return
-        job.handler = handler
+        job.handler, job.app_db = handler, self.model_loader
         if self._sent_to_php(job, handler):
             self._claim(running, "finishing")
             return
         self._processing(job)
         try:
             self._fail_if_already_exceeds_max_attempts(job)
+            if job.restore_error is not None:
+                self._settle_missing_model(job)
             if job.is_deleted:
                 if self._claim(running, "finishing"):
                     self._processed(job)
@@ -133,7 +136,7 @@ class Lifecycle:
 
     async def _process_async(self, job: Job, handler: Handler, running: _Running) -> None:
         """:meth:`process` for an async handler, as a task on the fast path's loop (pre-check done)."""
-        job.handler = handler
+        job.handler, job.app_db = handler, self.model_loader
         if self._sent_to_php(job, handler):
             self._claim(running, "finishing")
             if running.task_done is not None:
@@ -143,20 +146,24 @@ class Lifecycle:
         try:
             try:
                 argument = self._decode(job, handler)
-                self.callqueued.before_handle(job)
-                gate = middleware.enter(job, self.cache) if self.callqueued.facts(job).middleware else None
-                try:
-                    if gate is None or gate.proceed:
-                        await handler.func(argument, job)  # type: ignore[misc]
-                finally:
-                    if gate is not None:
-                        gate.exit()
+                if job.restore_error is not None:  # raises unless the job is deleted
+                    await self._off_loop(self._settle_missing_model, job)
+                else:
+                    self.callqueued.before_handle(job)
+                    gate = middleware.enter(job, self.cache) if self.callqueued.facts(job).middleware else None
+                    try:
+                        if gate is None or gate.proceed:
+                            await handler.func(argument, job)  # type: ignore[misc]
+                    finally:
+                        if gate is not None:
+                            gate.exit()
             finally:
                 if running.task_done is not None:
                     running.task_done.set()
             if not self._claim(running, "finishing"):
                 return
-            self._after_success(job, handler)
+            if job.restore_error is None:
+                self._after_success(job, handler)
             self._processed(job)
         except (JobAbandoned, asyncio.CancelledError):
             if self._claim(running, "finishing"):
@@ -218,9 +225,15 @@ class Lifecycle:
             self._decode(job, handler)
         except Exception:
             return False
-        reason = self.callqueued.unsupported(job)
+        reason = self.callqueued.unsupported(job) or schema.handler_reason(
+            self.app.job_schemas.get(handler.name), handler)
         if reason is None and self.callqueued.facts(job).middleware:
             reason = middleware.unsupported(job, self.cache)
+        if reason is None:
+            facts = self.callqueued.facts(job)
+            reason = models.prepare(job, self.model_loader, self.app.enums,
+                                    php_settles=facts.batch_id is not None or facts.unique_id is not None
+                                    or bool(handler.unique))
         if reason is None:
             return False
         delay = max(1, int(self.options.unhandled_delay))
@@ -229,6 +242,10 @@ class Lifecycle:
         log.error("%s (id %s on %s): %s", job.name, job.id, job.queue, detail)
         self.events.emit("job_unhandled", job, "requeue", detail)
         return True
+
+    def _settle_missing_model(self, job: Job) -> None:
+        """``CallQueuedHandler::handleModelNotFound`` (see :func:`laraq.models.settle`)."""
+        models.settle(job, self.app.job_schemas.get(getattr(job.handler, "name", "")), self._retrying)
 
     def _processing(self, job: Job) -> None:
         """Laravel's ``JobProcessing``: the handler is about to run."""
@@ -313,7 +330,7 @@ class Lifecycle:
             self.events.emit("job_released", job, 60, error)
             return
         try:
-            callback = self.app.failed_callback(job.payload)
+            callback = None if job.restore_error is not None else self.app.failed_callback(job.payload)
             if callback is not None:
                 result = callback(job.command, job, error)
                 if asyncio.iscoroutine(result):
@@ -335,6 +352,8 @@ class Lifecycle:
                 self._decode(job, handler)  # failed before it ran (max attempts): still PHP's failed()
         except Exception as exc:
             log.warning("%s (uuid %s): cannot read its command for the failure steps: %s", job.name, job.uuid, exc)
+        if isinstance(job.restore_error, models.ModelNotFoundError):
+            return  # PHP cannot rebuild the command either: no failed(), catch or batch step runs
         try:
             self._retrying(lambda: self.callqueued.after_failure(job, error))
         except Exception as exc:

@@ -12,6 +12,9 @@ handler around a middleware it would bypass:
   as in PHP. The lock is released when the handler ends, whatever happened.
 * ``Illuminate\\Queue\\Middleware\\Skip`` (11+; ``Skip::when()`` / ``unless()`` decided at dispatch):
   a true ``skip`` ends the job without running its handler (it is deleted, the chain goes on), as in PHP.
+* ``Illuminate\\Queue\\Middleware\\SkipIfBatchCancelled``: when the job's batch was cancelled
+  (``job_batches.cancelled_at``, read through the app's database: :mod:`laraq.batches`) the handler is
+  not run and the job ends as after ``Skip`` (its batch success is recorded by PHP's steps).
 
 Middleware a class returns from a ``middleware()`` *method* is not in the payload; Python cannot see
 it (see compat-docs/worker.md).
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import xxhash
 
+from laraq.batches import batch_cancelled
 from laraq.serializer import PHPObject
 
 if TYPE_CHECKING:
@@ -37,7 +41,8 @@ log = logging.getLogger("laraq.worker")
 
 WITHOUT_OVERLAPPING = "Illuminate\\Queue\\Middleware\\WithoutOverlapping"
 SKIP = "Illuminate\\Queue\\Middleware\\Skip"
-SUPPORTED = (WITHOUT_OVERLAPPING, SKIP)
+SKIP_IF_BATCH_CANCELLED = "Illuminate\\Queue\\Middleware\\SkipIfBatchCancelled"
+SUPPORTED = (WITHOUT_OVERLAPPING, SKIP, SKIP_IF_BATCH_CANCELLED)
 
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
 
@@ -70,6 +75,8 @@ def unsupported(job: Job, cache: Any) -> str | None:
             names.append(name)
         elif name == WITHOUT_OVERLAPPING and getattr(cache, "lock_client", None) is None:
             names.append(f"{name} (the cache store is not Redis)")
+        elif name == SKIP_IF_BATCH_CANCELLED and getattr(job, "app_db", None) is None:
+            names.append(f"{name} (no database configured to read the batch)")
     if not names:
         return None
     return f"{job.name} has job middleware laraq does not run: {', '.join(names)}"
@@ -98,6 +105,10 @@ def enter(job: Job, cache: Any) -> Gate:
             continue
         if item.class_name == SKIP and item.get("skip"):
             log.info("%s (id %s): skipped by its Skip middleware", job.name, job.id)
+            gate.proceed = False
+            break
+        if item.class_name == SKIP_IF_BATCH_CANCELLED and batch_cancelled(job):
+            log.info("%s (id %s): its batch was cancelled: skipped by SkipIfBatchCancelled", job.name, job.id)
             gate.proceed = False
             break
         if item.class_name == WITHOUT_OVERLAPPING and not _without_overlapping(job, item, cache, gate):

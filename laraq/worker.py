@@ -39,6 +39,7 @@ from laraq.events import Listeners, OutputListener, WorkerListener
 from laraq.execution import _TICK, Execution, sigkill_self
 from laraq.failed import FailedJobStore
 from laraq.lifecycle import CacheLike, Lifecycle, UnhandledPolicy
+from laraq.models import ModelLoader
 from laraq.output import Output
 from laraq.queue import RedisQueue
 from laraq.reservation import Reservation
@@ -125,6 +126,7 @@ class Worker(Reservation, Execution, Lifecycle):
         kill: Callable[[], None] | None = None,
         on_jobs_popped: Callable[[int], None] | None = None,
         listeners: list[WorkerListener] | None = None,
+        model_loader: ModelLoader | None = None,
     ) -> None:
         self.app = app
         self.queue = queue
@@ -162,6 +164,8 @@ class Worker(Reservation, Execution, Lifecycle):
         self.callqueued = CallQueued(queue, self.version, cache=cache,
                                      signing_key=encrypter.key if encrypter is not None else None,
                                      connection_name=connection_name, php_queue=self.options.php_queue)
+        #: loads SerializesModels rows through the app's DB_* settings (None: no database configured)
+        self.model_loader = model_loader
         self._init_reservation()
         self._init_execution()
 

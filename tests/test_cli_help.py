@@ -37,7 +37,7 @@ def test_every_option_of_every_command_has_help():
 def test_every_redis_command_takes_redis_url_and_env_file():
     lacking = []
     for path, command in walk(main):
-        if isinstance(command, click.Group):
+        if isinstance(command, click.Group) or path == ("schema",):  # schema: PHP reflection, no Redis
             continue
         names = {opt for p in command.params if isinstance(p, click.Option) for opt in p.opts}
         if not {"--redis-url", "--env-file"} <= names:

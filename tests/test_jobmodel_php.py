@@ -10,6 +10,7 @@ runs, ``failed_jobs``, and what is left in Redis.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sqlite3
 from typing import Any
@@ -183,6 +184,29 @@ def test_unique_lock_released_with_the_real_key_at_phps_moment(app: PhpApp, redi
     assert pq["runs"] == [("free" if kind == "until-processing" else "held", mode)]
 
 
+def test_unique_lock_without_a_hint_is_found_in_the_payload_context(app: PhpApp, redis_client: Any,
+                                                                    workers: list[Worker]) -> None:
+    """A ``uniqueId()`` method and a handler that says nothing (``unique=None``): 11.39+ payloads carry the
+    lock's key (and 13.24+ owner) in hidden Context, so laraq releases the real lock after the job."""
+    if app.version == "8":
+        pytest.skip("Laravel 8's payload does not name the lock: declare unique=True (see compat-docs/worker.md)")
+    from laraq.app import App
+
+    plain = App("no-hint")
+    plain.register("App\\Jobs\\UniqueMethodJob", support.unique_method)
+    for queue in ("pq", "lq"):
+        dispatch_unique(app, queue, "unique-method", "ok")
+    artisan_drain(app, "pq")
+    params = default_params(laravel=app.release, sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20, queue="lq")
+    worker = build_worker(params, env=app.env, app=plain)
+    workers.append(worker)
+    assert worker.daemon() == 0
+    assert pending(app, redis_client, "default") == 0  # nothing handed to PHP: laraq released it itself
+    pq = unique_side(app, redis_client, "pq", "unique-method")
+    lq = unique_side(app, redis_client, "lq", "unique-method")
+    assert pq == lq and pq["locks_left"] == 0 and pq["redispatched"] == 1
+
+
 # -- job middleware -----------------------------------------------------------------------------------
 
 def overlap_key(app: PhpApp, key: str) -> str:
@@ -298,6 +322,33 @@ def test_batch_bookkeeping_and_callbacks(app: PhpApp, redis_client: Any, workers
         assert redis_client.llen(app.prefix + "queues:" + "pq") == redis_client.llen(app.prefix + "queues:" + "lq") == 1
     else:
         assert pq["callbacks"] == ["then", "finally"] and pq["finished"] and pq["pending"] == 0
+
+
+@pytest.mark.parametrize("skip_cancelled", [False, True], ids=["handler-asks", "SkipIfBatchCancelled"])
+def test_cancelled_batch(app: PhpApp, redis_client: Any, workers: list[Worker], skip_cancelled: bool,
+                        caplog: pytest.LogCaptureFixture) -> None:
+    """A cancelled batch: the handler sees ``batch()->cancelled()`` (Python: ``job.batch_cancelled()``), or
+    ``SkipIfBatchCancelled`` skips the items; the batch's counts end the same on both sides."""
+    if skip_cancelled and app.version == "8":
+        pytest.skip("Illuminate\\Queue\\Middleware\\SkipIfBatchCancelled arrived after Laravel 8")
+    caplog.set_level(logging.INFO, logger="laraq.worker")
+    ids = {}
+    for q in ("pq", "lq"):
+        steps = [{"args": {"q": q, "n": i + 1}, "mode": "ok"} for i in range(2)]
+        ids[q] = app.tool("batch-callbacks", f"--queue={q}", "--steps=" + json.dumps(steps), "--cancel",
+                          *(["--skip-cancelled"] if skip_cancelled else []))["id"]
+    drain_both(app, redis_client, workers)
+    pq, lq = batch_side(app, "pq", ids["pq"]), batch_side(app, "lq", ids["lq"])
+    assert pq == lq and pq["cancelled"]
+    seen = {q: [r.get("cancelled") for r in app.runs() if r.get("class") == "App\\Jobs\\BatchEchoJob"
+                and r["args"]["q"] == q] for q in ("pq", "lq")}
+    assert seen["pq"] == seen["lq"] == ([] if skip_cancelled else [True, True])
+    if skip_cancelled:  # laraq skipped them itself (not handed back to PHP)
+        assert sum("skipped by SkipIfBatchCancelled" in r.getMessage() for r in caplog.records) == 2
+    assert {r["runner"] for r in app.runs() if r.get("class") == "App\\Jobs\\BatchEchoJob"
+            and r["args"]["q"] == "lq"} <= {"python"}
+    for queue in ("pq", "lq", "default"):
+        assert pending(app, redis_client, queue) == 0
 
 
 # -- what laraq cannot finish alone is said loudly -----------------------------------------------------

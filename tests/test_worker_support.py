@@ -51,9 +51,9 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _echo(command: PHPObject, job: Job) -> float:
+def _echo(command: PHPObject, job: Job, **extra: Any) -> float:
     """Record an EchoJob run and apply its mode; returns seconds to sleep for mode=sleep."""
-    record(job, args=plain(command.args), mode=command.mode, note=command.note, hidden=command.hidden)
+    record(job, args=plain(command.args), mode=command.mode, note=command.note, hidden=command.hidden, **extra)
     mode, seconds = command.mode, command.seconds
     if mode == "fail":
         raise RuntimeError("echo job failed on purpose")
@@ -74,7 +74,7 @@ def echo(command: PHPObject, job: Job) -> None:
 
 @app.handler("App\\Jobs\\BatchEchoJob")  # EchoJob in a batch: the bookkeeping is laraq's (PHP's) part
 def batch_echo(command: PHPObject, job: Job) -> None:
-    time.sleep(_echo(command, job))
+    time.sleep(_echo(command, job, cancelled=job.batch_cancelled()))
 
 
 @app.handler("App\\Jobs\\FailedHookJob", php_failed=True)  # the class's failed() runs in PHP
@@ -133,6 +133,21 @@ def unique_method(command: PHPObject, job: Job) -> None:
 @app.handler("App\\Jobs\\UntilProcessingJob", unique="until_processing")
 def until_processing(command: PHPObject, job: Job) -> None:
     _unique_run(command, job, command.uniqueId)
+
+
+# SerializesModels: laraq loads the rows through the app's DB_* settings; the enum is declared here
+Status = app.enum("App\\Enums\\Status", {"Active": "active", "Archived": "archived"})
+app.model("App\\Models\\Post")  # Laravel's default table (posts) and key (id)
+
+
+def _post(command: PHPObject, job: Job) -> None:
+    assert isinstance(command.status, Status)
+    record(job, post=command.post.id, title=command.post.title, status=command.status.value,
+           others=[p.title for p in command.others])
+
+
+app.register("App\\Jobs\\PostJob", _post)
+app.register("App\\Jobs\\PostJobDeleteMissing", _post, delete_when_missing_models=True)
 
 
 #: The same EchoJob semantics with an ``async def`` handler (cancellable at its timeout).

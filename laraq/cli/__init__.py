@@ -36,6 +36,9 @@ def _register() -> None:
     from laraq.cli.setup import config_cmd
 
     main.add_command(config_cmd)
+    from laraq.cli.schema_cmd import schema_cmd  # laraq schema --from APP (job class defaults, enums)
+
+    main.add_command(schema_cmd)
     if importlib.util.find_spec("laraq.cli.ops") is not None:
         ops = importlib.import_module("laraq.cli.ops")
         for command in getattr(ops, "COMMANDS", []):

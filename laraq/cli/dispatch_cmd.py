@@ -42,18 +42,33 @@ from laraq.dispatch import Dispatcher
               help="Push the way Horizon's queue does (payload fields + pending record); default: when the app uses Horizon.")
 @click.option("--tag", "tags", multiple=True, help="Horizon tag of a job class (repeatable).")
 @click.option("--silenced", is_flag=True, help="Horizon: silence this job (else: when listed in horizon.silenced).")
+@click.option("--schema", "schema_file", type=click.Path(dir_okay=False, exists=True), envvar="LARAQ_SCHEMA",
+              default=None, help="Job schema JSON from `laraq schema --from APP`: the class's defaults and unique "
+                                 "lock, as PHP's dispatch() (env LARAQ_SCHEMA).")
+@click.option("--unique-id", default=None, help="The uniqueId() a ShouldBeUnique class computes in PHP.")
+@click.option("--unique-for", type=int, default=None, help="The uniqueFor() seconds a ShouldBeUnique class computes.")
 @click.option("--json", "as_json", is_flag=True, help="Print the dispatched ids as JSON.")
 def dispatch_cmd(ops: Ops, job: str, props: tuple[str, ...], protected_props: tuple[str, ...],
                  private_props: tuple[str, ...], data: str | None, queue_name: str | None, delay: str | None,
                  tries: int | None, backoff: str | None, timeout: int | None, retry_until: str | None,
                  max_exceptions: int | None, fail_on_timeout: bool, encrypt: bool, count: int,
-                 horizon: bool | None, tags: tuple[str, ...], silenced: bool, as_json: bool) -> None:
+                 horizon: bool | None, tags: tuple[str, ...], silenced: bool, schema_file: str | None,
+                 unique_id: str | None, unique_for: int | None, as_json: bool) -> None:
     """Dispatch JOB (a job class, or Class@method) so that PHP workers run it."""
     from laraq.horizon import HorizonSettings, horizon_in_use
 
     use_horizon = horizon if horizon is not None else horizon_in_use(ops.settings.env, ops.settings.base_path)
     hs = HorizonSettings.from_app(ops.settings.env, ops.settings.base_path) if use_horizon else None
-    dispatcher = Dispatcher(ops.queue, encrypter=ops.encrypter, horizon=hs)
+    schemas: dict[str, Any] = {}
+    if schema_file:
+        from laraq.schema import SchemaError, load_schema_file
+
+        try:
+            schemas = load_schema_file(schema_file)[0]
+        except SchemaError as exc:
+            raise click.ClickException(str(exc)) from exc
+    cache = ops.cache() if job.lstrip("\\") in schemas else None
+    dispatcher = Dispatcher(ops.queue, encrypter=ops.encrypter, horizon=hs, schemas=schemas, cache=cache)
     backoff_value: Any = None
     if backoff is not None:
         backoff_value = [int(b) for b in backoff.split(",")] if "," in backoff else int(backoff)
@@ -75,6 +90,7 @@ def dispatch_cmd(ops: Ops, job: str, props: tuple[str, ...], protected_props: tu
                     job, parse_assignments(props, "--prop"), protected=parse_assignments(protected_props, "--protected"),
                     private=parse_assignments(private_props, "--private"), retry_until=deadline, encrypt=encrypt,
                     tags=list(tags) if tags else None, silenced=silenced,
+                    **({"unique_id": unique_id, "unique_for": unique_for} if unique_id or unique_for else {}),
                     **common,
                 )
                 for _ in range(count)
@@ -86,5 +102,8 @@ def dispatch_cmd(ops: Ops, job: str, props: tuple[str, ...], protected_props: tu
         emit_json([{"id": r.id, "uuid": r.uuid, "queue": r.queue, "available_at": r.available_at} for r in results])
         return
     for r in results:
+        if r.skipped:
+            click.echo(f"not dispatched {job}: its unique lock is held (PHP drops such a dispatch too)")
+            continue
         when = f" (due {fmt_time(r.available_at)} UTC)" if r.available_at is not None else ""
         click.echo(f"dispatched {job} to {r.queue}: id {r.id} uuid {r.uuid}{when}")

@@ -341,6 +341,13 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
     queues = params.get("queue") or settings.redis_queue
     names = [q for q in str(queues).split(",") if q]
     warnings = [w for w in (settings.version_warning,) if w] + faults + cache.warnings + failer.warnings
+    schema_file = (settings.env or {}).get("LARAQ_SCHEMA")
+    if schema_file:  # `laraq schema --from APP -o FILE`: class defaults, middleware() methods, enums
+        try:
+            app.load_schema(schema_file)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from exc
+    warnings += app.problems(settings.version)
     if checks:
         warnings += queue_warnings(client, settings.redis_prefix, names)
     info = describe_setup(
@@ -389,7 +396,9 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
     ``env`` replaces ``os.environ`` as the source of Laravel settings; ``app`` replaces ``--app``.
     """
     from laraq.cache import MaintenanceMode
+    from laraq.failed import connect_database
     from laraq.logs import JobLogListener
+    from laraq.models import ModelLoader
     from laraq.output import Output
 
     p = prepared or prepare(params, env=env, app=app, checks=False)
@@ -413,6 +422,7 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
         cache=p.cache, failer=p.failer, encrypter=p.encrypter, output=output,
         maintenance=MaintenanceMode(settings, p.cache), on_job_popped=on_job_popped,
         on_jobs_popped=on_jobs_popped, listeners=[JobLogListener(job_lines=json_logs)],
+        model_loader=ModelLoader(lambda name: connect_database(settings.database(name)), p.app.model_schemas),
     )
     horizon = _horizon_listener(params, settings, p.queue.client)
     if horizon is not None:

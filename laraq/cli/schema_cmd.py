@@ -1,0 +1,37 @@
+"""``laraq schema --from APP``: export the app's job classes and backed enums (see :mod:`laraq.schema`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from laraq.schema import SchemaError, export_schema
+
+
+@click.command("schema")
+@click.option("--from", "app_path", required=True, type=click.Path(file_okay=False, exists=True),
+              help="The Laravel app's base directory (its bootstrap/app.php and autoloader are used).")
+@click.option("--class", "classes", multiple=True,
+              help="Only this job or enum class (repeatable; default: every class under the app's PSR-4 roots).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the JSON here.")
+@click.option("--php", default="php", show_default=True, help="The PHP binary.")
+def schema_cmd(app_path: str, classes: tuple[str, ...], output: str | None, php: str) -> None:
+    """Export each job class's dispatch defaults and each backed enum by PHP reflection.
+
+    Give the file to `laraq dispatch --schema` or `app.load_schema()`: Python's dispatch of those
+    classes then writes what PHP's dispatch() writes (class defaults, unique lock), and handlers get
+    enum cases with their values.
+    """
+    try:
+        data = export_schema(app_path, classes, php=php)
+    except SchemaError as exc:
+        raise click.ClickException(str(exc)) from exc
+    text = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+        click.echo(f"{len(data.get('jobs') or {})} job classes, {len(data.get('enums') or {})} enums -> {output}",
+                   err=True)
+    else:
+        click.echo(text, nl=False)
