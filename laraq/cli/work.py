@@ -223,8 +223,14 @@ def _banner(info: dict[str, Any], render: Any) -> None:
 
 
 def default_params(**overrides: Any) -> dict[str, Any]:
-    """``laraq work``'s options with their defaults (for building a worker in-process)."""
-    params: dict[str, Any] = {p.name: p.default for p in work_cmd.params if p.name}
+    """``laraq work``'s options with their defaults (for building a worker in-process).
+
+    The defaults are resolved as the command line resolves them (``Parameter.get_default``): a flag option
+    declared without ``default=`` is ``False``, never click 8.3's truthy ``UNSET`` placeholder (which
+    ``.default`` holds there and would turn ``once``/``force``/``stop_when_empty`` on).
+    """
+    ctx = click.Context(work_cmd)
+    params: dict[str, Any] = {p.name: p.get_default(ctx) for p in work_cmd.params if p.name}
     params.update(connection=None, app_spec=None)
     unknown = set(overrides) - set(params)
     if unknown:
