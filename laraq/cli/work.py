@@ -114,8 +114,21 @@ def work_cmd(**params: Any) -> None:
     params.pop("daemon", None)
     if params.pop("supervise"):
         _setup_logging(params)  # the supervisor's own lines; the worker process sets up its own
-        sys.exit(Supervisor(params).run())
+        _exit_ignoring_quit_signals(Supervisor(params).run())
     sys.exit(_run_worker(params))
+
+
+def _exit_ignoring_quit_signals(code: int) -> None:
+    """Exit a worker/supervisor process whose stop is decided, deaf to a late SIGTERM/SIGINT/SIGQUIT/SIGHUP.
+
+    Python resets its signal handlers to the default (terminate) while it shuts down, so a quit signal that
+    arrives then (Horizon's terminate signal forwarded just after the worker saw the restart stamp and
+    stopped) would turn a clean exit 0 into "died by SIGTERM". Ignored handlers are left as they are.
+    """
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(sig, signal.SIG_IGN)
+    sys.exit(code)
 
 
 def child_main() -> None:
@@ -131,7 +144,7 @@ def child_main() -> None:
 
     # Horizon may signal the supervisor (it forwards signals here), never this restartable child.
     params["horizon_signal_pid"] = parent or None
-    sys.exit(_run_worker(params, on_jobs_popped=popped))
+    _exit_ignoring_quit_signals(_run_worker(params, on_jobs_popped=popped))
 
 
 # -- building the worker ------------------------------------------------------------------------------
