@@ -247,8 +247,10 @@ def test_artisan_down_stops_popping_until_up(app8: PhpApp, redis_client: Any) ->
     app8.artisan("down", check=True)
     assert (app8.storage / "framework" / "down").exists()
     app8.tool("dispatch", "python", "--queue=py")
+    clients = len(redis_client.client_list())
     worker = popen_laraq(app8, "--queue=py", "--sleep=0.2", env=env_for(app8))
     try:
+        wait_for(lambda: len(redis_client.client_list()) > clients)  # the worker is up (it reads Redis)
         time.sleep(2)  # several down loops
         assert app8.runs() == [] and redis_client.llen(Q + "py") == 1
         assert redis_client.zcard(Q + "py:reserved") == 0
