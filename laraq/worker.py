@@ -318,7 +318,8 @@ class Worker(Reservation, Execution, Lifecycle):
         self._drain()
         self._announce_stop(status)
         if status == EXIT_MEMORY_LIMIT:
-            log.warning("memory limit of %d MB reached: stopping (exit %d)", self.options.memory, status)
+            log.warning("memory limit of %d MB reached (this process: %.0f MB resident): stopping (exit %d)",
+                        self.options.memory, _rss_mb(), status)
         return status
 
     def memory_exceeded(self, limit_mb: int) -> bool:
@@ -467,7 +468,8 @@ class Worker(Reservation, Execution, Lifecycle):
             self._kill_now()
         self._announce_stop(status)
         if status == EXIT_MEMORY_LIMIT:
-            log.warning("memory limit of %d MB reached: stopping (exit %d)", self.options.memory, status)
+            log.warning("memory limit of %d MB reached (this process: %.0f MB resident): stopping (exit %d)",
+                        self.options.memory, _rss_mb(), status)
         return status
 
     def _report_popped(self, *, force: bool = False) -> None:

@@ -46,10 +46,23 @@ def _workdir(prefix: str, owner: pwd.struct_passwd | None) -> Path:
     return path
 
 
-def _run_as(owner: pwd.struct_passwd | None) -> dict[str, Any]:
+def _run_as(owner: pwd.struct_passwd | None, workdir: Path | None = None) -> dict[str, Any]:
+    """``subprocess`` arguments that run a server tool as ``owner`` in its own ``workdir``.
+
+    The tool's temporary files go to ``workdir/tmp``: an inherited ``TMPDIR`` (a test runner's or a
+    sandbox's private temp dir) is often not writable by the unprivileged account, and InnoDB then
+    aborts ``mariadb-install-db`` with "Can't create/write to file ... Permission denied".
+    """
+    extra: dict[str, Any] = {}
+    if workdir is not None:
+        tmp = workdir / "tmp"
+        tmp.mkdir(exist_ok=True)
+        if owner is not None:
+            os.chown(tmp, owner.pw_uid, owner.pw_gid)
+        extra = {"cwd": str(workdir), "env": {**os.environ, "TMPDIR": str(tmp), "HOME": str(workdir)}}
     if owner is None:
-        return {}
-    return {"user": owner.pw_uid, "group": owner.pw_gid, "extra_groups": []}
+        return extra
+    return {"user": owner.pw_uid, "group": owner.pw_gid, "extra_groups": [], **extra}
 
 
 def _log_tail(path: Path) -> str:
@@ -101,7 +114,7 @@ class MariaDBServer:
         install = subprocess.run(
             [installer, "--no-defaults", f"--datadir={self.data}", "--skip-test-db",
              "--auth-root-authentication-method=normal", *user_args],
-            capture_output=True, text=True, timeout=180, **_run_as(self.owner),
+            capture_output=True, text=True, timeout=180, **_run_as(self.owner, self.dir),
         )
         if install.returncode != 0:
             self.cleanup()
@@ -111,8 +124,9 @@ class MariaDBServer:
                 [server, "--no-defaults", f"--datadir={self.data}", f"--socket={self.socket}",
                  f"--port={self.port}", "--bind-address=127.0.0.1", "--skip-grant-tables",
                  f"--pid-file={self.dir / 'mysqld.pid'}", "--innodb-buffer-pool-size=16M",
-                 "--character-set-server=utf8mb4", "--collation-server=utf8mb4_unicode_ci", *user_args],
-                stdout=log, stderr=subprocess.STDOUT, **_run_as(self.owner),
+                 "--character-set-server=utf8mb4", "--collation-server=utf8mb4_unicode_ci",
+                 f"--tmpdir={self.dir / 'tmp'}", *user_args],
+                stdout=log, stderr=subprocess.STDOUT, **_run_as(self.owner, self.dir),
             )
         deadline = time.monotonic() + 60
         while True:
@@ -201,7 +215,7 @@ class PostgresServer:
         init = subprocess.run(
             [str(bindir / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
              "--no-locale", "--no-sync"],
-            capture_output=True, text=True, timeout=180, cwd=str(self.dir), **_run_as(self.owner),
+            capture_output=True, text=True, timeout=180, **_run_as(self.owner, self.dir),
         )
         if init.returncode != 0:
             self.cleanup()
@@ -212,7 +226,7 @@ class PostgresServer:
             self.proc = subprocess.Popen(
                 [str(bindir / "postgres"), "-D", str(self.data), "-p", str(self.port), "-h", "127.0.0.1",
                  "-k", str(self.dir), "-F", "-c", "fsync=off", "-c", "timezone=UTC"],
-                stdout=log, stderr=subprocess.STDOUT, cwd=str(self.dir), **_run_as(self.owner),
+                stdout=log, stderr=subprocess.STDOUT, **_run_as(self.owner, self.dir),
             )
         deadline = time.monotonic() + 60
         while True:

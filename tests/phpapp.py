@@ -211,7 +211,9 @@ class PhpApp:
 
     def runs(self) -> list[dict[str, Any]]:
         """Jobs PHP handled so far (one JSON line each, written by the fixture jobs)."""
-        return [json.loads(line) for line in self.log_path.read_text().splitlines() if line.strip()]
+        # split on newlines only: str.splitlines() also splits inside a record at U+2028/U+2029 (which
+        # Python's json.dumps(ensure_ascii=False) writes raw)
+        return [json.loads(line) for line in self.log_path.read_text().split("\n") if line.strip()]
 
     def pop(self, queue: str | None = None) -> dict[str, Any] | None:
         """Laravel's ``RedisQueue::pop``; returns ``{job, reserved, attempts, queue}`` with bytes."""

@@ -68,3 +68,22 @@ def test_redis_url_is_used_by_every_kind_of_command(redis_server, redis_client, 
     assert "no poison members" in ok("poison", "list")
     bad = CliRunner().invoke(main, ["status", "--sample", "0", "--redis-url", "nonsense://x"], env=env)
     assert bad.exit_code == 2 and "--redis-url" in bad.output
+
+
+def test_default_params_are_what_the_command_line_resolves():
+    """In-process workers (tests, embedders) start from the same option values as ``laraq work --app X``.
+
+    click 8.3 stores a truthy ``UNSET`` placeholder as a flag's ``.default``; reading it turned ``--once`` and
+    ``--force`` on for every in-process worker.
+    """
+    from laraq.cli.work import default_params, work_cmd
+
+    seen: dict[str, object] = {}
+    command = click.Command("work", params=work_cmd.params, callback=lambda **kw: seen.update(kw))
+    result = CliRunner().invoke(command, ["--app", "mod:app"], standalone_mode=False, env={})
+    assert result.exception is None, result.output
+    expected = dict(seen, connection=None, app_spec=None)
+    assert default_params() == expected
+    for flag in ("once", "force", "stop_when_empty", "daemon", "quiet"):
+        assert default_params()[flag] is False, flag
+    assert default_params(once=True)["once"] is True

@@ -162,3 +162,29 @@ def test_env_file_and_unhandled_flag(php: PhpApp, redis_client: Any, tmp_path: A
     proc = run_laraq(php, "--once", "--queue=py", "--env-file", str(env_file), "--unhandled=release", env=env)
     assert proc.returncode == 0, proc.stderr
     assert redis_client.zcard(qkey(php, "py:delayed")) == 1
+
+
+def test_a_quit_signal_during_shutdown_does_not_turn_exit_0_into_a_signal_death() -> None:
+    """Python resets its handlers to "terminate" while it shuts down; laraq's processes exit deaf to a
+    late SIGTERM (a forwarded Horizon terminate arriving just after the worker stopped by itself)."""
+    import os
+    import sys
+    import time
+
+    code = ("import signal, sys\n"
+            "from laraq.cli.work import _exit_ignoring_quit_signals\n"
+            "signal.signal(signal.SIGTERM, lambda *a: None)  # the worker's own handler\n"
+            "garbage = [[i] * 3 for i in range(2_000_000)]  # freed at shutdown: a long window\n"
+            "print('exiting', flush=True)\n"
+            "_exit_ignoring_quit_signals(0)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.stdout is not None and proc.stdout.readline() == "exiting\n"
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            os.kill(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            break
+        time.sleep(0.001)
+    assert proc.wait(60) == 0

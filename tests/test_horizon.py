@@ -173,7 +173,7 @@ def test_laraq_dispatch_and_work_write_horizon_records(redis_client: Any, redis_
            "DB_DATABASE": ":memory:", "CACHE_STORE": "redis", "QUEUE_CONNECTION": "redis",
            "QUEUE_FAILED_DRIVER": "null"}
     params = default_params(laravel="13", sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20,
-                            tries=3, horizon=True, once=False, force=False)
+                            tries=3, horizon=True)
     worker = build_worker(params, env=env, app=app)
     assert any(isinstance(listener, HorizonListener) for listener in worker.events)
     queue = RedisQueue(redis_client, prefix="laravel-database-", version="13")

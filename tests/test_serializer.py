@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import math
-import time
 import tracemalloc
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -219,19 +218,14 @@ def test_closure_job_keeps_signed_source() -> None:
     assert native["use"] == {"closureVar": "captured-by-use"}
 
 
-def test_parse_speed() -> None:
-    start = time.perf_counter()
-    rounds = 5
-    for _ in range(rounds):
-        for _, command in COMMANDS:
-            loads(command)
-    per_command = (time.perf_counter() - start) / (rounds * len(COMMANDS))
-    assert per_command < 0.001, f"{per_command * 1e6:.0f} µs per corpus command"
+def test_corpus_commands_and_a_megabyte_payload_round_trip() -> None:
+    """Every corpus command parses; a 1 MB array round-trips byte for byte (speed: bench/serializer.py)."""
+    assert COMMANDS
+    for name, command in COMMANDS:
+        assert loads(command) is not None, name
     big = dumps({"rows": [{"id": i, "name": f"row {i}", "ratio": i / 7, "tags": ["a", "b"]} for i in range(20000)]})
     assert len(big) > 1_000_000
-    start = time.perf_counter()
     assert dumps(loads(big)) == big
-    assert time.perf_counter() - start < 5.0
 
 
 def test_phpserialize_cross_check() -> None:
@@ -496,23 +490,25 @@ def test_error_messages_name_the_problem() -> None:
 def test_huge_declared_sizes_fail_fast_without_allocating() -> None:
     tracemalloc.start()
     try:
-        start = time.perf_counter()
         for wire in (b"a:999999999:{" + b"i:0;N;" * 10, b's:1000000000:"' + b"x" * 100, b"a:2000000000:{}"):
             with pytest.raises(PHPSerializeError):
                 loads(wire)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert peak < 1_000_000
-    assert time.perf_counter() - start < 0.5
+    assert peak < 1_000_000  # the declared size was never trusted for an allocation
 
 
 def test_deep_nesting_is_bounded() -> None:
     deep = b"a:1:{i:0;" * 100_000 + b"N;" + b"}" * 100_000
-    start = time.perf_counter()
-    with pytest.raises(PHPSerializeError, match="max_depth=512"):
-        loads(deep)
-    assert time.perf_counter() - start < 1.0
+    tracemalloc.start()
+    try:
+        with pytest.raises(PHPSerializeError, match="max_depth=512"):
+            loads(deep)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000  # stopped at depth 513, long before building 100 000 nested arrays
     ok = b"a:1:{i:0;" * 600 + b"N;" + b"}" * 600
     with pytest.raises(PHPSerializeError):
         loads(ok)

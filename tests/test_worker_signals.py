@@ -310,8 +310,10 @@ def test_artisan_down_stops_popping_until_up(app8: PhpApp, redis_client: Any) ->
     app8.artisan("down", check=True)
     assert (app8.storage / "framework" / "down").exists()
     app8.tool("dispatch", "python", "--queue=py")
+    clients = len(redis_client.client_list())
     worker = popen_laraq(app8, "--queue=py", "--sleep=0.2", env=env_for(app8))
     try:
+        wait_for(lambda: len(redis_client.client_list()) > clients)  # the worker is up (it reads Redis)
         time.sleep(2)  # several down loops
         assert app8.runs() == [] and redis_client.llen(qkey(app8, "py")) == 1
         assert redis_client.zcard(qkey(app8, "py:reserved")) == 0
@@ -367,7 +369,7 @@ def test_stop_when_empty_for(app8: PhpApp, workers: list[Worker]) -> None:
                          stop_when_empty_for=1, sleep=0.1)
     started = time.monotonic()
     assert worker.daemon() == 0
-    assert 1 <= time.monotonic() - started < 5
+    assert time.monotonic() - started >= 1  # waited the empty second out (and then stopped by itself)
     assert len(app8.runs()) == 1
     with pytest.raises(click.UsageError, match="stop-when-empty-for"):
         make_worker(app8, workers, laravel="12.59", queue="py", stop_when_empty_for=1)

@@ -193,7 +193,7 @@ def popen_laraq(php: Any, *args: str, app_spec: str = "test_worker_support:app",
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def wait_for(predicate: Any, timeout: float = 20, interval: float = 0.05) -> Any:
+def wait_for(predicate: Any, timeout: float = 60, interval: float = 0.05) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()

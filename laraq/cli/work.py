@@ -129,8 +129,21 @@ def work_cmd(**params: Any) -> None:
         use_multiprocess_dir(params["metrics_dir"])
     if params.pop("supervise"):
         _setup_logging(params)  # the supervisor's own lines; the worker process sets up its own
-        sys.exit(Supervisor(params).run())
+        _exit_ignoring_quit_signals(Supervisor(params).run())
     sys.exit(_run_worker(params))
+
+
+def _exit_ignoring_quit_signals(code: int) -> None:
+    """Exit a worker/supervisor process whose stop is decided, deaf to a late SIGTERM/SIGINT/SIGQUIT/SIGHUP.
+
+    Python resets its signal handlers to the default (terminate) while it shuts down, so a quit signal that
+    arrives then (Horizon's terminate signal forwarded just after the worker saw the restart stamp and
+    stopped) would turn a clean exit 0 into "died by SIGTERM". Ignored handlers are left as they are.
+    """
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(sig, signal.SIG_IGN)
+    sys.exit(code)
 
 
 def child_main() -> None:
@@ -146,7 +159,7 @@ def child_main() -> None:
 
     # Horizon may signal the supervisor (it forwards signals here), never this restartable child.
     params["horizon_signal_pid"] = parent or None
-    sys.exit(_run_worker(params, on_jobs_popped=popped))
+    _exit_ignoring_quit_signals(_run_worker(params, on_jobs_popped=popped))
 
 
 # -- building the worker ------------------------------------------------------------------------------
@@ -238,8 +251,12 @@ def _banner(info: dict[str, Any], render: Any) -> None:
 
 
 def default_params(**overrides: Any) -> dict[str, Any]:
-    """``laraq work``'s options with their defaults (for building a worker in-process)."""
-    # get_default, not .default: click 8.3+ keeps an UNSET sentinel (truthy) there for flags
+    """``laraq work``'s options with their defaults (for building a worker in-process).
+
+    The defaults are resolved as the command line resolves them (``Parameter.get_default``): a flag option
+    declared without ``default=`` is ``False``, never click 8.3's truthy ``UNSET`` placeholder (which
+    ``.default`` holds there and would turn ``once``/``force``/``stop_when_empty`` on).
+    """
     ctx = click.Context(work_cmd)
     params: dict[str, Any] = {p.name: p.get_default(ctx) for p in work_cmd.params if p.name}
     params.update(connection=None, app_spec=None)
