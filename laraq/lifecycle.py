@@ -110,6 +110,11 @@ class Lifecycle:
             try:
                 if gate is None or gate.proceed:
                     self._fire(job, handler, running)
+                    if gate is not None:
+                        gate.succeeded()
+            except Exception as exc:  # a ThrottlesExceptions around the handler may take it (PHP's catch)
+                if gate is None or isinstance(exc, JobAbandoned) or not gate.caught(job, exc):
+                    raise
             finally:
                 if gate is not None:
                     gate.exit()
@@ -154,6 +159,12 @@ class Lifecycle:
                     try:
                         if gate is None or gate.proceed:
                             await handler.func(argument, job)  # type: ignore[misc]
+                            if gate is not None:
+                                await self._off_loop(gate.succeeded)
+                    except Exception as exc:  # as in process(): a ThrottlesExceptions may take it
+                        if gate is None or isinstance(exc, JobAbandoned) or not await self._off_loop(
+                                gate.caught, job, exc):
+                            raise
                     finally:
                         if gate is not None:
                             gate.exit()

@@ -15,6 +15,15 @@ handler around a middleware it would bypass:
 * ``Illuminate\\Queue\\Middleware\\SkipIfBatchCancelled``: when the job's batch was cancelled
   (``job_batches.cancelled_at``, read through the app's database: :mod:`laraq.batches`) the handler is
   not run and the job ends as after ``Skip`` (its batch success is recorded by PHP's steps).
+* ``Illuminate\\Queue\\Middleware\\ThrottlesExceptions`` (mirrors it, over the Redis cache store): the
+  limiter key ``<prefix><by() key>``, ``<prefix><job uuid>`` (``byJob()``) or ``<prefix><hash of the job
+  name>`` (md5 of the class before 11, xxh128 of ``displayName()`` or the class from 11) in Laravel's
+  cache ``RateLimiter`` (:mod:`laraq.rate_limiter`). While ``maxAttempts`` exceptions are counted in the
+  window the job is released for the window's remaining seconds + 3 without running; a handler
+  exception counts one (window ``decaySeconds``, or ``decayMinutes`` × 60 on 8-10) and releases the job
+  after ``retryAfterMinutes`` × 60 (``backoff()``) instead of reaching the worker; success clears the
+  count. ``when``/``report``/``deleteWhen``/``failWhen`` closures (or a closure ``backoff``) run only in
+  PHP: such a job goes back to PHP.
 
 Middleware a class returns from a ``middleware()`` *method* is not in the payload; Python cannot see
 it (see compat-docs/worker.md).
@@ -22,6 +31,7 @@ it (see compat-docs/worker.md).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import secrets
 from dataclasses import dataclass
@@ -30,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import xxhash
 
 from laraq.batches import batch_cancelled
+from laraq.rate_limiter import RedisRateLimiter
 from laraq.serializer import PHPObject
 
 if TYPE_CHECKING:
@@ -42,7 +53,10 @@ log = logging.getLogger("laraq.worker")
 WITHOUT_OVERLAPPING = "Illuminate\\Queue\\Middleware\\WithoutOverlapping"
 SKIP = "Illuminate\\Queue\\Middleware\\Skip"
 SKIP_IF_BATCH_CANCELLED = "Illuminate\\Queue\\Middleware\\SkipIfBatchCancelled"
-SUPPORTED = (WITHOUT_OVERLAPPING, SKIP, SKIP_IF_BATCH_CANCELLED)
+THROTTLES_EXCEPTIONS = "Illuminate\\Queue\\Middleware\\ThrottlesExceptions"
+SUPPORTED = (WITHOUT_OVERLAPPING, SKIP, SKIP_IF_BATCH_CANCELLED, THROTTLES_EXCEPTIONS)
+#: ThrottlesExceptions properties holding PHP closures (set by when/report/deleteWhen/failWhen)
+_CLOSURES = ("whenCallback", "reportCallback", "deleteWhenCallbacks", "failWhenCallbacks")
 
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
 
@@ -77,6 +91,10 @@ def unsupported(job: Job, cache: Any) -> str | None:
             names.append(f"{name} (the cache store is not Redis)")
         elif name == SKIP_IF_BATCH_CANCELLED and getattr(job, "app_db", None) is None:
             names.append(f"{name} (no database configured to read the batch)")
+        elif name == THROTTLES_EXCEPTIONS:
+            why = _throttle_unsupported(item, cache)
+            if why:
+                names.append(f"{name} ({why})")
     if not names:
         return None
     return f"{job.name} has job middleware laraq does not run: {', '.join(names)}"
@@ -88,6 +106,28 @@ class Gate:
 
     proceed: bool = True
     locks: list[tuple[Any, str, str]] | None = None
+    #: the ThrottlesExceptions around the handler, outermost first: (middleware, limiter, limiter key)
+    throttles: list[tuple[PHPObject, RedisRateLimiter, str]] | None = None
+
+    def succeeded(self) -> None:
+        """The handler returned: every ThrottlesExceptions around it clears its count."""
+        for _mw, limiter, key in self.throttles or []:
+            limiter.clear(key)
+
+    def caught(self, job: Job, exc: BaseException) -> bool:
+        """The handler raised: the innermost ThrottlesExceptions counts it and releases the job (True),
+        and the ones outside it see a normal return (they clear); False if there is none."""
+        if not self.throttles:
+            return False
+        *outer, (mw, limiter, key) = self.throttles
+        limiter.hit(key, _decay_seconds(mw))
+        delay = int(mw.get("retryAfterMinutes") or 0) * 60
+        job.release(delay)
+        log.info("%s (id %s): ThrottlesExceptions caught %s: %s: released for %ss", job.name, job.id,
+                 type(exc).__name__, str(exc)[:200], delay)
+        for _mw, other, other_key in outer:
+            other.clear(other_key)
+        return True
 
     def exit(self) -> None:
         for client, key, owner in reversed(self.locks or []):
@@ -99,7 +139,7 @@ class Gate:
 
 def enter(job: Job, cache: Any) -> Gate:
     """Run the middleware's "before" half, in order; a middleware that stops the job stops the rest."""
-    gate = Gate(locks=[])
+    gate = Gate(locks=[], throttles=[])
     for item in middleware_of(job):
         if not isinstance(item, PHPObject):
             continue
@@ -112,6 +152,9 @@ def enter(job: Job, cache: Any) -> Gate:
             gate.proceed = False
             break
         if item.class_name == WITHOUT_OVERLAPPING and not _without_overlapping(job, item, cache, gate):
+            gate.proceed = False
+            break
+        if item.class_name == THROTTLES_EXCEPTIONS and not _throttles_exceptions(job, item, cache, gate):
             gate.proceed = False
             break
     return gate
@@ -152,3 +195,49 @@ def _without_overlapping(job: Job, mw: PHPObject, cache: Any, gate: Gate) -> boo
     else:
         log.info("%s (id %s): WithoutOverlapping lock %s is held: not run (dontRelease)", job.name, job.id, name)
     return False
+
+
+def _throttle_unsupported(mw: PHPObject, cache: Any) -> str | None:
+    if getattr(cache, "client", None) is None or getattr(cache, "driver", "") != "redis":
+        return "the cache store is not Redis"
+    closures = [name for name in _CLOSURES if mw.get(name)]
+    if not isinstance(mw.get("retryAfterMinutes") or 0, int):
+        closures.append("backoff")
+    if closures:
+        return f"its {', '.join(closures)} closure runs only in PHP"
+    return None
+
+
+def _decay_seconds(mw: PHPObject) -> int:
+    """The window: ``decaySeconds`` (11+), or ``decayMinutes`` × 60 (8-10)."""
+    if mw.get("decaySeconds") is not None:
+        return int(mw.get("decaySeconds"))
+    return int(mw.get("decayMinutes") or 0) * 60
+
+
+def _throttle_key(job: Job, mw: PHPObject) -> str:
+    prefix = mw.get("prefix")
+    prefix = "laravel_throttles_exceptions:" if prefix is None else str(prefix)
+    if mw.get("key"):
+        return f"{prefix}{mw.get('key')}"
+    if mw.get("byJob"):
+        return f"{prefix}{job.uuid}"
+    class_name = job.command.class_name
+    if not job.payload.version.since("11.0"):
+        return prefix + hashlib.md5(class_name.encode()).hexdigest()
+    display = job.display_name
+    name = class_name if display in (None, class_name) else str(display)
+    return prefix + xxhash.xxh3_128_hexdigest(name.encode())
+
+
+def _throttles_exceptions(job: Job, mw: PHPObject, cache: Any, gate: Gate) -> bool:
+    limiter = RedisRateLimiter(cache)
+    key = _throttle_key(job, mw)
+    if limiter.too_many_attempts(key, int(mw.get("maxAttempts") or 0)):
+        delay = limiter.available_in(key) + 3
+        job.release(delay)
+        log.info("%s (id %s): ThrottlesExceptions %s is at its limit: released for %ss", job.name, job.id, key, delay)
+        return False
+    assert gate.throttles is not None
+    gate.throttles.append((mw, limiter, key))
+    return True
