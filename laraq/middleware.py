@@ -24,6 +24,10 @@ handler around a middleware it would bypass:
   after ``retryAfterMinutes`` × 60 (``backoff()``) instead of reaching the worker; success clears the
   count. ``when``/``report``/``deleteWhen``/``failWhen`` closures (or a closure ``backoff``) run only in
   PHP: such a job goes back to PHP.
+* ``Illuminate\\Queue\\Middleware\\ThrottlesExceptionsWithRedis``: the same rules over
+  ``DurationLimiter``'s window hash (``REDIS_PREFIX`` + the same key, on the ``default`` Redis connection,
+  which laraq reaches as the cache store's lock connection); at the limit the job is released until the
+  window's end (no + 3), as in PHP.
 
 Middleware a class returns from a ``middleware()`` *method* is not in the payload; Python cannot see
 it (see compat-docs/worker.md).
@@ -34,13 +38,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import xxhash
 
 from laraq.batches import batch_cancelled
-from laraq.rate_limiter import RedisRateLimiter
+from laraq.rate_limiter import RedisDurationLimiter, RedisRateLimiter
 from laraq.serializer import PHPObject
 
 if TYPE_CHECKING:
@@ -54,7 +59,8 @@ WITHOUT_OVERLAPPING = "Illuminate\\Queue\\Middleware\\WithoutOverlapping"
 SKIP = "Illuminate\\Queue\\Middleware\\Skip"
 SKIP_IF_BATCH_CANCELLED = "Illuminate\\Queue\\Middleware\\SkipIfBatchCancelled"
 THROTTLES_EXCEPTIONS = "Illuminate\\Queue\\Middleware\\ThrottlesExceptions"
-SUPPORTED = (WITHOUT_OVERLAPPING, SKIP, SKIP_IF_BATCH_CANCELLED, THROTTLES_EXCEPTIONS)
+THROTTLES_EXCEPTIONS_WITH_REDIS = "Illuminate\\Queue\\Middleware\\ThrottlesExceptionsWithRedis"
+SUPPORTED = (WITHOUT_OVERLAPPING, SKIP, SKIP_IF_BATCH_CANCELLED, THROTTLES_EXCEPTIONS, THROTTLES_EXCEPTIONS_WITH_REDIS)
 #: ThrottlesExceptions properties holding PHP closures (set by when/report/deleteWhen/failWhen)
 _CLOSURES = ("whenCallback", "reportCallback", "deleteWhenCallbacks", "failWhenCallbacks")
 
@@ -91,7 +97,7 @@ def unsupported(job: Job, cache: Any) -> str | None:
             names.append(f"{name} (the cache store is not Redis)")
         elif name == SKIP_IF_BATCH_CANCELLED and getattr(job, "app_db", None) is None:
             names.append(f"{name} (no database configured to read the batch)")
-        elif name == THROTTLES_EXCEPTIONS:
+        elif name in (THROTTLES_EXCEPTIONS, THROTTLES_EXCEPTIONS_WITH_REDIS):
             why = _throttle_unsupported(item, cache)
             if why:
                 names.append(f"{name} ({why})")
@@ -107,7 +113,7 @@ class Gate:
     proceed: bool = True
     locks: list[tuple[Any, str, str]] | None = None
     #: the ThrottlesExceptions around the handler, outermost first: (middleware, limiter, limiter key)
-    throttles: list[tuple[PHPObject, RedisRateLimiter, str]] | None = None
+    throttles: list[tuple[PHPObject, RedisRateLimiter | RedisDurationLimiter, str]] | None = None
 
     def succeeded(self) -> None:
         """The handler returned: every ThrottlesExceptions around it clears its count."""
@@ -154,7 +160,7 @@ def enter(job: Job, cache: Any) -> Gate:
         if item.class_name == WITHOUT_OVERLAPPING and not _without_overlapping(job, item, cache, gate):
             gate.proceed = False
             break
-        if item.class_name == THROTTLES_EXCEPTIONS and not _throttles_exceptions(job, item, cache, gate):
+        if item.class_name in (THROTTLES_EXCEPTIONS, THROTTLES_EXCEPTIONS_WITH_REDIS) and not _throttles_exceptions(job, item, cache, gate):
             gate.proceed = False
             break
     return gate
@@ -198,7 +204,12 @@ def _without_overlapping(job: Job, mw: PHPObject, cache: Any, gate: Gate) -> boo
 
 
 def _throttle_unsupported(mw: PHPObject, cache: Any) -> str | None:
-    if getattr(cache, "client", None) is None or getattr(cache, "driver", "") != "redis":
+    if mw.class_name == THROTTLES_EXCEPTIONS_WITH_REDIS:
+        if getattr(cache, "lock_client", None) is None or not hasattr(cache, "redis_prefix"):
+            return "no Redis cache store to reach the default Redis connection"
+        if mw.get("connectionName") not in (None, "default"):
+            return f"it counts on the Redis connection {mw.get('connectionName')!r}, laraq only on 'default'"
+    elif getattr(cache, "client", None) is None or getattr(cache, "driver", "") != "redis":
         return "the cache store is not Redis"
     closures = [name for name in _CLOSURES if mw.get(name)]
     if not isinstance(mw.get("retryAfterMinutes") or 0, int):
@@ -231,10 +242,17 @@ def _throttle_key(job: Job, mw: PHPObject) -> str:
 
 
 def _throttles_exceptions(job: Job, mw: PHPObject, cache: Any, gate: Gate) -> bool:
-    limiter = RedisRateLimiter(cache)
     key = _throttle_key(job, mw)
-    if limiter.too_many_attempts(key, int(mw.get("maxAttempts") or 0)):
-        delay = limiter.available_in(key) + 3
+    limiter: RedisRateLimiter | RedisDurationLimiter
+    if mw.class_name == THROTTLES_EXCEPTIONS_WITH_REDIS:
+        limiter = RedisDurationLimiter(cache.lock_client, cache.redis_prefix)
+        full = limiter.too_many_attempts(key, int(mw.get("maxAttempts") or 0), _decay_seconds(mw))
+        delay = limiter.decays_at - int(time.time())
+    else:
+        limiter = RedisRateLimiter(cache)
+        full = limiter.too_many_attempts(key, int(mw.get("maxAttempts") or 0))
+        delay = limiter.available_in(key) + 3 if full else 0
+    if full:
         job.release(delay)
         log.info("%s (id %s): ThrottlesExceptions %s is at its limit: released for %ss", job.name, job.id, key, delay)
         return False

@@ -69,24 +69,37 @@ def one_side(app: PhpApp, redis_client: Any, cache: Any, workers: list[Worker], 
     app.tool("dispatch", "echo", f"--queue={queue}", "--throttle=" + json.dumps(throttle), "--args=" + json.dumps(settings))
     (body,) = redis_client.lrange(app.prefix + "queues:" + queue, 0, -1)
     uuid = json.loads(body)["uuid"]
-    version = LaravelVersion.parse(app.release)
-    key = app.prefix + version.cache_key(app.cache_prefix, limiter_key(app, how, queue, uuid))
+    decay = decay_seconds(app, throttle)
     start = int(redis_client.time()[0])
     drain(app, queue, workers)
     end = int(redis_client.time()[0]) + 1
-    count, timer = cache.get(key), cache.get(key + ":timer")
-    ttl = cache.ttl(key)
-    window = None if timer is None else (start <= int(timer) - decay_seconds(app, throttle) <= end)
-    delayed = [(json.loads(m)["attempts"], int(s) - int(timer or 0))
+    if throttle.get("redis"):
+        # DurationLimiter: a hash {start, end, count} on the default connection, REDIS_PREFIX + key
+        key = app.prefix + limiter_key(app, how, queue, uuid)
+        window = redis_client.hgetall(key)
+        count, until = window.get(b"count"), int(window.get(b"end", 0))
+        ttl, max_ttl = redis_client.ttl(key), 2 * decay
+        window_ok = None if not window else (start <= int(window[b"start"]) <= end
+                                             and until == int(window[b"start"]) + decay)
+        redis_client.delete(key)  # the class-hash key is the same for both sides
+    else:
+        # the cache RateLimiter: K (count) and K:timer (window end) in the cache store
+        version = LaravelVersion.parse(app.release)
+        key = app.prefix + version.cache_key(app.cache_prefix, limiter_key(app, how, queue, uuid))
+        count, timer = cache.get(key), cache.get(key + ":timer")
+        until = int(timer or 0)
+        ttl, max_ttl = cache.ttl(key), decay
+        window_ok = None if timer is None else (start <= until - decay <= end)
+        cache.delete(key, key + ":timer")
+    delayed = [(json.loads(m)["attempts"], int(s) - until)
                for m, s in redis_client.zrange(app.prefix + "queues:" + queue + ":delayed", 0, -1, withscores=True)]
     conn = sqlite3.connect(app.db_path)
     failed = [json.loads(p)["displayName"] for q, p in conn.execute("SELECT queue, payload FROM failed_jobs")
               if q == queue]
     conn.close()
     runs = [r["attempts"] for r in app.runs() if r.get("class") == ECHO and r.get("queue") == queue]
-    cache.delete(key, key + ":timer")  # the class-hash key is the same for both sides
-    return {"runs": runs, "failed": failed, "count": count, "ttl_ok": ttl == -2 or 0 < ttl <= decay_seconds(app, throttle),
-            "window_ok": window, "delayed": delayed,
+    return {"runs": runs, "failed": failed, "count": count, "ttl_ok": ttl == -2 or 0 < ttl <= max_ttl,
+            "window_ok": window_ok, "delayed": delayed,
             "reserved": redis_client.zcard(app.prefix + "queues:" + queue + ":reserved")}
 
 
@@ -103,27 +116,34 @@ def both(app: PhpApp, redis_client: Any, redis_server: Any, workers: list[Worker
     return pq
 
 
-def window(app: PhpApp) -> dict[str, int]:
+@pytest.fixture(params=["cache", "redis"])
+def kind(request: pytest.FixtureRequest) -> str:
+    """``ThrottlesExceptions`` (the cache RateLimiter) or ``ThrottlesExceptionsWithRedis`` (DurationLimiter)."""
+    return str(request.param)
+
+
+def window(app: PhpApp, kind: str) -> dict[str, Any]:
     """A one-minute window: ``decayMinutes`` 1 on Laravel 8, ``decaySeconds`` 60 on 11+."""
-    return {"decay": 1 if app.release.startswith("8") else 60}
+    return {"decay": 1 if app.release.startswith("8") else 60, **({"redis": True} if kind == "redis" else {})}
 
 
 @pytest.mark.parametrize("how", ["by", "byJob", "class"])
 def test_limit_reached_releases_for_the_rest_of_the_window(app: PhpApp, redis_client: Any, redis_server: Any,
-                                                           workers: list[Worker], how: str) -> None:
+                                                           workers: list[Worker], how: str, kind: str) -> None:
     # two exceptions (released at once: backoff 0), then the limit holds the job until the window ends
-    result = both(app, redis_client, redis_server, workers, how, {"max": 2, **window(app)},
+    result = both(app, redis_client, redis_server, workers, how, {"max": 2, **window(app, kind)},
                   {"mode": "fail", "settings": {"tries": 5}})
     assert result["runs"] == [1, 2] and result["failed"] == []
     assert result["count"] == b"2" and result["ttl_ok"] and result["window_ok"]
     (attempts, after_window), = result["delayed"]
-    assert attempts == 3 and after_window in (3, 4)  # released for availableIn + 3
+    # released for the rest of the window: availableIn + 3 (cache), until its end (DurationLimiter)
+    assert attempts == 3 and after_window in ((0, 1) if kind == "redis" else (3, 4))
     assert result["reserved"] == 0
 
 
 def test_backoff_releases_after_retry_minutes(app: PhpApp, redis_client: Any, redis_server: Any,
-                                              workers: list[Worker]) -> None:
-    result = both(app, redis_client, redis_server, workers, "by", {"max": 5, "backoff": 1, **window(app)},
+                                              workers: list[Worker], kind: str) -> None:
+    result = both(app, redis_client, redis_server, workers, "by", {"max": 5, "backoff": 1, **window(app, kind)},
                   {"mode": "fail", "settings": {"tries": 5}})
     assert result["runs"] == [1] and result["count"] == b"1" and result["window_ok"]
     (attempts, after_window), = result["delayed"]
@@ -131,15 +151,16 @@ def test_backoff_releases_after_retry_minutes(app: PhpApp, redis_client: Any, re
     assert attempts == 1 and -1 <= after_window <= 1
 
 
-def test_success_clears_the_count(app: PhpApp, redis_client: Any, redis_server: Any, workers: list[Worker]) -> None:
-    result = both(app, redis_client, redis_server, workers, "by", {"max": 5, **window(app)},
+def test_success_clears_the_count(app: PhpApp, redis_client: Any, redis_server: Any, workers: list[Worker],
+                                  kind: str) -> None:
+    result = both(app, redis_client, redis_server, workers, "by", {"max": 5, **window(app, kind)},
                   {"mode": "fail-until", "seconds": 2, "settings": {"tries": 5}})
     assert result["runs"] == [1, 2] and result["count"] is None and result["delayed"] == []
 
 
 def test_tries_exhausted_fails_on_the_next_pickup(app: PhpApp, redis_client: Any, redis_server: Any,
-                                                 workers: list[Worker]) -> None:
+                                                 workers: list[Worker], kind: str) -> None:
     # the middleware swallows each exception, so the job fails only when picked up past its tries
-    result = both(app, redis_client, redis_server, workers, "by", {"max": 10, **window(app)},
+    result = both(app, redis_client, redis_server, workers, "by", {"max": 10, **window(app, kind)},
                   {"mode": "fail", "settings": {"tries": 2}})
     assert result["runs"] == [1, 2] and result["failed"] == [ECHO] and result["delayed"] == []
