@@ -39,19 +39,20 @@ import hashlib
 import logging
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import xxhash
 
 from laraq.batches import batch_cancelled
-from laraq.rate_limiter import RedisDurationLimiter, RedisRateLimiter
+from laraq.rate_limiter import RedisDurationLimiter, RedisRateLimiter, limits_of
 from laraq.serializer import PHPObject
 
 if TYPE_CHECKING:
     from laraq.job import Job
 
-__all__ = ["Gate", "SUPPORTED", "enter", "middleware_of", "unsupported"]
+__all__ = ["Gate", "SUPPORTED", "enter", "limiter_names", "middleware_of", "unsupported"]
 
 log = logging.getLogger("laraq.worker")
 
@@ -60,7 +61,10 @@ SKIP = "Illuminate\\Queue\\Middleware\\Skip"
 SKIP_IF_BATCH_CANCELLED = "Illuminate\\Queue\\Middleware\\SkipIfBatchCancelled"
 THROTTLES_EXCEPTIONS = "Illuminate\\Queue\\Middleware\\ThrottlesExceptions"
 THROTTLES_EXCEPTIONS_WITH_REDIS = "Illuminate\\Queue\\Middleware\\ThrottlesExceptionsWithRedis"
-SUPPORTED = (WITHOUT_OVERLAPPING, SKIP, SKIP_IF_BATCH_CANCELLED, THROTTLES_EXCEPTIONS, THROTTLES_EXCEPTIONS_WITH_REDIS)
+RATE_LIMITED = "Illuminate\\Queue\\Middleware\\RateLimited"
+RATE_LIMITED_WITH_REDIS = "Illuminate\\Queue\\Middleware\\RateLimitedWithRedis"
+SUPPORTED = (WITHOUT_OVERLAPPING, SKIP, SKIP_IF_BATCH_CANCELLED, THROTTLES_EXCEPTIONS, THROTTLES_EXCEPTIONS_WITH_REDIS,
+             RATE_LIMITED, RATE_LIMITED_WITH_REDIS)
 #: ThrottlesExceptions properties holding PHP closures (set by when/report/deleteWhen/failWhen)
 _CLOSURES = ("whenCallback", "reportCallback", "deleteWhenCallbacks", "failWhenCallbacks")
 
@@ -86,8 +90,22 @@ def unsupported_names(command: Any) -> list[str]:
             for item in items if not (isinstance(item, PHPObject) and item.class_name in SUPPORTED)]
 
 
-def unsupported(job: Job, cache: Any) -> str | None:
-    """Why laraq cannot run this job's middleware (the job then goes back to PHP), or None."""
+def limiter_names(command: Any) -> list[str]:
+    """The named limiters (``RateLimiter::for``) the command's ``RateLimited`` middleware use."""
+    value = command.get("middleware") if isinstance(command, PHPObject) else None
+    items = list(value.values()) if isinstance(value, dict) else value if isinstance(value, list) else []
+    return [str(item.get("limiterName")) for item in items
+            if isinstance(item, PHPObject) and item.class_name in (RATE_LIMITED, RATE_LIMITED_WITH_REDIS)]
+
+
+def missing_limiter(name: str) -> str:
+    return (f"its rate limiter {name!r} is a PHP closure (RateLimiter::for) with no Python twin: declare "
+            f"app.rate_limiter({name!r}, ...) with the same limits")
+
+
+def unsupported(job: Job, cache: Any, limiters: Mapping[str, Any] | None = None) -> str | None:
+    """Why laraq cannot run this job's middleware (the job then goes back to PHP), or None.
+    ``limiters``: the named rate limiters the Python app declares (``App.rate_limiter``)."""
     names = []
     for item in middleware_of(job):
         name = item.class_name if isinstance(item, PHPObject) else type(item).__name__
@@ -97,6 +115,10 @@ def unsupported(job: Job, cache: Any) -> str | None:
             names.append(f"{name} (the cache store is not Redis)")
         elif name == SKIP_IF_BATCH_CANCELLED and getattr(job, "app_db", None) is None:
             names.append(f"{name} (no database configured to read the batch)")
+        elif name in (RATE_LIMITED, RATE_LIMITED_WITH_REDIS):
+            why = _rate_limited_unsupported(item, cache, limiters or {})
+            if why:
+                names.append(f"{name} ({why})")
         elif name in (THROTTLES_EXCEPTIONS, THROTTLES_EXCEPTIONS_WITH_REDIS):
             why = _throttle_unsupported(item, cache)
             if why:
@@ -126,7 +148,10 @@ class Gate:
         if not self.throttles:
             return False
         *outer, (mw, limiter, key) = self.throttles
-        limiter.hit(key, _decay_seconds(mw))
+        if isinstance(limiter, RedisDurationLimiter):
+            limiter.acquire(key, int(mw.get("maxAttempts") or 0), _decay_seconds(mw))
+        else:
+            limiter.hit(key, _decay_seconds(mw))
         delay = int(mw.get("retryAfterMinutes") or 0) * 60
         job.release(delay)
         log.info("%s (id %s): ThrottlesExceptions caught %s: %s: released for %ss", job.name, job.id,
@@ -143,7 +168,7 @@ class Gate:
                 log.warning("could not release the WithoutOverlapping lock %s: %s", key, exc)
 
 
-def enter(job: Job, cache: Any) -> Gate:
+def enter(job: Job, cache: Any, limiters: Mapping[str, Any] | None = None) -> Gate:
     """Run the middleware's "before" half, in order; a middleware that stops the job stops the rest."""
     gate = Gate(locks=[], throttles=[])
     for item in middleware_of(job):
@@ -158,6 +183,10 @@ def enter(job: Job, cache: Any) -> Gate:
             gate.proceed = False
             break
         if item.class_name == WITHOUT_OVERLAPPING and not _without_overlapping(job, item, cache, gate):
+            gate.proceed = False
+            break
+        if item.class_name in (RATE_LIMITED, RATE_LIMITED_WITH_REDIS) and not _rate_limited(job, item, cache,
+                                                                                              limiters or {}):
             gate.proceed = False
             break
         if item.class_name in (THROTTLES_EXCEPTIONS, THROTTLES_EXCEPTIONS_WITH_REDIS) and not _throttles_exceptions(job, item, cache, gate):
@@ -205,10 +234,9 @@ def _without_overlapping(job: Job, mw: PHPObject, cache: Any, gate: Gate) -> boo
 
 def _throttle_unsupported(mw: PHPObject, cache: Any) -> str | None:
     if mw.class_name == THROTTLES_EXCEPTIONS_WITH_REDIS:
-        if getattr(cache, "lock_client", None) is None or not hasattr(cache, "redis_prefix"):
-            return "no Redis cache store to reach the default Redis connection"
-        if mw.get("connectionName") not in (None, "default"):
-            return f"it counts on the Redis connection {mw.get('connectionName')!r}, laraq only on 'default'"
+        problem = _redis_connection_problem(mw, cache)
+        if problem:
+            return problem
     elif getattr(cache, "client", None) is None or getattr(cache, "driver", "") != "redis":
         return "the cache store is not Redis"
     closures = [name for name in _CLOSURES if mw.get(name)]
@@ -258,4 +286,54 @@ def _throttles_exceptions(job: Job, mw: PHPObject, cache: Any, gate: Gate) -> bo
         return False
     assert gate.throttles is not None
     gate.throttles.append((mw, limiter, key))
+    return True
+
+
+def _redis_connection_problem(mw: PHPObject, cache: Any) -> str | None:
+    """The ``*WithRedis`` middleware count on a Redis connection (``default`` unless ``connection()``);
+    laraq reaches ``default`` as the cache store's lock connection."""
+    if getattr(cache, "lock_client", None) is None or not hasattr(cache, "redis_prefix"):
+        return "no Redis cache store to reach the default Redis connection"
+    if mw.get("connectionName") not in (None, "default"):
+        return f"it counts on the Redis connection {mw.get('connectionName')!r}, laraq only on 'default'"
+    return None
+
+
+def _rate_limited_unsupported(mw: PHPObject, cache: Any, limiters: Mapping[str, Any]) -> str | None:
+    name = str(mw.get("limiterName"))
+    if name not in limiters:
+        return missing_limiter(name)
+    if mw.class_name == RATE_LIMITED_WITH_REDIS:
+        return _redis_connection_problem(mw, cache)
+    if getattr(cache, "client", None) is None or getattr(cache, "driver", "") != "redis":
+        return "the cache store is not Redis"
+    return None
+
+
+def _rate_limited(job: Job, mw: PHPObject, cache: Any, limiters: Mapping[str, Any]) -> bool:
+    """``RateLimited::handle`` / ``RateLimitedWithRedis`` with the Python twin of the named limiter."""
+    name = str(mw.get("limiterName"))
+    limits = limits_of(limiters[name](job.command, job), name, job.payload.version.since("11.0"))
+    with_redis = mw.class_name == RATE_LIMITED_WITH_REDIS
+    for limit in limits:
+        key = hashlib.md5((name + limit.key).encode()).hexdigest()
+        if with_redis:
+            duration = RedisDurationLimiter(cache.lock_client, cache.redis_prefix)
+            full = not duration.acquire(key, limit.max_attempts, limit.decay_seconds)
+            wait = duration.decays_at - int(time.time()) + 3
+        else:
+            limiter = RedisRateLimiter(cache)
+            full = limiter.too_many_attempts(key, limit.max_attempts)
+            wait = limiter.available_in(key) + 3 if full else 0
+            if not full:
+                limiter.hit(key, limit.decay_seconds)
+        if not full:
+            continue
+        if mw.get("shouldRelease") is False:
+            log.info("%s (id %s): rate limiter %r is full: not run (dontRelease)", job.name, job.id, name)
+            return False
+        delay = int(mw.get("releaseAfter") or 0) or wait
+        job.release(delay)
+        log.info("%s (id %s): rate limiter %r is full: released for %ss", job.name, job.id, name, delay)
+        return False
     return True

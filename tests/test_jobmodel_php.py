@@ -363,8 +363,8 @@ def test_doctor_names_jobs_that_php_must_finish(app: PhpApp, redis_client: Any) 
     settings = LaravelSettings.from_env(app.env, version=app.release)
     queue = RedisQueue(redis_client, prefix=app.prefix, version=settings.version, retry_after=settings.retry_after)
     found = {(f.level, f.title) for f in diagnose(settings, queue, app_ref="test_worker_support:app")}
-    assert ("warn", "1 App\\Jobs\\EchoJob job(s) carry job middleware laraq does not run: "
-            "Illuminate\\Queue\\Middleware\\RateLimited") in found
+    assert ("warn", "1 App\\Jobs\\EchoJob job(s) use RateLimited('backups'): the app declares no rate limiter "
+            "'backups'") in found
     assert ("info", "1 App\\Jobs\\EchoJob job(s) are part of a chain") in found
 
 
