@@ -20,6 +20,10 @@ r"""The handler registry: which Python function runs which Laravel job.
 
     app.schedule_job("App\\Jobs\\Report", {"kind": "daily"}, cron="0 6 * * *", queue="reports")
 
+    # the twin of PHP's RateLimiter::for('backups', fn ($job) => Limit::perMinute(10)->by($job->user->id)),
+    # so jobs carrying RateLimited('backups') run in Python and share PHP's budget
+    app.rate_limiter("backups", per_minute=10, by=lambda command, job: command.user.id)
+
 Schedule entries are fired by :mod:`laraq.scheduler` (``laraq work --schedule`` / ``laraq schedule work``).
 
 A payload is matched the way Laravel resolves the class that runs it: for object jobs

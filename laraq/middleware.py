@@ -28,6 +28,12 @@ handler around a middleware it would bypass:
   ``DurationLimiter``'s window hash (``REDIS_PREFIX`` + the same key, on the ``default`` Redis connection,
   which laraq reaches as the cache store's lock connection); at the limit the job is released until the
   window's end (no + 3), as in PHP.
+* ``Illuminate\\Queue\\Middleware\\RateLimited`` / ``RateLimitedWithRedis``: the named limiter is a PHP
+  closure, so the job runs here only when the Python app declares a limiter of the same name
+  (``App.rate_limiter``); each of its limits counts in ``md5(name . key)`` (cache ``RateLimiter``, or a
+  ``DurationLimiter`` acquire), so PHP and Python workers spend one budget. Over budget: released for
+  ``releaseAfter`` (13) or the window's rest + 3 s, or ended unrun (``dontRelease``). Without the twin
+  the job goes back to PHP naming the limiter (:func:`missing_limiter`).
 
 Middleware a class returns from a ``middleware()`` *method* is not in the payload; Python cannot see
 it (see compat-docs/worker.md).
