@@ -20,29 +20,17 @@ from typing import Any
 
 import pytest
 import test_worker_support as support
+from middleware_php import ECHO, app_fixture, drain, kind_fixture  # noqa: F401 - fixtures app, kind
 from phpapp import PhpApp
 
-from laraq.cli.work import build_worker, default_params
 from laraq.startup import limiter_warnings
 from laraq.versions import LaravelVersion
 from laraq.worker import Worker
 
 pytestmark = pytest.mark.php
 
-ECHO = "App\\Jobs\\EchoJob"
 
 
-@pytest.fixture
-def app(laravel: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> PhpApp:
-    app = PhpApp(redis_server.port, version=laravel)
-    monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
-    return app
-
-
-@pytest.fixture(params=["cache", "redis"])
-def kind(request: pytest.FixtureRequest) -> str:
-    """``RateLimited`` (the cache RateLimiter) or ``RateLimitedWithRedis`` (DurationLimiter)."""
-    return str(request.param)
 
 
 def dispatch(app: PhpApp, queue: str, limiter: str, n: int, k: str, kind: str, *extra: str) -> None:
@@ -51,16 +39,6 @@ def dispatch(app: PhpApp, queue: str, limiter: str, n: int, k: str, kind: str, *
                  *(["--rate-redis"] if kind == "redis" else []), *extra,
                  "--args=" + json.dumps({"args": {"q": queue, "k": k}}))
 
-
-def drain(app: PhpApp, queue: str, workers: list[Worker]) -> None:
-    if queue == "pq":
-        app.artisan("queue:work", "redis", "--queue=pq", "--stop-when-empty", "--sleep=0", check=True)
-        return
-    params = default_params(laravel=app.release, sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20,
-                            queue="lq")
-    worker = build_worker(params, env=app.env, app=support.app)
-    workers.append(worker)
-    assert worker.daemon() == 0
 
 
 def limiter_key(limiter: str, key: str) -> str:
@@ -120,10 +98,6 @@ def both(app: PhpApp, redis_client: Any, redis_server: Any, workers: list[Worker
         sides[queue] = snapshot(app, redis_client, cache, queue, start, end)
     assert sides["pq"] == sides["lq"]
     return sides["pq"]
-
-
-def cache_key(limiter: str, key: str) -> str:
-    return limiter_key(limiter, key)
 
 
 def test_budget_spent_releases_the_job_until_the_window_ends(app: PhpApp, redis_client: Any, redis_server: Any,

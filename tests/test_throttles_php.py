@@ -16,24 +16,16 @@ import sqlite3
 from typing import Any
 
 import pytest
-import test_worker_support as support
 import xxhash
+from middleware_php import ECHO, app_fixture, drain, kind_fixture  # noqa: F401 - fixtures app, kind
 from phpapp import PhpApp
 
-from laraq.cli.work import build_worker, default_params
 from laraq.versions import LaravelVersion
 from laraq.worker import Worker
 
 pytestmark = pytest.mark.php
 
-ECHO = "App\\Jobs\\EchoJob"
 
-
-@pytest.fixture
-def app(laravel: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> PhpApp:
-    app = PhpApp(redis_server.port, version=laravel)
-    monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
-    return app
 
 
 def limiter_key(app: PhpApp, how: str, queue: str, uuid: str) -> str:
@@ -47,16 +39,6 @@ def limiter_key(app: PhpApp, how: str, queue: str, uuid: str) -> str:
         return prefix + hashlib.md5(ECHO.encode()).hexdigest()
     return prefix + xxhash.xxh3_128_hexdigest(ECHO.encode())
 
-
-def drain(app: PhpApp, queue: str, workers: list[Worker]) -> None:
-    if queue == "pq":
-        app.artisan("queue:work", "redis", "--queue=pq", "--stop-when-empty", "--sleep=0", check=True)
-        return
-    params = default_params(laravel=app.release, sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20,
-                            queue="lq")
-    worker = build_worker(params, env=app.env, app=support.app)
-    workers.append(worker)
-    assert worker.daemon() == 0
 
 
 def one_side(app: PhpApp, redis_client: Any, cache: Any, workers: list[Worker], queue: str, how: str,
@@ -115,11 +97,6 @@ def both(app: PhpApp, redis_client: Any, redis_server: Any, workers: list[Worker
     assert pq == lq
     return pq
 
-
-@pytest.fixture(params=["cache", "redis"])
-def kind(request: pytest.FixtureRequest) -> str:
-    """``ThrottlesExceptions`` (the cache RateLimiter) or ``ThrottlesExceptionsWithRedis`` (DurationLimiter)."""
-    return str(request.param)
 
 
 def window(app: PhpApp, kind: str) -> dict[str, Any]:
