@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 import xxhash
 
 from laraq.batches import batch_cancelled
+from laraq.job import JobAbandoned
 from laraq.rate_limiter import RedisDurationLimiter, RedisRateLimiter, limits_of
 from laraq.serializer import PHPObject
 
@@ -175,30 +176,44 @@ class Gate:
 
 
 def enter(job: Job, cache: Any, limiters: Mapping[str, Any] | None = None) -> Gate:
-    """Run the middleware's "before" half, in order; a middleware that stops the job stops the rest."""
+    """Run the middleware's "before" half, in order; a middleware that stops the job stops the rest.
+
+    As in PHP's pipeline, a ThrottlesExceptions already entered sees a later middleware's stop as a
+    normal return (it clears its count) and a later middleware's exception as the handler's (it may
+    take it). If the exception goes on, the locks taken so far are released first."""
     gate = Gate(locks=[], throttles=[])
-    for item in middleware_of(job):
-        if not isinstance(item, PHPObject):
-            continue
-        if item.class_name == SKIP and item.get("skip"):
-            log.info("%s (id %s): skipped by its Skip middleware", job.name, job.id)
-            gate.proceed = False
-            break
-        if item.class_name == SKIP_IF_BATCH_CANCELLED and batch_cancelled(job):
-            log.info("%s (id %s): its batch was cancelled: skipped by SkipIfBatchCancelled", job.name, job.id)
-            gate.proceed = False
-            break
-        if item.class_name == WITHOUT_OVERLAPPING and not _without_overlapping(job, item, cache, gate):
-            gate.proceed = False
-            break
-        if item.class_name in (RATE_LIMITED, RATE_LIMITED_WITH_REDIS) and not _rate_limited(job, item, cache,
-                                                                                              limiters or {}):
-            gate.proceed = False
-            break
-        if item.class_name in (THROTTLES_EXCEPTIONS, THROTTLES_EXCEPTIONS_WITH_REDIS) and not _throttles_exceptions(job, item, cache, gate):
-            gate.proceed = False
-            break
+    try:
+        for item in middleware_of(job):
+            if isinstance(item, PHPObject) and not _before(job, item, cache, limiters or {}, gate):
+                gate.proceed = False
+                break
+    except Exception as exc:
+        if not gate.throttles or isinstance(exc, JobAbandoned) or not gate.caught(job, exc):
+            gate.exit()
+            raise
+        gate.proceed = False
+        return gate
+    if not gate.proceed:
+        gate.succeeded()
     return gate
+
+
+def _before(job: Job, item: PHPObject, cache: Any, limiters: Mapping[str, Any], gate: Gate) -> bool:
+    """One middleware's "before" half: False when it stops the job."""
+    name = item.class_name
+    if name == SKIP and item.get("skip"):
+        log.info("%s (id %s): skipped by its Skip middleware", job.name, job.id)
+        return False
+    if name == SKIP_IF_BATCH_CANCELLED and batch_cancelled(job):
+        log.info("%s (id %s): its batch was cancelled: skipped by SkipIfBatchCancelled", job.name, job.id)
+        return False
+    if name == WITHOUT_OVERLAPPING:
+        return _without_overlapping(job, item, cache, gate)
+    if name in (RATE_LIMITED, RATE_LIMITED_WITH_REDIS):
+        return _rate_limited(job, item, cache, limiters)
+    if name in (THROTTLES_EXCEPTIONS, THROTTLES_EXCEPTIONS_WITH_REDIS):
+        return _throttles_exceptions(job, item, cache, gate)
+    return True
 
 
 def _job_name(job: Job, class_name: str) -> str:

@@ -23,6 +23,7 @@ import test_worker_support as support
 from middleware_php import ECHO, app_fixture, drain, kind_fixture  # noqa: F401 - fixtures app, kind
 from phpapp import PhpApp
 
+from laraq.rate_limiter import clean_key
 from laraq.startup import limiter_warnings
 from laraq.versions import LaravelVersion
 from laraq.worker import Worker
@@ -160,3 +161,8 @@ def test_start_up_names_the_missing_limiter(app: PhpApp, redis_client: Any) -> N
     dispatch(app, "lq", "per-key", 1, "k1", "cache")
     (warning,) = limiter_warnings(redis_client, app.prefix, ["lq"], support.app)
     assert "RateLimited('backups')" in warning and ECHO in warning and "app.rate_limiter('backups'" in warning
+
+
+def test_limiter_keys_are_cleaned_as_php_cleans_them(app: PhpApp) -> None:
+    keys = ["plain", "a&b", "<tag>", 'say "hi"', "it's", "café", "Ünïcode ✓ ß", "&amp;", "x&y;z", "€100", ""]
+    assert [clean_key(k) for k in keys] == app.tool("rate-limiter-clean", "--keys=" + json.dumps(keys))["keys"]

@@ -141,3 +141,32 @@ def test_tries_exhausted_fails_on_the_next_pickup(app: PhpApp, redis_client: Any
     result = both(app, redis_client, redis_server, workers, "by", {"max": 10, **window(app, kind)},
                   {"mode": "fail", "settings": {"tries": 2}})
     assert result["runs"] == [1, 2] and result["failed"] == [ECHO] and result["delayed"] == []
+
+
+def test_a_stop_inside_the_throttle_clears_its_count(app: PhpApp, redis_client: Any, redis_server: Any,
+                                                      workers: list[Worker]) -> None:
+    # ThrottlesExceptions around WithoutOverlapping whose lock is held: the inner middleware releases the
+    # job without an exception, so the throttle sees a normal return and clears its (seeded) count
+    cache = redis_server.client(db=1)
+    version = LaravelVersion.parse(app.release)
+    outcome = {}
+    for queue in ("pq", "lq"):
+        key = app.prefix + version.cache_key(app.cache_prefix, limiter_key(app, "by", queue, ""))
+        now = int(redis_client.time()[0])
+        cache.set(key, 1, ex=60)
+        cache.set(key + ":timer", now + 60, ex=60)
+        overlap = app.prefix + version.cache_key(app.cache_prefix, f"laravel-queue-overlap:{ECHO}:{queue}-k")
+        redis_client.set(overlap, "another-worker")
+        app.tool("dispatch", "echo", f"--queue={queue}", f"--overlap={queue}-k", "--release-after=7",
+                 "--throttle=" + json.dumps({"max": 5, "by": f"{queue}-key", **window(app, "cache")}),
+                 "--args=" + json.dumps({"args": {"q": queue}}))
+        start = int(redis_client.time()[0])
+        drain(app, queue, workers)
+        end = int(redis_client.time()[0]) + 1
+        delayed = [(json.loads(m)["attempts"], start + 7 <= s <= end + 7)
+                   for m, s in redis_client.zrange(app.prefix + "queues:" + queue + ":delayed", 0, -1, withscores=True)]
+        runs = [r for r in app.runs() if r.get("class") == ECHO and r.get("queue") == queue]
+        outcome[queue] = {"count": cache.get(key), "timer": cache.exists(key + ":timer"), "delayed": delayed,
+                          "runs": len(runs), "lock": redis_client.get(overlap)}
+    assert outcome["pq"] == outcome["lq"]
+    assert outcome["pq"] == {"count": None, "timer": 0, "delayed": [(1, True)], "runs": 0, "lock": b"another-worker"}
