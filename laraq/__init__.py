@@ -15,6 +15,7 @@ from laraq.dispatch import Dispatcher
 from laraq.job import Job
 from laraq.payload import Payload, PayloadError
 from laraq.queue import RedisQueue, ReservedJob
+from laraq.rate_limiter import Limit
 from laraq.serializer import PHPEnum, PHPObject, PHPSerializeError, dumps, loads
 from laraq.versions import DEFAULT_VERSION, LaravelVersion
 
@@ -25,6 +26,7 @@ __all__ = [
     "Job",
     "LaravelSettings",
     "LaravelVersion",
+    "Limit",
     "PHPEnum",
     "PHPObject",
     "PHPSerializeError",

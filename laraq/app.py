@@ -20,6 +20,10 @@ r"""The handler registry: which Python function runs which Laravel job.
 
     app.schedule_job("App\\Jobs\\Report", {"kind": "daily"}, cron="0 6 * * *", queue="reports")
 
+    # the twin of PHP's RateLimiter::for('backups', fn ($job) => Limit::perMinute(10)->by($job->user->id)),
+    # so jobs carrying RateLimited('backups') run in Python and share PHP's budget
+    app.rate_limiter("backups", per_minute=10, by=lambda command, job: command.user.id)
+
 Schedule entries are fired by :mod:`laraq.scheduler` (``laraq work --schedule`` / ``laraq schedule work``).
 
 A payload is matched the way Laravel resolves the class that runs it: for object jobs
@@ -39,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from laraq.handler_middleware import compose
 from laraq.models import ModelSchema, default_table, make_enum
 from laraq.payload import CALL_QUEUED_HANDLER, Payload, PayloadError
+from laraq.rate_limiter import LimiterFunc, named_limiter
 from laraq.schema import JobSchema, declared_schema, handler_problems, load_schema_file
 
 if TYPE_CHECKING:
@@ -98,6 +103,8 @@ class App:
         self.enums: dict[str, type[enum.Enum]] = {}
         #: job class -> :class:`laraq.schema.JobSchema` (what PHP's dispatch of it writes; see laraq.schema)
         self.job_schemas: dict[str, JobSchema] = {}
+        #: named rate limiters, twins of PHP's ``RateLimiter::for`` (see :mod:`laraq.rate_limiter`)
+        self.rate_limiters: dict[str, LimiterFunc] = {}
 
     # -- registration ------------------------------------------------------------------------------
 
@@ -145,6 +152,24 @@ class App:
             return func
 
         return decorate
+
+    def rate_limiter(self, name: str, func: LimiterFunc | None = None, *, per_second: int | None = None,
+                     per_minute: int | None = None, per_hour: int | None = None, per_day: int | None = None,
+                     by: Callable[[Any, Any], Any] | None = None) -> Any:
+        """Declare the Python twin of PHP's ``RateLimiter::for(name, ...)``, so that jobs carrying
+        ``RateLimited(name)`` run here and count in PHP's keys: ``per_minute=10, by=lambda command, job:
+        command.user_id``, or ``func(command, job)`` returning a :class:`laraq.rate_limiter.Limit`, a list
+        of them or None (unlimited). Without ``func`` or ``per_*`` it is a decorator."""
+        if func is None and by is None and all(v is None for v in (per_second, per_minute, per_hour, per_day)):
+            def decorate(f: LimiterFunc) -> LimiterFunc:
+                self.rate_limiter(name, f)
+                return f
+
+            return decorate
+        self.rate_limiters[str(name)] = named_limiter(str(name), func, per_second=per_second,
+                                                      per_minute=per_minute, per_hour=per_hour,
+                                                      per_day=per_day, by=by)
+        return self.rate_limiters[str(name)]
 
     # -- models and enums (see laraq.models) -------------------------------------------------------
 

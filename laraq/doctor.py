@@ -11,7 +11,8 @@ Checks (all with ``SCAN`` and bounded samples, never ``KEYS``):
 * the worker ``--timeout`` (and per-job ``timeout``) against ``retry_after`` (jobs run twice);
 * reservations already expired and delayed jobs already due piling up (no worker is running);
 * ``:notify`` lists far longer than their queues (harmless drift, but wasted memory);
-* job classes with no Python handler in ``--app``; jobs with a handler that carry middleware laraq
+* job classes with no Python handler in ``--app``; jobs using ``RateLimited(name)`` for a limiter the app
+  does not declare (``app.rate_limiter``); jobs with a handler that carry middleware laraq
   does not run (they go back to PHP), or chains/batches that laraq hands to PHP (continuations), and
   continuation jobs waiting for a PHP worker;
 * Horizon keys (run ``laraq work`` with Horizon's records so Horizon sees laraq's work).
@@ -95,7 +96,7 @@ def _expected_hint(version: Any) -> str:
 def _note_job_model(payload: Payload, queue_name: str, notes: dict[tuple[str, str, str], int]) -> None:
     """Count what PHP must finish for this job (chain, batch, middleware laraq does not run)."""
     from laraq.handoff import is_continuation
-    from laraq.middleware import unsupported_names
+    from laraq.middleware import limiter_names, unsupported_names
     from laraq.serializer import loads
 
     if is_continuation(payload.display_name):
@@ -111,6 +112,7 @@ def _note_job_model(payload: Payload, queue_name: str, notes: dict[tuple[str, st
         return
     job = payload.command_name or payload.resolve_name
     found = [("middleware", ", ".join(unsupported_names(command)))] if unsupported_names(command) else []
+    found += [("limiter", name) for name in dict.fromkeys(limiter_names(command))]
     if command.get("chained") or command.get("chainCatchCallbacks"):
         found.append(("chain", ""))
     if command.get("batchId"):
@@ -136,6 +138,14 @@ def _job_model_findings(notes: dict[tuple[str, str, str], int], app: Any, sample
                 "warn", f"{n} {name} job(s) carry job middleware laraq does not run: {detail}",
                 "laraq sends these back to PHP untouched (never runs them around a bypassed middleware)",
                 "leave this class to PHP workers, or drop the middleware / use WithoutOverlapping"))
+        elif kind == "limiter":
+            if detail not in getattr(app, "rate_limiters", {}):
+                out.append(Finding(
+                    "warn", f"{n} {name} job(s) use RateLimited({detail!r}): the app declares no rate limiter "
+                    f"{detail!r}",
+                    "PHP's limiter is a closure (RateLimiter::for) laraq cannot run, so these go back to PHP",
+                    f"declare app.rate_limiter({detail!r}, per_minute=..., by=...) with PHP's limits, or leave "
+                    "this class to PHP workers"))
         elif not has_app_key:
             out.append(Finding(
                 "error", f"{n} {name} job(s) are part of a {kind}, and APP_KEY is not set",

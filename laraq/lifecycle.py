@@ -106,10 +106,15 @@ class Lifecycle:
                     self._processed(job)
                 return
             self.callqueued.before_handle(job)
-            gate = middleware.enter(job, self.cache) if self.callqueued.facts(job).middleware else None
+            gate = middleware.enter(job, self.cache, self.app.rate_limiters) if self.callqueued.facts(job).middleware else None
             try:
                 if gate is None or gate.proceed:
                     self._fire(job, handler, running)
+                    if gate is not None:
+                        gate.succeeded()
+            except Exception as exc:  # a ThrottlesExceptions around the handler may take it (PHP's catch)
+                if gate is None or isinstance(exc, JobAbandoned) or not gate.caught(job, exc):
+                    raise
             finally:
                 if gate is not None:
                     gate.exit()
@@ -150,10 +155,16 @@ class Lifecycle:
                     await self._off_loop(self._settle_missing_model, job)
                 else:
                     self.callqueued.before_handle(job)
-                    gate = middleware.enter(job, self.cache) if self.callqueued.facts(job).middleware else None
+                    gate = middleware.enter(job, self.cache, self.app.rate_limiters) if self.callqueued.facts(job).middleware else None
                     try:
                         if gate is None or gate.proceed:
                             await handler.func(argument, job)  # type: ignore[misc]
+                            if gate is not None:
+                                await self._off_loop(gate.succeeded)
+                    except Exception as exc:  # as in process(): a ThrottlesExceptions may take it
+                        if gate is None or isinstance(exc, JobAbandoned) or not await self._off_loop(
+                                gate.caught, job, exc):
+                            raise
                     finally:
                         if gate is not None:
                             gate.exit()
@@ -228,7 +239,7 @@ class Lifecycle:
         reason = self.callqueued.unsupported(job) or schema.handler_reason(
             self.app.job_schemas.get(handler.name), handler)
         if reason is None and self.callqueued.facts(job).middleware:
-            reason = middleware.unsupported(job, self.cache)
+            reason = middleware.unsupported(job, self.cache, self.app.rate_limiters)
         if reason is None:
             facts = self.callqueued.facts(job)
             reason = models.prepare(job, self.model_loader, self.app.enums,

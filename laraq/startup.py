@@ -38,6 +38,7 @@ __all__ = [
     "open_cache",
     "open_failed_store",
     "check_app_key",
+    "limiter_warnings",
     "local_failed_store_path",
     "queue_warnings",
     "describe_setup",
@@ -252,6 +253,36 @@ def queue_warnings(client: Any, prefix: str, queues: list[str]) -> list[str]:
         out.append(f"jobs wait under the cluster hash-tagged layout queues:{{{tagged[0]}}} (Laravel 13.5+ on a "
                    "cluster connection): pass --queue '{" + tagged[0] + "}' or the app's --laravel/--env-file")
     return out
+
+
+def limiter_warnings(client: Any, prefix: str, queues: list[str], app: Any, *, sample: int = 100) -> list[str]:
+    """One warning per ``RateLimited(name)`` seen on the first ``sample`` waiting/delayed jobs of each asked
+    queue whose limiter the Python app does not declare (``app.rate_limiter``): those jobs go back to PHP."""
+    from laraq.middleware import limiter_names
+    from laraq.payload import Payload
+    from laraq.serializer import loads
+
+    declared = getattr(app, "rate_limiters", {})
+    missing: dict[str, set[str]] = {}
+    try:
+        for q in queues:
+            base = f"{prefix}queues:{q}"
+            for body in client.lrange(base, 0, sample - 1) + client.zrange(base + ":delayed", 0, sample - 1):
+                try:
+                    payload = Payload.parse(body)
+                    text = payload.command
+                    if not text or not text.startswith("O:") or app.resolve(payload) is None:
+                        continue
+                    for name in limiter_names(loads(text.encode("utf-8"))):
+                        if name not in declared:
+                            missing.setdefault(name, set()).add(payload.command_name or payload.display_name or "?")
+                except Exception:
+                    continue  # a job laraq cannot read is reported when it is popped
+    except Exception:  # a warning helper never stops the worker; Redis faults are reported elsewhere
+        return []
+    return [f"jobs of {', '.join(sorted(classes))} use RateLimited({name!r}), and the app declares no rate limiter "
+            f"{name!r}: they go back to PHP; declare app.rate_limiter({name!r}, ...) with PHP's limits to run them"
+            for name, classes in sorted(missing.items())]
 
 
 # -- the banner ----------------------------------------------------------------------------------------

@@ -263,12 +263,12 @@ def test_without_overlapping_runs_and_frees_the_lock(app: PhpApp, redis_client: 
 def test_middleware_laraq_does_not_run_goes_back_to_php_untouched(app: PhpApp, redis_client: Any,
                                                                   workers: list[Worker],
                                                                   caplog: pytest.LogCaptureFixture) -> None:
-    app.tool("dispatch", "echo", "--queue=lq", "--throttle", "--args=" + json.dumps({"args": {"q": "lq"}}))
+    app.tool("dispatch", "echo", "--queue=lq", "--rate-limited=backups", "--args=" + json.dumps({"args": {"q": "lq"}}))
     (body,) = redis_client.lrange(app.prefix + "queues:" + "lq", 0, -1)
     laraq_drain(app, workers)
     assert echo_runs(app, "lq") == 0
     assert redis_client.zrange(app.prefix + "queues:" + "lq:delayed", 0, -1) == [body]  # attempts not burned, bytes untouched
-    assert any("ThrottlesExceptions" in r.getMessage() and "PHP" in r.getMessage() for r in caplog.records)
+    assert any("RateLimited" in r.getMessage() and "PHP" in r.getMessage() for r in caplog.records)
     # and PHP's own worker runs it as if laraq had never seen it
     redis_client.zadd(app.prefix + "queues:" + "lq:delayed", {body: 0})
     artisan_drain(app, "lq")
@@ -359,12 +359,12 @@ def test_doctor_names_jobs_that_php_must_finish(app: PhpApp, redis_client: Any) 
     from laraq.queue import RedisQueue
 
     chain(app, "lq", [{"mode": "ok"}, {"mode": "ok"}])
-    app.tool("dispatch", "echo", "--queue=lq", "--throttle", "--args=" + json.dumps({"args": {"q": "lq"}}))
+    app.tool("dispatch", "echo", "--queue=lq", "--rate-limited=backups", "--args=" + json.dumps({"args": {"q": "lq"}}))
     settings = LaravelSettings.from_env(app.env, version=app.release)
     queue = RedisQueue(redis_client, prefix=app.prefix, version=settings.version, retry_after=settings.retry_after)
     found = {(f.level, f.title) for f in diagnose(settings, queue, app_ref="test_worker_support:app")}
-    assert ("warn", "1 App\\Jobs\\EchoJob job(s) carry job middleware laraq does not run: "
-            "Illuminate\\Queue\\Middleware\\ThrottlesExceptions") in found
+    assert ("warn", "1 App\\Jobs\\EchoJob job(s) use RateLimited('backups'): the app declares no rate limiter "
+            "'backups'") in found
     assert ("info", "1 App\\Jobs\\EchoJob job(s) are part of a chain") in found
 
 

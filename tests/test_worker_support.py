@@ -21,6 +21,7 @@ from typing import Any
 from laraq.app import App
 from laraq.job import Job
 from laraq.phparray import PHPArray
+from laraq.rate_limiter import Limit
 from laraq.serializer import PHPEnum, PHPObject, to_datetime
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,6 +66,18 @@ def _echo(command: PHPObject, job: Job, **extra: Any) -> float:
 
 
 app = App("tests")
+
+# the Python twins of the fixture apps' RateLimiter::for (fixtures/laravel8/app/Providers/RateLimitsServiceProvider)
+app.rate_limiter("per-key", per_minute=2,
+                 by=lambda command, job: (plain(command.args) or {}).get("k", "") if command.args else "")
+
+
+@app.rate_limiter("pair")
+def _pair(command: PHPObject, job: Job) -> list[Limit]:
+    return [Limit.per_minute(2).by("p"), Limit.per_minute(3).by("p")]
+
+
+app.rate_limiter("open", lambda command, job: Limit.none())
 
 
 @app.handler("App\\Jobs\\EchoJob")

@@ -300,6 +300,7 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
         check_app_key,
         check_redis,
         describe_setup,
+        limiter_warnings,
         open_cache,
         open_failed_store,
         queue_warnings,
@@ -367,6 +368,7 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
     warnings += app.problems(settings.version)
     if checks:
         warnings += queue_warnings(client, settings.redis_prefix, names)
+        warnings += limiter_warnings(client, settings.redis_prefix, names, app)
     info = describe_setup(
         settings, redis_url=shown_url, prefix=settings.redis_prefix, queues=names, retry_after=retry_after,
         block_for=block_for, cache=cache.description, failed=failer.description, handlers=list(app.names),
