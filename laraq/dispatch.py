@@ -34,6 +34,7 @@ the class is in ``horizon.silenced``) and ``pushedAt``, and after the push the p
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -64,12 +65,34 @@ def _php_str(raw: bytes) -> bytes:
     return b's:%d:"%s";' % (len(raw), raw)
 
 
+#: ``serialize()`` of the scalars bulk dispatch repeats in every job (``null``, the Queueable defaults,
+#: the same flags): written once. Keyed by type too (``1``, ``True`` and ``1.0`` differ in PHP).
+_SCALARS: dict[tuple[type, Any], bytes] = {}
+_SCALAR_TYPES = (type(None), bool, int, str)
+
+
 def _serialize_value(value: Any) -> bytes:
     """``serialize($value)`` for one property value (delegates to :mod:`laraq.serializer`)."""
+    kind = type(value)
+    cacheable = kind in _SCALAR_TYPES and (kind is not str or len(value) <= 64)
+    if cacheable:
+        cached = _SCALARS.get((kind, value))
+        if cached is not None:
+            return cached
     from laraq.serializer import dumps
 
     out = dumps(value)
-    return out.encode("utf-8") if isinstance(out, str) else bytes(out)
+    raw = out.encode("utf-8") if isinstance(out, str) else bytes(out)
+    if cacheable:
+        if len(_SCALARS) >= 4096:
+            _SCALARS.clear()
+        _SCALARS[(kind, value)] = raw
+    return raw
+
+
+@functools.lru_cache(maxsize=64)
+def _queueable_properties(profile: LaravelVersion) -> tuple[tuple[str, Any], ...]:
+    return tuple(profile.queueable_properties())
 
 
 def _mangle(class_name: str, name: str, visibility: str) -> bytes:
@@ -126,7 +149,7 @@ def serialize_command(
         overrides: dict[str, Any] = {"connection": connection, "queue": queue, "delay": delay}
         overrides.update(queueable or {})
         trait_props: list[tuple[str, Any, Any]] = [("job", None, None)]
-        for name, default in profile.queueable_properties():
+        for name, default in _queueable_properties(profile):
             trait_props.append((name, default, overrides.get(name, default)))
         for name, default, value in trait_props:
             if name.encode() in seen:
