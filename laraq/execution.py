@@ -108,6 +108,7 @@ class Execution:
     should_quit: bool
     _wake: threading.Event
     _kill: Callable[[], None]
+    _flush_stale_acks: Callable[[], None]
 
     def _init_execution(self) -> None:
         self._slots = threading.Semaphore(max(1, self.options.concurrency))
@@ -380,6 +381,7 @@ class Execution:
             time.sleep(0.05)
             try:
                 self._watchdog_tick()
+                self._flush_stale_acks()
             except Exception:  # the watchdog must survive anything
                 log.exception("watchdog error")
 
