@@ -69,6 +69,8 @@ def _php_str(raw: bytes) -> bytes:
 #: the same flags): written once. Keyed by type too (``1``, ``True`` and ``1.0`` differ in PHP).
 _SCALARS: dict[tuple[type, Any], bytes] = {}
 _SCALAR_TYPES = (type(None), bool, int, str)
+#: ``s:N:"name";`` of the property names seen (the same few names in every job of a bulk dispatch)
+_NAMES: dict[bytes, bytes] = {}
 
 
 def _serialize_value(value: Any) -> bytes:
@@ -128,15 +130,22 @@ def serialize_command(
     overrides single ones, e.g. ``{"afterCommit": True}``). ``skip_defaults`` drops trait properties
     still at their default, like ``SerializesModels`` on 9.4+.
     """
-    profile = LaravelVersion.parse(version)
-    members: list[tuple[bytes, bytes]] = []
+    profile = version if type(version) is LaravelVersion else LaravelVersion.parse(version)
+    members: list[bytes] = []
     seen: set[bytes] = set()
+    names = _NAMES
 
     def add(name: bytes, value: Any) -> None:
         if name in seen:
             raise ValueError(f"property {name!r} given twice")
         seen.add(name)
-        members.append((name, _serialize_value(value)))
+        key = names.get(name)
+        if key is None:
+            key = _php_str(name)
+            if len(names) < 4096:
+                names[name] = key
+        members.append(key)
+        members.append(_serialize_value(value))
 
     for name, value in (properties or {}).items():
         add(name.encode("utf-8") if "\0" in name else _mangle(class_name, name, "public"), value)
@@ -159,8 +168,7 @@ def serialize_command(
             add(name.encode("utf-8"), value)
 
     cls = class_name.encode("utf-8")
-    body = b"".join(_php_str(name) + value for name, value in members)
-    return b'O:%d:"%s":%d:{%s}' % (len(cls), cls, len(members), body)
+    return b'O:%d:"%s":%d:{%s}' % (len(cls), cls, len(members) // 2, b"".join(members))
 
 
 # -- results -------------------------------------------------------------------------------------------
