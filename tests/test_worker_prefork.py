@@ -19,27 +19,12 @@ import time
 from typing import Any
 
 import pytest
-from phpapp import PhpApp
+from test_worker_fastpath import _app, _dispatch, _left
 from test_worker_support import popen_laraq, wait_for
 
 pytestmark = pytest.mark.php
 
-KEY = "laravel_database_queues:pf"
-
-
-def _app(redis_server: Any, monkeypatch: pytest.MonkeyPatch, retry_after: int = 90) -> PhpApp:
-    app = PhpApp(redis_server.port, retry_after=retry_after)
-    monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
-    return app
-
-
-def _dispatch(app: PhpApp, count: int, seconds: float) -> None:
-    app.tool("dispatch", "echo", "--queue=pf", f"--count={count}",
-             "--args=" + json.dumps({"mode": "sleep", "seconds": seconds}), timeout=120)
-
-
-def _left(redis_client: Any) -> int:
-    return redis_client.llen(KEY) + redis_client.zcard(KEY + ":reserved") + redis_client.zcard(KEY + ":delayed")
+KEY = "laravel_database_queues:fast"  # the queue of test_worker_fastpath's helpers
 
 
 def _children(pid: int) -> list[int]:
@@ -73,7 +58,7 @@ def test_two_processes_share_the_queue_and_stop_when_empty(php: str, redis_clien
     app = _app(redis_server, monkeypatch)
     _dispatch(app, 40, 0.05)
     uuids = _uuids(redis_client)
-    proc = popen_laraq(app, "--queue=pf", "--processes=2", "--stop-when-empty", "--quiet", "--batch=2",
+    proc = popen_laraq(app, "--queue=fast", "--processes=2", "--stop-when-empty", "--quiet", "--batch=2",
                        "--no-prefetch")
     try:
         supervisor_rss = wait_for(lambda: len(_children(proc.pid)) == 2 and _rss_kb(proc.pid), timeout=30)
@@ -95,7 +80,7 @@ def test_a_killed_worker_process_is_replaced_and_sigterm_drains_all(
     app = _app(redis_server, monkeypatch, retry_after=2)
     _dispatch(app, 30, 0.1)
     uuids = _uuids(redis_client)
-    proc = popen_laraq(app, "--queue=pf", "--processes=2", "--quiet", "--retry-after=2", "--tries=0", "--batch=1")
+    proc = popen_laraq(app, "--queue=fast", "--processes=2", "--quiet", "--retry-after=2", "--tries=0", "--batch=1")
     try:
         first = wait_for(lambda: len(_children(proc.pid)) == 2 and _children(proc.pid), timeout=30)
         wait_for(lambda: len({r["pid"] for r in app.runs()}) == 2, timeout=60)
@@ -130,7 +115,7 @@ def test_queue_restart_stops_every_worker_and_the_supervisor(php: str, redis_cli
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     app = _app(redis_server, monkeypatch)
     _dispatch(app, 200, 0.02)
-    proc = popen_laraq(app, "--queue=pf", "--processes=2", "--quiet")
+    proc = popen_laraq(app, "--queue=fast", "--processes=2", "--quiet")
     try:
         wait_for(lambda: len({r["pid"] for r in app.runs()}) == 2, timeout=60)
         app.artisan("queue:restart", check=True)
@@ -138,7 +123,7 @@ def test_queue_restart_stops_every_worker_and_the_supervisor(php: str, redis_cli
     finally:
         _stop(proc)
     assert redis_client.zcard(KEY + ":reserved") == 0  # buffered jobs were handed back
-    app.artisan("queue:work", "redis", "--queue=pf", "--stop-when-empty", check=True, timeout=120)
+    app.artisan("queue:work", "redis", "--queue=fast", "--stop-when-empty", check=True, timeout=120)
     assert len({r["uuid"] for r in app.runs()}) == 200
 
 
@@ -155,7 +140,7 @@ def test_sigkill_mid_batch_reruns_only_the_running_job(php: str, redis_client: A
     bodies = redis_client.lrange(KEY, 0, -1)
     uuids = [json.loads(b)["uuid"] for b in bodies]
     first_long = uuids[10]
-    proc = popen_laraq(app, "--queue=pf", "--quiet", "--no-supervise", "--tries=0", "--retry-after=3",
+    proc = popen_laraq(app, "--queue=fast", "--quiet", "--no-supervise", "--tries=0", "--retry-after=3",
                        app_spec=app_spec)
     try:
         wait_for(lambda: first_long in {r["uuid"] for r in app.runs()}, timeout=60)
@@ -166,7 +151,7 @@ def test_sigkill_mid_batch_reruns_only_the_running_job(php: str, redis_client: A
         _stop(proc)
     before = [r["uuid"] for r in app.runs()]
     assert before[-1] == first_long and len(before) == 11
-    restarted = popen_laraq(app, "--queue=pf", "--quiet", "--no-supervise", "--tries=0", "--retry-after=3",
+    restarted = popen_laraq(app, "--queue=fast", "--quiet", "--no-supervise", "--tries=0", "--retry-after=3",
                             app_spec=app_spec)
     try:
         wait_for(lambda: {r["uuid"] for r in app.runs()} >= set(uuids) and _left(redis_client) == 0, timeout=120,
