@@ -30,13 +30,17 @@ import signal
 import sys
 import threading
 import time
-from asyncio.tasks import _enter_task, _leave_task
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from laraq.failed import timeout_exceeded
 from laraq.job import Job
+
+try:  # asyncio's own bookkeeping of the running task (CPython 3.11+); without it no task steps early
+    from asyncio.tasks import _enter_task, _leave_task
+except ImportError:  # pragma: no cover - another asyncio implementation
+    _enter_task = _leave_task = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from laraq.app import App, Handler
@@ -173,7 +177,7 @@ class Execution:
         """The loop's ready queue, when a new task's first step may be run at once (see :meth:`_step_now`):
         asyncio's own loop (``BaseEventLoop._ready``), called from the fast path's daemon task."""
         ready = getattr(loop, "_ready", None)
-        if type(ready) is not collections.deque or self._daemon_task is None:
+        if type(ready) is not collections.deque or self._daemon_task is None or _enter_task is None:
             return None
         return ready
 
