@@ -216,6 +216,8 @@ class ProcResult:
     sys: float = 0.0
     nvcsw: int = 0
     nivcsw: int = 0
+    #: VmRSS of the process started at its last sample (with laraq: the supervisor it execs into)
+    root_rss_kb: int = 0
 
 
 def run_measured(cmd: list[str], env: dict[str, str], cwd: Path, r: redis.Redis, logfile: Path,
@@ -231,6 +233,7 @@ def run_measured(cmd: list[str], env: dict[str, str], cwd: Path, r: redis.Redis,
         proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         next_sample = 0.0
+        root_now = 0
         try:
             while True:
                 pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
@@ -245,6 +248,8 @@ def run_measured(cmd: list[str], env: dict[str, str], cwd: Path, r: redis.Redis,
                     for p in tree_pids(proc.pid):
                         seen[p] += 1
                         peak[p] = max(peak.get(p, 0), rss_kb(p))
+                    # the started process as it is now: laraq's launcher execs into its supervisor
+                    root_now = rss_kb(proc.pid) or root_now
                     next_sample = now + 0.02
                 time.sleep(0.002)
         except BaseException:  # Ctrl-C: do not leave the worker running
@@ -256,10 +261,10 @@ def run_measured(cmd: list[str], env: dict[str, str], cwd: Path, r: redis.Redis,
     b = snap(r)
     # The tree: processes alive for >= 100 ms (not e.g. the `stty` Symfony Console runs at boot).
     lasting = [p for p, n in seen.items() if n >= 5]
-    tree = sum(peak[p] for p in lasting)
+    tree = sum(root_now if p == proc.pid and root_now else peak[p] for p in lasting)
     return ProcResult(wall, ru.ru_maxrss, ru.ru_utime + ru.ru_stime, proc.returncode, Delta.between(a, b),
                       max(tree, ru.ru_maxrss), max(1, len(lasting)), ru.ru_utime, ru.ru_stime, ru.ru_nvcsw,
-                      ru.ru_nivcsw)
+                      ru.ru_nivcsw, root_now)
 
 
 def tree_pids(pid: int) -> list[int]:
@@ -288,15 +293,26 @@ def rss_kb(pid: int) -> int:
 class Php:
     """The fixture app, copied with bench/php/* into ``workdir``; dispatch and ``queue:work``."""
 
-    def __init__(self, server: RedisServer, workdir: Path) -> None:
-        from phpapp import PhpApp
+    def __init__(self, server: RedisServer, workdir: Path, version: str = "8") -> None:
+        from phpapp import PhpApp, app_path
 
-        self.app_dir = workdir / "laravel8"
-        shutil.copytree(ROOT / "fixtures" / "laravel8", self.app_dir)
-        shutil.copy(BENCH / "php" / "BenchHashJob.php", self.app_dir / "app" / "Jobs" / "BenchHashJob.php")
+        if version == "8":
+            self.app_dir = workdir / "laravel8"
+            shutil.copytree(ROOT / "fixtures" / "laravel8", self.app_dir)
+            shutil.copy(BENCH / "php" / "BenchHashJob.php", self.app_dir / "app" / "Jobs" / "BenchHashJob.php")
+        else:
+            # fixtures/laravel<N> with its vendor link to the live tree, next to the shared class roots
+            # (fixtures/common, and the bench's copy of laravel8 with BenchHashJob) it loads App\ from
+            tree = workdir / f"fixtures{version}"
+            tree.mkdir()
+            self.app_dir = tree / f"laravel{version}"
+            shutil.copytree(app_path(version), self.app_dir, symlinks=True)
+            shutil.copytree(ROOT / "fixtures" / "common", tree / "common")  # its loader looks in ../laravel8
+            (tree / "laravel8").symlink_to(workdir / "laravel8")
         shutil.copy(BENCH / "php" / "bench.php", self.app_dir / "bench.php")
-        self.app = PhpApp(server.port, workdir=workdir / "php", prefix=PREFIX)
+        self.app = PhpApp(server.port, workdir=workdir / f"php{version}", prefix=PREFIX, version=version)
         self.app.path = self.app_dir
+        self.version = version
         self.server = server
         self.workdir = workdir
 
@@ -325,8 +341,8 @@ class Php:
         return {"jobs": count, "seconds": out["seconds"], "jobs_per_s": count / out["seconds"],
                 **delta.per_job(count)}
 
-    def worker_cmd(self, queue: str, *, stop_when_empty: bool = True) -> list[str]:
-        cmd = ["php", str(self.app_dir / "artisan"), "queue:work", "redis", f"--queue={queue}", "--sleep=0"]
+    def worker_cmd(self, queue: str, *, stop_when_empty: bool = True, sleep: float = 0) -> list[str]:
+        cmd = ["php", str(self.app_dir / "artisan"), "queue:work", "redis", f"--queue={queue}", f"--sleep={sleep:g}"]
         if stop_when_empty:
             cmd.append("--stop-when-empty")
         return cmd
@@ -393,10 +409,10 @@ class Laraq:
         return env
 
     def worker_cmd(self, queue: str, *, concurrency: int | None = None, stop_when_empty: bool = True,
-                   block_for: int | None = None, python: list[str] | None = None) -> list[str]:
+                   block_for: int | None = None, python: list[str] | None = None, sleep: float = 0) -> list[str]:
         base = python or ([self.laraq_bin] if self.laraq_bin else [sys.executable, "-m", "laraq.cli"])
         cmd = [*base, "work", "--app", "handlers:app", f"--queue={queue}", "--laravel", "8",
-               "--prefix", PREFIX, "--redis-url", self.server.url, "--sleep=0"]
+               "--prefix", PREFIX, "--redis-url", self.server.url, f"--sleep={sleep:g}"]
         if block_for is not None:
             cmd.append(f"--block-for={block_for}")
         if stop_when_empty:
@@ -792,6 +808,8 @@ class Config:
     mem_large_php: int
     ceiling_batch: int
     profile_jobs: int
+    #: --sleep of the latency runs without block_for (both sides)
+    latency_sleep: float = 0.1
 
 
 FULL = Config(noop=20000, io=300, io_laraq=12000, cpu=4000, rounds=2000, io_seconds=0.05, concurrency=256,
@@ -823,6 +841,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-variants", action="store_true",
                    help="skip the extra laraq no-op runs (--no-supervise, sync handler)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, py-spy output)")
+    p.add_argument("--no-laravel13", action="store_true",
+                   help="skip artisan of the live Laravel 13 tree (../shared/laravel-live)")
     args = p.parse_args(argv)
 
     cfg = QUICK if args.quick else FULL
@@ -851,6 +871,16 @@ def main(argv: list[str] | None = None) -> int:
         php = Php(server, tmp) if have_php else None
         if php is None and not args.skip_php:
             results["notes"].append("PHP/Laravel 8 missing: artisan side skipped")
+        php13 = None
+        if php is not None and not args.no_laravel13:
+            sys.path.insert(0, str(ROOT / "tests"))
+            from phpapp import live_missing
+
+            why13 = live_missing("13")
+            if why13 is None:
+                php13 = Php(server, tmp, version="13")
+            else:
+                results["notes"].append(f"Laravel 13 artisan not run: {why13}")
         lq = Laraq(server, tmp)
         if php is not None:
             lq.db_path = php.app.db_path  # failed_jobs already created by Laravel's schema builder
@@ -888,6 +918,13 @@ def main(argv: list[str] | None = None) -> int:
             base["php"] = min((run_measured(php.worker_cmd("bench-empty"), php.env(), php.app_dir, r,
                                             logs / "php-empty.log") for _ in range(3)), key=lambda x: x.wall)
             log(f"artisan empty run: {base['php'].wall:.3f}s, {base['php'].maxrss_kb / 1024:.1f} MB")
+        if php13:
+            base["php13"] = min((run_measured(php13.worker_cmd("bench-empty"), php13.env(), php13.app_dir, r,
+                                              logs / "php13-empty.log") for _ in range(3)), key=lambda x: x.wall)
+            log(f"artisan (Laravel 13) empty run: {base['php13'].wall:.3f}s rc={base['php13'].rc}")
+            if base["php13"].rc != 0:
+                results["notes"].append("Laravel 13 artisan empty run failed: see logs")
+                php13 = None
         if run_laraq:
             base["laraq"] = min((run_measured(lq.worker_cmd("bench-empty"), lq.env(), BENCH, r,
                                               logs / "laraq-empty.log") for _ in range(3)), key=lambda x: x.wall)
@@ -918,6 +955,7 @@ def main(argv: list[str] | None = None) -> int:
                    "worker_sys_us_per_job": max(res.sys - b.sys, 0) / n * 1e6,
                    "voluntary_switches_per_job": max(res.nvcsw - b.nvcsw, 0) / n,
                    "involuntary_switches_per_job": max(res.nivcsw - b.nivcsw, 0) / n,
+                   "root_rss_mb": res.root_rss_kb / 1024,
                    **d.per_job(n)}
             if res.rc != 0 or any(left.values()):
                 row["error"] = f"exit {res.rc}, left {left} (log {logs / f'{side}-{queue}.log'})"
@@ -936,6 +974,18 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"php dispatch {s['php_n']}: {out['php_dispatch']['jobs_per_s']:.0f} jobs/s")
                 out["artisan"] = worker_row("php", php.worker_cmd(q), php.env(), php.app_dir, s["php_n"], q)
                 log(f"artisan: {out['artisan']['jobs_per_s']:.0f} jobs/s")
+            if php13 and w in ("noop", "cpu"):
+                q = f"bench-php13-{w}"
+                clear_queue(r, q)
+                try:
+                    out["php13_dispatch"] = php13.dispatch(s["kind"], s["php_n"], q, args=s["args"],
+                                                           rounds=cfg.rounds)
+                    out["artisan13"] = worker_row("php13", php13.worker_cmd(q), php13.env(), php13.app_dir,
+                                                  s["php_n"], q)
+                    log(f"artisan (Laravel 13): {out['artisan13']['jobs_per_s']:.0f} jobs/s")
+                except (RuntimeError, ValueError) as exc:
+                    results["notes"].append(f"Laravel 13 {w}: {exc}")
+                clear_queue(r, q)
             q = f"bench-laraq-{w}"
             clear_queue(r, q)
             out["laraq_dispatch"] = lq.dispatch(s["kind"], s["laraq_n"], q, args=s["args"], rounds=cfg.rounds)
@@ -958,6 +1008,16 @@ def main(argv: list[str] | None = None) -> int:
                         out[key] = worker_row("laraq", lq.worker_cmd(q) + extra, {**lq.env(), **env_extra}, BENCH,
                                               s["laraq_n"], q, "laraq-ns" if "--no-supervise" in extra else "laraq")
                         log(f"{key}: {out[key]['jobs_per_s']:.0f} jobs/s")
+            if run_laraq and w in ("noop", "cpu") and not args.no_variants:
+                # prefork: every core (one supervisor, N worker processes)
+                for n in (2,):
+                    key = f"laraq_processes_{n}"
+                    clear_queue(r, q)
+                    lq.fill(s["kind"], s["laraq_n"] * n, q, args=s["args"], rounds=cfg.rounds)
+                    out[key] = worker_row("laraq", lq.worker_cmd(q) + ["--processes", str(n)], lq.env(), BENCH,
+                                          s["laraq_n"] * n, q)
+                    out[key]["processes_flag"] = n
+                    log(f"{key}: {out[key]['jobs_per_s']:.0f} jobs/s, supervisor {out[key]['root_rss_mb']:.1f} MB")
             if w == "noop":
                 clear_queue(r, q)
                 lq.fill("echo", cfg.noop, q, args=s["args"])
@@ -996,6 +1056,23 @@ def main(argv: list[str] | None = None) -> int:
                 results["latency"]["laraq"] = measure_latency(
                     lq, lq.worker_cmd(q, stop_when_empty=False, block_for=5), lq.env(log_path=lp), BENCH,
                     lp, q, cfg.latency, logs / "laraq-latency.log")
+            clear_queue(r, q)
+            # block_for unset: both poll, sleeping --sleep between empty pops
+            for side in ("artisan", "laraq"):
+                if (side == "artisan" and not php) or (side == "laraq" and not run_laraq):
+                    continue
+                clear_queue(r, q)
+                lp = tmp / f"{side}-latency-sleep.jsonl"
+                lp.touch()
+                log(f"latency: {side} --sleep={cfg.latency_sleep:g}, no block_for")
+                if side == "artisan":
+                    cmd, env, cwd = (php.worker_cmd(q, stop_when_empty=False, sleep=cfg.latency_sleep),
+                                     php.env(log_path=lp), php.app_dir)
+                else:
+                    cmd, env, cwd = (lq.worker_cmd(q, stop_when_empty=False, sleep=cfg.latency_sleep),
+                                     lq.env(log_path=lp), BENCH)
+                results["latency"][f"{side} --sleep={cfg.latency_sleep:g}"] = measure_latency(
+                    lq, cmd, env, cwd, lp, q, cfg.latency, logs / f"{side}-latency-sleep.log")
             clear_queue(r, q)
 
         # Memory growth: peak RSS over a small and a large no-op run.
@@ -1067,6 +1144,50 @@ def _cmds(v: float) -> str:
     return f"{v:.2f}" if v < 1 else f"{v:.1f}"
 
 
+def _targets(res: dict) -> list[str]:
+    """Issue 13's ratios, all from this run."""
+    wl = res.get("workloads") or {}
+    noop, cpu = wl.get("noop") or {}, wl.get("cpu") or {}
+    out: list[str] = []
+
+    def rate(o: dict, k: str) -> float | None:
+        return (o.get(k) or {}).get("jobs_per_s")
+
+    default = rate(noop, "laraq")
+    if default:
+        rows = {k: rate(noop, k) for k in ("laraq", "laraq_no_supervise", "laraq_sync_handler",
+                                            "laraq_sync_no_supervise", "laraq_concurrency_8")}
+        best_key = max((k for k, v in rows.items() if v), key=lambda k: rows[k] or 0)
+        out.append(f"- default vs best laraq no-op row ({best_key}): {default / rows[best_key]:.2f} "
+                   f"(target ≥ 0.91)")
+        for name, key, target in [("pop_many probe", "fast_path_probe", 0.5),
+                                  ("pipelined ceiling", "ceiling", 1.0)]:
+            if rate(noop, key):
+                out.append(f"- default no-op / {name}: {default / rate(noop, key):.2f} (target ≥ {target})")
+    one, two = rate(cpu, "laraq"), rate(cpu, "laraq_processes_2")
+    if one and two:
+        p2 = cpu["laraq_processes_2"]
+        out.append(f"- CPU-light --processes 2 / 1 process: {two / one:.2f}x (target ≥ 1.7x); Redis-side ceiling "
+                   f"(pop_many probe) {_f(rate(noop, 'fast_path_probe'))} jobs/s = {two / rate(noop, 'fast_path_probe'):.2f} "
+                   f"of it" if rate(noop, "fast_path_probe") else "")
+        out.append(f"- supervisor RSS {p2.get('root_rss_mb', 0):.1f} MB (target ≤ 15); total RSS per job slot "
+                   f"{p2.get('tree_rss_mb', 0) / 2:.1f} MB with 2 processes, "
+                   f"{(cpu.get('laraq') or {}).get('tree_rss_mb', 0):.1f} MB with 1 (supervisor included); "
+                   f"artisan {(cpu.get('artisan') or {}).get('peak_rss_mb', 0):.1f} MB (Laravel 8), "
+                   f"{(cpu.get('artisan13') or {}).get('peak_rss_mb', 0):.1f} MB (Laravel 13) per slot")
+    if (noop.get("laraq_dispatch") or {}).get("jobs_per_s") and (noop.get("php_dispatch") or {}).get("jobs_per_s"):
+        out.append(f"- dispatch laraq / PHP (no-op jobs): "
+                   f"{noop['laraq_dispatch']['jobs_per_s'] / noop['php_dispatch']['jobs_per_s']:.2f} (target ≥ 1)"
+                   + (f"; / PHP on Laravel 13: {noop['laraq_dispatch']['jobs_per_s'] / noop['php13_dispatch']['jobs_per_s']:.2f}"
+                      if (noop.get("php13_dispatch") or {}).get("jobs_per_s") else ""))
+    lat = res.get("latency") or {}
+    for mine, theirs in [("laraq", "artisan")] + [(k, "artisan" + k[5:]) for k in lat if k.startswith("laraq --sleep")]:
+        if lat.get(mine, {}).get("p99_ms") and lat.get(theirs, {}).get("p99_ms"):
+            out.append(f"- pickup p99 {mine}: {lat[mine]['p99_ms']:.2f} ms vs {theirs} {lat[theirs]['p99_ms']:.2f} ms "
+                       f"(target ≤)")
+    return ["", "Issue 13 targets (ratios from this run)"] + out if out else []
+
+
 def render(res: dict) -> str:
     m = res["machine"]
     lines = [
@@ -1084,7 +1205,10 @@ def render(res: dict) -> str:
         label = out["label"]
         ceil = out.get("ceiling") or {}
         art = out.get("artisan") or {}
-        for runner, key, disp in [("artisan", "artisan", "php_dispatch"), ("laraq", "laraq", "laraq_dispatch"),
+        for runner, key, disp in [("artisan", "artisan", "php_dispatch"),
+                                  ("artisan, live Laravel 13", "artisan13", "php13_dispatch"),
+                                  ("laraq", "laraq", "laraq_dispatch"),
+                                  ("laraq --processes 2", "laraq_processes_2", None),
                                   ("laraq --no-supervise", "laraq_no_supervise", None),
                                   ("laraq, sync handler", "laraq_sync_handler", None),
                                   ("laraq --no-supervise, sync handler", "laraq_sync_no_supervise", None),
@@ -1127,9 +1251,11 @@ def render(res: dict) -> str:
                     f"| {c['redis_cpu_us_per_job']:.1f} | {_f(c.get('worker_cpu_us_per_job'))} | - "
                     f"| {_f(c['jobs_per_s'] / art['jobs_per_s'], '{:.2f}x') if art.get('jobs_per_s') else '-'} "
                     f"| {_f(c['jobs_per_s'] / ceil['jobs_per_s'], '{:.2f}') if ceil.get('jobs_per_s') else '-'} |")
+    lines += _targets(res)
     lat = res.get("latency") or {}
     if lat:
-        lines += ["", "Pickup latency (idle worker blocked on :notify, block_for=5; push → handler's log line)",
+        lines += ["", "Pickup latency (idle worker blocked on :notify, block_for=5, or polling with --sleep and "
+                  "no block_for; push → handler's log line)",
                   "| runner | samples | p50 ms | p90 ms | p99 ms | max ms |", "|---|---:|---:|---:|---:|---:|"]
         for runner, v in lat.items():
             lines.append(f"| {runner} | {v.get('samples')} | {_f(v.get('p50_ms'), '{:.2f}')} "

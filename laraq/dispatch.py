@@ -34,6 +34,7 @@ the class is in ``horizon.silenced``) and ``pushedAt``, and after the push the p
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,12 +66,36 @@ def _php_str(raw: bytes) -> bytes:
     return b's:%d:"%s";' % (len(raw), raw)
 
 
+#: ``serialize()`` of the scalars bulk dispatch repeats in every job (``null``, the Queueable defaults,
+#: the same flags): written once. Keyed by type too (``1``, ``True`` and ``1.0`` differ in PHP).
+_SCALARS: dict[tuple[type, Any], bytes] = {}
+_SCALAR_TYPES = (type(None), bool, int, str)
+#: ``s:N:"name";`` of the property names seen (the same few names in every job of a bulk dispatch)
+_NAMES: dict[bytes, bytes] = {}
+
+
 def _serialize_value(value: Any) -> bytes:
     """``serialize($value)`` for one property value (delegates to :mod:`laraq.serializer`)."""
+    kind = type(value)
+    cacheable = kind in _SCALAR_TYPES and (kind is not str or len(value) <= 64)
+    if cacheable:
+        cached = _SCALARS.get((kind, value))
+        if cached is not None:
+            return cached
     from laraq.serializer import dumps
 
     out = dumps(value)
-    return out.encode("utf-8") if isinstance(out, str) else bytes(out)
+    raw = out.encode("utf-8") if isinstance(out, str) else bytes(out)
+    if cacheable:
+        if len(_SCALARS) >= 4096:
+            _SCALARS.clear()
+        _SCALARS[(kind, value)] = raw
+    return raw
+
+
+@functools.lru_cache(maxsize=64)
+def _queueable_properties(profile: LaravelVersion) -> tuple[tuple[str, Any], ...]:
+    return tuple(profile.queueable_properties())
 
 
 def _mangle(class_name: str, name: str, visibility: str) -> bytes:
@@ -106,15 +131,22 @@ def serialize_command(
     overrides single ones, e.g. ``{"afterCommit": True}``). ``skip_defaults`` drops trait properties
     still at their default, like ``SerializesModels`` on 9.4+.
     """
-    profile = LaravelVersion.parse(version)
-    members: list[tuple[bytes, bytes]] = []
+    profile = version if type(version) is LaravelVersion else LaravelVersion.parse(version)
+    members: list[bytes] = []
     seen: set[bytes] = set()
+    names = _NAMES
 
     def add(name: bytes, value: Any) -> None:
         if name in seen:
             raise ValueError(f"property {name!r} given twice")
         seen.add(name)
-        members.append((name, _serialize_value(value)))
+        key = names.get(name)
+        if key is None:
+            key = _php_str(name)
+            if len(names) < 4096:
+                names[name] = key
+        members.append(key)
+        members.append(_serialize_value(value))
 
     for name, value in (properties or {}).items():
         add(name.encode("utf-8") if "\0" in name else _mangle(class_name, name, "public"), value)
@@ -127,7 +159,7 @@ def serialize_command(
         overrides: dict[str, Any] = {"connection": connection, "queue": queue, "delay": delay}
         overrides.update(queueable or {})
         trait_props: list[tuple[str, Any, Any]] = [("job", None, None)]
-        for name, default in profile.queueable_properties():
+        for name, default in _queueable_properties(profile):
             trait_props.append((name, default, overrides.get(name, default)))
         for name, default, value in trait_props:
             if name.encode() in seen:
@@ -137,8 +169,7 @@ def serialize_command(
             add(name.encode("utf-8"), value)
 
     cls = class_name.encode("utf-8")
-    body = b"".join(_php_str(name) + value for name, value in members)
-    return b'O:%d:"%s":%d:{%s}' % (len(cls), cls, len(members), body)
+    return b'O:%d:"%s":%d:{%s}' % (len(cls), cls, len(members) // 2, b"".join(members))
 
 
 # -- results -------------------------------------------------------------------------------------------

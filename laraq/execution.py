@@ -19,6 +19,7 @@ A mixin of :class:`laraq.worker.Worker`: its state is set up by :meth:`Execution
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import functools
@@ -35,6 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 from laraq.failed import timeout_exceeded
 from laraq.job import Job
+
+try:  # asyncio's own bookkeeping of the running task (CPython 3.11+); without it no task steps early
+    from asyncio.tasks import _enter_task, _leave_task
+except ImportError:  # pragma: no cover - another asyncio implementation
+    _enter_task = _leave_task = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from laraq.app import App, Handler
@@ -106,6 +112,7 @@ class Execution:
     should_quit: bool
     _wake: threading.Event
     _kill: Callable[[], None]
+    _flush_stale_acks: Callable[[], None]
 
     def _init_execution(self) -> None:
         self._slots = threading.Semaphore(max(1, self.options.concurrency))
@@ -124,6 +131,8 @@ class Execution:
         self._aux_pool: concurrent.futures.ThreadPoolExecutor | None = None
         #: tasks started in this loop pass that have no done callback yet (see _reap_fresh)
         self._fresh: list[tuple[asyncio.Task[None], _Running, float]] = []
+        #: the fast path's daemon task while it runs (new tasks' first steps are run from it)
+        self._daemon_task: asyncio.Task[Any] | None = None
 
     def _start_job(self, job: Job) -> None:
         timeout = self._timeout_for(job)
@@ -137,9 +146,16 @@ class Execution:
         if handler is not None and handler.is_async and not self._php_only(job) and not self._precheck_fails(job):
             running.is_async = True
             running.task_done = _Flag()
+            ready = self._eager_queue(loop)
+            queued = len(ready) if ready is not None else -1
             task = loop.create_task(self._process_async(job, handler, running))
             running.cancel = functools.partial(loop.call_soon_threadsafe, task.cancel)
             self._active += 1
+            if ready is not None and len(ready) == queued + 1:
+                self._step_now(loop, ready.pop())
+                if task.done():  # it never suspended (the usual short job): finished in this pass
+                    self._task_done(running, started, task)
+                    return
             self._fresh.append((task, running, started))
         elif self.options.concurrency == 1 and (handler is None or not handler.is_async):
             try:  # a sync handler at concurrency 1 runs right here: no thread hop
@@ -156,6 +172,26 @@ class Execution:
             future = self._pool.submit(self.process, job, running)
             future.add_done_callback(
                 lambda f: loop.call_soon_threadsafe(self._task_done, running, started, f))
+
+    def _eager_queue(self, loop: asyncio.AbstractEventLoop) -> Any:
+        """The loop's ready queue, when a new task's first step may be run at once (see :meth:`_step_now`):
+        asyncio's own loop (``BaseEventLoop._ready``), called from the fast path's daemon task."""
+        ready = getattr(loop, "_ready", None)
+        if type(ready) is not collections.deque or self._daemon_task is None or _enter_task is None:
+            return None
+        return ready
+
+    def _step_now(self, loop: asyncio.AbstractEventLoop, handle: Any) -> None:
+        """Run a just-created task's first step now instead of in the next loop pass (what Python 3.12's
+        eager tasks do): the step is the task's own scheduled handle, run in the task's context with the
+        task as ``current_task()``, so a handler cannot tell the difference; a job that finishes without
+        suspending then costs no loop pass, no wake-up of the daemon and no ``epoll`` call."""
+        daemon = self._daemon_task
+        _leave_task(loop, daemon)
+        try:
+            handle._run()
+        finally:
+            _enter_task(loop, daemon)
 
     def _submit(self, job: Job) -> None:
         self._start_threads()
@@ -349,6 +385,7 @@ class Execution:
             time.sleep(0.05)
             try:
                 self._watchdog_tick()
+                self._flush_stale_acks()
             except Exception:  # the watchdog must survive anything
                 log.exception("watchdog error")
 

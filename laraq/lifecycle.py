@@ -30,9 +30,9 @@ from laraq.failed import FailedJobStore, format_exception, max_attempts_exceeded
 from laraq.job import Job, JobAbandoned, ManuallyFailedError, UnhandledJobError
 from laraq.logs import short
 from laraq.payload import PayloadError
-from laraq.phparray import php_arrays
+from laraq.phparray import loads_php_arrays, php_arrays
 from laraq.reservation import REDIS_DOWN
-from laraq.serializer import PHPSerializeError, loads
+from laraq.serializer import PHPSerializeError
 
 if TYPE_CHECKING:
     from laraq.app import App, Handler
@@ -207,7 +207,7 @@ class Lifecycle:
         else:
             raw = text.encode("utf-8")
         try:
-            job.command = php_arrays(loads(raw))
+            job.command = loads_php_arrays(raw)
         except PHPSerializeError as exc:
             raise PHPSerializeError(f"Cannot unserialize the command of {job.name} (uuid {job.uuid}): {exc}") from exc
         return job.command

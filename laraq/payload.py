@@ -60,14 +60,11 @@ _INT64_MAX = 2**63 - 1
 _INT64_MIN = -(2**63)
 
 
-#: Payloads from this size on are parsed straight from their bytes (no text copy of a big body).
-_BIG_PAYLOAD = 256 * 1024
-
-
-def _loads_big(raw: bytes) -> Any:
-    """``orjson.loads`` for a big body: one copy less than decode + ``json.loads`` (strict RFC 8259 JSON
-    and valid UTF-8, which is all PHP writes). ``None`` (the standard path then decides, with its exact
-    error messages) when orjson is missing or refuses the input."""
+def _loads_fast(raw: bytes) -> Any:
+    """``orjson.loads`` straight from the bytes: no text copy, about 3x ``json.loads`` on a typical body
+    (strict RFC 8259 JSON and valid UTF-8, which is all PHP writes; the same values, last duplicate key
+    wins in both). ``None`` (the standard path then decides, with its exact error messages) when orjson
+    is missing or refuses the input (``NaN``, a number out of range, a lone surrogate...)."""
     try:
         import orjson
     except ImportError:  # pragma: no cover - orjson is a dependency
@@ -169,7 +166,7 @@ class Payload:
     def parse(cls, raw: bytes | str, *, version: LaravelVersion | str | int | None = None) -> Payload:
         """Decode ``raw`` and check it is a job Laravel's Lua pop script could reserve."""
         raw_bytes = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
-        decoded = _loads_big(raw_bytes) if len(raw_bytes) >= _BIG_PAYLOAD else None
+        decoded = _loads_fast(raw_bytes)
         if decoded is None:
             try:
                 text = raw_bytes.decode("utf-8")
@@ -412,13 +409,15 @@ def random_id() -> str:
     uniformly onto the 62-character alphabet, bytes 248-255 are rejected, as ``secrets.choice``
     rejection-samples; the rare shortfall is topped up from a further read.
     """
-    chars: list[str] = []
-    while True:
-        for byte in os.urandom(40):
-            if byte < 248:
-                chars.append(_ALPHANUM[byte % 62])
-                if len(chars) == 32:
-                    return "".join(chars)
+    out = b""
+    while len(out) < 32:
+        # C speed: bytes.translate maps each byte to its character and drops the rejected ones
+        out += os.urandom(40).translate(_RANDOM_TABLE, _RANDOM_REJECT)
+    return out[:32].decode("ascii")
+
+
+_RANDOM_TABLE = bytes(ord(_ALPHANUM[b % 62]) if b < 248 else 0 for b in range(256))
+_RANDOM_REJECT = bytes(range(248, 256))
 
 
 def new_uuid() -> str:

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from laraq import serializer
 from laraq.serializer import PHPObject, PHPReference
 
-__all__ = ["PHPArray", "php_arrays", "unwrap"]
+__all__ = ["PHPArray", "loads_php_arrays", "php_arrays", "unwrap"]
 
 
 class PHPArray(dict):  # type: ignore[type-arg]
@@ -106,6 +107,19 @@ def php_arrays(value: Any) -> Any:
             if isinstance(new, PHPArray | PHPObject | PHPReference):
                 stack.append(new)
     return root
+
+
+def loads_php_arrays(data: bytes) -> Any:
+    """``php_arrays(loads(data))`` in one pass where the codec's single-``findall`` path applies (small
+    commands without references: the usual job), building :class:`PHPArray` directly instead of
+    converting lists and dicts afterwards; the same value either way."""
+    size = len(data)
+    if 0 < size <= serializer._PAIRS_MAX_BYTES and size <= serializer.DEFAULT_MAX_BYTES \
+            and size <= serializer.DEFAULT_MAX_ELEMENTS:
+        value = serializer._pairs_loads(data, size, serializer.DEFAULT_MAX_DEPTH, PHPArray)
+        if value is not serializer._BAIL:
+            return value
+    return php_arrays(serializer.loads(data))
 
 
 def unwrap(value: Any) -> Any:

@@ -139,6 +139,47 @@ def _is_php_list(mapping: Mapping[Any, Any]) -> bool:
     return True
 
 
+def _orjson_safe(value: Any) -> bool:
+    """True if ``value`` holds only what orjson writes exactly as PHP does: ``dict`` (str keys), ``list``,
+    ``str``, ``bool``, ``None`` and 64-bit ``int`` - no floats (PHP's float text differs), no bytes,
+    tuples, PHP arrays or other mappings. Checked before the fast path, which then only checks ASCII."""
+    stack = [value]
+    pop, push = stack.pop, stack.append
+    while stack:
+        item = pop()
+        kind = type(item)
+        if kind is str or item is None or kind is bool:
+            continue
+        if kind is int:
+            if not _INT64_MIN <= item <= _INT64_MAX:
+                return False
+        elif kind is dict:
+            if len(stack) > 512:
+                return False
+            for key, sub in item.items():
+                if type(key) is not str:
+                    return False
+                push(sub)
+        elif kind is list:
+            if len(stack) > 512:
+                return False
+            stack.extend(item)
+        else:
+            return False
+    return True
+
+
+def _orjson_dumps(value: Any) -> bytes | None:
+    try:
+        import orjson
+    except ImportError:  # pragma: no cover - orjson is a dependency
+        return None
+    try:
+        return orjson.dumps(value)
+    except (orjson.JSONEncodeError, TypeError):
+        return None
+
+
 def php_json_encode(
     value: Any,
     *,
@@ -153,6 +194,13 @@ def php_json_encode(
     With ``php_arrays`` every ``dict`` is a PHP array (see the module docstring).
     Raises :class:`PhpJsonError` where PHP's ``json_encode`` fails.
     """
+    if not php_arrays and _orjson_safe(value):
+        out = _orjson_dumps(value)
+        if out is not None and out.isascii():
+            # for ASCII text orjson writes PHP's bytes (control characters as PHP escapes them,
+            # ``"`` and ``\\`` alike); only PHP's ``\/`` differs, and ``/`` appears only inside strings
+            text = out.decode("ascii")
+            return text if unescaped_slashes else text.replace("/", "\\/")
     parts: list[str] = []
 
     def emit(item: Any, depth: int) -> None:

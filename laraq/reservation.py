@@ -278,6 +278,14 @@ class Reservation:
             log.warning("could not send %d ack(s) (%s): retrying", sum(map(len, acks.values())), exc)
             self._restore_acks(acks)
 
+    def _flush_stale_acks(self) -> None:
+        """From the watchdog thread: send the deferred acks the loop did not send in time (it is busy
+        running a synchronous job inline), so a SIGKILL re-runs at most ~``_ACK_MAX_AGE`` of finished
+        work besides the running job - a bound in time, however long the running job takes."""
+        since = self._ack_since
+        if since is not None and time.monotonic() - since >= _ACK_MAX_AGE:
+            self._flush_acks()
+
     def next_job(self) -> Job | None:
         """Laravel's ``getNextJob``: the first job of the queue list, skipping paused queues."""
         try:

@@ -811,9 +811,12 @@ _PAIRS = re.compile(
 )
 
 
-def _pairs_loads(data: bytes, size: int, max_depth: int) -> Any:  # noqa: C901 - one flat loop on purpose
+def _pairs_loads(data: bytes, size: int, max_depth: int,  # noqa: C901 - one flat loop on purpose
+                 array: type[dict[Any, Any]] | None = None) -> Any:
     """An array or object holding no ``r:``/``R:`` and no string with a ``"`` in it, tokenised in
-    one ``findall``; ``_BAIL`` for anything else (see ``_token_loads``)."""
+    one ``findall``; ``_BAIL`` for anything else (see ``_token_loads``). With ``array`` (a ``dict``
+    subclass: :class:`laraq.phparray.PHPArray`) every PHP array, list-shaped or not, comes back as
+    that type, keyed as PHP keyed it."""
     m = _OPEN.match(data)
     if m is None or max_depth < 1:
         return _BAIL
@@ -821,7 +824,7 @@ def _pairs_loads(data: bytes, size: int, max_depth: int) -> Any:  # noqa: C901 -
     n = rem = int(m[1] or m[4])
     if n * 6 + 1 > size - m.end():
         return _BAIL
-    d: Any = {}
+    d: Any = {} if array is None or m[3] is not None else array()
     il = True
     obj: Any = None
     if m[3] is not None:
@@ -847,6 +850,8 @@ def _pairs_loads(data: bytes, size: int, max_depth: int) -> Any:  # noqa: C901 -
                 return _BAIL
             if obj is not None:
                 value = obj
+            elif array is not None:
+                value = d
             elif il:
                 value = list(d.values())
             else:
@@ -905,7 +910,7 @@ def _pairs_loads(data: bytes, size: int, max_depth: int) -> Any:  # noqa: C901 -
             # so the byte check is the whole input's: a count it lets through is caught at '}'
             if count * 6 + 1 > size:
                 return _BAIL
-            d = {}
+            d = {} if array is None or vol else array()
             n = rem = count
             il = True
             if vol:

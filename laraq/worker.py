@@ -346,6 +346,13 @@ class Worker(Reservation, Execution, Lifecycle):
         self._wake.wait(seconds)
 
     async def _fast_daemon(self) -> int:
+        self._daemon_task = asyncio.current_task()
+        try:
+            return await self._fast_loop()
+        finally:
+            self._daemon_task = None
+
+    async def _fast_loop(self) -> int:
         opts = self.options
         self._start_watchdog()
         last_restart = self._restart_stamp()
@@ -425,10 +432,12 @@ class Worker(Reservation, Execution, Lifecycle):
                     await self._idle(opts.sleep)
                 continue
             if self._fresh:
-                # one pass of the loop runs the new tasks (scheduled before this yield); the ones
-                # that finished are reaped here, without a done callback and a wake-up each
+                # one pass of the loop runs the tasks that suspended; the ones that finished are
+                # reaped here, without a done callback and a wake-up each
                 await asyncio.sleep(0)
                 self._reap_fresh()
+            elif reserved_round:
+                await asyncio.sleep(0)  # jobs that finish at once never yield: let the loop run once a round
             if self._active > 0 and (free <= 0 or not self._buffer):
                 await self._wait_changed(_TICK)
             self._housekeeping()

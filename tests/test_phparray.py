@@ -13,7 +13,7 @@ import pytest
 from conftest import corpus_dir
 
 from laraq.payload import Payload
-from laraq.phparray import PHPArray, php_arrays
+from laraq.phparray import PHPArray, loads_php_arrays, php_arrays
 from laraq.serializer import PHPObject, PHPReference, dumps, loads
 
 CORPUS = corpus_dir()
@@ -45,6 +45,40 @@ def test_the_corpus_has_commands() -> None:
 def test_converted_commands_reserialize_byte_for_byte(name: str, raw: bytes) -> None:
     value = php_arrays(loads(raw))
     assert dumps(value) == raw
+
+
+def _shape(value: object, seen: set[int] | None = None) -> object:
+    """Types and contents, recursively (objects by class and properties), to compare two decodings."""
+    seen = set() if seen is None else seen
+    if isinstance(value, PHPObject):
+        if id(value) in seen:
+            return ("cycle", value.class_name)
+        seen.add(id(value))
+        return ("O", value.class_name, _shape(value._props, seen))
+    if isinstance(value, PHPReference):
+        return ("R", _shape(value.value, seen))
+    if isinstance(value, dict):
+        return (type(value).__name__, [(type(k).__name__, k, _shape(v, seen)) for k, v in value.items()])
+    if isinstance(value, list):
+        return ("list", [_shape(v, seen) for v in value])
+    return (type(value).__name__, value)
+
+
+@pytest.mark.parametrize("name, raw", COMMANDS, ids=[c[0] for c in COMMANDS])
+def test_one_pass_decoding_gives_the_same_objects(name: str, raw: bytes) -> None:
+    # the worker's fast decode (PHPArray built while parsing) hands handlers what the two-step one does
+    fast = loads_php_arrays(raw)
+    assert _shape(fast) == _shape(php_arrays(loads(raw)))
+    assert dumps(fast) == raw
+
+
+@pytest.mark.parametrize("raw", [
+    b'a:0:{}', b'a:2:{i:0;s:1:"a";i:1;a:0:{}}', b'a:2:{i:1;s:1:"a";i:0;N;}', b'a:1:{s:1:"k";a:1:{i:0;d:0.5;}}',
+    b'O:8:"stdClass":2:{s:1:"a";a:1:{i:0;i:1;}s:1:"o";O:8:"stdClass":1:{s:1:"l";a:0:{}}}',
+    b'a:2:{i:0;O:8:"stdClass":0:{}i:1;r:2;}', b'a:1:{i:0;s:3:"a"b";}', b'i:5;', b's:1:"x";',
+])
+def test_one_pass_decoding_of_edge_shapes(raw: bytes) -> None:
+    assert _shape(loads_php_arrays(raw)) == _shape(php_arrays(loads(raw)))
 
 
 def test_empty_list_and_map_read_the_same_way() -> None:

@@ -191,3 +191,40 @@ def test_differential_bytes_against_php(php: str) -> None:
     for raw, fields in zip(cases, results, strict=True):
         ours = [_py(raw, unescaped_unicode=u) for u in (False, True)]
         assert ours == [_norm(f) for f in fields], raw
+
+
+def _slow(value: object, **flags: bool) -> str:
+    import laraq.phpjson as phpjson
+
+    safe = phpjson._orjson_safe
+    phpjson._orjson_safe = lambda _v: False  # type: ignore[assignment]
+    try:
+        return php_json_encode(value, **flags)
+    finally:
+        phpjson._orjson_safe = safe  # type: ignore[assignment]
+
+
+def test_the_orjson_fast_path_writes_the_same_text() -> None:
+    from conftest import corpus_dir
+
+    rng = random.Random(7)
+    samples: list[object] = []
+    for path in sorted(corpus_dir().glob("*/*.json"))[:400]:
+        try:
+            samples.append(json.loads(path.read_bytes()))
+        except ValueError:
+            continue
+    alphabet = [chr(i) for i in range(128)] + ["é", "\u2028", "😀", "/"]
+    for _ in range(300):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 12)))
+        samples.append({"k/" + text: [text, rng.randrange(-2**63, 2**63), None, True, {"n": [text]}]})
+    samples += [2**63, -2**63 - 1, [1.5], {"a": (1, 2)}, {1: "x"}, b"bytes", "a/b"]
+    for sample in samples:
+        for flags in ({}, {"unescaped_unicode": False}, {"unescaped_slashes": True}):
+            try:
+                expected = _slow(sample, **flags)
+            except PhpJsonError:
+                with pytest.raises(PhpJsonError):
+                    php_json_encode(sample, **flags)
+                continue
+            assert php_json_encode(sample, **flags) == expected

@@ -1,16 +1,18 @@
 """``laraq work``: ``php artisan queue:work`` for Python handlers, with a built-in supervisor.
 
-``laraq work`` starts a small *supervisor* process that runs the worker in a child process and
-forwards signals to it. Laravel enforces a job timeout by SIGKILLing its own process and relies on
+``laraq work`` parses its options and then becomes the small supervisor of :mod:`laraq.prefork`
+(about 10 MB: it imports no laraq code), which runs ``--processes`` worker processes (default 1) and
+forwards signals to them. Laravel enforces a job timeout by SIGKILLing its own process and relies on
 supervisord to start a new one; laraq's worker does the same when a synchronous handler overruns
 (see :mod:`laraq.worker`), and the supervisor starts a fresh worker at once - supervisord + artisan in
-one command. Every other exit of the child (0, 12 for memory, 1, 2) is passed on unchanged, so an
-external process manager sees artisan's exit codes. ``--no-supervise`` runs the worker in this
+one command. Every other exit of a single worker (0, 12 for memory, 1, 2) is passed on unchanged, so
+an external process manager sees artisan's exit codes. ``--no-supervise`` runs the worker in this
 process (a timeout then kills ``laraq work`` itself, exactly like artisan).
 
-The child gets its settings as JSON in ``LARAQ_WORKER_CONFIG`` and reports popped jobs on a pipe
-(one byte per job, written per batch), so ``--max-jobs`` and ``--max-time`` keep counting across restarts. If the supervisor dies, the
-kernel kills the child (``PR_SET_PDEATHSIG``): its jobs stay reserved until ``retry_after``.
+A worker process gets its settings as JSON in ``LARAQ_WORKER_CONFIG`` and reports popped jobs on a
+pipe (one byte per job, written per batch), so ``--max-jobs`` and ``--max-time`` keep counting across
+restarts and processes (:func:`child_main`). If the supervisor dies, the kernel kills its workers
+(``PR_SET_PDEATHSIG``): their jobs stay reserved until ``retry_after``.
 """
 
 from __future__ import annotations
@@ -20,17 +22,14 @@ import dataclasses
 import json
 import logging
 import os
-import select
 import signal
-import subprocess
 import sys
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from laraq.worker import EXIT_ERROR, EXIT_SUCCESS, EXIT_USAGE, Worker, WorkerOptions
+from laraq.worker import EXIT_ERROR, EXIT_USAGE, Worker, WorkerOptions
 
 if TYPE_CHECKING:
     from laraq.app import App
@@ -40,8 +39,6 @@ __all__ = ["work_cmd", "build_worker", "child_main", "default_params"]
 log = logging.getLogger("laraq.work")
 
 _CONFIG_ENV = "LARAQ_WORKER_CONFIG"
-_FD_ENV = "LARAQ_WORKER_FD"
-_PARENT_ENV = "LARAQ_WORKER_PARENT"
 _BANNER_ENV = "LARAQ_BANNER"
 
 
@@ -99,6 +96,9 @@ _BANNER_ENV = "LARAQ_BANNER"
 @click.option("--schedule", is_flag=True, help="Also run the app's schedule entries (laraq.scheduler) in a thread.")
 @click.option("--supervise/--no-supervise", default=True, show_default=True,
               help="Run the worker in a child process that is restarted after a hard timeout.")
+@click.option("--processes", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="Worker processes under the one supervisor (prefork: use every core; each runs "
+                   "--concurrency jobs).")
 @click.option("--horizon/--no-horizon", default=None,
               help="Write Laravel Horizon's records (default: when the app uses Horizon; see compat-docs/horizon.md).")
 @click.option("--horizon-signals/--no-horizon-signals", default=True, show_default=True,
@@ -127,9 +127,13 @@ def work_cmd(**params: Any) -> None:
         from laraq.metrics import use_multiprocess_dir
 
         use_multiprocess_dir(params["metrics_dir"])
+    processes = params.pop("processes")
     if params.pop("supervise"):
-        _setup_logging(params)  # the supervisor's own lines; the worker process sets up its own
-        _exit_ignoring_quit_signals(Supervisor(params).run())
+        if processes > 1 and params["once"]:
+            raise click.UsageError("--once runs one job: it cannot be combined with --processes")
+        _exec_supervisor(params, processes)
+    if processes > 1:
+        raise click.UsageError("--processes needs the supervisor: drop --no-supervise")
     sys.exit(_run_worker(params))
 
 
@@ -146,12 +150,31 @@ def _exit_ignoring_quit_signals(code: int) -> None:
     sys.exit(code)
 
 
+def _exec_supervisor(params: dict[str, Any], processes: int) -> None:
+    """Become the small supervisor of :mod:`laraq.prefork` (this process image is replaced)."""
+    from laraq import prefork
+
+    os.environ[_CONFIG_ENV] = json.dumps(params)
+    argv = prefork.spawn_argv(processes, once=bool(params["once"]), max_jobs=params["max_jobs"] or 0,
+                              max_time=params["max_time"] or 0, json_logs=params.get("log_format") == "json")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(argv[0], argv)
+
+
 def child_main() -> None:
     """Entry point of the supervised worker process."""
+    from laraq import prefork
+
     params = json.loads(os.environ.pop(_CONFIG_ENV))
-    fd = int(os.environ.pop(_FD_ENV))
-    parent = int(os.environ.pop(_PARENT_ENV, "0"))
+    fd = int(os.environ.pop(prefork.FD_ENV))
+    parent = int(os.environ.pop(prefork.PARENT_ENV, "0"))
     _die_with_parent(parent)
+    os.environ.pop(prefork.SLOT_ENV, None)
+    for key, env in (("max_jobs", prefork.MAX_JOBS_ENV), ("max_time", prefork.MAX_TIME_ENV)):
+        remaining = os.environ.pop(env, None)
+        if remaining is not None and params.get(key):
+            params[key] = int(float(remaining))
 
     def popped(count: int = 1) -> None:
         with contextlib.suppress(OSError):
@@ -479,92 +502,7 @@ def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any
     return HorizonListener(horizon_client, hs, signal_pid=signal_pid)
 
 
-# -- the supervisor -------------------------------------------------------------------------------------
-
-class Supervisor:
-    """Runs the worker in a child process; restarts it only after it was killed (timeout, OOM, kill -9)."""
-
-    def __init__(self, params: dict[str, Any]) -> None:
-        self.params = params
-        self.child: subprocess.Popen[bytes] | None = None
-        self.stopping = False
-        self.jobs_done = 0
-        self.children = 0
-        self.started = time.monotonic()
-
-    def run(self) -> int:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR2, signal.SIGCONT, signal.SIGHUP):
-            signal.signal(sig, self._forward)
-        failures = 0
-        while True:
-            born = time.monotonic()
-            code = self._run_child()
-            if code >= 0:
-                return code
-            name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
-            if self.stopping or self.params["once"]:
-                log.warning("worker process died by %s", name)
-                return EXIT_ERROR
-            if self.params["max_jobs"] and self.jobs_done >= self.params["max_jobs"]:
-                return EXIT_SUCCESS
-            if self.params["max_time"] and time.monotonic() - self.started >= self.params["max_time"]:
-                return EXIT_SUCCESS
-            failures = failures + 1 if time.monotonic() - born < 1 else 0
-            pause = min(30.0, 0.5 * 2 ** failures) if failures else 0.0
-            log.warning("worker process died by %s (its jobs stay reserved until retry_after); "
-                        "starting a new one%s", name, f" in {pause:.0f}s" if pause else "")
-            if pause:
-                time.sleep(pause)
-            if self.stopping:
-                return EXIT_SUCCESS
-
-    def _child_params(self) -> dict[str, Any]:
-        params = dict(self.params)
-        if params["max_jobs"]:
-            params["max_jobs"] = max(1, params["max_jobs"] - self.jobs_done)
-        if params["max_time"]:
-            params["max_time"] = max(1, int(params["max_time"] - (time.monotonic() - self.started)))
-        return params
-
-    def _run_child(self) -> int:
-        read_fd, write_fd = os.pipe()
-        env = dict(os.environ)
-        if self.children:
-            env[_BANNER_ENV] = "shown"
-        self.children += 1
-        env[_CONFIG_ENV] = json.dumps(self._child_params())
-        env[_FD_ENV] = str(write_fd)
-        env[_PARENT_ENV] = str(os.getpid())
-        code = "from laraq.cli.work import child_main; child_main()"
-        try:
-            self.child = subprocess.Popen([sys.executable, "-c", code], env=env, pass_fds=(write_fd,),
-                                          start_new_session=True)
-        finally:
-            os.close(write_fd)
-        try:
-            while True:
-                ready, _, _ = select.select([read_fd], [], [], 0.5)
-                if ready:
-                    data = os.read(read_fd, 4096)
-                    self.jobs_done += len(data)
-                    if not data:  # the child closed the pipe: it is exiting
-                        break
-                elif self.child.poll() is not None:
-                    break
-            return self.child.wait()
-        finally:
-            os.close(read_fd)
-
-    def _forward(self, signum: int, _frame: Any) -> None:
-        if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
-            self.stopping = True
-            if signum == signal.SIGHUP:
-                signum = signal.SIGTERM
-        child = self.child
-        if child is not None and child.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                child.send_signal(signum)
-
+# -- the worker process under the supervisor (laraq.prefork) ---------------------------------------
 
 def _die_with_parent(parent: int) -> None:
     """Ask Linux to SIGKILL this process when the supervisor dies (best effort elsewhere)."""

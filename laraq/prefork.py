@@ -1,0 +1,254 @@
+"""The ``laraq work`` supervisor: N worker processes (prefork) under one process that costs ~10 MB.
+
+``laraq work`` (with ``--supervise``, the default) parses its options, then *replaces itself* with this
+supervisor: ``python -S -c`` running this file, so the supervisor imports nothing but ``os``, ``sys``,
+``signal``, ``select`` and ``time`` (no ``site``, no click, no redis, no laraq) and stays near the
+interpreter's own ~10 MB RSS instead of a second full laraq process. It starts ``--processes`` worker
+processes (``posix_spawn``, each in its own session, each a complete ``laraq work --no-supervise``
+worker built from the JSON settings in ``LARAQ_WORKER_CONFIG``) - supervisord + ``numprocs`` +
+artisan in one command.
+
+Rules (the exit codes are artisan's, see :mod:`laraq.cli.work`):
+
+* a worker killed by a signal (its own timeout SIGKILL, the OOM killer, ``kill -9``) is started again
+  at once (with a growing pause if it keeps dying within a second of its start); its jobs stay
+  reserved until ``retry_after``, as with artisan under supervisord;
+* a worker that exits normally is not restarted: ``queue:restart``, ``--stop-when-empty``,
+  ``--max-time`` stop every worker, and the supervisor exits when the last one has (with the first
+  non-zero code, else 0) so that the process manager above starts new code. With several processes
+  one worker over ``--memory`` (exit 12) is replaced instead, so the others keep serving;
+* SIGTERM/SIGINT/SIGQUIT/SIGHUP: forwarded to every worker (SIGHUP as SIGTERM), which finish their
+  running jobs and give their prefetched ones back; SIGUSR2/SIGCONT (pause/resume) are forwarded too;
+* ``--max-jobs`` counts over all workers (each reports its jobs on a pipe, one byte per job, written
+  per batch); when it is reached every worker is told to stop;
+* if the supervisor dies, the kernel kills its workers (``PR_SET_PDEATHSIG``, set by each worker).
+
+This module must import nothing outside the standard library's smallest modules.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+import time
+
+__all__ = ["main", "spawn_argv"]
+
+#: Environment of a worker process (read by :func:`laraq.cli.work.child_main`).
+FD_ENV = "LARAQ_WORKER_FD"
+PARENT_ENV = "LARAQ_WORKER_PARENT"
+BANNER_ENV = "LARAQ_BANNER"
+MAX_JOBS_ENV = "LARAQ_WORKER_MAX_JOBS"
+MAX_TIME_ENV = "LARAQ_WORKER_MAX_TIME"
+SLOT_ENV = "LARAQ_WORKER_SLOT"
+
+EXIT_SUCCESS = 0
+EXIT_ERROR = 1
+EXIT_MEMORY_LIMIT = 12
+
+_BOOT = ("import sys; p = sys.argv[1]; g = {'__name__': '__laraq_supervisor__', '__file__': p}; "
+         "exec(compile(open(p, 'rb').read(), p, 'exec'), g); sys.exit(g['main'](sys.argv[2:]))")
+_WORKER = "from laraq.cli.work import child_main; child_main()"
+
+
+def spawn_argv(processes: int, *, once: bool, max_jobs: int, max_time: float, json_logs: bool) -> list[str]:
+    """The command line that turns ``laraq work`` into this supervisor (for ``os.execv``)."""
+    return [sys.executable, "-S", "-c", _BOOT, os.path.abspath(__file__), str(processes), str(int(once)),
+            str(max_jobs), str(max_time), "json" if json_logs else "text"]
+
+
+def _say(message: str, json_logs: bool, level: str = "warning") -> None:
+    if json_logs:
+        import json
+
+        line = json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "level": level,
+                           "logger": "laraq.work", "message": message})
+    else:
+        line = f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] laraq.work {level.upper()}: {message}"
+    try:  # noqa: SIM105 - contextlib is not imported here (the supervisor stays small)
+        os.write(2, (line + "\n").encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
+class _Slot:
+    """One worker process: its pid, its job pipe and how often it died young."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.pid = 0
+        self.fd = -1
+        self.born = 0.0
+        self.failures = 0
+        self.restart_at: float | None = None
+        self.done = False
+        self.code: int | None = None
+
+
+class Supervisor:
+    """The prefork supervisor (see the module docstring)."""
+
+    def __init__(self, processes: int, *, once: bool, max_jobs: int, max_time: float, json_logs: bool) -> None:
+        self.slots = [_Slot(i) for i in range(max(1, processes))]
+        self.once = once
+        self.max_jobs = max_jobs
+        self.max_time = max_time
+        self.json_logs = json_logs
+        self.jobs_done = 0
+        self.started = time.monotonic()
+        self.stopping = False
+        self.spawned = 0
+        self.code = EXIT_SUCCESS
+        self.told_to_stop = False
+
+    # -- workers -------------------------------------------------------------------------------------
+
+    def _spawn(self, slot: _Slot) -> None:
+        read_fd, write_fd = os.pipe()
+        os.set_inheritable(write_fd, True)
+        env = dict(os.environ)
+        env[FD_ENV] = str(write_fd)
+        env[PARENT_ENV] = str(os.getpid())
+        env[SLOT_ENV] = str(slot.index)
+        if self.spawned:
+            env[BANNER_ENV] = "shown"
+        if self.max_jobs:
+            env[MAX_JOBS_ENV] = str(max(1, self.max_jobs - self.jobs_done))
+        if self.max_time:
+            env[MAX_TIME_ENV] = str(max(1, int(self.max_time - (time.monotonic() - self.started))))
+        try:
+            slot.pid = os.posix_spawn(sys.executable, [sys.executable, "-c", _WORKER], env, setsid=True)
+        finally:
+            os.close(write_fd)
+        self.spawned += 1
+        slot.fd = read_fd
+        slot.born = time.monotonic()
+        slot.restart_at = None
+
+    def _signal_all(self, signum: int) -> None:
+        for slot in self.slots:
+            if slot.pid:
+                try:  # noqa: SIM105
+                    os.kill(slot.pid, signum)
+                except ProcessLookupError:
+                    pass
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+            self.stopping = True
+            if signum == signal.SIGHUP:
+                signum = signal.SIGTERM
+        self._signal_all(signum)
+
+    def _limits_reached(self) -> bool:
+        if self.max_jobs and self.jobs_done >= self.max_jobs:
+            return True
+        return bool(self.max_time and time.monotonic() - self.started >= self.max_time)
+
+    def _reaped(self, slot: _Slot, status: int) -> None:
+        """A worker ended: restart it, or mark its slot done (see the module docstring)."""
+        if slot.fd >= 0:
+            self._drain(slot)
+            os.close(slot.fd)
+            slot.fd = -1
+        slot.pid = 0
+        code = os.waitstatus_to_exitcode(status)
+        several = len(self.slots) > 1
+        if code < 0:
+            name = _signal_name(-code)
+            if self.stopping or self.once:
+                _say(f"worker process died by {name}", self.json_logs)
+                self._finish(slot, EXIT_ERROR)
+                return
+            if self._limits_reached():
+                self._finish(slot, EXIT_SUCCESS)
+                return
+            slot.failures = slot.failures + 1 if time.monotonic() - slot.born < 1 else 0
+            pause = min(30.0, 0.5 * 2 ** slot.failures) if slot.failures else 0.0
+            _say(f"worker process died by {name} (its jobs stay reserved until retry_after); starting a new one"
+                 + (f" in {pause:.0f}s" if pause else ""), self.json_logs)
+            slot.restart_at = time.monotonic() + pause
+            return
+        if several and code == EXIT_MEMORY_LIMIT and not self.stopping and not self._limits_reached():
+            _say(f"worker process {slot.index + 1} reached its --memory limit: starting a new one", self.json_logs,
+                 "info")
+            slot.restart_at = time.monotonic()
+            return
+        self._finish(slot, code)
+
+    def _finish(self, slot: _Slot, code: int) -> None:
+        slot.done = True
+        slot.code = code
+        if code and not self.code:
+            self.code = code
+
+    def _drain(self, slot: _Slot) -> bool:
+        """Count the job bytes a worker wrote; False at end of file."""
+        try:
+            data = os.read(slot.fd, 65536)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        self.jobs_done += len(data)
+        return bool(data)
+
+    def run(self) -> int:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR2, signal.SIGCONT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+        for slot in self.slots:
+            self._spawn(slot)
+        while True:
+            now = time.monotonic()
+            for slot in self.slots:
+                if not slot.done and not slot.pid and slot.restart_at is not None and now >= slot.restart_at:
+                    if self.stopping:
+                        self._finish(slot, EXIT_SUCCESS)
+                    else:
+                        self._spawn(slot)
+            if all(slot.done for slot in self.slots):
+                return self.code
+            fds = [slot.fd for slot in self.slots if slot.fd >= 0]
+            try:
+                ready, _, _ = select.select(fds, [], [], 0.25) if fds else ([], [], [])
+            except InterruptedError:  # a signal: handled, loop again
+                ready = []
+            if not fds:
+                time.sleep(0.05)
+            for slot in self.slots:
+                if slot.fd in ready and not self._drain(slot):
+                    os.close(slot.fd)
+                    slot.fd = -1
+            if self.max_jobs and self.jobs_done >= self.max_jobs and not self.told_to_stop:
+                self.told_to_stop = True
+                self._signal_all(signal.SIGTERM)
+            self._reap()
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            for slot in self.slots:
+                if slot.pid == pid:
+                    self._reaped(slot, status)
+                    break
+
+
+def main(argv: list[str]) -> int:
+    """``processes once max_jobs max_time text|json`` (see :func:`spawn_argv`)."""
+    processes, once, max_jobs, max_time, fmt = argv
+    return Supervisor(int(processes), once=once == "1", max_jobs=int(max_jobs), max_time=float(max_time),
+                      json_logs=fmt == "json").run()

@@ -1,0 +1,123 @@
+"""The fast path's shortcuts hand handlers exactly what the plain path does (nothing timed).
+
+* An async job's first step runs at once from the daemon (``Execution._step_now``): the handler still
+  runs in its own ``asyncio.Task`` (``current_task()`` is that task, never the daemon), in its own
+  ``contextvars`` context (nothing leaks into the next job), and a handler that suspends, raises or
+  overruns its timeout is treated as before.
+* The one-pass decode (``laraq.phparray.loads_php_arrays``) gives the handler ``PHPArray`` values, as
+  ``php_arrays(loads(...))`` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from typing import Any
+
+import pytest
+
+from laraq.app import App
+from laraq.cli.work import build_worker, default_params
+from laraq.dispatch import Dispatcher
+from laraq.phparray import PHPArray
+from laraq.queue import RedisQueue
+from laraq.versions import LaravelVersion
+
+PREFIX = "laravel_database_"
+ECHO = "App\\Jobs\\EchoJob"
+VAR: contextvars.ContextVar[str | None] = contextvars.ContextVar("laraq_test_var", default=None)
+
+
+def _fill(redis_server: Any, modes: list[str], queue: str = "hot") -> None:
+    q = RedisQueue(redis_server.client(), prefix=PREFIX, version=LaravelVersion.parse("8.83.27"))
+    d = Dispatcher(q)
+    d.bulk([d.prepare_job(ECHO, {"args": {"n": i, "tags": []}, "mode": mode, "seconds": 0},
+                          queue=queue, connection="redis") for i, mode in enumerate(modes)])
+
+
+def _worker(redis_server: Any, app: App, workers: list[Any], **opts: Any) -> Any:
+    params = default_params(laravel="8", sleep=0, stop_when_empty=True, quiet=True, queue="hot",
+                            redis_url=redis_server.url, prefix=PREFIX, memory=1 << 20, **opts)
+    env = {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(redis_server.port), "CACHE_DRIVER": "array"}
+    worker = build_worker(params, env=env, app=app)
+    workers.append(worker)
+    return worker
+
+
+def test_async_jobs_run_in_their_own_task_and_context(redis_server: Any, redis_client: Any,
+                                                      workers: list[Any]) -> None:
+    seen: list[dict[str, Any]] = []
+    app = App("hot")
+
+    @app.handler(ECHO)
+    async def echo(command: Any, job: Any) -> None:
+        before = VAR.get()
+        VAR.set(f"job {command['args']['n']}")
+        task = asyncio.current_task()
+        if command["mode"] == "sleep":
+            await asyncio.sleep(0.01)  # suspends: resumed by the loop, still in the same task
+        seen.append({"n": command["args"]["n"], "before": before, "task": task, "after": asyncio.current_task(),
+                     "tags": command["args"]["tags"], "daemon": worker._daemon_task})
+        if command["mode"] == "fail":
+            raise RuntimeError("failed on purpose")
+
+    _fill(redis_server, ["ok", "sleep", "ok", "fail", "ok"])
+    worker = _worker(redis_server, app, workers, tries=1)
+    steps: list[int] = []
+    step_now = worker._step_now
+    worker._step_now = lambda loop, handle: (steps.append(1), step_now(loop, handle))
+    assert worker.daemon() == 0
+    assert len(steps) == 5  # every first step ran at once (the shortcut under test)
+    assert [s["n"] for s in seen] == [0, 1, 2, 3, 4]
+    assert all(s["before"] is None for s in seen)  # no context leaks from one job into the next
+    assert VAR.get() is None
+    tasks = [s["task"] for s in seen]
+    assert all(t is not None and t is s["after"] and t is not s["daemon"] for t, s in zip(tasks, seen, strict=True))
+    assert len({id(t) for t in tasks}) == 5
+    assert all(type(s["tags"]) is PHPArray and s["tags"].is_list for s in seen)
+    assert redis_client.llen(PREFIX + "queues:hot") == 0
+    assert redis_client.zcard(PREFIX + "queues:hot:reserved") == 0
+
+
+def test_an_async_job_over_its_timeout_is_still_cancelled(redis_server: Any, redis_client: Any,
+                                                          workers: list[Any]) -> None:
+    cancelled: list[bool] = []
+    app = App("hot-timeout")
+
+    @app.handler(ECHO)
+    async def echo(command: Any, job: Any) -> None:
+        if command["mode"] == "sleep":
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.append(True)
+                raise
+
+    _fill(redis_server, ["ok", "sleep", "ok"])
+    worker = _worker(redis_server, app, workers, tries=3, timeout=1)
+    kills: list[int] = []
+    worker._kill = lambda: kills.append(1)
+    assert worker.daemon() == 0
+    assert cancelled == [True] and kills == []
+    # the timed-out job stays reserved (attempt 1 of 3), as with a killed PHP worker; the others are done
+    assert redis_client.llen(PREFIX + "queues:hot") == 0
+    assert redis_client.zcard(PREFIX + "queues:hot:reserved") == 1
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_many_short_async_jobs_all_finish(redis_server: Any, redis_client: Any, workers: list[Any],
+                                          concurrency: int) -> None:
+    done: list[int] = []
+    app = App("hot-many")
+
+    @app.handler(ECHO)
+    async def echo(command: Any, job: Any) -> None:
+        if command["args"]["n"] % 7 == 0:
+            await asyncio.sleep(0)
+        done.append(command["args"]["n"])
+
+    _fill(redis_server, ["ok"] * 450)
+    worker = _worker(redis_server, app, workers, concurrency=concurrency)
+    assert worker.daemon() == 0
+    assert sorted(done) == list(range(450))
+    assert redis_client.zcard(PREFIX + "queues:hot:reserved") == 0

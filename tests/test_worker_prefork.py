@@ -1,0 +1,165 @@
+"""``laraq work --processes N``: one small supervisor (``laraq.prefork``), N worker processes.
+
+Correctness only, nothing timed: the jobs are shared by all workers and each runs once; a worker that
+dies by SIGKILL is replaced and its job is run again after ``retry_after`` (as artisan under
+supervisord); SIGTERM drains every worker; ``php artisan queue:restart`` stops them all and the
+supervisor exits 0; the supervisor itself is the small interpreter (``-S``, no laraq imported).
+A SIGKILL mid-batch re-runs only the job that was running when the acks are older than their
+50 ms deferral (the at-least-once window is bounded by time).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import time
+from typing import Any
+
+import pytest
+from test_worker_fastpath import _app, _dispatch, _left
+from test_worker_support import popen_laraq, wait_for
+
+pytestmark = pytest.mark.php
+
+KEY = "laravel_database_queues:fast"  # the queue of test_worker_fastpath's helpers
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(p) for p in fh.read().split()]
+    except OSError:
+        return []
+
+
+def _rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+def _uuids(redis_client: Any) -> set[str]:
+    return {json.loads(m)["uuid"] for m in redis_client.lrange(KEY, 0, -1)}
+
+
+def test_two_processes_share_the_queue_and_stop_when_empty(php: str, redis_client: Any, redis_server: Any,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    app = _app(redis_server, monkeypatch)
+    _dispatch(app, 40, 0.05)
+    uuids = _uuids(redis_client)
+    proc = popen_laraq(app, "--queue=fast", "--processes=2", "--stop-when-empty", "--quiet", "--batch=2",
+                       "--no-prefetch")
+    try:
+        supervisor_rss = wait_for(lambda: len(_children(proc.pid)) == 2 and _rss_kb(proc.pid), timeout=30)
+        with open(f"/proc/{proc.pid}/cmdline", "rb") as fh:
+            cmdline = fh.read().split(b"\0")
+        assert b"-S" in cmdline  # the supervisor runs without site and without laraq
+        assert proc.wait(120) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        _stop(proc)
+    runs = app.runs()
+    assert sorted(r["uuid"] for r in runs) == sorted(uuids)  # each job once
+    assert len({r["pid"] for r in runs}) == 2  # both worker processes took jobs
+    assert supervisor_rss < 20 * 1024
+    assert _left(redis_client) == 0
+
+
+def test_a_killed_worker_process_is_replaced_and_sigterm_drains_all(
+        php: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = _app(redis_server, monkeypatch, retry_after=2)
+    _dispatch(app, 30, 0.1)
+    uuids = _uuids(redis_client)
+    proc = popen_laraq(app, "--queue=fast", "--processes=2", "--quiet", "--retry-after=2", "--tries=0", "--batch=1")
+    try:
+        first = wait_for(lambda: len(_children(proc.pid)) == 2 and _children(proc.pid), timeout=30)
+        wait_for(lambda: len({r["pid"] for r in app.runs()}) == 2, timeout=60)
+        victim = first[0]
+        os.kill(victim, signal.SIGKILL)
+        replaced = wait_for(lambda: (set(_children(proc.pid)) - set(first)) and len(_children(proc.pid)) == 2,
+                            timeout=30)
+        assert replaced
+        wait_for(lambda: {r["uuid"] for r in app.runs()} >= uuids and _left(redis_client) == 0, timeout=120,
+                 interval=0.2)
+        workers = _children(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        assert all(not os.path.exists(f"/proc/{pid}") or _zombie(pid) for pid in workers)
+    finally:
+        _stop(proc)
+    err = proc.stderr.read() if proc.stderr else ""
+    assert "worker process died by SIGKILL" in err
+    assert len({r["pid"] for r in app.runs()}) == 3  # the replacement worked too
+    assert app.artisan("queue:failed").stdout.count("EchoJob") == 0
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_queue_restart_stops_every_worker_and_the_supervisor(php: str, redis_client: Any, redis_server: Any,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    app = _app(redis_server, monkeypatch)
+    _dispatch(app, 200, 0.02)
+    proc = popen_laraq(app, "--queue=fast", "--processes=2", "--quiet")
+    try:
+        wait_for(lambda: len({r["pid"] for r in app.runs()}) == 2, timeout=60)
+        app.artisan("queue:restart", check=True)
+        assert proc.wait(60) == 0
+    finally:
+        _stop(proc)
+    assert redis_client.zcard(KEY + ":reserved") == 0  # buffered jobs were handed back
+    app.artisan("queue:work", "redis", "--queue=fast", "--stop-when-empty", check=True, timeout=120)
+    assert len({r["uuid"] for r in app.runs()}) == 200
+
+
+@pytest.mark.parametrize("app_spec", ["test_worker_support:async_app", "test_worker_support:app"])
+def test_sigkill_mid_batch_reruns_only_the_running_job(php: str, redis_client: Any, redis_server: Any,
+                                                       monkeypatch: pytest.MonkeyPatch, app_spec: str) -> None:
+    # Short jobs first (the worker measures them and prefetches the rest in one reserve call), then
+    # long ones: the first long job starts from the buffer while the last short jobs' acks are still
+    # deferred. An async handler leaves the loop free to send them; a sync one runs inline on the loop
+    # thread, and the watchdog sends them meanwhile. Either way only the running job runs again.
+    app = _app(redis_server, monkeypatch, retry_after=3)
+    _dispatch(app, 10, 0.01)
+    _dispatch(app, 3, 2.5)
+    bodies = redis_client.lrange(KEY, 0, -1)
+    uuids = [json.loads(b)["uuid"] for b in bodies]
+    first_long = uuids[10]
+    proc = popen_laraq(app, "--queue=fast", "--quiet", "--no-supervise", "--tries=0", "--retry-after=3",
+                       app_spec=app_spec)
+    try:
+        wait_for(lambda: first_long in {r["uuid"] for r in app.runs()}, timeout=60)
+        time.sleep(1.0)  # well past the 50 ms ack deferral; the long job is still running
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        _stop(proc)
+    before = [r["uuid"] for r in app.runs()]
+    assert before[-1] == first_long and len(before) == 11
+    restarted = popen_laraq(app, "--queue=fast", "--quiet", "--no-supervise", "--tries=0", "--retry-after=3",
+                            app_spec=app_spec)
+    try:
+        wait_for(lambda: {r["uuid"] for r in app.runs()} >= set(uuids) and _left(redis_client) == 0, timeout=120,
+                 interval=0.2)
+        restarted.send_signal(signal.SIGTERM)
+        assert restarted.wait(60) == 0
+    finally:
+        _stop(restarted)
+    counts = collections.Counter(r["uuid"] for r in app.runs())
+    assert {u for u, n in counts.items() if n > 1} == {first_long}  # only the job that was running
+    assert counts[first_long] == 2
