@@ -53,9 +53,9 @@ def _uuids(redis_client: Any) -> set[str]:
     return {json.loads(m)["uuid"] for m in redis_client.lrange(KEY, 0, -1)}
 
 
-def test_two_processes_share_the_queue_and_stop_when_empty(php: str, redis_client: Any, redis_server: Any,
+def test_two_processes_share_the_queue_and_stop_when_empty(laravel: str, redis_client: Any, redis_server: Any,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    app = _app(redis_server, monkeypatch)
+    app = _app(laravel, redis_server, monkeypatch)
     _dispatch(app, 40, 0.05)
     uuids = _uuids(redis_client)
     proc = popen_laraq(app, "--queue=fast", "--processes=2", "--stop-when-empty", "--quiet", "--batch=2",
@@ -76,8 +76,8 @@ def test_two_processes_share_the_queue_and_stop_when_empty(php: str, redis_clien
 
 
 def test_a_killed_worker_process_is_replaced_and_sigterm_drains_all(
-        php: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    app = _app(redis_server, monkeypatch, retry_after=2)
+        laravel: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = _app(laravel, redis_server, monkeypatch, retry_after=2)
     _dispatch(app, 30, 0.1)
     uuids = _uuids(redis_client)
     proc = popen_laraq(app, "--queue=fast", "--processes=2", "--quiet", "--retry-after=2", "--tries=0", "--batch=1")
@@ -111,9 +111,9 @@ def _zombie(pid: int) -> bool:
         return True
 
 
-def test_queue_restart_stops_every_worker_and_the_supervisor(php: str, redis_client: Any, redis_server: Any,
+def test_queue_restart_stops_every_worker_and_the_supervisor(laravel: str, redis_client: Any, redis_server: Any,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    app = _app(redis_server, monkeypatch)
+    app = _app(laravel, redis_server, monkeypatch)
     _dispatch(app, 200, 0.02)
     proc = popen_laraq(app, "--queue=fast", "--processes=2", "--quiet")
     try:
@@ -128,13 +128,13 @@ def test_queue_restart_stops_every_worker_and_the_supervisor(php: str, redis_cli
 
 
 @pytest.mark.parametrize("app_spec", ["test_worker_support:async_app", "test_worker_support:app"])
-def test_sigkill_mid_batch_reruns_only_the_running_job(php: str, redis_client: Any, redis_server: Any,
+def test_sigkill_mid_batch_reruns_only_the_running_job(laravel: str, redis_client: Any, redis_server: Any,
                                                        monkeypatch: pytest.MonkeyPatch, app_spec: str) -> None:
     # Short jobs first (the worker measures them and prefetches the rest in one reserve call), then
     # long ones: the first long job starts from the buffer while the last short jobs' acks are still
     # deferred. An async handler leaves the loop free to send them; a sync one runs inline on the loop
     # thread, and the watchdog sends them meanwhile. Either way only the running job runs again.
-    app = _app(redis_server, monkeypatch, retry_after=3)
+    app = _app(laravel, redis_server, monkeypatch, retry_after=3)
     _dispatch(app, 10, 0.01)
     _dispatch(app, 3, 2.5)
     bodies = redis_client.lrange(KEY, 0, -1)
