@@ -119,6 +119,9 @@ class Job:
         self.restore_error: BaseException | None = None
         #: The app's database (a :class:`laraq.models.ModelLoader`), set by the worker; None without DB_*.
         self.app_db: Any = None
+        #: Why only PHP can run this job (a reason string), ``""`` when laraq can; ``None`` until the
+        #: worker looked (see ``Lifecycle._php_only``: decided once per job, not once per caller).
+        self.php_only: str | None = None
 
     def __repr__(self) -> str:
         return f"<Job {self.name} id={self.id} attempts={self.attempts} queue={self.queue}>"

@@ -384,7 +384,14 @@ class Lifecycle:
         deleted unsent when a newer dispatch superseded it, which is decided by the job's own
         ``debounceId()``/``debounceVia()`` PHP methods; laraq cannot evaluate them, so the job goes back
         to PHP through the ``--unhandled`` policy, loudly, instead of running superseded copies.
+        The verdict is kept on the job: the executor, ``process`` and ``_unhandled`` all ask, and an
+        encrypted command is decrypted for it once.
         """
+        if job.php_only is None:
+            job.php_only = self._php_only_reason(job) or ""
+        return job.php_only or None
+
+    def _php_only_reason(self, job: Job) -> str | None:
         text = job.payload.command
         if not text or not self.version.since("13.6"):
             return None
