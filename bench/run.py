@@ -619,45 +619,67 @@ class FileWatch:
 def measure_latency(lq: Laraq, cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path,
                     queue: str, samples: int, outfile: Path) -> dict:
     """Dispatch one job at a time to an idle, blocking worker; time from the push to its log line."""
-    watch = FileWatch(log_path)
-    lat: list[float] = []
-    handler_lat: list[float] = []
-    peak = 0
-    with open(outfile, "ab") as out:
-        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+    return measure_latency_interleaved(lq, {"one": (cmd, env, cwd, log_path, queue, outfile)}, samples)["one"]
+
+
+def measure_latency_interleaved(lq: Laraq, sides: dict[str, tuple], samples: int) -> dict[str, dict]:
+    """Pickup latency of several idle workers measured together: each waits on its own queue, and every
+    round pushes one job to each side in a random order, one at a time (a job is pushed only when the
+    previous one was seen). A side's samples then meet the same host load as the other's, which
+    sequential runs on a shared machine do not give. ``sides``: label -> (cmd, env, cwd, log path,
+    queue, output file)."""
+    watches = {label: FileWatch(spec[3]) for label, spec in sides.items()}
+    lat: dict[str, list[float]] = {label: [] for label in sides}
+    handler_lat: dict[str, list[float]] = {label: [] for label in sides}
+    peak = dict.fromkeys(sides, 0)
+    procs = {}
+    rng = random.Random(13)
     try:
-        for i in range(samples + 3):  # 3 warm-up jobs: the first waits for the worker to boot
-            time.sleep(random.uniform(0.02, 0.04))
-            ts = time.time()
-            job = lq.prepare("echo", queue, args={"args": {"ts": ts, "i": i}, "mode": "ok"})
-            sent = time.time()
-            lq.dispatcher.push(job)
-            found = None
-            while found is None:
-                seen, lines = watch.wait_lines(60 if i < 3 else 10)
-                if not lines:
-                    raise RuntimeError(f"latency job {i} never ran (see {outfile})")
-                for line in lines:
-                    args = line.get("args") or {}
-                    if isinstance(args, dict) and args.get("i") == i:
-                        found = (seen, line)
-            if i >= 3:
-                lat.append(found[0] - sent)
-                if "t" in found[1]:
-                    handler_lat.append(found[1]["t"] - sent)
-            peak = max(peak, rss_kb(proc.pid))
+        for label, (cmd, env, cwd, _log, _queue, outfile) in sides.items():
+            with open(outfile, "ab") as out:
+                procs[label] = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        for i in range(samples + 3):  # 3 warm-up jobs: the first waits for the workers to boot
+            order = list(sides)
+            rng.shuffle(order)
+            for label in order:
+                queue, outfile = sides[label][4], sides[label][5]
+                time.sleep(rng.uniform(0.02, 0.04))
+                ts = time.time()
+                job = lq.prepare("echo", queue, args={"args": {"ts": ts, "i": i}, "mode": "ok"})
+                sent = time.time()
+                lq.dispatcher.push(job)
+                found = None
+                while found is None:
+                    seen, lines = watches[label].wait_lines(60 if i < 3 else 10)
+                    if not lines:
+                        raise RuntimeError(f"latency job {i} never ran (see {outfile})")
+                    for line in lines:
+                        args = line.get("args") or {}
+                        if isinstance(args, dict) and args.get("i") == i:
+                            found = (seen, line)
+                if i >= 3:
+                    lat[label].append(found[0] - sent)
+                    if "t" in found[1]:
+                        handler_lat[label].append(found[1]["t"] - sent)
+                peak[label] = max(peak[label], rss_kb(procs[label].pid))
     finally:
-        watch.close()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    out = {"samples": len(lat), **pct(lat)}
-    if handler_lat:
-        out["handler_start"] = pct(handler_lat)
-    return out
+        for watch in watches.values():
+            watch.close()
+        for proc in procs.values():
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs.values():
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    results = {}
+    for label in sides:
+        out = {"samples": len(lat[label]), **pct(lat[label])}
+        if handler_lat[label]:
+            out["handler_start"] = pct(handler_lat[label])
+        results[label] = out
+    return results
 
 
 def pct(values: list[float]) -> dict:
@@ -1039,41 +1061,38 @@ def main(argv: list[str] | None = None) -> int:
         # Pickup latency: idle worker blocked on :notify (block_for = 5 s), one job at a time.
         results["latency"] = {}
         if cfg.latency:
-            q = "bench-latency"
-            if php:
-                clear_queue(r, q)
-                lp = tmp / "php-latency.jsonl"
-                lp.touch()
-                log("latency: artisan")
-                results["latency"]["artisan"] = measure_latency(
-                    lq, php.worker_cmd(q, stop_when_empty=False), php.env(block_for=5, log_path=lp), php.app_dir,
-                    lp, q, cfg.latency, logs / "php-latency.log")
-            if run_laraq:
-                clear_queue(r, q)
-                lp = tmp / "laraq-latency.jsonl"
-                lp.touch()
-                log("latency: laraq")
-                results["latency"]["laraq"] = measure_latency(
-                    lq, lq.worker_cmd(q, stop_when_empty=False, block_for=5), lq.env(log_path=lp), BENCH,
-                    lp, q, cfg.latency, logs / "laraq-latency.log")
-            clear_queue(r, q)
-            # block_for unset: both poll, sleeping --sleep between empty pops
-            for side in ("artisan", "laraq"):
-                if (side == "artisan" and not php) or (side == "laraq" and not run_laraq):
+            # block_for = 5 (idle workers blocked on :notify), then block_for unset (both poll, sleeping
+            # --sleep between empty pops); artisan and laraq measured together, interleaved
+            for mode in ("block", "sleep"):
+                sides: dict[str, tuple] = {}
+                for side in ("artisan", "laraq"):
+                    if (side == "artisan" and not php) or (side == "laraq" and not run_laraq):
+                        continue
+                    q = f"bench-latency-{side}"
+                    clear_queue(r, q)
+                    suffix = "" if mode == "block" else "-sleep"
+                    lp = tmp / f"{side}-latency{suffix}.jsonl"
+                    lp.touch()
+                    outfile = logs / f"{side}-latency{suffix}.log"
+                    if side == "artisan" and mode == "block":
+                        spec = (php.worker_cmd(q, stop_when_empty=False), php.env(block_for=5, log_path=lp),
+                                php.app_dir)
+                    elif side == "artisan":
+                        spec = (php.worker_cmd(q, stop_when_empty=False, sleep=cfg.latency_sleep),
+                                php.env(log_path=lp), php.app_dir)
+                    elif mode == "block":
+                        spec = (lq.worker_cmd(q, stop_when_empty=False, block_for=5), lq.env(log_path=lp), BENCH)
+                    else:
+                        spec = (lq.worker_cmd(q, stop_when_empty=False, sleep=cfg.latency_sleep),
+                                lq.env(log_path=lp), BENCH)
+                    label = side if mode == "block" else f"{side} --sleep={cfg.latency_sleep:g}"
+                    sides[label] = (*spec, lp, q, outfile)
+                if not sides:
                     continue
-                clear_queue(r, q)
-                lp = tmp / f"{side}-latency-sleep.jsonl"
-                lp.touch()
-                log(f"latency: {side} --sleep={cfg.latency_sleep:g}, no block_for")
-                if side == "artisan":
-                    cmd, env, cwd = (php.worker_cmd(q, stop_when_empty=False, sleep=cfg.latency_sleep),
-                                     php.env(log_path=lp), php.app_dir)
-                else:
-                    cmd, env, cwd = (lq.worker_cmd(q, stop_when_empty=False, sleep=cfg.latency_sleep),
-                                     lq.env(log_path=lp), BENCH)
-                results["latency"][f"{side} --sleep={cfg.latency_sleep:g}"] = measure_latency(
-                    lq, cmd, env, cwd, lp, q, cfg.latency, logs / f"{side}-latency-sleep.log")
-            clear_queue(r, q)
+                log(f"latency: {' and '.join(sides)}, interleaved")
+                results["latency"].update(measure_latency_interleaved(lq, sides, cfg.latency))
+                for label in sides:
+                    clear_queue(r, sides[label][4])
 
         # Memory growth: peak RSS over a small and a large no-op run.
         results["memory"] = {}

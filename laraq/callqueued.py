@@ -72,20 +72,30 @@ class _Facts:
             return _NO_FACTS
         # CallQueuedHandler reads these from outside the object: only *public* properties count, and
         # a public property's wire name is its plain name (a dict lookup, no name resolution)
-        props = command._props
-        batch = deref(props.get("batchId"))
-        unique = deref(props.get("uniqueId", _MISSING))
+        get = command._props.get
+        chained = get("chained")
+        catch = get("chainCatchCallbacks")
+        batch = get("batchId")
+        unique = get("uniqueId", _MISSING)
+        middleware = get("middleware")
+        if not (chained or catch or batch or middleware) and unique is _MISSING and type(chained) not in _ODD \
+                and type(catch) not in _ODD and type(batch) not in _ODD and type(middleware) not in _ODD:
+            return _NO_FACTS  # the usual job: all empty (falsy, and not one of the falsy values _non_empty counts)
+        batch = deref(batch)
+        unique = deref(unique)
         return cls(
-            chained=_non_empty(deref(props.get("chained"))),
-            catch=_non_empty(deref(props.get("chainCatchCallbacks"))),
+            chained=_non_empty(deref(chained)),
+            catch=_non_empty(deref(catch)),
             batch_id=str(batch) if _non_empty(batch) else None,
             unique_id=None if unique is _MISSING else "" if unique is None else str(unique),
-            middleware=_non_empty(deref(props.get("middleware"))),
+            middleware=_non_empty(deref(middleware)),
         )
 
 
 _MISSING = object()
 _NO_FACTS = _Facts()
+#: Falsy values ``_non_empty`` still counts as set (an object without properties, empty bytes).
+_ODD = (PHPObject, bytes)
 
 
 class CallQueued:

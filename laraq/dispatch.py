@@ -72,6 +72,9 @@ _SCALARS: dict[tuple[type, Any], bytes] = {}
 _SCALAR_TYPES = (type(None), bool, int, str)
 #: ``s:N:"name";`` of the property names seen (the same few names in every job of a bulk dispatch)
 _NAMES: dict[bytes, bytes] = {}
+#: The serialized ``job`` + Queueable properties per (version, connection, queue, delay, skip_defaults,
+#: overrides): (bytes, how many properties, their names).
+_TRAIT_CHUNKS: dict[tuple[Any, ...], tuple[bytes, int, frozenset[bytes]]] = {}
 
 
 def _serialize_value(value: Any) -> bytes:
@@ -149,13 +152,27 @@ def serialize_command(
         members.append(_serialize_value(value))
 
     for name, value in (properties or {}).items():
-        add(name.encode("utf-8") if "\0" in name else _mangle(class_name, name, "public"), value)
+        add(name.encode("utf-8"), value)  # public: the plain name (or a name given already mangled)
     for name, value in (protected or {}).items():
         add(_mangle(class_name, name, "protected"), value)
     for name, value in (private or {}).items():
         add(_mangle(class_name, name, "private"), value)
 
+    chunk_key: tuple[Any, ...] | None = None
+    if queueable_defaults and all(type(v) in _SCALAR_TYPES for v in (connection, queue, delay)) \
+            and (not queueable or all(type(v) in _SCALAR_TYPES for v in queueable.values())):
+        # typed, so that 1, True and 1.0 (equal in Python, not in PHP) never share a chunk; any other
+        # override (a middleware list) is built each time
+        chunk_key = (profile, skip_defaults, *((type(v), v) for v in (connection, queue, delay)),
+                     *((k, type(v), v) for k, v in (queueable or {}).items()))
+        chunk = _TRAIT_CHUNKS.get(chunk_key)
+        if chunk is not None and seen.isdisjoint(chunk[2]):
+            cls = class_name.encode("utf-8")
+            return b'O:%d:"%s":%d:{%s%s}' % (len(cls), cls, len(members) // 2 + chunk[1], b"".join(members),
+                                             chunk[0])
     if queueable_defaults:
+        user_names = frozenset(seen)
+        first_trait = len(members)
         overrides: dict[str, Any] = {"connection": connection, "queue": queue, "delay": delay}
         overrides.update(queueable or {})
         trait_props: list[tuple[str, Any, Any]] = [("job", None, None)]
@@ -167,6 +184,14 @@ def serialize_command(
             if skip_defaults and value == default and type(value) is type(default):
                 continue
             add(name.encode("utf-8"), value)
+        trait_names = frozenset(name.encode() for name, _, _ in trait_props)
+        if chunk_key is not None and user_names.isdisjoint(trait_names):
+            # the same trait properties follow every job of this (version, connection, queue, delay):
+            # kept as bytes for the next one whose own properties do not redeclare any of them
+            if len(_TRAIT_CHUNKS) >= 256:
+                _TRAIT_CHUNKS.clear()
+            trait_members = members[first_trait:]
+            _TRAIT_CHUNKS[chunk_key] = (b"".join(trait_members), len(trait_members) // 2, trait_names)
 
     cls = class_name.encode("utf-8")
     return b'O:%d:"%s":%d:{%s}' % (len(cls), cls, len(members) // 2, b"".join(members))
@@ -515,11 +540,11 @@ def _model_tags(groups: Sequence[Mapping[str, Any] | None]) -> list[str]:
 
 
 def _result(job: PreparedJob, available_at: int | None) -> DispatchResult:
-    import json
+    import orjson
 
     if job.skipped:
         return DispatchResult(id=None, uuid=None, queue=job.queue, available_at=None, payload=b"", skipped=True)
-    decoded = json.loads(job.payload)
+    decoded = orjson.loads(job.payload)  # laraq's own payload (valid JSON); the same values json.loads gives
     return DispatchResult(
         id=decoded.get("id"), uuid=decoded.get("uuid"), queue=job.queue,
         available_at=available_at, payload=job.payload,

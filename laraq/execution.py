@@ -93,8 +93,14 @@ class _Running:
     cancelled_at: float | None = None
     #: Timed out and done with: bookkeeping finished, and the coroutine unwound or the kill is due.
     settled: bool = False
-    #: Cancels an async job running as a task on the fast path's loop (thread-safe).
-    cancel: Callable[[], Any] | None = None
+    #: The task of an async job on the fast path's loop (cancelled from the watchdog through the loop).
+    task: asyncio.Task[Any] | None = None
+
+    def cancel(self) -> None:
+        """Cancel the job's task (thread-safe: from the watchdog)."""
+        task = self.task
+        if task is not None:
+            task.get_loop().call_soon_threadsafe(task.cancel)
 
 
 def sigkill_self() -> None:
@@ -133,6 +139,8 @@ class Execution:
         self._fresh: list[tuple[asyncio.Task[None], _Running, float]] = []
         #: the fast path's daemon task while it runs (new tasks' first steps are run from it)
         self._daemon_task: asyncio.Task[Any] | None = None
+        #: (loop, its ready queue or None): what _eager_queue found for the loop it last looked at
+        self._ready_of: tuple[Any, Any] | None = None
 
     def _start_job(self, job: Job) -> None:
         timeout = self._timeout_for(job)
@@ -148,8 +156,10 @@ class Execution:
             running.task_done = _Flag()
             ready = self._eager_queue(loop)
             queued = len(ready) if ready is not None else -1
-            task = loop.create_task(self._process_async(job, handler, running))
-            running.cancel = functools.partial(loop.call_soon_threadsafe, task.cancel)
+            coro = self._process_async(job, handler, running)
+            # asyncio.Task itself, as loop.create_task makes it when no task factory is set (one call less)
+            task = running.task = asyncio.Task(coro, loop=loop) if loop._task_factory is None \
+                else loop.create_task(coro)  # type: ignore[attr-defined]
             self._active += 1
             if ready is not None and len(ready) == queued + 1:
                 self._step_now(loop, ready.pop())
@@ -176,9 +186,15 @@ class Execution:
     def _eager_queue(self, loop: asyncio.AbstractEventLoop) -> Any:
         """The loop's ready queue, when a new task's first step may be run at once (see :meth:`_step_now`):
         asyncio's own loop (``BaseEventLoop._ready``), called from the fast path's daemon task."""
-        ready = getattr(loop, "_ready", None)
-        if type(ready) is not collections.deque or self._daemon_task is None or _enter_task is None:
+        if self._daemon_task is None:
             return None
+        cached = self._ready_of
+        if cached is not None and cached[0] is loop:
+            return cached[1]
+        ready = getattr(loop, "_ready", None)
+        if type(ready) is not collections.deque or _enter_task is None:
+            ready = None
+        self._ready_of = (loop, ready)
         return ready
 
     def _step_now(self, loop: asyncio.AbstractEventLoop, handle: Any) -> None:
@@ -287,7 +303,7 @@ class Execution:
     def _task_done(self, running: _Running, started: float, future: Any = None) -> None:
         """A job of a task or of the thread pool finished (on the loop thread)."""
         self._active -= 1
-        if future is not None:
+        if future is not None and (future.cancelled() or future.exception() is not None):
             try:
                 exc = None if future.cancelled() else future.exception()
                 if exc is not None:
@@ -430,9 +446,9 @@ class Execution:
         if not job.has_failed:
             log.warning("%s stays reserved until retry_after expires", job.name)
         with self._running_lock:
-            if running.is_async and (running.future is not None or running.cancel is not None):
+            if running.is_async and (running.future is not None or running.task is not None):
                 running.cancelled_at = time.monotonic()
-                if running.cancel is not None:
+                if running.task is not None:
                     running.cancel()
                 else:
                     running.future.cancel()  # type: ignore[union-attr]

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from laraq.failed import _dialect_of, locked_cursor
-from laraq.serializer import PHPEnum, PHPObject, PHPReference, deref, is_model_identifier
+from laraq.serializer import MODEL_IDENTIFIER_CLASS, PHPEnum, PHPObject, PHPReference, deref, is_model_identifier
 
 __all__ = [
     "Model",
@@ -233,10 +233,16 @@ def make_enum(class_name: str, cases: Mapping[str, str | int]) -> type[enum.Enum
     return made
 
 
-def needs_restoring(command: Any, enums: Mapping[str, type[enum.Enum]]) -> bool:
+def needs_restoring(command: Any, enums: Mapping[str, type[enum.Enum]], text: str | None = None) -> bool:
     """Does the command hold a model (a top-level property, where ``SerializesModels`` puts them) or a
-    declared enum (anywhere; only searched when enums are declared)?"""
+    declared enum (anywhere; only searched when enums are declared)?
+
+    ``text``: the command as serialized (not encrypted), when the caller has it: a model identifier's
+    class name is then in it wherever the object is, so its absence answers "no" without a walk.
+    """
     if not isinstance(command, PHPObject):
+        return False
+    if text is not None and not enums and MODEL_IDENTIFIER_CLASS not in text:
         return False
     values = [deref(v) for v in command._props.values()]
     if any(is_model_identifier(v) for v in values):
@@ -333,7 +339,9 @@ def prepare(job: Any, loader: ModelLoader | None, enums: Mapping[str, type[enum.
     model from PHP-only state (the lock via Context, the batch as a success): PHP gets such a job.
     """
     command = job.command
-    if not needs_restoring(command, enums):
+    payload = job.payload
+    text = None if payload.is_encrypted_command else payload.command
+    if not needs_restoring(command, enums, text):
         return None
     try:
         job.command = restore_command(command, loader, enums)

@@ -25,10 +25,16 @@ the same for users.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from laraq import serializer
 from laraq.serializer import PHPObject, PHPReference
+
+try:  # the C build of the hot path (setup.py, optional): without it the pure-Python codec does the same
+    from laraq import _speedups
+except ImportError:  # pragma: no cover - no compiler when installed
+    _speedups = None  # type: ignore[assignment]
 
 __all__ = ["PHPArray", "loads_php_arrays", "php_arrays", "unwrap"]
 
@@ -112,14 +118,35 @@ def php_arrays(value: Any) -> Any:
 def loads_php_arrays(data: bytes) -> Any:
     """``php_arrays(loads(data))`` in one pass where the codec's single-``findall`` path applies (small
     commands without references: the usual job), building :class:`PHPArray` directly instead of
-    converting lists and dicts afterwards; the same value either way."""
+    converting lists and dicts afterwards; the same value either way.
+
+    With the C build (``laraq._speedups``) that pass runs in C; whatever it does not take (references,
+    ``C:`` objects, anything malformed) goes the pure-Python way, which decides and reports as before.
+    """
     size = len(data)
     if 0 < size <= serializer._PAIRS_MAX_BYTES and size <= serializer.DEFAULT_MAX_BYTES \
             and size <= serializer.DEFAULT_MAX_ELEMENTS:
+        if _c_pairs_loads is not None and type(data) is bytes:
+            value = _c_pairs_loads(data, serializer.DEFAULT_MAX_DEPTH)
+            if value is not serializer._BAIL:
+                return value
         value = serializer._pairs_loads(data, size, serializer.DEFAULT_MAX_DEPTH, PHPArray)
         if value is not serializer._BAIL:
             return value
     return php_arrays(serializer.loads(data))
+
+
+def _c_build() -> Any:
+    """The C ``pairs_loads``, configured with this module's pieces; None without the build or with
+    ``LARAQ_PURE_PYTHON=1`` (for comparing both paths)."""
+    if _speedups is None or os.environ.get("LARAQ_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    _speedups.configure(PHPArray, serializer._object_token, serializer._float_token, serializer._enum_token,
+                        serializer._BAIL)
+    return _speedups.pairs_loads
+
+
+_c_pairs_loads = _c_build()
 
 
 def unwrap(value: Any) -> Any:

@@ -52,6 +52,33 @@ def test_skip_defaults_and_queueable_values():
         serialize_command("App\\Jobs\\X", {"\0*\0a": 1}, protected={"a": 2})
 
 
+def test_the_reused_trait_part_gives_the_same_bytes(monkeypatch):
+    # serialize_command keeps the job + Queueable part per (version, connection, queue, delay, overrides) and
+    # reuses it; every call must give what a fresh build gives, whatever came before it
+    from laraq import dispatch
+
+    calls = [
+        ("App\\Jobs\\A", {"a": 1}, {"version": "8.83", "queue": "q"}),
+        ("App\\Jobs\\B", {"b": [1, 2]}, {"version": "8.83", "queue": "q"}),
+        ("App\\Jobs\\A", {"a": 1, "queue": "mine"}, {"version": "8.83", "queue": "q"}),  # redeclares queue
+        ("App\\Jobs\\A", {"a": 1}, {"version": "8.83", "queue": "q", "queueable": {"afterCommit": True}}),
+        ("App\\Jobs\\A", {"a": 1}, {"version": "8.83", "queue": "q", "queueable": {"afterCommit": 1}}),
+        ("App\\Jobs\\A", {"a": 1}, {"version": "8.83", "queue": "q", "delay": 5}),
+        ("App\\Jobs\\A", {"a": 1}, {"version": "13.26.1", "queue": "q", "skip_defaults": True}),
+        ("App\\Jobs\\A", {"a": 1}, {"version": "13.26.1", "queue": "q"}),
+        ("App\\Jobs\\A", {"a": 1}, {"version": "13.26.1", "queue": "q", "queueable": {"middleware": ["m"]}}),
+    ]
+    fresh = []
+    for cls, props, kw in calls:
+        monkeypatch.setattr(dispatch, "_TRAIT_CHUNKS", {})
+        fresh.append(serialize_command(cls, props, **kw))
+    monkeypatch.setattr(dispatch, "_TRAIT_CHUNKS", {})
+    for _ in range(2):  # the second round reads every part from the cache
+        assert [serialize_command(cls, props, **kw) for cls, props, kw in calls] == fresh
+    assert b's:11:"afterCommit";b:1;' in fresh[3] and b's:11:"afterCommit";i:1;' in fresh[4]
+    assert fresh[2].count(b's:5:"queue";') == 1 and b's:5:"queue";s:4:"mine";' in fresh[2]
+
+
 def test_payload_fields_and_push(redis_client):
     q, d = make(redis_client)
     res = d.dispatch_job("App\\Jobs\\EchoJob", {"args": [1]}, queue="emails", tries=3, backoff=[1, 5, 10],

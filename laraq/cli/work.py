@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import json
 import logging
 import os
@@ -229,6 +230,10 @@ def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None) -> int:
         from laraq.scheduler import attach_to_worker
 
         attach_to_worker(worker)
+    # What boot made (modules, the app, settings) lives as long as the process: keep it out of the
+    # collector's passes, so a long-running worker's collections only walk what jobs allocate.
+    gc.collect()
+    gc.freeze()
     try:
         return worker.run()
     except Exception as exc:

@@ -1,0 +1,406 @@
+/*
+ * laraq._speedups: the worker's hot unserialize path in C.
+ *
+ * pairs_loads(data, max_depth) reads one PHP-serialized array or object (the shape a queued command
+ * has) and returns it built the way laraq.phparray.loads_php_arrays builds it: every PHP array a
+ * PHPArray, objects PHPObject, enums PHPEnum, non-canonical floats PHPFloat. It accepts a strict
+ * subset of the format and returns the `bail` marker for anything outside it (references, `C:`
+ * objects, a count that does not match, a member too many, bytes after the end, over max_depth...):
+ * the caller then takes the pure-Python codec, which decides (and reports errors) as before.
+ *
+ * Untrusted input: no recursion (an explicit stack of at most max_depth frames), no allocation sized
+ * by a declared count (containers grow as members arrive), every length checked against the bytes
+ * that are left. Floats, enums and objects are finished by small Python callables the Python side
+ * registers with configure(), so their rules live in one place (laraq/serializer.py).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+static PyObject *ArrayType = NULL;  /* laraq.phparray.PHPArray */
+static PyObject *NewObject = NULL;  /* (class_name, props) -> PHPObject */
+static PyObject *MakeFloat = NULL;  /* (lexeme bytes) -> float | PHPFloat | bail */
+static PyObject *MakeEnum = NULL;   /* (payload bytes) -> PHPEnum | bail */
+static PyObject *Bail = NULL;
+
+#define MAX_FLOAT_LEXEME 1100
+#define OK 1
+#define NO 0     /* outside the subset: bail */
+#define ERR (-1) /* a Python exception is set */
+
+typedef const unsigned char *cur_t;
+
+/* 1..maxd decimal digits; a value past what fits is clamped to PY_SSIZE_T_MAX (every caller bails on it). */
+static int read_uint(cur_t *pp, cur_t end, int maxd, Py_ssize_t *out) {
+    cur_t p = *pp;
+    Py_ssize_t v = 0;
+    int digits = 0;
+    while (p < end && *p >= '0' && *p <= '9') {
+        if (++digits > maxd) return NO;
+        int d = *p - '0';
+        v = (v > (PY_SSIZE_T_MAX - d) / 10) ? PY_SSIZE_T_MAX : v * 10 + d;
+        p++;
+    }
+    if (!digits) return NO;
+    *pp = p;
+    *out = v;
+    return OK;
+}
+
+/* [+-]? 1..25 digits, inside PHP's 64-bit range. */
+static int read_int(cur_t *pp, cur_t end, long long *out) {
+    cur_t p = *pp;
+    int neg = 0, digits = 0;
+    unsigned long long mag = 0;
+    const unsigned long long limit = 9223372036854775808ULL; /* |PHP_INT_MIN| */
+    if (p < end && (*p == '+' || *p == '-')) {
+        neg = *p == '-';
+        p++;
+    }
+    while (p < end && *p >= '0' && *p <= '9') {
+        if (++digits > 25) return NO;
+        if (mag <= limit) {
+            mag = mag * 10 + (unsigned long long)(*p - '0');
+            if (mag > limit) mag = limit + 1; /* out of range: remembered, bails below */
+        }
+        p++;
+    }
+    if (!digits) return NO;
+    if (neg ? mag > limit : mag > limit - 1) return NO;
+    *out = neg ? (mag == limit ? INT64_MIN : -(long long)mag) : (long long)mag;
+    *pp = p;
+    return OK;
+}
+
+static int expect(cur_t *pp, cur_t end, const char *text) {
+    size_t n = strlen(text);
+    if ((size_t)(end - *pp) < n || memcmp(*pp, text, n) != 0) return NO;
+    *pp += n;
+    return OK;
+}
+
+/* s:<len>:"<len bytes>";  at *pp (any byte may be inside: the length says where it ends). */
+static int read_str(cur_t *pp, cur_t end, cur_t *s, Py_ssize_t *len) {
+    cur_t p = *pp;
+    if (expect(&p, end, "s:") != OK || read_uint(&p, end, 20, len) != OK || expect(&p, end, ":\"") != OK)
+        return NO;
+    if (*len > end - p || end - p - *len < 2 || p[*len] != '"' || p[*len + 1] != ';') return NO;
+    *s = p;
+    *pp = p + *len + 2;
+    return OK;
+}
+
+/* UTF-8 text as str, anything else as bytes (the codec's rule for strings and keys). */
+static PyObject *text_or_bytes(cur_t s, Py_ssize_t len) {
+    PyObject *u = PyUnicode_DecodeUTF8((const char *)s, len, NULL);
+    if (u != NULL) return u;
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return NULL;
+    PyErr_Clear();
+    return PyBytes_FromStringAndSize((const char *)s, len);
+}
+
+/* "\0" + non-empty class (or "*") + "\0" + non-empty name: PHP's rule for a mangled property name. */
+static int valid_mangled(cur_t s, Py_ssize_t len) {
+    if (len < 3 || s[1] == 0) return 0;
+    const unsigned char *nul = memchr(s + 1, 0, (size_t)(len - 1));
+    return nul != NULL && nul - s < len - 1;
+}
+
+static int class_char(unsigned char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '\\'
+           || c >= 0x80;
+}
+
+/* a:<n>:{  or  O:<len>:"<Class>":<n>:{  at *pp. Sets *d (a new container) and *cls (the class name for
+ * an object, else NULL). `room`: the bytes a member count is checked against. */
+static int open_container(cur_t *pp, cur_t end, Py_ssize_t room, PyObject **d, PyObject **cls, Py_ssize_t *n) {
+    cur_t p = *pp;
+    *cls = NULL;
+    if (p >= end) return NO;
+    if (*p == 'a') {
+        p++;
+        if (expect(&p, end, ":") != OK || read_uint(&p, end, 20, n) != OK || expect(&p, end, ":{") != OK) return NO;
+    } else if (*p == 'O') {
+        Py_ssize_t clen;
+        p++;
+        if (expect(&p, end, ":") != OK || read_uint(&p, end, 20, &clen) != OK || expect(&p, end, ":\"") != OK)
+            return NO;
+        cur_t c = p;
+        while (p < end && class_char(*p)) p++;
+        if (p == c || p - c != clen) return NO;
+        if (expect(&p, end, "\":") != OK || read_uint(&p, end, 20, n) != OK || expect(&p, end, ":{") != OK)
+            return NO;
+        *cls = PyUnicode_DecodeUTF8((const char *)c, clen, NULL);
+        if (*cls == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return ERR;
+            PyErr_Clear();
+            return NO;
+        }
+    } else {
+        return NO;
+    }
+    /* the smallest member ("i:0;N;") is 6 bytes */
+    if (*n > (PY_SSIZE_T_MAX - 1) / 6 || *n * 6 + 1 > room) {
+        Py_CLEAR(*cls);
+        return NO;
+    }
+    *d = *cls != NULL ? PyDict_New() : PyObject_CallNoArgs(ArrayType);
+    if (*d == NULL) {
+        Py_CLEAR(*cls);
+        return ERR;
+    }
+    *pp = p;
+    return OK;
+}
+
+/* A key at *pp: s:..; or i:..;  (a mangled name is checked inside objects). */
+static int read_key(cur_t *pp, cur_t end, int in_object, PyObject **key) {
+    cur_t p = *pp;
+    if (p < end && *p == 's') {
+        cur_t s;
+        Py_ssize_t len;
+        if (read_str(&p, end, &s, &len) != OK) return NO;
+        if (in_object && len > 0 && s[0] == 0 && !valid_mangled(s, len)) return NO;
+        *key = text_or_bytes(s, len);
+    } else if (p < end && *p == 'i') {
+        long long v;
+        p++;
+        if (expect(&p, end, ":") != OK || read_int(&p, end, &v) != OK || expect(&p, end, ";") != OK) return NO;
+        *key = PyLong_FromLongLong(v);
+    } else {
+        return NO;
+    }
+    if (*key == NULL) return ERR;
+    *pp = p;
+    return OK;
+}
+
+/* A scalar value at *pp (not a container). */
+static int read_scalar(cur_t *pp, cur_t end, PyObject **value) {
+    cur_t p = *pp;
+    PyObject *v = NULL;
+    if (p >= end) return NO;
+    switch (*p) {
+    case 's': {
+        cur_t s;
+        Py_ssize_t len;
+        if (read_str(&p, end, &s, &len) != OK) return NO;
+        v = text_or_bytes(s, len);
+        break;
+    }
+    case 'N':
+        if (expect(&p, end, "N;") != OK) return NO;
+        v = Py_NewRef(Py_None);
+        break;
+    case 'i': {
+        long long n;
+        p++;
+        if (expect(&p, end, ":") != OK || read_int(&p, end, &n) != OK || expect(&p, end, ";") != OK) return NO;
+        v = PyLong_FromLongLong(n);
+        break;
+    }
+    case 'b':
+        if (expect(&p, end, "b:0;") == OK) v = Py_NewRef(Py_False);
+        else if (expect(&p, end, "b:1;") == OK) v = Py_NewRef(Py_True);
+        else return NO;
+        break;
+    case 'd': {
+        p++;
+        if (expect(&p, end, ":") != OK) return NO;
+        cur_t s = p;
+        while (p < end && *p != ';' && p - s < MAX_FLOAT_LEXEME) p++;
+        if (p >= end || *p != ';' || p == s) return NO;
+        PyObject *raw = PyBytes_FromStringAndSize((const char *)s, p - s);
+        if (raw == NULL) return ERR;
+        v = PyObject_CallOneArg(MakeFloat, raw);
+        Py_DECREF(raw);
+        p++;
+        break;
+    }
+    case 'E': {
+        Py_ssize_t len;
+        p++;
+        if (expect(&p, end, ":") != OK || read_uint(&p, end, 20, &len) != OK || expect(&p, end, ":\"") != OK)
+            return NO;
+        if (len > end - p || end - p - len < 2 || p[len] != '"' || p[len + 1] != ';') return NO;
+        if (memchr(p, '"', (size_t)len) != NULL) return NO; /* as the Python tokenizer: no quote inside */
+        PyObject *raw = PyBytes_FromStringAndSize((const char *)p, len);
+        if (raw == NULL) return ERR;
+        v = PyObject_CallOneArg(MakeEnum, raw);
+        Py_DECREF(raw);
+        p += len + 2;
+        break;
+    }
+    default:
+        return NO;
+    }
+    if (v == NULL) return ERR;
+    if (v == Bail) {
+        Py_DECREF(v);
+        return NO;
+    }
+    *value = v;
+    *pp = p;
+    return OK;
+}
+
+typedef struct {
+    PyObject *d;   /* the container being filled (owned) */
+    PyObject *cls; /* its class name when it is an object's properties (owned), else NULL */
+    PyObject *key; /* where it goes in its parent (owned; NULL at the top) */
+    Py_ssize_t n, rem;
+} Frame;
+
+static void clear_frame(Frame *f) {
+    Py_CLEAR(f->d);
+    Py_CLEAR(f->cls);
+    Py_CLEAR(f->key);
+}
+
+/* The finished container of frame `f`: the PHPArray itself, or the PHPObject made from its properties. */
+static PyObject *finish(Frame *f) {
+    if (f->cls == NULL) return Py_NewRef(f->d);
+    return PyObject_CallFunctionObjArgs(NewObject, f->cls, f->d, NULL);
+}
+
+static PyObject *pairs_loads(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *data;
+    int max_depth;
+    if (!PyArg_ParseTuple(args, "Si:pairs_loads", &data, &max_depth)) return NULL;
+    if (ArrayType == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "laraq._speedups.configure() was not called");
+        return NULL;
+    }
+    if (max_depth < 1 || max_depth > 100000) return Py_NewRef(Bail);
+    Py_ssize_t size = PyBytes_GET_SIZE(data);
+    cur_t p = (cur_t)PyBytes_AS_STRING(data), end = p + size;
+    Frame *stack = PyMem_Calloc((size_t)max_depth, sizeof(Frame));
+    if (stack == NULL) return PyErr_NoMemory();
+    Py_ssize_t depth = 0; /* frames in use: stack[depth - 1] is the open container */
+    PyObject *result = NULL, *key = NULL, *value = NULL;
+    int r;
+
+    r = open_container(&p, end, size, &stack[0].d, &stack[0].cls, &stack[0].n);
+    if (r != OK) goto done_r;
+    stack[0].rem = stack[0].n;
+    /* the top's count is checked against the bytes after its header, as the Python path does */
+    if (stack[0].n * 6 + 1 > end - p) {
+        r = NO;
+        goto done_r;
+    }
+    depth = 1;
+    for (;;) {
+        Frame *f = &stack[depth - 1];
+        if (p >= end) {
+            r = NO; /* the input ended inside a container */
+            goto done_r;
+        }
+        if (*p == '}') {
+            p++;
+            if (f->rem || PyDict_GET_SIZE(f->d) != f->n) {
+                r = NO; /* fewer members than declared, or a key twice */
+                goto done_r;
+            }
+            value = finish(f);
+            if (value == NULL) {
+                r = ERR;
+                goto done_r;
+            }
+            if (depth == 1) {
+                if (p != end) {
+                    Py_CLEAR(value);
+                    r = NO; /* bytes after the end */
+                    goto done_r;
+                }
+                result = value;
+                value = NULL;
+                r = OK;
+                goto done_r;
+            }
+            key = f->key;
+            f->key = NULL;
+            clear_frame(f);
+            depth--;
+            f = &stack[depth - 1];
+            if (PyDict_SetItem(f->d, key, value) < 0) {
+                r = ERR;
+                goto done_r;
+            }
+            Py_CLEAR(key);
+            Py_CLEAR(value);
+            continue;
+        }
+        if (f->rem == 0) {
+            r = NO; /* a member too many */
+            goto done_r;
+        }
+        r = read_key(&p, end, f->cls != NULL, &key);
+        if (r != OK) goto done_r;
+        f->rem--;
+        if (p < end && (*p == 'a' || *p == 'O')) {
+            if (depth >= max_depth) { /* as the Python path counts: at most max_depth containers */
+                r = NO;
+                goto done_r;
+            }
+            Frame *child = &stack[depth];
+            r = open_container(&p, end, size, &child->d, &child->cls, &child->n);
+            if (r != OK) goto done_r;
+            child->rem = child->n;
+            child->key = key;
+            key = NULL;
+            depth++;
+            continue;
+        }
+        r = read_scalar(&p, end, &value);
+        if (r != OK) goto done_r;
+        if (PyDict_SetItem(f->d, key, value) < 0) {
+            r = ERR;
+            goto done_r;
+        }
+        Py_CLEAR(key);
+        Py_CLEAR(value);
+    }
+
+done_r:
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+    for (Py_ssize_t i = 0; i <= depth && i < max_depth; i++) /* the frames in use and one being opened */
+        clear_frame(&stack[i]);
+    PyMem_Free(stack);
+    if (r == ERR) {
+        Py_XDECREF(result);
+        return NULL;
+    }
+    if (r == NO) {
+        Py_XDECREF(result);
+        return Py_NewRef(Bail);
+    }
+    return result;
+}
+
+static PyObject *configure(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *array_type, *new_object, *make_float, *make_enum, *bail;
+    if (!PyArg_ParseTuple(args, "OOOOO:configure", &array_type, &new_object, &make_float, &make_enum, &bail))
+        return NULL;
+    Py_XSETREF(ArrayType, Py_NewRef(array_type));
+    Py_XSETREF(NewObject, Py_NewRef(new_object));
+    Py_XSETREF(MakeFloat, Py_NewRef(make_float));
+    Py_XSETREF(MakeEnum, Py_NewRef(make_enum));
+    Py_XSETREF(Bail, Py_NewRef(bail));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"pairs_loads", pairs_loads, METH_VARARGS,
+     "pairs_loads(data: bytes, max_depth: int) -> value, or the bail marker outside the fast subset."},
+    {"configure", configure, METH_VARARGS,
+     "configure(array_type, new_object, make_float, make_enum, bail): the Python pieces pairs_loads uses."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "laraq._speedups",
+                                    "The worker's hot unserialize path in C (see laraq/serializer.py).", -1,
+                                    methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__speedups(void) { return PyModule_Create(&module); }
