@@ -31,7 +31,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from laraq.failed import _dialect_of, locked_cursor
-from laraq.serializer import MODEL_IDENTIFIER_CLASS, PHPEnum, PHPObject, PHPReference, deref, is_model_identifier
+from laraq.serializer import (
+    MODEL_IDENTIFIER_CLASS,
+    PHPEnum,
+    PHPObject,
+    PHPReference,
+    deref,
+    is_model_identifier,
+)
 
 __all__ = [
     "Model",
