@@ -622,12 +622,14 @@ def measure_latency(lq: Laraq, cmd: list[str], env: dict[str, str], cwd: Path, l
     return measure_latency_interleaved(lq, {"one": (cmd, env, cwd, log_path, queue, outfile)}, samples)["one"]
 
 
-def measure_latency_interleaved(lq: Laraq, sides: dict[str, tuple], samples: int) -> dict[str, dict]:
+def measure_latency_interleaved(lq: Laraq, sides: dict[str, tuple], samples: int,
+                                gap: tuple[float, float] = (0.02, 0.04)) -> dict[str, dict]:
     """Pickup latency of several idle workers measured together: each waits on its own queue, and every
     round pushes one job to each side in a random order, one at a time (a job is pushed only when the
     previous one was seen). A side's samples then meet the same host load as the other's, which
     sequential runs on a shared machine do not give. ``sides``: label -> (cmd, env, cwd, log path,
-    queue, output file)."""
+    queue, output file). ``gap``: the random pause before each push (for polling workers it must span
+    their ``--sleep``, so that a push lands at a random point of each worker's sleep)."""
     watches = {label: FileWatch(spec[3]) for label, spec in sides.items()}
     lat: dict[str, list[float]] = {label: [] for label in sides}
     handler_lat: dict[str, list[float]] = {label: [] for label in sides}
@@ -643,7 +645,7 @@ def measure_latency_interleaved(lq: Laraq, sides: dict[str, tuple], samples: int
             rng.shuffle(order)
             for label in order:
                 queue, outfile = sides[label][4], sides[label][5]
-                time.sleep(rng.uniform(0.02, 0.04))
+                time.sleep(rng.uniform(*gap))
                 ts = time.time()
                 job = lq.prepare("echo", queue, args={"args": {"ts": ts, "i": i}, "mode": "ok"})
                 sent = time.time()
@@ -1090,7 +1092,8 @@ def main(argv: list[str] | None = None) -> int:
                 if not sides:
                     continue
                 log(f"latency: {' and '.join(sides)}, interleaved")
-                results["latency"].update(measure_latency_interleaved(lq, sides, cfg.latency))
+                gap = (0.02, 0.04) if mode == "block" else (0.02, 0.03 + cfg.latency_sleep)
+                results["latency"].update(measure_latency_interleaved(lq, sides, cfg.latency, gap))
                 for label in sides:
                     clear_queue(r, sides[label][4])
 

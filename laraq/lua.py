@@ -306,6 +306,17 @@ def _as_bytes(value: Any) -> bytes | None:
 
 # -- the runner ----------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class PendingCall:
+    """A script call sent with :meth:`Scripts.send` whose reply has not been read yet."""
+
+    name: str
+    keys: tuple[Any, ...]
+    args: tuple[Any, ...]
+    conn: Any
+    pool: Any
+
+
 class Scripts:
     """laraq's queue scripts bound to one redis-py client.
 
@@ -351,6 +362,41 @@ class Scripts:
             sha = self.client.script_load(SCRIPT_TEXTS[name])
             script.sha = sha.decode() if isinstance(sha, bytes) else sha
             return self.client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    def send(self, name: str, keys: Sequence[Any], args: Sequence[Any] = ()) -> PendingCall | None:
+        """Send one script call now and read its reply later (:meth:`receive`), on a connection of its
+        own taken from the pool: Redis runs it while the caller does other work. None when the client
+        cannot do that (a cluster client has no single pool): the caller then uses :meth:`call`."""
+        pool = getattr(self.client, "connection_pool", None)
+        if pool is None or isinstance(self.client, redis.RedisCluster):
+            return None
+        script = self._scripts[name]
+        try:
+            conn = pool.get_connection()
+        except TypeError:  # redis-py before 5.3 wants the command name
+            conn = pool.get_connection("EVALSHA")
+        try:
+            conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        except BaseException:
+            conn.disconnect()
+            pool.release(conn)
+            raise
+        return PendingCall(name, tuple(keys), tuple(args), conn, pool)
+
+    def receive(self, pending: PendingCall) -> Any:
+        """The reply of a :meth:`send` (``NOSCRIPT``: loaded and run again, as :meth:`call` does)."""
+        conn, pool = pending.conn, pending.pool
+        try:
+            reply = conn.read_response()
+        except redis.exceptions.NoScriptError:
+            pool.release(conn)
+            return self.call(pending.name, pending.keys, pending.args)
+        except BaseException:
+            conn.disconnect()  # the reply may be half read: never hand this connection out again as is
+            pool.release(conn)
+            raise
+        pool.release(conn)
+        return reply
 
     def run(self, name: str, keys: Sequence[Any], args: Sequence[Any] = (), client: Any = None) -> Any:
         """Run one script by name; ``client`` may be a pipeline (the call is queued there)."""
@@ -483,12 +529,32 @@ class Scripts:
     ) -> PopManyResult:
         """``ZREM`` the ``acks``, migrate due ``:delayed`` (and expired ``:reserved``) jobs, then
         reserve up to ``count`` jobs, each exactly as :meth:`pop` would: one round trip."""
-        raw = self.call(
-            "reserve_batch",
-            (list_key, reserved_key, notify_key, poison_key, delayed_key),
-            (int(expires_at), int(poison_budget), max(0, int(count)), int(now), int(migrate_limit),
-             1 if migrate_reserved else 0, len(acks), *acks),
-        )
+        keys, args = self._reserve_batch_args(list_key, reserved_key, notify_key, poison_key, delayed_key,
+                                              expires_at, count, now, migrate_limit, migrate_reserved, acks,
+                                              poison_budget)
+        return self.reserve_batch_result(self.call("reserve_batch", keys, args))
+
+    def reserve_batch_send(self, list_key: str, reserved_key: str, notify_key: str, poison_key: str,
+                           delayed_key: str, *, expires_at: int, count: int, now: int, migrate_limit: int = -1,
+                           migrate_reserved: bool = True, acks: Sequence[bytes] = (),
+                           poison_budget: int = POISON_SKIPS_PER_CALL) -> PendingCall | None:
+        """:meth:`reserve_batch`, sent now; :meth:`receive` + :meth:`reserve_batch_result` read it later."""
+        keys, args = self._reserve_batch_args(list_key, reserved_key, notify_key, poison_key, delayed_key,
+                                              expires_at, count, now, migrate_limit, migrate_reserved, acks,
+                                              poison_budget)
+        return self.send("reserve_batch", keys, args)
+
+    @staticmethod
+    def _reserve_batch_args(list_key: str, reserved_key: str, notify_key: str, poison_key: str, delayed_key: str,
+                            expires_at: int, count: int, now: int, migrate_limit: int, migrate_reserved: bool,
+                            acks: Sequence[bytes], poison_budget: int) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        return ((list_key, reserved_key, notify_key, poison_key, delayed_key),
+                (int(expires_at), int(poison_budget), max(0, int(count)), int(now), int(migrate_limit),
+                 1 if migrate_reserved else 0, len(acks), *acks))
+
+    @staticmethod
+    def reserve_batch_result(raw: Any) -> PopManyResult:
+        """The reply of the ``reserve_batch`` script: (job, reserved) pairs and the poisoned count."""
         poisoned = int(raw[0])
         pairs = [(raw[i], raw[i + 1]) for i in range(1, len(raw) - 1, 2)]
         return PopManyResult([(_as_bytes(j), _as_bytes(r)) for j, r in pairs], poisoned)  # type: ignore[misc]

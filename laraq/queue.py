@@ -31,7 +31,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis
 
-from laraq.lua import Scripts
+from laraq.lua import PendingCall, Scripts
 from laraq.routing import QueueForwards, queue_name_of
 from laraq.versions import DEFAULT_VERSION, LaravelVersion
 
@@ -131,6 +131,16 @@ class ReservedJob:
     queue: str
     body: bytes
     reserved: bytes
+
+
+@dataclass(frozen=True)
+class PendingReserve:
+    """A :meth:`RedisQueue.reserve_batch_send` whose reply is not read yet (``sent_at``: its ``now``)."""
+
+    queue: str
+    keys: QueueKeys
+    call: PendingCall
+    sent_at: int
 
 
 # -- URLs ----------------------------------------------------------------------------------------
@@ -461,6 +471,31 @@ class RedisQueue:
             expires_at=expiry, count=count, now=now, migrate_limit=limit,
             migrate_reserved=self.retry_after is not None, acks=acks,
         )
+        return self._reserved(name, keys, result)
+
+    def reserve_batch_send(self, queue: str | None = None, count: int = 1,
+                           acks: list[bytes] | tuple[bytes, ...] = ()) -> PendingReserve | None:
+        """:meth:`reserve_batch`, sent now and read later with :meth:`reserve_batch_receive`: Redis reserves
+        the next jobs while the worker runs the ones it has. None when this client cannot split a call
+        (Redis Cluster): use :meth:`reserve_batch`."""
+        name = self.queue_name(queue)
+        keys = self.keys(name)
+        now = self.current_time()
+        expiry = now if self.retry_after is None else now + int(self.retry_after)
+        limit = self.migration_batch_size if self.version.migrate_has_limit else -1
+        pending = self.scripts.reserve_batch_send(
+            keys.list, keys.reserved, keys.notify, keys.poison, keys.delayed,
+            expires_at=expiry, count=count, now=now, migrate_limit=limit,
+            migrate_reserved=self.retry_after is not None, acks=acks,
+        )
+        return None if pending is None else PendingReserve(name, keys, pending, now)
+
+    def reserve_batch_receive(self, pending: PendingReserve) -> list[ReservedJob]:
+        """The jobs a :meth:`reserve_batch_send` reserved (raises what reading the reply raised)."""
+        result = self.scripts.reserve_batch_result(self.scripts.receive(pending.call))
+        return self._reserved(pending.queue, pending.keys, result)
+
+    def _reserved(self, name: str, keys: QueueKeys, result: Any) -> list[ReservedJob]:
         self.last_poisoned = result.poisoned
         if result.poisoned:
             log.warning("moved %d unreadable member(s) of %s to %s", result.poisoned, keys.list, keys.poison)

@@ -27,7 +27,7 @@ import redis
 from laraq.failed import format_exception
 from laraq.job import Job
 from laraq.payload import Payload, PayloadError
-from laraq.queue import ReservedJob
+from laraq.queue import PendingReserve, ReservedJob
 
 if TYPE_CHECKING:
     from laraq.events import Listeners
@@ -95,6 +95,10 @@ class Reservation:
         self._avg_duration: float | None = None
         #: the earliest time (unix seconds) at which a buffered lease needs renewing
         self._renew_at = math.inf
+        #: the next batch, asked for while this one runs (see _send_ahead): the call, its acks, its size
+        self._ahead: PendingReserve | None = None
+        self._ahead_acks: list[bytes] = []
+        self._ahead_want = 0
 
     def _reserve_count(self, free: int, jobs_processed: int) -> int:
         """How many jobs to reserve now: the free slots plus an adaptive, time-bounded prefetch."""
@@ -137,17 +141,7 @@ class Reservation:
                     self.queue.secondary_queue_had_job = False
                 elif reserved:
                     self.queue.secondary_queue_had_job = True
-                lease = math.floor(expiry_base) + (self.queue.retry_after or 0)
-                for item in reserved:
-                    self._took_reservation = True
-                    job = self.make_job(item)
-                    if job is None:
-                        self._took_unreadable += 1
-                        continue
-                    self._buffer.append(_Buffered(job, lease))
-                    count += 1
-                if reserved and self.queue.retry_after is not None:
-                    self._renew_at = min(self._renew_at, lease - self.queue.retry_after / 2)
+                count += self._buffer_reserved(reserved, math.floor(expiry_base))
             if acks:
                 self.queue.ack(acks)
                 acks = {}
@@ -157,6 +151,76 @@ class Reservation:
         finally:
             if acks:
                 self._restore_acks(acks)
+        return count
+
+    def _buffer_reserved(self, reserved: list[ReservedJob], reserved_at: int) -> int:
+        """Wrap and buffer what one reserve call returned; how many usable jobs that was."""
+        lease = reserved_at + (self.queue.retry_after or 0)
+        count = 0
+        for item in reserved:
+            self._took_reservation = True
+            job = self.make_job(item)
+            if job is None:
+                self._took_unreadable += 1
+                continue
+            self._buffer.append(_Buffered(job, lease))
+            count += 1
+        if reserved and self.queue.retry_after is not None:
+            self._renew_at = min(self._renew_at, lease - self.queue.retry_after / 2)
+        return count
+
+    def _send_ahead(self, jobs_processed: int) -> None:
+        """Ask Redis for the next batch now, while the buffered one runs, so that Redis reserves on its
+        core while this process runs jobs on its own (read back by :meth:`_land_ahead` once the buffer is
+        empty). Only after a full batch (more jobs are waiting), for one queue, with prefetch on, and
+        within the prefetch budget: what is buffered plus what is asked for stays about
+        ``prefetch_seconds`` of measured work, the bound a SIGKILL can strand, as before."""
+        opts = self.options
+        if self._ahead is not None or not opts.prefetch or self._avg_duration is None or len(self.queues) != 1:
+            return
+        name = self.queues[0]
+        if name in self._paused_queues:
+            return
+        budget = opts.prefetch_seconds
+        if self.queue.retry_after is not None:
+            budget = min(budget, self.queue.retry_after / 4)
+        total = opts.concurrency + int(budget * opts.concurrency / max(self._avg_duration, 1e-6))
+        want = min(opts.batch, total - len(self._buffer) - self._active)  # type: ignore[attr-defined]
+        if opts.max_jobs:
+            want = min(want, opts.max_jobs - jobs_processed - len(self._buffer))
+        if want <= 0:
+            return
+        acks = self._take_acks()
+        mine = acks.pop(name, [])
+        if acks:
+            self._restore_acks(acks)
+        try:
+            pending = self.queue.reserve_batch_send(name, want, mine)
+        except Exception:  # the next (synchronous) reserve round meets the same fault and reports it
+            pending = None
+        if pending is None:
+            if mine:
+                self._restore_acks({name: mine})
+            return
+        self._ahead, self._ahead_acks, self._ahead_want = pending, mine, want
+
+    def _land_ahead(self) -> int:
+        """Read the batch :meth:`_send_ahead` asked for and buffer it; how many usable jobs came."""
+        pending, acks = self._ahead, self._ahead_acks
+        assert pending is not None
+        self._ahead, self._ahead_acks = None, []
+        self._took_reservation = False
+        self._took_unreadable = 0
+        try:
+            reserved = self.queue.reserve_batch_receive(pending)
+        except Exception as exc:
+            if acks:  # maybe applied, maybe not: ZREM again (removing a member twice is harmless)
+                self._restore_acks({pending.queue: acks})
+            self._reservation_failed(exc, "reserve jobs from")
+            return 0
+        self.queue.secondary_queue_had_job = False
+        count = self._buffer_reserved(reserved, pending.sent_at)
+        self._redis_up()
         return count
 
     def _block_for_job(self) -> bool:
@@ -232,7 +296,10 @@ class Reservation:
             self._buffer = collections.deque(b for b in self._buffer if id(b) not in gone)
 
     def _give_back_buffer(self) -> None:
-        """Hand buffered, unstarted jobs back to the head of their lists (attempts not burned)."""
+        """Hand buffered, unstarted jobs back to the head of their lists (attempts not burned); a batch
+        asked for ahead is read first and handed back with them."""
+        if self._ahead is not None:
+            self._land_ahead()
         if not self._buffer:
             return
         by_queue: dict[str, list[ReservedJob]] = {}

@@ -381,15 +381,23 @@ class Worker(Reservation, Execution, Lifecycle):
             free = opts.concurrency - self._active
             reserved_round = False
             popped = False
+            full_batch = False
             if free > 0 and not self._buffer:
                 want = self._reserve_count(free, jobs_processed)
-                if want > 0:
+                if want > 0 or self._ahead is not None:
                     reserved_round = True
-                    got = self._reserve_round(want)
+                    if self._ahead is not None:  # asked for while the last batch ran
+                        want = self._ahead_want
+                        got = self._land_ahead()
+                    else:
+                        got = self._reserve_round(want)
                     popped = got > 0 or self._took_reservation
                     jobs_processed += self._took_unreadable
                     if popped:
                         self._last_job_at = time.monotonic()
+                    # a full batch: more are waiting; asked for after this pass's status reads, which
+                    # would otherwise queue behind the reserve script on Redis
+                    full_batch = got + self._took_unreadable >= want and got > 0
             while free > 0 and self._buffer:
                 if opts.max_jobs and jobs_processed >= opts.max_jobs:
                     break
@@ -415,6 +423,8 @@ class Worker(Reservation, Execution, Lifecycle):
                 if status is not None:
                     return await self._fast_stop(status)
                 can_run = self._should_run()
+            if full_batch and can_run and not self.paused:
+                self._send_ahead(jobs_processed)
             if opts.max_jobs and jobs_processed >= opts.max_jobs and not self._buffer:
                 return await self._fast_stop(EXIT_SUCCESS)
 
