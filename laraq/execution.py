@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from laraq.events import Listeners
     from laraq.versions import LaravelVersion
 
-__all__ = ["Execution", "sigkill_self"]
+__all__ = ["Execution", "WorkerLoop", "new_worker_loop", "sigkill_self"]
 
 log = logging.getLogger("laraq.worker")
 
@@ -103,6 +103,32 @@ class _Running:
             task.get_loop().call_soon_threadsafe(task.cancel)
 
 
+class WorkerLoop(asyncio.SelectorEventLoop):
+    """The fast path's event loop: asyncio's selector loop with one hook for :meth:`Execution._start_job`.
+
+    While the worker creates a job's task it sets ``catch_step``; the ``call_soon`` that
+    ``asyncio.Task`` makes for its first step then hands (callback, context) to the worker instead of
+    queueing a handle, and the worker runs that step at once (what Python 3.12's eager tasks do). Any
+    other ``call_soon`` goes to asyncio as usual."""
+
+    catch_step: list[tuple[Any, Any]] | None = None
+
+    def call_soon(self, callback: Any, *args: Any, context: Any = None) -> Any:
+        caught = self.catch_step
+        if caught is not None and not args and not caught:
+            caught.append((callback, context))
+            return None
+        return super().call_soon(callback, *args, context=context)
+
+
+def new_worker_loop() -> asyncio.AbstractEventLoop:
+    """:class:`WorkerLoop` under asyncio's default policy; whatever loop an installed policy makes otherwise."""
+    policy = asyncio.get_event_loop_policy()
+    if type(policy) is asyncio.DefaultEventLoopPolicy and issubclass(policy._loop_factory, asyncio.SelectorEventLoop):  # type: ignore[attr-defined]
+        return WorkerLoop()
+    return asyncio.new_event_loop()
+
+
 def sigkill_self() -> None:
     """``Worker::kill``: die by SIGKILL, leaving reserved jobs for ``retry_after``."""
     os.kill(os.getpid(), signal.SIGKILL)
@@ -154,17 +180,34 @@ class Execution:
         if handler is not None and handler.is_async and not self._php_only(job) and not self._precheck_fails(job):
             running.is_async = True
             running.task_done = _Flag()
-            ready = self._eager_queue(loop)
-            queued = len(ready) if ready is not None else -1
             coro = self._process_async(job, handler, running)
-            # asyncio.Task itself, as loop.create_task makes it when no task factory is set (one call less)
-            task = running.task = asyncio.Task(coro, loop=loop) if loop._task_factory is None \
-                else loop.create_task(coro)  # type: ignore[attr-defined]
+            step: Any = None
+            if type(loop) is WorkerLoop and loop._task_factory is None and self._daemon_task is not None \
+                    and _enter_task is not None:  # type: ignore[attr-defined]
+                caught: list[tuple[Any, Any]] = []
+                loop.catch_step = caught
+                try:
+                    task = running.task = asyncio.Task(coro, loop=loop)
+                finally:
+                    loop.catch_step = None
+                step = caught[0] if caught else None
+            else:
+                ready = self._eager_queue(loop)
+                queued = len(ready) if ready is not None else -1
+                # asyncio.Task itself, as loop.create_task makes it when no task factory is set (one call less)
+                task = running.task = asyncio.Task(coro, loop=loop) if loop._task_factory is None \
+                    else loop.create_task(coro)  # type: ignore[attr-defined]
+                if ready is not None and len(ready) == queued + 1:
+                    step = ready.pop()
             self._active += 1
-            if ready is not None and len(ready) == queued + 1:
-                self._step_now(loop, ready.pop())
+            if step is not None:
+                self._step_now(loop, step)
                 if task.done():  # it never suspended (the usual short job): finished in this pass
-                    self._task_done(running, started, task)
+                    if task.cancelled() or task.exception() is not None or self._waiter is not None:
+                        self._task_done(running, started, task)
+                    else:  # _task_done's common case, without its reporting
+                        self._active -= 1
+                        self._job_finished(running, started)
                     return
             self._fresh.append((task, running, started))
         elif self.options.concurrency == 1 and (handler is None or not handler.is_async):
@@ -205,7 +248,14 @@ class Execution:
         daemon = self._daemon_task
         _leave_task(loop, daemon)
         try:
-            handle._run()
+            if type(handle) is tuple:  # (callback, context), caught by WorkerLoop
+                callback, context = handle
+                if context is None:
+                    callback()
+                else:
+                    context.run(callback)
+            else:
+                handle._run()
         finally:
             _enter_task(loop, daemon)
 

@@ -279,10 +279,10 @@ class Lifecycle:
 
     def _precheck_fails(self, job: Job) -> bool:
         """Would :meth:`_fail_if_already_exceeds_max_attempts` fail this job? (no side effects)"""
-        payload = job.payload
-        get = payload.decoded.get
-        if get("retryUntil") is None and get("timeoutAt") is None and get("maxTries") is None \
-                and payload.attempts < int(self.options.max_tries):
+        get = job.payload.decoded.get
+        attempts = get("attempts")
+        if type(attempts) is int and get("retryUntil") is None and get("timeoutAt") is None \
+                and get("maxTries") is None and 0 <= attempts < int(self.options.max_tries):
             return False  # the usual first attempt: nothing to read twice
         retry_until = job.retry_until
         if retry_until and time.time() <= retry_until:

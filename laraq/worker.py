@@ -36,7 +36,7 @@ from laraq.app import App
 from laraq.callqueued import CallQueued
 from laraq.encryption import Encrypter
 from laraq.events import Listeners, OutputListener, WorkerListener
-from laraq.execution import _TICK, Execution, sigkill_self
+from laraq.execution import _TICK, Execution, new_worker_loop, sigkill_self
 from laraq.failed import FailedJobStore
 from laraq.lifecycle import CacheLike, Lifecycle, UnhandledPolicy
 from laraq.models import ModelLoader
@@ -209,7 +209,7 @@ class Worker(Reservation, Execution, Lifecycle):
         """
         if self.options.batch <= 1:
             return self.classic_daemon()
-        loop = asyncio.new_event_loop()
+        loop = new_worker_loop()
         self._loop = loop
         self._loop_thread = threading.get_ident()
         try:
