@@ -837,7 +837,7 @@ class Config:
 
 
 FULL = Config(noop=20000, io=300, io_laraq=12000, cpu=4000, rounds=2000, io_seconds=0.05, concurrency=256,
-              latency=200, mem_small=1000, mem_large_laraq=100000, mem_large_php=100000, ceiling_batch=100,
+              latency=500, mem_small=1000, mem_large_laraq=100000, mem_large_php=100000, ceiling_batch=100,
               profile_jobs=20000)
 QUICK = Config(noop=3000, io=60, io_laraq=3000, cpu=600, rounds=2000, io_seconds=0.05, concurrency=256,
                latency=40, mem_small=1000, mem_large_laraq=10000, mem_large_php=10000, ceiling_batch=100,
@@ -1093,7 +1093,8 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 log(f"latency: {' and '.join(sides)}, interleaved")
                 gap = (0.02, 0.04) if mode == "block" else (0.02, 0.03 + cfg.latency_sleep)
-                results["latency"].update(measure_latency_interleaved(lq, sides, cfg.latency, gap))
+                samples = cfg.latency if mode == "block" else min(cfg.latency, 200)  # a --sleep sample takes ~0.1 s
+                results["latency"].update(measure_latency_interleaved(lq, sides, samples, gap))
                 for label in sides:
                     clear_queue(r, sides[label][4])
 
