@@ -39,8 +39,13 @@ def _record(command, job) -> None:
         "args": command.get("args"),
         "mode": command.get("mode"),
     }
-    with open(_LOG, "a", encoding="utf-8") as f:
-        f.write(json.dumps(line) + "\n")
+    # open, append, close: the syscalls of the PHP fixture's file_put_contents(FILE_APPEND), without
+    # Python's buffered text-file layers (the line is measured, not the file API)
+    fd = os.open(_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(line) + "\n").encode("utf-8"))
+    finally:
+        os.close(fd)
 
 
 if os.environ.get("LARAQ_BENCH_SYNC"):  # the "sync handler" variant: a plain function, like PHP's handle()
