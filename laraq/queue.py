@@ -461,34 +461,29 @@ class RedisQueue:
         rules (``LIMIT migration_batch_size`` from 9.23, no ``:reserved`` migrate when
         ``retry_after`` is ``None``). ``count`` may be 0 (acks and migrate only).
         """
-        name = self.queue_name(queue)
-        keys = self.keys(name)
-        now = self.current_time()
-        expiry = now if self.retry_after is None else now + int(self.retry_after)
-        limit = self.migration_batch_size if self.version.migrate_has_limit else -1
-        result = self.scripts.reserve_batch(
-            keys.list, keys.reserved, keys.notify, keys.poison, keys.delayed,
-            expires_at=expiry, count=count, now=now, migrate_limit=limit,
-            migrate_reserved=self.retry_after is not None, acks=acks,
-        )
-        return self._reserved(name, keys, result)
+        name, keys, now, args, options = self._reserve_batch_call(queue, count, acks)
+        return self._reserved(name, keys, self.scripts.reserve_batch(*args, **options))
 
     def reserve_batch_send(self, queue: str | None = None, count: int = 1,
                            acks: list[bytes] | tuple[bytes, ...] = ()) -> PendingReserve | None:
         """:meth:`reserve_batch`, sent now and read later with :meth:`reserve_batch_receive`: Redis reserves
         the next jobs while the worker runs the ones it has. None when this client cannot split a call
         (Redis Cluster): use :meth:`reserve_batch`."""
+        name, keys, now, args, options = self._reserve_batch_call(queue, count, acks)
+        pending = self.scripts.reserve_batch_send(*args, **options)
+        return None if pending is None else PendingReserve(name, keys, pending, now)
+
+    def _reserve_batch_call(self, queue: str | None, count: int, acks: list[bytes] | tuple[bytes, ...]
+                            ) -> tuple[str, QueueKeys, int, tuple[str, ...], dict[str, Any]]:
+        """The ``reserve_batch`` script's keys and arguments for a reserve made now, by this version's rules."""
         name = self.queue_name(queue)
         keys = self.keys(name)
         now = self.current_time()
         expiry = now if self.retry_after is None else now + int(self.retry_after)
         limit = self.migration_batch_size if self.version.migrate_has_limit else -1
-        pending = self.scripts.reserve_batch_send(
-            keys.list, keys.reserved, keys.notify, keys.poison, keys.delayed,
-            expires_at=expiry, count=count, now=now, migrate_limit=limit,
-            migrate_reserved=self.retry_after is not None, acks=acks,
-        )
-        return None if pending is None else PendingReserve(name, keys, pending, now)
+        options = {"expires_at": expiry, "count": count, "now": now, "migrate_limit": limit,
+                   "migrate_reserved": self.retry_after is not None, "acks": acks}
+        return name, keys, now, (keys.list, keys.reserved, keys.notify, keys.poison, keys.delayed), options
 
     def reserve_batch_receive(self, pending: PendingReserve) -> list[ReservedJob]:
         """The jobs a :meth:`reserve_batch_send` reserved (raises what reading the reply raised)."""
