@@ -1026,7 +1026,8 @@ def main(argv: list[str] | None = None) -> int:
                                                   ("laraq_sync_handler", [], {"LARAQ_BENCH_SYNC": "1"}),
                                                   ("laraq_sync_no_supervise", ["--no-supervise"],
                                                    {"LARAQ_BENCH_SYNC": "1"}),
-                                                  ("laraq_concurrency_8", ["--concurrency", "8"], {})]:
+                                                  ("laraq_concurrency_8", ["--concurrency", "8"], {}),
+                                                  ("laraq_quiet", ["--quiet"], {})]:
                         clear_queue(r, q)
                         lq.fill(s["kind"], s["laraq_n"], q, args=s["args"])
                         out[key] = worker_row("laraq", lq.worker_cmd(q) + extra, {**lq.env(), **env_extra}, BENCH,
@@ -1187,6 +1188,8 @@ def _targets(res: dict) -> list[str]:
                                   ("pipelined ceiling", "ceiling", 1.0)]:
             if rate(noop, key):
                 out.append(f"- default no-op / {name}: {default / rate(noop, key):.2f} (target ≥ {target})")
+                if rate(noop, "laraq_quiet"):  # what the two console lines per job cost (artisan writes them too)
+                    out.append(f"  (--quiet, no console lines: {rate(noop, 'laraq_quiet') / rate(noop, key):.2f})")
     one, two = rate(cpu, "laraq"), rate(cpu, "laraq_processes_2")
     if one and two:
         p2 = cpu["laraq_processes_2"]
@@ -1235,7 +1238,8 @@ def render(res: dict) -> str:
                                   ("laraq --no-supervise", "laraq_no_supervise", None),
                                   ("laraq, sync handler", "laraq_sync_handler", None),
                                   ("laraq --no-supervise, sync handler", "laraq_sync_no_supervise", None),
-                                  ("laraq --concurrency 8", "laraq_concurrency_8", None)]:
+                                  ("laraq --concurrency 8", "laraq_concurrency_8", None),
+                                  ("laraq --quiet (no per-job console lines)", "laraq_quiet", None)]:
             row = out.get(key)
             d = out.get(disp) or {} if disp else {}
             if row is None and not d:

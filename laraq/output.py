@@ -20,6 +20,8 @@ encoded like PHP's ``json_encode`` without flags. Colours only on a terminal. Ev
 
 from __future__ import annotations
 
+import io
+import os
 import shutil
 import sys
 import threading
@@ -65,6 +67,17 @@ def format_run_time(seconds: float, *, humanize: bool = True) -> str:
     return " ".join(parts) or "1s"
 
 
+def _raw_fd(stream: IO[str]) -> int | None:
+    """The descriptor behind ``stream`` if it is a plain file, pipe or terminal stream; else None (a
+    ``StringIO``, a test capture, anything whose ``write`` does more than write)."""
+    if not isinstance(stream, io.TextIOWrapper):
+        return None
+    try:
+        return stream.fileno()
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return None
+
+
 class Output:
     """The worker's event printer (thread-safe)."""
 
@@ -88,6 +101,10 @@ class Output:
         self.color = isatty and not json_mode if color is None else color
         self.width = width or (shutil.get_terminal_size((80, 24)).columns if isatty else 80)
         self._lock = threading.Lock()
+        #: the stream's file descriptor, when lines can go to it with one ``write`` each (see _write)
+        self._fd = _raw_fd(self.stream)
+        #: text written to the stream by others may still sit in its buffer: flushed before the first line
+        self._pending_stream = self._fd is not None
         self._started: dict[int, float] = {}
         self._date_cache: tuple[int, str] = (-1, "")
         self._style_of: tuple[LaravelVersion | None, str] = (None, "")
@@ -95,12 +112,25 @@ class Output:
     # -- plumbing ----------------------------------------------------------------------------------
 
     def _write(self, text: str) -> None:
+        """Write one line now (as artisan does: a line is out before the job goes on), in one ``write``
+        to the stream's descriptor when it has a real one: Python's text and buffer layers and their
+        separate flush cost more than the system call (what the stream itself still buffers is flushed
+        first, once, so lines never come out of order)."""
         if self.quiet:
             return
         with self._lock:
             try:
-                self.stream.write(text)
-                self.stream.flush()
+                fd = self._fd
+                if fd is None:
+                    self.stream.write(text)
+                    self.stream.flush()
+                    return
+                if self._pending_stream:
+                    self.stream.flush()
+                    self._pending_stream = False
+                data = text.encode("utf-8", "replace")
+                while data:
+                    data = data[os.write(fd, data):]
             except (OSError, ValueError):  # a closed pipe must never break the worker
                 pass
 
