@@ -308,8 +308,20 @@ def describe_setup(settings: LaravelSettings, *, redis_url: str, prefix: str, qu
         "app": app_spec,
         "handlers": handlers,
         "app_key": "set" if settings.app_key else "not set",
+        "unserialize": unserialize_path(),
         "warnings": warnings,
     }
+
+
+def unserialize_path() -> str:
+    """Which codec decodes commands on the worker's hot path: the C build or the pure-Python one."""
+    from laraq import phparray
+
+    if phparray._c_pairs_loads is not None:
+        return "C (laraq._speedups)"
+    if phparray._speedups is not None:
+        return "pure Python (LARAQ_PURE_PYTHON is set)"
+    return "pure Python (no C build: reinstall with a C compiler and Python's headers for the faster path)"
 
 
 def render_setup(info: dict[str, Any]) -> str:
@@ -332,6 +344,7 @@ def render_setup(info: dict[str, Any]) -> str:
         ("failed store", info["failed_store"]),
         ("APP_KEY", info["app_key"]),
         ("handlers", shown_handlers),
+        ("unserialize", info.get("unserialize") or unserialize_path()),
     ]
     lines = [f"laraq {info['laraq']}"] + [f"  {k:<17}{v}" for k, v in rows]
     lines += [f"  WARNING: {w}" for w in info["warnings"]]
