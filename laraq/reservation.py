@@ -179,6 +179,12 @@ class Reservation:
         if self._ahead is not None or not opts.prefetch or self._avg_duration is None or len(self.queues) != 1:
             return
         name = self.queues[0]
+        if self.cache is not None and self.version.has_queue_pause:
+            # queue:pause (12.40+) is read before every reserve call, this one too
+            try:
+                self._paused_queues = set(self.cache.paused_queues(self.connection_name, self.queues))
+            except Exception:  # the next (synchronous) reserve round meets the same fault and reports it
+                return
         if name in self._paused_queues:
             return
         budget = opts.prefetch_seconds

@@ -159,3 +159,39 @@ def test_a_lost_reply_strands_nothing(redis_server: Any, redis_client: Any, work
     assert later.daemon() == 0
     assert sorted(ran + again) == list(range(600))  # every job ran once; nothing lost
     assert redis_client.zcard(KEY + ":reserved") == 0 and redis_client.llen(KEY) == 0
+
+
+def test_queue_pause_is_seen_while_batches_are_asked_for_ahead(redis_server: Any, redis_client: Any,
+                                                               workers: list[Any]) -> None:
+    # Laravel 12.40+: queue:pause is read before every reserve call; a busy queue whose batches come
+    # from calls sent ahead must see it too, within about one batch
+    from laraq.cache import CacheStore
+
+    q = RedisQueue(redis_server.client(), prefix=PREFIX, version=LaravelVersion.parse("13.26.1"))
+    d = Dispatcher(q)
+    d.bulk([d.prepare_job(ECHO, {"args": {"n": i}, "mode": "ok", "seconds": 0}, queue="ahead", connection="redis")
+            for i in range(3000)])
+    ran: list[int] = []
+    holder: dict[str, Any] = {}
+
+    def pause_after(count: int) -> None:
+        if count == 400:
+            holder["cache"].pause("redis", "ahead")
+            holder["paused_at"] = count
+
+    params = default_params(laravel="13.26.1", sleep=0, quiet=True, queue="ahead", redis_url=redis_server.url,
+                            prefix=PREFIX, memory=1 << 20, max_time=3)
+    env = {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(redis_server.port), "CACHE_STORE": "redis",
+           "REDIS_PREFIX": PREFIX}
+    worker = build_worker(params, env=env, app=_app(ran, pause_after))
+    workers.append(worker)
+    holder["cache"] = worker.cache
+    assert isinstance(worker.cache, CacheStore) and worker.version.has_queue_pause
+    calls = _counting(worker)
+    assert worker.daemon() == 0  # --max-time 3: it idles, paused, until then
+    assert holder.get("paused_at") == 400 and calls["sent"] >= 1
+    assert len(ran) == len(set(ran))
+    # after the pause it finished the jobs it held (at most its buffer and one call ahead), then took none
+    assert 400 <= len(ran) <= 400 + 2 * 100
+    assert redis_client.zcard(KEY + ":reserved") == 0
+    assert len(ran) + redis_client.llen(KEY) == 3000
