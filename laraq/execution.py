@@ -165,8 +165,6 @@ class Execution:
         self._fresh: list[tuple[asyncio.Task[None], _Running, float]] = []
         #: the fast path's daemon task while it runs (new tasks' first steps are run from it)
         self._daemon_task: asyncio.Task[Any] | None = None
-        #: (loop, its ready queue or None): what _eager_queue found for the loop it last looked at
-        self._ready_of: tuple[Any, Any] | None = None
 
     def _start_job(self, job: Job) -> None:
         timeout = self._timeout_for(job)
@@ -227,17 +225,11 @@ class Execution:
                 lambda f: loop.call_soon_threadsafe(self._task_done, running, started, f))
 
     def _eager_queue(self, loop: asyncio.AbstractEventLoop) -> Any:
-        """The loop's ready queue, when a new task's first step may be run at once (see :meth:`_step_now`):
-        asyncio's own loop (``BaseEventLoop._ready``), called from the fast path's daemon task."""
-        if self._daemon_task is None:
-            return None
-        cached = self._ready_of
-        if cached is not None and cached[0] is loop:
-            return cached[1]
+        """The loop's ready queue, when a new task's first step may be run at once (see :meth:`_step_now`)
+        on a loop that is not a :class:`WorkerLoop` (an asyncio ``BaseEventLoop``), from the daemon task."""
         ready = getattr(loop, "_ready", None)
-        if type(ready) is not collections.deque or _enter_task is None:
-            ready = None
-        self._ready_of = (loop, ready)
+        if type(ready) is not collections.deque or self._daemon_task is None or _enter_task is None:
+            return None
         return ready
 
     def _step_now(self, loop: asyncio.AbstractEventLoop, handle: Any) -> None:
@@ -353,7 +345,7 @@ class Execution:
     def _task_done(self, running: _Running, started: float, future: Any = None) -> None:
         """A job of a task or of the thread pool finished (on the loop thread)."""
         self._active -= 1
-        if future is not None and (future.cancelled() or future.exception() is not None):
+        if future is not None:
             try:
                 exc = None if future.cancelled() else future.exception()
                 if exc is not None:

@@ -44,8 +44,17 @@ def _worker(redis_server: Any, app: App, workers: list[Any], **opts: Any) -> Any
     return worker
 
 
+@pytest.fixture(params=["worker-loop", "plain-asyncio-loop"])
+def loop_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The fast path's own ``WorkerLoop`` (hands a task's first step over), and a plain asyncio loop (as
+    under another event-loop policy: the step is taken off the ready queue instead)."""
+    if request.param == "plain-asyncio-loop":
+        monkeypatch.setattr("laraq.worker.new_worker_loop", asyncio.new_event_loop)
+    return str(request.param)
+
+
 def test_async_jobs_run_in_their_own_task_and_context(redis_server: Any, redis_client: Any,
-                                                      workers: list[Any]) -> None:
+                                                      workers: list[Any], loop_kind: str) -> None:
     seen: list[dict[str, Any]] = []
     app = App("hot")
 
