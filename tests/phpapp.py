@@ -212,8 +212,10 @@ class PhpApp:
     def runs(self) -> list[dict[str, Any]]:
         """Jobs PHP handled so far (one JSON line each, written by the fixture jobs)."""
         # split on newlines only: str.splitlines() also splits inside a record at U+2028/U+2029 (which
-        # Python's json.dumps(ensure_ascii=False) writes raw)
-        return [json.loads(line) for line in self.log_path.read_text().split("\n") if line.strip()]
+        # Python's json.dumps(ensure_ascii=False) writes raw). A line still being appended by a running
+        # worker has no newline yet: it is read next time, not half now.
+        complete = self.log_path.read_text().split("\n")[:-1]
+        return [json.loads(line) for line in complete if line.strip()]
 
     def pop(self, queue: str | None = None) -> dict[str, Any] | None:
         """Laravel's ``RedisQueue::pop``; returns ``{job, reserved, attempts, queue}`` with bytes."""

@@ -49,7 +49,8 @@ def runs(path: Path, event: str = "done") -> list[dict[str, Any]]:
     """The handler runs recorded in ``path`` (finished ones by default; ``event="start"`` for starts)."""
     if not path.exists():
         return []
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    # a line still being appended has no newline yet: read it next time, not half now
+    lines = [json.loads(line) for line in path.read_text().split("\n")[:-1] if line.strip()]
     return [r for r in lines if r.get("event", "done") == event]
 
 
