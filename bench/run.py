@@ -616,12 +616,6 @@ class FileWatch:
             os.close(self.fd)
 
 
-def measure_latency(lq: Laraq, cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path,
-                    queue: str, samples: int, outfile: Path) -> dict:
-    """Dispatch one job at a time to an idle, blocking worker; time from the push to its log line."""
-    return measure_latency_interleaved(lq, {"one": (cmd, env, cwd, log_path, queue, outfile)}, samples)["one"]
-
-
 def measure_latency_interleaved(lq: Laraq, sides: dict[str, tuple], samples: int,
                                 gap: tuple[float, float] = (0.02, 0.04)) -> dict[str, dict]:
     """Pickup latency of several idle workers measured together: each waits on its own queue, and every
