@@ -24,7 +24,8 @@ its scripts before it runs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -306,15 +307,57 @@ def _as_bytes(value: Any) -> bytes | None:
 
 # -- the runner ----------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+def blocking(client: redis.Redis, command: Sequence[Any], wait: float) -> Any:
+    """Run one blocking command (``BLPOP``) on a connection of ``client``'s pool, its read timeout
+    lengthened by ``wait`` (the command's own timeout, 0 for none) so that a socket timeout shorter than
+    the wait (redis-py's default is 5 s) never cuts it short."""
+    pool = client.connection_pool
+    try:
+        conn = pool.get_connection()
+    except TypeError:  # redis-py before 5.3 wants the command name
+        conn = pool.get_connection(command[0])
+    try:
+        conn.send_command(*command)
+        with patient(conn, wait):
+            reply = conn.read_response()
+    except BaseException:
+        conn.disconnect()  # the reply may be half read: never hand this connection out again as is
+        pool.release(conn)
+        raise
+    pool.release(conn)
+    return reply
+
+
+@contextlib.contextmanager
+def patient(conn: Any, wait: float | None) -> Iterator[None]:
+    """While a blocking command waits on ``conn``: its socket's read timeout plus ``wait`` seconds (none
+    at all for ``wait`` 0), restored afterwards. ``None``: the timeout is left alone, as it is on a
+    socket without one."""
+    sock = getattr(conn, "_sock", None)
+    before = None if sock is None else sock.gettimeout()
+    if wait is None or before is None:
+        yield
+        return
+    sock.settimeout(None if wait == 0 else before + float(wait))
+    try:
+        yield
+    finally:
+        if getattr(conn, "_sock", None) is sock:  # not after a disconnect
+            sock.settimeout(before)
+
+
+@dataclass(eq=False)
 class PendingCall:
-    """A script call sent with :meth:`Scripts.send` whose reply has not been read yet."""
+    """A script call sent with :meth:`Scripts.send` whose reply has not been read yet (``first``: the
+    command sent ahead of it on the same connection still has its reply to read, see
+    :meth:`Scripts.receive_first`)."""
 
     name: str
     keys: tuple[Any, ...]
     args: tuple[Any, ...]
     conn: Any
     pool: Any
+    first: bool = False
 
 
 class Scripts:
@@ -363,10 +406,15 @@ class Scripts:
             script.sha = sha.decode() if isinstance(sha, bytes) else sha
             return self.client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
 
-    def send(self, name: str, keys: Sequence[Any], args: Sequence[Any] = ()) -> PendingCall | None:
+    def send(self, name: str, keys: Sequence[Any], args: Sequence[Any] = (), *,
+             first: Sequence[Any] | None = None) -> PendingCall | None:
         """Send one script call now and read its reply later (:meth:`receive`), on a connection of its
         own taken from the pool: Redis runs it while the caller does other work. None when the client
-        cannot do that (a cluster client has no single pool): the caller then uses :meth:`call`."""
+        cannot do that (a cluster client has no single pool): the caller then uses :meth:`call`.
+
+        ``first``: one command written just before the call on the same connection (a ``BLPOP``).
+        Redis serves a connection's commands in order, so it runs the script the moment that command
+        is answered, with no round trip in between; its reply is read with :meth:`receive_first`."""
         pool = getattr(self.client, "connection_pool", None)
         if pool is None or isinstance(self.client, redis.RedisCluster):
             return None
@@ -375,16 +423,48 @@ class Scripts:
             conn = pool.get_connection()
         except TypeError:  # redis-py before 5.3 wants the command name
             conn = pool.get_connection("EVALSHA")
+        call = ("EVALSHA", script.sha, len(keys), *keys, *args)
         try:
-            conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            if first is None:
+                conn.send_command(*call)
+            else:
+                conn.send_packed_command(conn.pack_commands([tuple(first), call]))
         except BaseException:
             conn.disconnect()
             pool.release(conn)
             raise
-        return PendingCall(name, tuple(keys), tuple(args), conn, pool)
+        return PendingCall(name, tuple(keys), tuple(args), conn, pool, first is not None)
+
+    def receive_first(self, pending: PendingCall, wait: float | None = None) -> Any:
+        """The reply of the command :meth:`send` wrote ahead of the script (this blocks while that
+        command blocks: ``wait``, its own timeout in seconds, 0 for none, is added to the socket's read
+        timeout meanwhile). An error reply is raised, and the script's reply stays readable with
+        :meth:`receive`; a lost connection is raised too, and the call is then over."""
+        assert pending.first
+        try:
+            with patient(pending.conn, wait):
+                reply = pending.conn.read_response()
+        except redis.exceptions.ResponseError:
+            pending.first = False
+            raise
+        except BaseException:
+            pending.first = False
+            self._drop(pending)
+            raise
+        pending.first = False
+        return reply
+
+    @staticmethod
+    def _drop(pending: PendingCall) -> None:
+        """Give up a sent call: its reply may be half read, so its connection is never handed out as is."""
+        pending.conn.disconnect()
+        pending.pool.release(pending.conn)
 
     def receive(self, pending: PendingCall) -> Any:
         """The reply of a :meth:`send` (``NOSCRIPT``: loaded and run again, as :meth:`call` does)."""
+        if pending.first:  # its reply (or error reply) is not what the caller asked for
+            with contextlib.suppress(redis.exceptions.ResponseError):
+                self.receive_first(pending)
         conn, pool = pending.conn, pending.pool
         try:
             reply = conn.read_response()
@@ -392,8 +472,7 @@ class Scripts:
             pool.release(conn)
             return self.call(pending.name, pending.keys, pending.args)
         except BaseException:
-            conn.disconnect()  # the reply may be half read: never hand this connection out again as is
-            pool.release(conn)
+            self._drop(pending)
             raise
         pool.release(conn)
         return reply
@@ -537,12 +616,14 @@ class Scripts:
     def reserve_batch_send(self, list_key: str, reserved_key: str, notify_key: str, poison_key: str,
                            delayed_key: str, *, expires_at: int, count: int, now: int, migrate_limit: int = -1,
                            migrate_reserved: bool = True, acks: Sequence[bytes] = (),
-                           poison_budget: int = POISON_SKIPS_PER_CALL) -> PendingCall | None:
-        """:meth:`reserve_batch`, sent now; :meth:`receive` + :meth:`reserve_batch_result` read it later."""
+                           poison_budget: int = POISON_SKIPS_PER_CALL,
+                           first: Sequence[Any] | None = None) -> PendingCall | None:
+        """:meth:`reserve_batch`, sent now (after ``first``, see :meth:`send`); :meth:`receive` +
+        :meth:`reserve_batch_result` read it later."""
         keys, args = self._reserve_batch_args(list_key, reserved_key, notify_key, poison_key, delayed_key,
                                               expires_at, count, now, migrate_limit, migrate_reserved, acks,
                                               poison_budget)
-        return self.send("reserve_batch", keys, args)
+        return self.send("reserve_batch", keys, args, first=first)
 
     @staticmethod
     def _reserve_batch_args(list_key: str, reserved_key: str, notify_key: str, poison_key: str, delayed_key: str,
@@ -563,7 +644,15 @@ class Scripts:
         """Push the reservation expiry of ``members`` to ``expires_at``; False for a member that is gone."""
         if not members:
             return []
-        raw = self.call("renew", (reserved_key,), (int(expires_at), *members))
+        return self.renew_result(self.call("renew", (reserved_key,), (int(expires_at), *members)))
+
+    def renew_send(self, reserved_key: str, members: Sequence[bytes], expires_at: int) -> PendingCall | None:
+        """:meth:`renew`, sent now; :meth:`receive` + :meth:`renew_result` read it later."""
+        return self.send("renew", (reserved_key,), (int(expires_at), *members))
+
+    @staticmethod
+    def renew_result(raw: Any) -> list[bool]:
+        """The reply of the ``renew`` script: True for each member still reserved (now renewed)."""
         return [bool(int(v)) for v in raw]
 
     def give_back(self, list_key: str, reserved_key: str, notify_key: str,

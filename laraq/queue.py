@@ -31,7 +31,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis
 
-from laraq.lua import PendingCall, Scripts
+from laraq.lua import PendingCall, Scripts, blocking
 from laraq.routing import QueueForwards, queue_name_of
 from laraq.versions import DEFAULT_VERSION, LaravelVersion
 
@@ -429,10 +429,8 @@ class RedisQueue:
                 "moved %d unreadable member(s) of %s to %s (not JSON or no numeric attempts)",
                 result.poisoned, keys.list, keys.poison,
             )
-        if result.job is None and self.block_for is not None and block:
-            woke = self.client.blpop([keys.notify], timeout=self.block_for)
-            if woke:
-                return self._retrieve_next_job(keys, False)
+        if result.job is None and self.block_for is not None and block and self._wait_on(keys.notify):
+            return self._retrieve_next_job(keys, False)
         return result.job, result.reserved
 
     def pop_many(self, queue: str | None = None, count: int = 1) -> list[ReservedJob]:
@@ -465,13 +463,43 @@ class RedisQueue:
         return self._reserved(name, keys, self.scripts.reserve_batch(*args, **options))
 
     def reserve_batch_send(self, queue: str | None = None, count: int = 1,
-                           acks: list[bytes] | tuple[bytes, ...] = ()) -> PendingReserve | None:
+                           acks: list[bytes] | tuple[bytes, ...] = (), *,
+                           wait: float | None = None) -> PendingReserve | None:
         """:meth:`reserve_batch`, sent now and read later with :meth:`reserve_batch_receive`: Redis reserves
         the next jobs while the worker runs the ones it has. None when this client cannot split a call
-        (Redis Cluster): use :meth:`reserve_batch`."""
+        (Redis Cluster): use :meth:`reserve_batch`.
+
+        ``wait`` (seconds, 0 = forever): a ``BLPOP :notify`` with that timeout goes first on the same
+        connection, so the reserve runs on Redis the moment a token arrives or the wait ends, as
+        Laravel's pop retries at once after its ``BLPOP``, without the round trip between the two.
+        Read whether a token came with :meth:`reserve_wait` first. The reservation's ``now`` (its
+        expiry and the migrate's clock) is the send time, as with any call sent ahead: the worker
+        renews a lease the wait made stale before the job starts."""
         name, keys, now, args, options = self._reserve_batch_call(queue, count, acks)
-        pending = self.scripts.reserve_batch_send(*args, **options)
+        first = None if wait is None else ("BLPOP", keys.notify, wait)
+        pending = self.scripts.reserve_batch_send(*args, **options, first=first)
         return None if pending is None else PendingReserve(name, keys, pending, now)
+
+    def reserve_wait(self, pending: PendingReserve) -> bool:
+        """The ``BLPOP`` of a :meth:`reserve_batch_send` with ``wait``: True if a ``:notify`` token came,
+        False if the wait timed out (blocks until one of the two). The reserve's reply is next."""
+        return bool(self.scripts.receive_first(pending.call, self.block_for or 0))
+
+    def wait_for_token(self, queue: str | None = None) -> bool:
+        """``BLPOP :notify`` for ``block_for`` seconds (0: until a token comes); True if one came. The
+        socket's read timeout is lengthened by the wait (see :meth:`Scripts.blocking`)."""
+        return self._wait_on(self.keys(self.queue_name(queue)).notify)
+
+    def _wait_on(self, notify_key: str) -> bool:
+        timeout = self.block_for or 0
+        command = ("BLPOP", notify_key, timeout)
+        if not isinstance(self.client, redis.RedisCluster):
+            return bool(blocking(self.client, command, timeout))
+        node = self.client.get_redis_connection(self.client.get_node_from_key(notify_key))
+        try:
+            return bool(blocking(node, command, timeout))
+        except (redis.exceptions.MovedError, redis.exceptions.AskError):  # the slot moved: the client follows it
+            return bool(self.client.blpop([notify_key], timeout=timeout))
 
     def _reserve_batch_call(self, queue: str | None, count: int, acks: list[bytes] | tuple[bytes, ...]
                             ) -> tuple[str, QueueKeys, int, tuple[str, ...], dict[str, Any]]:
@@ -511,6 +539,15 @@ class RedisQueue:
         if self.retry_after is None or not members:
             return [True] * len(members)
         return self.scripts.renew(self.keys(queue).reserved, members, self.available_at(self.retry_after))
+
+    def renew_send(self, queue: str, members: list[bytes]) -> tuple[PendingCall, int] | None:
+        """:meth:`renew`, sent now (``Scripts.receive`` + ``Scripts.renew_result`` read it later): the
+        call and the expiry it sets. None when this client cannot split a call or nothing needs it."""
+        if self.retry_after is None or not members:
+            return None
+        expiry = self.available_at(self.retry_after)
+        pending = self.scripts.renew_send(self.keys(queue).reserved, members, expiry)
+        return None if pending is None else (pending, expiry)
 
     def give_back(self, queue: str, jobs: list[ReservedJob]) -> int:
         """Hand reserved, never-started jobs back to the head of the list (original bodies, attempts

@@ -31,6 +31,7 @@ from laraq.queue import PendingReserve, ReservedJob
 
 if TYPE_CHECKING:
     from laraq.events import Listeners
+    from laraq.lua import PendingCall
     from laraq.queue import RedisQueue
     from laraq.versions import LaravelVersion
 
@@ -99,6 +100,9 @@ class Reservation:
         self._ahead: PendingReserve | None = None
         self._ahead_acks: list[bytes] = []
         self._ahead_want = 0
+        #: a lease renewal sent without waiting (see _renew_ahead): the call, and each job with its
+        #: lease before it
+        self._renewal: tuple[PendingCall, list[tuple[_Buffered, float]]] | None = None
 
     def _reserve_count(self, free: int, jobs_processed: int) -> int:
         """How many jobs to reserve now: the free slots plus an adaptive, time-bounded prefetch."""
@@ -211,7 +215,8 @@ class Reservation:
         self._ahead, self._ahead_acks, self._ahead_want = pending, mine, want
 
     def _land_ahead(self) -> int:
-        """Read the batch :meth:`_send_ahead` asked for and buffer it; how many usable jobs came."""
+        """Read the batch :meth:`_send_ahead` (or :meth:`_wait_then_reserve`) asked for and buffer it; how
+        many usable jobs came."""
         pending, acks = self._ahead, self._ahead_acks
         assert pending is not None
         self._ahead, self._ahead_acks = None, []
@@ -229,24 +234,58 @@ class Reservation:
         self._redis_up()
         return count
 
-    def _block_for_job(self) -> bool:
+    def _block_for_job(self, jobs_processed: int = 0) -> bool:
         """``block_for``: ``BLPOP :notify`` as Laravel's pop does (only the first queue from 11.27
-        unless a later one had a job; every queue in turn before). True if a token arrived."""
+        unless a later one had a job; every queue in turn before). True if a token arrived, or if the
+        reserve sent along with a timed-out wait found jobs (see :meth:`_wait_then_reserve`)."""
+        self._collect_renewal()
         block_for = self.queue.block_for
         if block_for is None:
             return False
         first_only = self.version.blocks_only_on_first_queue
+        names = [name for index, name in enumerate(self.queues)
+                 if name not in self._paused_queues
+                 and not (first_only and (index > 0 or self.queue.secondary_queue_had_job))]
         try:
-            for index, name in enumerate(self.queues):
-                if name in self._paused_queues:
-                    continue
-                if first_only and (index > 0 or self.queue.secondary_queue_had_job):
-                    continue
-                if self.queue.client.blpop([self.queue.keys(name).notify], timeout=block_for):
+            if len(names) == 1:
+                outcome = self._wait_then_reserve(names[0], block_for, jobs_processed)
+                if outcome is not None:
+                    return outcome
+            for name in names:
+                if self.queue.wait_for_token(name):
                     return True
         except _REDIS_DOWN as exc:
             self._redis_lost(exc)
         return False
+
+    def _wait_then_reserve(self, name: str, block_for: float, jobs_processed: int) -> bool | None:
+        """Wait on one queue's ``:notify`` with the reserve written right behind the ``BLPOP`` (see
+        :meth:`RedisQueue.reserve_batch_send`): Redis reserves the moment a token comes, and the worker
+        reads the jobs without another round trip. On a token the reply is left for the loop to land as
+        a batch asked for ahead (True). On a timeout it is landed here: True if jobs came anyway (pushed
+        without a token), False for Laravel's sleep and a fresh reserve round. None: this client cannot
+        split a call (Redis Cluster), or nothing may be reserved; the caller does a bare ``BLPOP``."""
+        if self._ahead is not None:
+            return None
+        want = self._reserve_count(self.options.concurrency - self._active, jobs_processed)
+        if want <= 0:
+            return None
+        pending = self.queue.reserve_batch_send(name, want, wait=block_for)
+        if pending is None:
+            return None
+        self._ahead, self._ahead_acks, self._ahead_want = pending, [], want
+        try:
+            woke = self.queue.reserve_wait(pending)
+        except redis.exceptions.ResponseError as exc:  # :notify is not a list, say: the reserve still ran
+            self._reservation_failed(exc, "wait on")
+            woke = False
+        except BaseException:
+            self._ahead = None  # the connection is gone with the reply: what it reserved returns after retry_after
+            raise
+        if woke:
+            self._took_unreadable = 0  # counted when the loop lands the batch
+            return True
+        return self._land_ahead() > 0 or self._took_reservation
 
     def _lease_ok(self, item: _Buffered) -> bool:
         """A buffered job may start only while its reservation is still ours. Its lease is renewed
@@ -256,10 +295,13 @@ class Reservation:
         retry_after = self.queue.retry_after
         if retry_after is None:
             return True
-        fresh = math.floor(time.time()) + retry_after
+        now = time.time()
+        fresh = math.floor(now) + retry_after
         if fresh <= item.lease_until:
             return True
         items = [item, *(b for b in self._buffer if b.job.queue == item.job.queue and b.lease_until < fresh)]
+        if item.lease_until - now >= retry_after / 2 and self._renew_ahead(items):
+            return True
         try:
             alive = self.queue.renew(item.job.queue, [b.job.reserved for b in items])
         except Exception as exc:
@@ -269,6 +311,54 @@ class Reservation:
         if len(gone) > (id(item) in gone):
             self._buffer = collections.deque(b for b in self._buffer if id(b) not in gone)
         return id(item) not in gone
+
+    def _renew_ahead(self, items: list[_Buffered]) -> bool:
+        """Renew leases that are stale but far from over without waiting for the reply: no migrate can
+        have taken them back (over half of ``retry_after`` is left), so the job starts at once and the
+        ``ZADD XX`` lands on Redis as it starts; :meth:`_collect_renewal` reads the reply. This is the
+        usual case for a batch reserved along with a wait (its ``now`` is the time the wait began)."""
+        self._collect_renewal()
+        try:
+            sent = self.queue.renew_send(items[0].job.queue, [b.job.reserved for b in items])
+        except Exception:  # the synchronous renewal meets the same fault and reports it
+            return False
+        if sent is None:
+            return False
+        pending, expiry = sent
+        self._renewal = (pending, [(b, b.lease_until) for b in items])
+        for b in items:
+            b.lease_until = expiry
+        return True
+
+    def _collect_renewal(self) -> None:
+        """Read the reply of a :meth:`_renew_ahead`: buffered jobs found gone are dropped, as a
+        synchronous renewal drops them; a started one is only reported. If the reply is lost, the
+        buffered jobs keep their earlier leases (renewed again when due)."""
+        if self._renewal is None:
+            return
+        pending, items = self._renewal
+        self._renewal = None
+        try:
+            alive = self.queue.scripts.renew_result(self.queue.scripts.receive(pending))
+        except Exception as exc:
+            log.warning("could not renew the reservation of %d job(s) (%s): they keep their earlier lease",
+                        len(items), exc)
+            for b, before in items:
+                b.lease_until = before
+                self._renew_at = min(self._renew_at, before - (self.queue.retry_after or 0) / 2)
+            return
+        gone = {id(b) for (b, _before), ok in zip(items, alive, strict=True) if not ok}
+        if not gone:
+            return
+        buffered = {id(b) for b in self._buffer}
+        for b, _before in items:
+            if id(b) in gone and id(b) not in buffered:
+                log.warning("%s (id %s) left :reserved as it started (deleted by someone else?)",
+                            b.job.name, b.job.id)
+            elif id(b) in gone:
+                log.warning("%s (id %s) was taken back from :reserved while buffered: dropped",
+                            b.job.name, b.job.id)
+        self._buffer = collections.deque(b for b in self._buffer if id(b) not in gone)
 
     def _renew_leases(self) -> None:
         """Push the reservation of buffered jobs past half their ``retry_after`` forward (``ZADD XX``)."""
@@ -304,6 +394,7 @@ class Reservation:
     def _give_back_buffer(self) -> None:
         """Hand buffered, unstarted jobs back to the head of their lists (attempts not burned); a batch
         asked for ahead is read first and handed back with them."""
+        self._collect_renewal()
         if self._ahead is not None:
             self._land_ahead()
         if not self._buffer:

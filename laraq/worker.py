@@ -438,7 +438,9 @@ class Worker(Reservation, Execution, Lifecycle):
                 self._flush_acks(force=True)
                 if self._reconnect_delay:
                     await self._idle(self._reconnect_delay)
-                elif not self._block_for_job():
+                elif self._block_for_job(jobs_processed):
+                    jobs_processed += self._took_unreadable  # a batch that came along with a timed-out wait
+                else:
                     await self._idle(opts.sleep)
                 continue
             if self._fresh:
@@ -454,6 +456,7 @@ class Worker(Reservation, Execution, Lifecycle):
 
     def _housekeeping(self) -> None:
         self._flush_acks()
+        self._collect_renewal()
         self._renew_leases()
 
     def _periodic_status(self, last_restart: Any, started: float) -> int | None:

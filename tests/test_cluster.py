@@ -171,3 +171,22 @@ def test_13_5_tags_untagged_queues_itself_on_three_masters(cluster, redis_server
     assert sorted(r["n"] for r in runs(log)) == list(range(30))
     assert {r["queue"] for r in runs(log)} == set(names)
     assert not client.keys("laravel-database-queues:*")
+
+
+def test_block_for_longer_than_the_socket_timeout_on_a_cluster(cluster):
+    """The wait on ``:notify`` runs on the node that holds the queue's slot and outlasts the client's
+    socket timeout (redis-py's default 5 s is shorter than many a ``block_for``); a push wakes it."""
+    client = redis.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port, socket_timeout=0.2)
+    rq = RedisQueue(client, prefix=PREFIX, version="8", block_for=0.7)
+    started = time.monotonic()
+    assert rq.pop("{wait}") is None  # ran its course: no TimeoutError
+    assert time.monotonic() - started >= 0.6
+    rq.block_for = 5
+    pusher = RedisQueue(redis.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port), prefix=PREFIX, version="8")
+    timer = threading.Timer(0.3, pusher.push_raw, args=(b'{"uuid":"u","job":"x","data":{},"attempts":0,"id":"i"}', "{wait}"))
+    timer.start()
+    try:
+        job = rq.pop("{wait}")
+    finally:
+        timer.join()
+    assert job is not None and b'"attempts":1' in job.reserved

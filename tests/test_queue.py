@@ -35,15 +35,19 @@ class Clock:
 
 
 class RecordingRedis(redis.Redis):
-    """A redis-py client that records the command name of every round trip it makes."""
+    """A redis-py client that records the name of every command its connections send one at a time
+    (through the client or straight on a pooled connection, as a blocking wait does)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
         self.calls: list[str] = []
+        calls = self.calls
 
-    def execute_command(self, *args: Any, **options: Any) -> Any:
-        self.calls.append(str(args[0]).upper())
-        return super().execute_command(*args, **options)
+        class Recording(redis.Connection):
+            def send_command(self, *args: Any, **kwargs: Any) -> None:
+                calls.append(str(args[0]).upper())
+                super().send_command(*args, **kwargs)
+
+        super().__init__(connection_pool=redis.ConnectionPool(*args, connection_class=Recording, **kwargs))
 
 
 def payload(n: int = 1, attempts: int = 0, **extra: Any) -> bytes:
@@ -386,6 +390,17 @@ def test_block_for_wakes_up_on_push(redis_server: RedisServer, redis_client: red
 def test_block_for_times_out(redis_client: redis.Redis, clock: Clock) -> None:
     q = make(redis_client, clock, block_for=0.2)
     assert q.pop() is None
+
+
+def test_block_for_longer_than_the_socket_timeout(redis_server: RedisServer, clock: Clock) -> None:
+    # redis-py 6+ reads with a 5 s socket timeout by default, Laravel's block_for is often 5 or more:
+    # the wait must run its course, not end in a TimeoutError (and redis-py's silent retries)
+    client = redis.Redis(port=redis_server.port, socket_timeout=0.2)
+    q = make(client, clock, block_for=0.7)
+    started = time.monotonic()
+    assert q.pop() is None
+    assert time.monotonic() - started >= 0.6
+    client.close()
 
 
 def test_block_for_consumes_notify_then_retries_once(rec: RecordingRedis, clock: Clock) -> None:

@@ -1,0 +1,286 @@
+"""An idle worker with ``block_for``: the ``BLPOP :notify`` and the reserve written together.
+
+The worker writes its reserve call right behind the ``BLPOP`` on one connection
+(``Reservation._wait_then_reserve``), so Redis reserves the moment a token comes. What must hold, and
+is checked here (correctness only, nothing timed):
+
+- against artisan, on each live Laravel line: a job pushed to an idle, blocked worker leaves the same
+  Redis state, and its ``:reserved`` score counts ``retry_after`` from the pickup, not from the moment
+  the wait began (the reserve was written then: its stale lease is renewed as the job starts);
+- the renewal is not waited for (the job starts at once) and no synchronous one is made;
+- a wait that times out still runs a job that came without a token, and a delayed job that fell due
+  during the wait is taken by the fresh reserve round after it (not one wait later);
+- a stop during the wait, a connection killed during it and a ``SCRIPT FLUSH`` during it lose nothing
+  and run nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+from phpapp import PhpApp
+from test_worker_support import popen_laraq, wait_for
+
+from laraq.app import App
+from laraq.cli.work import build_worker, default_params
+from laraq.dispatch import Dispatcher
+from laraq.queue import RedisQueue
+from laraq.versions import LaravelVersion
+
+PREFIX = "laravel_database_"
+ECHO = "App\\Jobs\\EchoJob"
+QUEUE = "wait"
+KEY = PREFIX + "queues:" + QUEUE
+
+
+def _blocked_on_notify(client: redis.Redis) -> bool:
+    """Some client is blocked in ``BLPOP`` on this queue's ``:notify``."""
+    return any(c.get("cmd") == "blpop" and "b" in c.get("flags", "") for c in client.client_list())
+
+
+def _dispatcher(client: redis.Redis) -> Dispatcher:
+    return Dispatcher(RedisQueue(client, prefix=PREFIX, version=LaravelVersion.parse("8.83.27")))
+
+
+def _push(client: redis.Redis, n: int, *, delay: int | None = None) -> None:
+    d = _dispatcher(client)
+    d.push(d.prepare_job(ECHO, {"args": {"n": n}, "mode": "ok", "seconds": 0}, queue=QUEUE, connection="redis",
+                         delay=delay))
+
+
+# -- against artisan ------------------------------------------------------------------------------
+
+def _pickup_while_blocked(app: PhpApp, redis_client: redis.Redis, start: Any) -> dict[str, Any]:
+    """Start a worker (``start()``), let it block on ``:notify`` across a second boundary, push one
+    3-second job, and read Redis while it runs and after it ends."""
+    redis_client.flushall()
+    proc = start()
+    try:
+        wait_for(lambda: _blocked_on_notify(redis_client), timeout=60)
+        time.sleep(1.6)  # the wait began in an earlier second than the pickup
+        before = len(app.runs())
+        pushed_at = time.time()
+        app.tool("dispatch", "echo", f"--queue={QUEUE}", "--count=1", "--args=" + json.dumps({"mode": "sleep", "seconds": 3}))
+        wait_for(lambda: len(app.runs()) > before, timeout=30)
+        seen_at = time.time()
+        # Laravel's score: floor(time of its pop) + retry_after, the pop falling between push and seen
+        low, high = math.floor(pushed_at) + 90, math.floor(seen_at) + 90
+
+        def reserved() -> list[tuple[bytes, float]] | None:
+            members = redis_client.zrange(KEY + ":reserved", 0, -1, withscores=True)
+            return members if members and all(low <= s <= high for _m, s in members) else None
+
+        members = wait_for(reserved, timeout=2.5, interval=0.02)
+        during = {
+            "reserved": [(json.loads(m)["attempts"], low <= s <= high) for m, s in members],
+            "notify": redis_client.llen(KEY + ":notify"),
+            "waiting": redis_client.llen(KEY),
+        }
+        wait_for(lambda: redis_client.zcard(KEY + ":reserved") == 0, timeout=30)
+        after = {"reserved": redis_client.zcard(KEY + ":reserved"), "notify": redis_client.llen(KEY + ":notify"),
+                 "waiting": redis_client.llen(KEY), "delayed": redis_client.zcard(KEY + ":delayed")}
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return {"during": during, "after": after, "attempts": app.runs()[-1]["attempts"]}
+
+
+@pytest.mark.php
+def test_a_job_pushed_to_a_blocked_worker_matches_artisan(laravel: str, redis_server: Any, redis_client: Any,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    app = PhpApp(redis_server.port, version=laravel, prefix=PREFIX, block_for=5, queue=QUEUE)
+    monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
+    artisan = _pickup_while_blocked(app, redis_client, lambda: app.popen_artisan(
+        "queue:work", "redis", f"--queue={QUEUE}", "--sleep=0", "--quiet"))
+    laraq = _pickup_while_blocked(app, redis_client, lambda: popen_laraq(
+        app, f"--queue={QUEUE}", "--block-for=5", "--quiet", "--no-supervise", app_spec="test_worker_support:async_app"))
+    assert artisan["during"]["reserved"] == [(1, True)]  # the fixture: Laravel's own lease, from the pickup
+    assert laraq == artisan
+    assert [r["runner"] for r in app.runs()] == ["php", "python"]
+
+
+# -- in process -----------------------------------------------------------------------------------
+
+def _app(ran: list[int], started: list[float] | None = None) -> App:
+    app = App("wait")
+
+    @app.handler(ECHO)
+    async def echo(command: Any, job: Any) -> None:
+        if started is not None:
+            started.append(time.time())
+        ran.append(command["args"]["n"])
+
+    return app
+
+
+def _worker(redis_server: Any, app: App, workers: list[Any], **opts: Any) -> Any:
+    params = default_params(laravel="8", sleep=0, quiet=True, queue=QUEUE,
+                            redis_url=opts.pop("redis_url", redis_server.url), prefix=PREFIX, memory=1 << 20,
+                            block_for=opts.pop("block_for", 5), **opts)
+    env = {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(redis_server.port), "CACHE_DRIVER": "array"}
+    worker = build_worker(params, env=env, app=app)
+    workers.append(worker)
+    return worker
+
+
+class _Running:
+    """A worker's daemon loop on a thread of its own."""
+
+    def __init__(self, worker: Any) -> None:
+        self.worker = worker
+        self.status: list[int] = []
+        self.thread = threading.Thread(target=lambda: self.status.append(worker.daemon()), daemon=True)
+        self.thread.start()
+
+    def stop(self, client: redis.Redis) -> int:
+        self.worker.should_quit = True
+        self.worker._wake.set()
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+        return self.status[0]
+
+
+def _count(obj: Any, name: str, calls: dict[str, int]) -> None:
+    original = getattr(obj, name)
+    calls[name] = 0
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[name] += 1
+        return original(*args, **kwargs)
+
+    setattr(obj, name, counted)
+
+
+def test_the_reserve_rides_with_the_wait_and_the_lease_is_renewed_without_waiting(
+        redis_server: Any, redis_client: Any, workers: list[Any]) -> None:
+    ran: list[int] = []
+    started: list[float] = []
+    worker = _worker(redis_server, _app(ran, started), workers, block_for=5, stop_when_empty=False)
+    calls: dict[str, int] = {}
+    for name in ("reserve_wait", "renew", "renew_send"):
+        _count(worker.queue, name, calls)
+    running = _Running(worker)
+    try:
+        for n in range(3):
+            wait_for(lambda: _blocked_on_notify(redis_client), timeout=30)
+            time.sleep(1.1)  # every pickup comes in a later second than its wait began
+            pushed_at = time.time()
+            _push(redis_client, n)
+            wait_for(lambda n=n: len(ran) > n, timeout=30)
+            assert math.floor(started[-1]) >= math.floor(pushed_at)
+    finally:
+        assert running.stop(redis_client) == 0
+    assert ran == [0, 1, 2]
+    assert calls["reserve_wait"] >= 3  # each job came through the wait's own reserve
+    assert calls["renew_send"] == 3 and calls["renew"] == 0  # renewed as it started, never waited for
+    assert worker._renewal is None  # its reply was read
+    assert redis_client.llen(KEY) == 0 and redis_client.zcard(KEY + ":reserved") == 0
+
+
+def test_a_timed_out_wait_still_runs_a_job_pushed_without_a_token(
+        redis_server: Any, redis_client: Any, workers: list[Any]) -> None:
+    ran: list[int] = []
+    worker = _worker(redis_server, _app(ran), workers, block_for=1, stop_when_empty=False)
+    running = _Running(worker)
+    try:
+        wait_for(lambda: _blocked_on_notify(redis_client), timeout=30)
+        d = _dispatcher(redis_client)
+        job = d.prepare_job(ECHO, {"args": {"n": 7}, "mode": "ok", "seconds": 0}, queue=QUEUE, connection="redis")
+        redis_client.rpush(KEY, job.payload)  # no :notify token
+        wait_for(lambda: ran == [7], timeout=30)
+    finally:
+        assert running.stop(redis_client) == 0
+    assert redis_client.llen(KEY) == 0 and redis_client.zcard(KEY + ":reserved") == 0
+
+
+def test_a_delayed_job_due_during_the_wait_is_taken_right_after_it(
+        redis_server: Any, redis_client: Any, workers: list[Any]) -> None:
+    # the reserve written with the wait carries the time the wait began, too early to migrate a job
+    # that fell due during it: the fresh round after the timeout (Laravel's next pop) must take it
+    ran: list[int] = []
+    worker = _worker(redis_server, _app(ran), workers, block_for=3, stop_when_empty=False)
+    waits: dict[str, int] = {}
+    _count(worker.queue, "reserve_wait", waits)
+    running = _Running(worker)
+    try:
+        wait_for(lambda: _blocked_on_notify(redis_client), timeout=30)
+        before = waits["reserve_wait"]
+        _push(redis_client, 5, delay=1)
+        wait_for(lambda: ran == [5], timeout=30)
+        assert waits["reserve_wait"] - before <= 1  # taken after the wait it fell due in, not a second one
+    finally:
+        assert running.stop(redis_client) == 0
+    assert redis_client.zcard(KEY + ":delayed") == 0 and redis_client.zcard(KEY + ":reserved") == 0
+
+
+def test_a_stop_during_the_wait_hands_a_job_that_arrives_back_untouched(
+        redis_server: Any, redis_client: Any, workers: list[Any]) -> None:
+    ran: list[int] = []
+    worker = _worker(redis_server, _app(ran), workers, block_for=2, stop_when_empty=False)
+    running = _Running(worker)
+    wait_for(lambda: _blocked_on_notify(redis_client), timeout=30)
+    worker.should_quit = True  # SIGTERM's flag: the wait goes on until a token or its timeout
+    _push(redis_client, 3)
+    running.thread.join(30)
+    assert running.status == [0]
+    assert ran == []
+    waiting = [json.loads(m) for m in redis_client.lrange(KEY, 0, -1)]
+    assert [p["attempts"] for p in waiting] == [0]  # handed back as dispatched, or never taken
+    assert redis_client.zcard(KEY + ":reserved") == 0
+
+
+def test_a_connection_killed_during_the_wait_loses_nothing(
+        redis_server: Any, redis_client: Any, workers: list[Any]) -> None:
+    ran: list[int] = []
+    worker = _worker(redis_server, _app(ran), workers, block_for=5, stop_when_empty=False)
+    running = _Running(worker)
+    try:
+        wait_for(lambda: _blocked_on_notify(redis_client), timeout=30)
+        killed = redis_client.client_kill_filter(_type="normal", skipme=True)
+        assert killed >= 1
+        _push(redis_client, 1)
+        _push(redis_client, 2)
+        wait_for(lambda: sorted(ran) == [1, 2], timeout=60)
+    finally:
+        assert running.stop(redis_client) == 0
+    assert redis_client.llen(KEY) == 0 and redis_client.zcard(KEY + ":reserved") == 0
+
+
+def test_a_script_flush_during_the_wait_loses_nothing(
+        redis_server: Any, redis_client: Any, workers: list[Any]) -> None:
+    ran: list[int] = []
+    worker = _worker(redis_server, _app(ran), workers, block_for=5, stop_when_empty=False)
+    running = _Running(worker)
+    try:
+        wait_for(lambda: _blocked_on_notify(redis_client), timeout=30)
+        redis_client.script_flush()  # the reserve behind the BLPOP meets NOSCRIPT: loaded and run again
+        _push(redis_client, 4)
+        wait_for(lambda: ran == [4], timeout=30)
+    finally:
+        assert running.stop(redis_client) == 0
+    assert redis_client.llen(KEY) == 0 and redis_client.zcard(KEY + ":reserved") == 0
+
+
+def test_a_wait_longer_than_the_socket_timeout_runs_its_course(
+        redis_server: Any, redis_client: Any, workers: list[Any], caplog: pytest.LogCaptureFixture) -> None:
+    # the client reads with a 0.3 s socket timeout, the wait is 1 s: no TimeoutError, no "unreachable"
+    ran: list[int] = []
+    worker = _worker(redis_server, _app(ran), workers, block_for=1, stop_when_empty=False,
+                     redis_url=redis_server.url + "?socket_timeout=0.3")
+    waits: dict[str, int] = {}
+    _count(worker.queue, "reserve_wait", waits)
+    running = _Running(worker)
+    try:
+        wait_for(lambda: waits["reserve_wait"] >= 3, timeout=30)  # two waits ran to their timeout
+        _push(redis_client, 9)
+        wait_for(lambda: ran == [9], timeout=30)
+    finally:
+        assert running.stop(redis_client) == 0
+    assert worker._redis_down_since is None
+    assert "unreachable" not in caplog.text
