@@ -1093,7 +1093,9 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 log(f"latency: {' and '.join(sides)}, interleaved")
                 gap = (0.02, 0.04) if mode == "block" else (0.02, 0.03 + cfg.latency_sleep)
-                samples = cfg.latency if mode == "block" else min(cfg.latency, 200)  # a --sleep sample takes ~0.1 s
+                # a --sleep sample takes ~0.14 s a side, but its p99 is an order statistic of a random
+                # phase (±0.7 ms at 200 samples of a 100 ms sleep): as many rounds as with block_for
+                samples = cfg.latency
                 results["latency"].update(measure_latency_interleaved(lq, sides, samples, gap))
                 for label in sides:
                     clear_queue(r, sides[label][4])
