@@ -312,10 +312,7 @@ def blocking(client: redis.Redis, command: Sequence[Any], wait: float) -> Any:
     lengthened by ``wait`` (the command's own timeout, 0 for none) so that a socket timeout shorter than
     the wait (redis-py's default is 5 s) never cuts it short."""
     pool = client.connection_pool
-    try:
-        conn = pool.get_connection()
-    except TypeError:  # redis-py before 5.3 wants the command name
-        conn = pool.get_connection(command[0])
+    conn = _connection(pool, command[0])
     try:
         conn.send_command(*command)
         with patient(conn, wait):
@@ -326,6 +323,14 @@ def blocking(client: redis.Redis, command: Sequence[Any], wait: float) -> Any:
         raise
     pool.release(conn)
     return reply
+
+
+def _connection(pool: Any, command: str) -> Any:
+    """A connection of ``pool`` for the caller alone until it releases it."""
+    try:
+        return pool.get_connection()
+    except TypeError:  # redis-py before 5.3 wants the command name
+        return pool.get_connection(command)
 
 
 @contextlib.contextmanager
@@ -419,10 +424,7 @@ class Scripts:
         if pool is None or isinstance(self.client, redis.RedisCluster):
             return None
         script = self._scripts[name]
-        try:
-            conn = pool.get_connection()
-        except TypeError:  # redis-py before 5.3 wants the command name
-            conn = pool.get_connection("EVALSHA")
+        conn = _connection(pool, "EVALSHA")
         call = ("EVALSHA", script.sha, len(keys), *keys, *args)
         try:
             if first is None:
