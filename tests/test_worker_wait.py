@@ -16,10 +16,12 @@ is checked here (correctness only, nothing timed):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -138,12 +140,11 @@ class _Running:
         self.thread = threading.Thread(target=lambda: self.status.append(worker.daemon()), daemon=True)
         self.thread.start()
 
-    def stop(self, client: redis.Redis) -> int:
+    def stop(self) -> int | None:
         self.worker.should_quit = True
         self.worker._wake.set()
         self.thread.join(30)
-        assert not self.thread.is_alive()
-        return self.status[0]
+        return self.status[0] if self.status else None
 
 
 def _count(obj: Any, name: str, calls: dict[str, int]) -> None:
@@ -157,16 +158,32 @@ def _count(obj: Any, name: str, calls: dict[str, int]) -> None:
     setattr(obj, name, counted)
 
 
+@contextlib.contextmanager
+def _waiting_worker(redis_server: Any, redis_client: Any, workers: list[Any], ran: list[int], *,
+                    count: tuple[str, ...] = (), started: list[float] | None = None,
+                    **opts: Any) -> Iterator[tuple[Any, dict[str, int]]]:
+    """A worker on a thread of its own, blocked on ``:notify`` when the block begins (``count``: its
+    queue's methods to count calls of); stopped after it, exit 0, with nothing left in the queue."""
+    worker = _worker(redis_server, _app(ran, started), workers, stop_when_empty=False, **opts)
+    calls: dict[str, int] = {}
+    for name in count:
+        _count(worker.queue, name, calls)
+    running = _Running(worker)
+    try:
+        wait_for(lambda: _blocked_on_notify(redis_client), timeout=30)
+        yield worker, calls
+    finally:
+        status = running.stop()
+    assert status == 0
+    assert redis_client.llen(KEY) == 0 and redis_client.zcard(KEY + ":reserved") == 0
+
+
 def test_the_reserve_rides_with_the_wait_and_the_lease_is_renewed_without_waiting(
         redis_server: Any, redis_client: Any, workers: list[Any]) -> None:
     ran: list[int] = []
     started: list[float] = []
-    worker = _worker(redis_server, _app(ran, started), workers, block_for=5, stop_when_empty=False)
-    calls: dict[str, int] = {}
-    for name in ("reserve_wait", "renew", "renew_send"):
-        _count(worker.queue, name, calls)
-    running = _Running(worker)
-    try:
+    with _waiting_worker(redis_server, redis_client, workers, ran, started=started,
+                         count=("reserve_wait", "renew", "renew_send")) as (worker, calls):
         for n in range(3):
             wait_for(lambda: _blocked_on_notify(redis_client), timeout=30)
             time.sleep(1.1)  # every pickup comes in a later second than its wait began
@@ -174,29 +191,20 @@ def test_the_reserve_rides_with_the_wait_and_the_lease_is_renewed_without_waitin
             _push(redis_client, n)
             wait_for(lambda n=n: len(ran) > n, timeout=30)
             assert math.floor(started[-1]) >= math.floor(pushed_at)
-    finally:
-        assert running.stop(redis_client) == 0
     assert ran == [0, 1, 2]
     assert calls["reserve_wait"] >= 3  # each job came through the wait's own reserve
     assert calls["renew_send"] == 3 and calls["renew"] == 0  # renewed as it started, never waited for
     assert worker._renewal is None  # its reply was read
-    assert redis_client.llen(KEY) == 0 and redis_client.zcard(KEY + ":reserved") == 0
 
 
 def test_a_timed_out_wait_still_runs_a_job_pushed_without_a_token(
         redis_server: Any, redis_client: Any, workers: list[Any]) -> None:
     ran: list[int] = []
-    worker = _worker(redis_server, _app(ran), workers, block_for=1, stop_when_empty=False)
-    running = _Running(worker)
-    try:
-        wait_for(lambda: _blocked_on_notify(redis_client), timeout=30)
+    with _waiting_worker(redis_server, redis_client, workers, ran, block_for=1):
         d = _dispatcher(redis_client)
         job = d.prepare_job(ECHO, {"args": {"n": 7}, "mode": "ok", "seconds": 0}, queue=QUEUE, connection="redis")
         redis_client.rpush(KEY, job.payload)  # no :notify token
         wait_for(lambda: ran == [7], timeout=30)
-    finally:
-        assert running.stop(redis_client) == 0
-    assert redis_client.llen(KEY) == 0 and redis_client.zcard(KEY + ":reserved") == 0
 
 
 def test_a_delayed_job_due_during_the_wait_is_taken_right_after_it(
@@ -204,83 +212,59 @@ def test_a_delayed_job_due_during_the_wait_is_taken_right_after_it(
     # the reserve written with the wait carries the time the wait began, too early to migrate a job
     # that fell due during it: the fresh round after the timeout (Laravel's next pop) must take it
     ran: list[int] = []
-    worker = _worker(redis_server, _app(ran), workers, block_for=3, stop_when_empty=False)
-    waits: dict[str, int] = {}
-    _count(worker.queue, "reserve_wait", waits)
-    running = _Running(worker)
-    try:
-        wait_for(lambda: _blocked_on_notify(redis_client), timeout=30)
+    with _waiting_worker(redis_server, redis_client, workers, ran, block_for=3, count=("reserve_wait",)) as (_w, waits):
         before = waits["reserve_wait"]
         _push(redis_client, 5, delay=1)
         wait_for(lambda: ran == [5], timeout=30)
         assert waits["reserve_wait"] - before <= 1  # taken after the wait it fell due in, not a second one
-    finally:
-        assert running.stop(redis_client) == 0
-    assert redis_client.zcard(KEY + ":delayed") == 0 and redis_client.zcard(KEY + ":reserved") == 0
+    assert redis_client.zcard(KEY + ":delayed") == 0
 
 
 def test_a_stop_during_the_wait_hands_a_job_that_arrives_back_untouched(
         redis_server: Any, redis_client: Any, workers: list[Any]) -> None:
     ran: list[int] = []
     worker = _worker(redis_server, _app(ran), workers, block_for=2, stop_when_empty=False)
+    calls: dict[str, int] = {}
+    _count(worker.queue, "give_back", calls)
     running = _Running(worker)
     wait_for(lambda: _blocked_on_notify(redis_client), timeout=30)
     worker.should_quit = True  # SIGTERM's flag: the wait goes on until a token or its timeout
     _push(redis_client, 3)
     running.thread.join(30)
     assert running.status == [0]
-    assert ran == []
+    assert ran == [] and calls["give_back"] == 1  # reserved behind the BLPOP, then handed back
     waiting = [json.loads(m) for m in redis_client.lrange(KEY, 0, -1)]
-    assert [p["attempts"] for p in waiting] == [0]  # handed back as dispatched, or never taken
+    assert [p["attempts"] for p in waiting] == [0]  # as dispatched: no attempt burned
     assert redis_client.zcard(KEY + ":reserved") == 0
 
 
 def test_a_connection_killed_during_the_wait_loses_nothing(
         redis_server: Any, redis_client: Any, workers: list[Any]) -> None:
     ran: list[int] = []
-    worker = _worker(redis_server, _app(ran), workers, block_for=5, stop_when_empty=False)
-    running = _Running(worker)
-    try:
-        wait_for(lambda: _blocked_on_notify(redis_client), timeout=30)
-        killed = redis_client.client_kill_filter(_type="normal", skipme=True)
-        assert killed >= 1
+    with _waiting_worker(redis_server, redis_client, workers, ran):
+        assert redis_client.client_kill_filter(_type="normal", skipme=True) >= 1
         _push(redis_client, 1)
         _push(redis_client, 2)
         wait_for(lambda: sorted(ran) == [1, 2], timeout=60)
-    finally:
-        assert running.stop(redis_client) == 0
-    assert redis_client.llen(KEY) == 0 and redis_client.zcard(KEY + ":reserved") == 0
 
 
 def test_a_script_flush_during_the_wait_loses_nothing(
         redis_server: Any, redis_client: Any, workers: list[Any]) -> None:
     ran: list[int] = []
-    worker = _worker(redis_server, _app(ran), workers, block_for=5, stop_when_empty=False)
-    running = _Running(worker)
-    try:
-        wait_for(lambda: _blocked_on_notify(redis_client), timeout=30)
+    with _waiting_worker(redis_server, redis_client, workers, ran):
         redis_client.script_flush()  # the reserve behind the BLPOP meets NOSCRIPT: loaded and run again
         _push(redis_client, 4)
         wait_for(lambda: ran == [4], timeout=30)
-    finally:
-        assert running.stop(redis_client) == 0
-    assert redis_client.llen(KEY) == 0 and redis_client.zcard(KEY + ":reserved") == 0
 
 
 def test_a_wait_longer_than_the_socket_timeout_runs_its_course(
         redis_server: Any, redis_client: Any, workers: list[Any], caplog: pytest.LogCaptureFixture) -> None:
     # the client reads with a 0.3 s socket timeout, the wait is 1 s: no TimeoutError, no "unreachable"
     ran: list[int] = []
-    worker = _worker(redis_server, _app(ran), workers, block_for=1, stop_when_empty=False,
-                     redis_url=redis_server.url + "?socket_timeout=0.3")
-    waits: dict[str, int] = {}
-    _count(worker.queue, "reserve_wait", waits)
-    running = _Running(worker)
-    try:
+    with _waiting_worker(redis_server, redis_client, workers, ran, block_for=1, count=("reserve_wait",),
+                         redis_url=redis_server.url + "?socket_timeout=0.3") as (worker, waits):
         wait_for(lambda: waits["reserve_wait"] >= 3, timeout=30)  # two waits ran to their timeout
         _push(redis_client, 9)
         wait_for(lambda: ran == [9], timeout=30)
-    finally:
-        assert running.stop(redis_client) == 0
     assert worker._redis_down_since is None
     assert "unreachable" not in caplog.text
