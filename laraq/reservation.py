@@ -3,11 +3,12 @@ side of ``Illuminate\\Queue\\Worker::getNextJob``).
 
 Owns, for the worker: the classic one-job pop (:meth:`Reservation.next_job`, Laravel's ``getNextJob``
 with paused queues skipped), the batched fast path's reserve rounds (several jobs per Lua call, the
-pending acks riding along), the adaptive prefetch budget, the buffer of reserved-but-unstarted jobs and
-their leases (renewed with ``ZADD XX`` before half of ``retry_after`` runs out, dropped if someone else
-migrated them back), giving the buffer back to the head of its lists on stop/pause, the deferred acks
-(``Job.delete``'s ``ZREM``), ``BLPOP :notify`` (``block_for``), Redis outages, and wrapping a reservation
-in a :class:`~laraq.job.Job` (an unreadable body goes to ``failed_jobs`` with a clear reason).
+pending acks riding along), the next batch asked for while one runs, the wait on ``:notify``
+(``block_for``) with the reserve written behind its ``BLPOP``, the adaptive prefetch budget, the
+buffer of reserved-but-unstarted jobs (their leases: :mod:`laraq.leases`), giving the buffer back to
+the head of its lists on stop/pause, the deferred acks (``Job.delete``'s ``ZREM``), Redis outages, and
+wrapping a reservation in a :class:`~laraq.job.Job` (an unreadable body goes to ``failed_jobs`` with a
+clear reason).
 
 A mixin of :class:`laraq.worker.Worker`: the state it owns is set up by :meth:`Reservation._init_reservation`.
 """
@@ -19,19 +20,18 @@ import logging
 import math
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import redis
 
 from laraq.failed import format_exception
 from laraq.job import Job
+from laraq.leases import Buffered, Leases
 from laraq.payload import Payload, PayloadError
 from laraq.queue import PendingReserve, ReservedJob
 
 if TYPE_CHECKING:
     from laraq.events import Listeners
-    from laraq.lua import PendingCall
     from laraq.queue import RedisQueue
     from laraq.versions import LaravelVersion
 
@@ -46,27 +46,7 @@ _REDIS_DOWN = REDIS_DOWN
 _ACK_MAX_AGE = 0.05
 
 
-@dataclass(eq=False)
-class _Buffered:
-    """A prefetched job: reserved (its lease runs until ``lease_until``, unix seconds), not started."""
-
-    job: Job
-    lease_until: float
-
-
-def _apply_renewal(items: list[_Buffered], alive: list[bool], lease: float, lost: str) -> set[int]:
-    """Record a renewal's answer: ours get the new lease; the ids of those taken back are returned."""
-    gone = set()
-    for b, ours in zip(items, alive, strict=False):
-        if ours:
-            b.lease_until = lease
-        else:
-            gone.add(id(b))
-            log.warning("%s (id %s) was taken back from :reserved %s", b.job.name, b.job.id, lost)
-    return gone
-
-
-class Reservation:
+class Reservation(Leases):
     """The worker's reserving side (mixin of :class:`laraq.worker.Worker`)."""
 
     queue: RedisQueue
@@ -87,22 +67,18 @@ class Reservation:
         self._redis_down_since: float | None = None
         self._reconnect_delay = 0.0
         self._auth_refusals = 0
-        self._buffer: collections.deque[_Buffered] = collections.deque()
+        self._buffer: collections.deque[Buffered] = collections.deque()
         self._acks: dict[str, list[bytes]] = {}
         self._ack_lock = threading.Lock()
         self._ack_since: float | None = None
         self._paused_queues: set[str] = set()
         #: the measured average job duration (seconds) the prefetch budget is based on
         self._avg_duration: float | None = None
-        #: the earliest time (unix seconds) at which a buffered lease needs renewing
-        self._renew_at = math.inf
         #: the next batch, asked for while this one runs (see _send_ahead): the call, its acks, its size
         self._ahead: PendingReserve | None = None
         self._ahead_acks: list[bytes] = []
         self._ahead_want = 0
-        #: a lease renewal sent without waiting (see _renew_ahead): the call, and each job with its
-        #: lease before it
-        self._renewal: tuple[PendingCall, list[tuple[_Buffered, float]]] | None = None
+        self._init_leases()
 
     def _reserve_count(self, free: int, jobs_processed: int) -> int:
         """How many jobs to reserve now: the free slots plus an adaptive, time-bounded prefetch."""
@@ -167,7 +143,7 @@ class Reservation:
             if job is None:
                 self._took_unreadable += 1
                 continue
-            self._buffer.append(_Buffered(job, lease))
+            self._buffer.append(Buffered(job, lease))
             count += 1
         if reserved and self.queue.retry_after is not None:
             self._renew_at = min(self._renew_at, lease - self.queue.retry_after / 2)
@@ -286,110 +262,6 @@ class Reservation:
             self._took_unreadable = 0  # counted when the loop lands the batch
             return True
         return self._land_ahead() > 0 or self._took_reservation
-
-    def _lease_ok(self, item: _Buffered) -> bool:
-        """A buffered job may start only while its reservation is still ours. Its lease is renewed
-        first whenever a reservation made now would expire later (so a started job gets the same
-        ``retry_after`` from its start as a Laravel pop gives it); the rest of the buffer is renewed
-        in the same call. A job someone else migrated back is dropped, never run."""
-        retry_after = self.queue.retry_after
-        if retry_after is None:
-            return True
-        now = time.time()
-        fresh = math.floor(now) + retry_after
-        if fresh <= item.lease_until:
-            return True
-        items = [item, *(b for b in self._buffer if b.job.queue == item.job.queue and b.lease_until < fresh)]
-        if item.lease_until - now >= retry_after / 2 and self._renew_ahead(items):
-            return True
-        try:
-            alive = self.queue.renew(item.job.queue, [b.job.reserved for b in items])
-        except Exception as exc:
-            log.warning("could not renew the reservation of %s (%s): not starting it", item.job.name, exc)
-            return False
-        gone = _apply_renewal(items, alive, fresh, "before it started: not running it")
-        if len(gone) > (id(item) in gone):
-            self._buffer = collections.deque(b for b in self._buffer if id(b) not in gone)
-        return id(item) not in gone
-
-    def _renew_ahead(self, items: list[_Buffered]) -> bool:
-        """Renew leases that are stale but far from over without waiting for the reply: no migrate can
-        have taken them back (over half of ``retry_after`` is left), so the job starts at once and the
-        ``ZADD XX`` lands on Redis as it starts; :meth:`_collect_renewal` reads the reply. This is the
-        usual case for a batch reserved along with a wait (its ``now`` is the time the wait began)."""
-        self._collect_renewal()
-        try:
-            sent = self.queue.renew_send(items[0].job.queue, [b.job.reserved for b in items])
-        except Exception:  # the synchronous renewal meets the same fault and reports it
-            return False
-        if sent is None:
-            return False
-        pending, expiry = sent
-        self._renewal = (pending, [(b, b.lease_until) for b in items])
-        for b in items:
-            b.lease_until = expiry
-        return True
-
-    def _collect_renewal(self) -> None:
-        """Read the reply of a :meth:`_renew_ahead`: buffered jobs found gone are dropped, as a
-        synchronous renewal drops them; a started one is only reported. If the reply is lost, the
-        buffered jobs keep their earlier leases (renewed again when due)."""
-        if self._renewal is None:
-            return
-        pending, items = self._renewal
-        self._renewal = None
-        try:
-            alive = self.queue.scripts.renew_result(self.queue.scripts.receive(pending))
-        except Exception as exc:
-            log.warning("could not renew the reservation of %d job(s) (%s): they keep their earlier lease",
-                        len(items), exc)
-            for b, before in items:
-                b.lease_until = before
-                self._renew_at = min(self._renew_at, before - (self.queue.retry_after or 0) / 2)
-            return
-        gone = {id(b) for (b, _before), ok in zip(items, alive, strict=True) if not ok}
-        if not gone:
-            return
-        buffered = {id(b) for b in self._buffer}
-        for b, _before in items:
-            if id(b) in gone and id(b) not in buffered:
-                log.warning("%s (id %s) left :reserved as it started (deleted by someone else?)",
-                            b.job.name, b.job.id)
-            elif id(b) in gone:
-                log.warning("%s (id %s) was taken back from :reserved while buffered: dropped",
-                            b.job.name, b.job.id)
-        self._buffer = collections.deque(b for b in self._buffer if id(b) not in gone)
-
-    def _renew_leases(self) -> None:
-        """Push the reservation of buffered jobs past half their ``retry_after`` forward (``ZADD XX``)."""
-        retry_after = self.queue.retry_after
-        if retry_after is None or not self._buffer:
-            return
-        now = time.time()
-        if now < self._renew_at:  # no buffered lease is due yet: skip the scan
-            return
-        half = retry_after / 2
-        due = [b for b in self._buffer if b.lease_until - now < half]
-        self._renew_at = min((b.lease_until - half for b in self._buffer if b.lease_until - now >= half),
-                             default=math.inf)
-        if not due:
-            return
-        gone: set[int] = set()
-        by_queue: dict[str, list[_Buffered]] = {}
-        for b in due:
-            by_queue.setdefault(b.job.queue, []).append(b)
-        for name, items in by_queue.items():
-            try:
-                alive = self.queue.renew(name, [b.job.reserved for b in items])
-            except Exception as exc:
-                log.warning("could not renew buffered reservations on %s: %s", name, exc)
-                self._renew_at = now  # still due: try again on the next pass
-                continue
-            lease = math.floor(time.time()) + retry_after
-            self._renew_at = min(self._renew_at, lease - half)
-            gone |= _apply_renewal(items, alive, lease, "while buffered: dropped")
-        if gone:
-            self._buffer = collections.deque(b for b in self._buffer if id(b) not in gone)
 
     def _give_back_buffer(self) -> None:
         """Hand buffered, unstarted jobs back to the head of their lists (attempts not burned); a batch
