@@ -141,6 +141,8 @@ class Lifecycle:
 
     async def _process_async(self, job: Job, handler: Handler, running: _Running) -> None:
         """:meth:`process` for an async handler, as a task on the fast path's loop (pre-check done)."""
+        if running.task is None:  # started eagerly (3.12+): the watchdog can cancel it from its first step on
+            running.task = asyncio.current_task()
         job.handler, job.app_db = handler, self.model_loader
         if self._sent_to_php(job, handler):
             self._claim(running, "finishing")

@@ -56,27 +56,38 @@ def loop_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
 def test_async_jobs_run_in_their_own_task_and_context(redis_server: Any, redis_client: Any,
                                                       workers: list[Any], loop_kind: str) -> None:
     seen: list[dict[str, Any]] = []
+    starting: list[int] = []
     app = App("hot")
 
     @app.handler(ECHO)
     async def echo(command: Any, job: Any) -> None:
         before = VAR.get()
+        eager = bool(starting)  # this first step runs inside _start_job, not in a later loop pass
         VAR.set(f"job {command['args']['n']}")
         task = asyncio.current_task()
         if command["mode"] == "sleep":
             await asyncio.sleep(0.01)  # suspends: resumed by the loop, still in the same task
         seen.append({"n": command["args"]["n"], "before": before, "task": task, "after": asyncio.current_task(),
-                     "tags": command["args"]["tags"], "daemon": worker._daemon_task})
+                     "tags": command["args"]["tags"], "daemon": worker._daemon_task, "eager": eager})
         if command["mode"] == "fail":
             raise RuntimeError("failed on purpose")
 
     _fill(redis_server, ["ok", "sleep", "ok", "fail", "ok"])
     worker = _worker(redis_server, app, workers, tries=1)
-    steps: list[int] = []
-    step_now = worker._step_now
-    worker._step_now = lambda loop, handle: (steps.append(1), step_now(loop, handle))
+    start_job = worker._start_job
+
+    def start_job_watched(job: Any) -> None:
+        starting.append(1)
+        try:
+            start_job(job)
+        finally:
+            starting.pop()
+
+    worker._start_job = start_job_watched
     assert worker.daemon() == 0
-    assert len(steps) == 5  # every first step ran at once (the shortcut under test)
+    # every first step ran at once (the shortcut under test: Python 3.12's eager start, or the worker's
+    # own on 3.11), in the job's own task
+    assert [s["eager"] for s in seen] == [True] * 5
     assert [s["n"] for s in seen] == [0, 1, 2, 3, 4]
     assert all(s["before"] is None for s in seen)  # no context leaks from one job into the next
     assert VAR.get() is None
