@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "bench"), str(ROOT)]
 
 from phpapp import RELEASES, PhpApp  # noqa: E402
-from run import RedisServer  # noqa: E402
+from run import RedisServer, stop_processes  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,14 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
             time.sleep(0.5)
     finally:
-        for proc in fleet.values():
-            proc.send_signal(signal.SIGTERM)
-        for proc in fleet.values():
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(fleet.values(), grace=30)
         server.stop()
     runs = app.runs()
     first: dict[str, str] = {}

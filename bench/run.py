@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -617,6 +618,19 @@ class FileWatch:
             os.close(self.fd)
 
 
+def stop_processes(procs: Iterable[subprocess.Popen], grace: float) -> None:
+    """SIGTERM every process, then wait ``grace`` seconds for each before killing it."""
+    procs = list(procs)
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def measure_latency_interleaved(lq: Laraq, sides: dict[str, tuple], samples: int,
                                 gap: tuple[float, float] = (0.02, 0.04)) -> dict[str, dict]:
     """Pickup latency of several idle workers measured together: each waits on its own queue, and every
@@ -662,14 +676,7 @@ def measure_latency_interleaved(lq: Laraq, sides: dict[str, tuple], samples: int
     finally:
         for watch in watches.values():
             watch.close()
-        for proc in procs.values():
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs.values():
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(procs.values(), grace=15)
     results = {}
     for label in sides:
         # pickup: push to the start of the job's handle(), by the job's own clock (both sides log it);
