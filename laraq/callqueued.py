@@ -194,6 +194,11 @@ class CallQueued:
 
     def after_success(self, job: Job) -> None:
         """After a handler returned (and the job did not release itself): lock, chain, batch."""
+        if self.facts(job) is _NO_FACTS and self._unique_mode(job) is None:
+            # the usual job (no chain, batch or uniqueId; no unique declared in Python): no steps, and no
+            # lock Python knows of; only the 11.39+ Context lock may be left to release
+            self._release_context_lock(job)
+            return
         steps = self.success_steps(job)
         if self._unique_known(job) and self._unique_mode(job) != "until_processing":
             self.release_unique(job)

@@ -50,6 +50,7 @@ _NATIVE_EAGER = sys.version_info >= (3, 12)
 if TYPE_CHECKING:
     from laraq.app import App, Handler
     from laraq.events import Listeners
+    from laraq.output import Output
     from laraq.versions import LaravelVersion
 
 __all__ = ["Execution", "WorkerLoop", "new_worker_loop", "sigkill_self"]
@@ -146,6 +147,7 @@ class Execution:
     options: Any
     version: LaravelVersion
     events: Listeners
+    output: Output
     should_quit: bool
     _wake: threading.Event
     _kill: Callable[[], None]
@@ -156,7 +158,10 @@ class Execution:
         self._tasks: queue_mod.Queue[_Running | None] = queue_mod.Queue()
         self._closed = False
         self._running: set[_Running] = set()
-        self._running_lock = threading.Condition()
+        #: guards _running and each one's state; the per-job paths take the lock itself (``with`` on a
+        #: Condition goes through two Python-level calls), waiters use the Condition around it
+        self._running_mutex = threading.RLock()
+        self._running_lock = threading.Condition(self._running_mutex)
         self._threads_started = False
         self._kill_pending = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -174,7 +179,7 @@ class Execution:
     def _start_job(self, job: Job) -> None:
         timeout = self._timeout_for(job)
         running = _Running(job, time.monotonic() + timeout if timeout > 0 else None)
-        with self._running_lock:
+        with self._running_mutex:
             self._running.add(running)
         handler = self.app.resolve(job.payload)
         started = time.perf_counter()
@@ -373,7 +378,7 @@ class Execution:
 
     def _job_finished(self, running: _Running, started: float) -> None:
         lock = self._running_lock
-        with lock:
+        with self._running_mutex:
             if running.state != "timed_out":
                 self._running.discard(running)
             if lock._waiters:  # type: ignore[attr-defined]  # nobody waits on the fast path: skip notify
@@ -382,8 +387,14 @@ class Execution:
         avg = self._avg_duration
         self._avg_duration = took if avg is None else avg * 0.8 + took * 0.2
 
+    async def _yield(self) -> None:
+        """One pass of the event loop (the tasks that are ready run), held output written first."""
+        self.output.flush()
+        await asyncio.sleep(0)
+
     async def _wait_changed(self, timeout: float) -> None:
         """Wait until a job finishes or ``timeout`` passes (a quit signal is seen within ``_TICK``)."""
+        self.output.flush()
         if self._fresh:
             self._reap_fresh()
         loop = self._loop
@@ -401,6 +412,7 @@ class Execution:
         """Sleep ``seconds`` without stalling running tasks; wakes early for signals."""
         if seconds <= 0:
             return
+        self.output.flush()
         if self._fresh:
             self._reap_fresh()
         self._flush_acks(force=True)
@@ -437,7 +449,7 @@ class Execution:
         """Move ``running`` out of "running"; False if the other side (handler or watchdog) won."""
         if running is None:
             return True
-        with self._running_lock:
+        with self._running_mutex:
             if running.state != "running":
                 return False
             running.state = state

@@ -26,6 +26,7 @@ from laraq.job import Job
 
 if TYPE_CHECKING:
     from laraq.lua import PendingCall
+    from laraq.output import Output
     from laraq.queue import RedisQueue
 
 __all__ = ["Buffered", "Leases"]
@@ -57,6 +58,7 @@ class Leases:
     """The leases of buffered jobs (mixin of :class:`laraq.reservation.Reservation`)."""
 
     queue: RedisQueue
+    output: Output
     _buffer: collections.deque[Buffered]
 
     def _init_leases(self) -> None:
@@ -81,6 +83,7 @@ class Leases:
         items = [item, *(b for b in self._buffer if b.job.queue == item.job.queue and b.lease_until < fresh)]
         if item.lease_until - now >= retry_after / 2 and self._renew_ahead(items):
             return True
+        self.output.flush()  # a held success line does not wait on this round trip
         try:
             alive = self.queue.renew(item.job.queue, [b.job.reserved for b in items])
         except Exception as exc:

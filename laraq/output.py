@@ -16,6 +16,13 @@ Three console styles, chosen by the Laravel version profile like artisan's own o
 "result", "attempts", "exception", "message", "timestamp", "duration"}`` with empty fields dropped,
 encoded like PHP's ``json_encode`` without flags. Colours only on a terminal. Every write is one
 ``write()`` of whole lines under a lock, so lines of concurrent jobs never interleave.
+
+**When a line goes out.** A job's first line is written before its handler runs, as artisan does, so a
+worker that dies mid-job (SIGKILL, OOM, a crash in C code) has always shown which job it was running.
+Only a *success* line may wait, and only while the worker's loop thread starts a run of jobs
+(:meth:`Output.hold` ... :meth:`Output.release`): it then goes out with the next line in the same
+``write()``, or when the run ends, whichever comes first. A busy worker thus makes one system call per
+job instead of two, and the lines keep their order.
 """
 
 from __future__ import annotations
@@ -106,19 +113,53 @@ class Output:
         #: text written to the stream by others may still sit in its buffer: flushed before the first line
         self._pending_stream = self._fd is not None
         self._started: dict[int, float] = {}
+        #: success lines held back while the loop thread starts a run of jobs (see hold)
+        self._held: list[str] = []
+        self._holder: int | None = None
         self._date_cache: tuple[int, str] = (-1, "")
         self._style_of: tuple[LaravelVersion | None, str] = (None, "")
 
     # -- plumbing ----------------------------------------------------------------------------------
 
+    def hold(self) -> None:
+        """From now until :meth:`release`, a success line reported on this thread may wait for the next
+        line (see the module's docstring). The worker's loop calls this around a run of job starts."""
+        if not self.quiet:
+            self._holder = threading.get_ident()
+
+    def release(self) -> None:
+        """Stop holding; anything held is written now."""
+        self._holder = None
+        if self._held:
+            self._write("")
+
+    def flush(self) -> None:
+        """Write anything held now (the hold goes on)."""
+        if self._held:
+            self._write("")
+
+    def _write_success(self, text: str) -> None:
+        if self._holder is not None and self._holder == threading.get_ident():
+            with self._lock:
+                self._held.append(text)
+        else:
+            self._write(text)
+
     def _write(self, text: str) -> None:
-        """Write one line now (as artisan does: a line is out before the job goes on), in one ``write``
-        to the stream's descriptor when it has a real one: Python's text and buffer layers and their
-        separate flush cost more than the system call (what the stream itself still buffers is flushed
-        first, once, so lines never come out of order)."""
+        """Write now, with any held line before it (as artisan does: a line is out before the job goes
+        on), in one ``write`` to the stream's descriptor when it has a real one: Python's text and buffer
+        layers and their separate flush cost more than the system call (what the stream itself still
+        buffers is flushed first, once, so lines never come out of order)."""
         if self.quiet:
             return
         with self._lock:
+            held = self._held
+            if held:
+                held.append(text)
+                text = "".join(held)
+                held.clear()
+            if not text:
+                return
             try:
                 fd = self._fd
                 if fd is None:
@@ -162,18 +203,8 @@ class Output:
         """Report one job event."""
         if self.quiet:  # nothing is written: skip the formatting (and the start-time bookkeeping)
             return
-        key = id(job)
-        now = time.monotonic()
-        if status == "starting":
-            self._started[key] = now
-            elapsed = 0.0
-        else:
-            elapsed = now - self._started.pop(key, now)
-        if self.json_mode:
-            self._json(job, status, exc, elapsed, detail)
-        elif status == "unhandled":
-            self._write(self._line(job, f"SKIPPED ({detail})" if detail else "SKIPPED", None, _YELLOW))
-        else:
+        json_mode = self.json_mode
+        if not json_mode and status != "unhandled":
             version = self.version
             cached = self._style_of
             if cached[0] is version:
@@ -181,10 +212,22 @@ class Output:
             else:
                 style = version.output_style
                 self._style_of = (version, style)
-            if style == "legacy":
+            if style == "legacy":  # its lines carry no run time: no start-time bookkeeping either
                 self._legacy(job, status)
-            else:
-                self._modern(job, status, elapsed, inline=style == "inline")
+                return
+        key = id(job)
+        now = time.monotonic()
+        if status == "starting":
+            self._started[key] = now
+            elapsed = 0.0
+        else:
+            elapsed = now - self._started.pop(key, now)
+        if json_mode:
+            self._json(job, status, exc, elapsed, detail)
+        elif status == "unhandled":
+            self._write(self._line(job, f"SKIPPED ({detail})" if detail else "SKIPPED", None, _YELLOW))
+        else:
+            self._modern(job, status, elapsed, inline=style == "inline")
 
     def message(self, text: str, level: str = "info") -> None:
         """A worker-level line (restart, pause, shutdown)."""
@@ -226,7 +269,11 @@ class Output:
             "success": ("DONE", _GREEN),
             "released_after_exception": ("FAIL", _YELLOW),
         }.get(status, ("FAIL", _RED))
-        self._write(self._line(job, word, runtime, colour))
+        line = self._line(job, word, runtime, colour)
+        if status == "success":
+            self._write_success(line)
+        else:
+            self._write(line)
 
     def _legacy(self, job: Job, status: Status) -> None:
         entry = _LEGACY_LABELS.get(status)
@@ -236,7 +283,10 @@ class Output:
         head = f"[{self._date()}][{job.id or ''}] {label}"
         if self.color:
             head = f"{colour}{head}{_RESET}"
-        self._write(f"{head} {job.name}\n")
+        if status == "success":
+            self._write_success(f"{head} {job.name}\n")
+        else:
+            self._write(f"{head} {job.name}\n")
 
     def _stamp(self) -> str:
         return self._now().strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
@@ -267,4 +317,8 @@ class Output:
         record = {k: v for k, v in fields.items() if v not in (None, "", 0, False)}
         if status != "starting":
             record["duration"] = round(elapsed, 6)
-        self._write(php_json_encode(record, unescaped_unicode=False) + "\n")
+        line = php_json_encode(record, unescaped_unicode=False) + "\n"
+        if status == "success":
+            self._write_success(line)
+        else:
+            self._write(line)

@@ -210,7 +210,7 @@ class Payload:
     @property
     def id(self) -> str | None:
         value = self.decoded.get("id")
-        return None if value is None else str(value)
+        return value if type(value) is str or value is None else str(value)
 
     @property
     def display_name(self) -> str | None:
@@ -237,7 +237,10 @@ class Payload:
     def resolve_name(self) -> str:
         """``displayName`` when it is not PHP-empty, else ``job`` (Laravel's ``resolveName``)."""
         display = self.decoded.get("displayName")
-        if not _php_empty(display):
+        if type(display) is str:  # the usual case, read on every console and log line
+            if display and display != "0":
+                return display
+        elif not _php_empty(display):
             return str(display)
         value = self.decoded.get("job")
         return "" if value is None else str(value)
@@ -327,14 +330,16 @@ class Payload:
     @property
     def command(self) -> str | None:
         """``data.command`` untouched: a PHP-serialized job, or an encrypted one."""
-        value = self._data_field("command")
+        data = self.decoded.get("data")  # (_data_field inlined: read several times per job)
+        value = data.get("command") if isinstance(data, dict) else None
         return value if isinstance(value, str) else None
 
     @property
     def is_encrypted_command(self) -> bool:
         """True when ``data.command`` is not a serialized object (``O:``), i.e. must be decrypted."""
-        command = self.command
-        return command is not None and not command.startswith("O:")
+        data = self.decoded.get("data")
+        command = data.get("command") if isinstance(data, dict) else None
+        return isinstance(command, str) and not command.startswith("O:")
 
     @property
     def batch_id(self) -> str | None:

@@ -214,6 +214,7 @@ class Reservation(Leases):
         """``block_for``: ``BLPOP :notify`` as Laravel's pop does (only the first queue from 11.27
         unless a later one had a job; every queue in turn before). True if a token arrived, or if the
         reserve sent along with a timed-out wait found jobs (see :meth:`_wait_then_reserve`)."""
+        self.output.flush()
         self._collect_renewal()
         block_for = self.queue.block_for
         if block_for is None:

@@ -347,9 +347,13 @@ class Worker(Reservation, Execution, Lifecycle):
 
     async def _fast_daemon(self) -> int:
         self._daemon_task = asyncio.current_task()
+        # a job that finishes without waiting may leave its success line for the next line's write
+        # (see laraq.output): every wait below writes what is held first (_idle, _wait_changed, _yield)
+        self.output.hold()
         try:
             return await self._fast_loop()
         finally:
+            self.output.release()
             self._daemon_task = None
 
     async def _fast_loop(self) -> int:
@@ -446,10 +450,10 @@ class Worker(Reservation, Execution, Lifecycle):
             if self._fresh:
                 # one pass of the loop runs the tasks that suspended; the ones that finished are
                 # reaped here, without a done callback and a wake-up each
-                await asyncio.sleep(0)
+                await self._yield()
                 self._reap_fresh()
             elif reserved_round:
-                await asyncio.sleep(0)  # jobs that finish at once never yield: let the loop run once a round
+                await self._yield()  # jobs that finish at once never yield: let the loop run once a round
             if self._active > 0 and (free <= 0 or not self._buffer):
                 await self._wait_changed(_TICK)
             self._housekeeping()
@@ -474,6 +478,7 @@ class Worker(Reservation, Execution, Lifecycle):
 
     async def _fast_stop(self, status: int) -> int:
         """Give the buffer back, let running jobs finish (or settle after a timeout), flush acks."""
+        self.output.release()
         self._give_back_buffer()
         while self._active > 0 or any(r.state != "timed_out" or not r.settled for r in list(self._running)):
             await self._wait_changed(_TICK)

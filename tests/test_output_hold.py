@@ -1,0 +1,217 @@
+"""When the worker's console lines go out (``Output.hold``): a busy worker writes once per job, and no
+line is ever late where it matters.
+
+* A job's first line is on the stream before its handler runs, and so is the previous job's success
+  line: a worker that dies mid-job has shown which job it was running, and what finished before it.
+* Only a success line reported on the holding thread waits, and only until the next line or the end
+  of the run; another thread's lines, failures and worker messages are written at once, after what is
+  held, so the order never changes.
+* A worker that runs out of jobs writes the last success line before it waits for more.
+
+Every stream here is a real file, written through its descriptor as a real worker's stdout is.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_worker_support import wait_for
+
+from laraq.app import App
+from laraq.cli.work import build_worker, default_params
+from laraq.dispatch import Dispatcher
+from laraq.output import Output
+from laraq.queue import RedisQueue
+from laraq.versions import LaravelVersion
+
+PREFIX = "laravel_database_"
+ECHO = "App\\Jobs\\EchoJob"
+L8 = LaravelVersion.parse("8.83.27")
+
+
+class _Job:
+    """What Output reads of a job."""
+
+    def __init__(self, n: int) -> None:
+        self.id = f"id{n}"
+        self.uuid = f"uuid{n}"
+        self.name = f"App\\Jobs\\Job{n}"
+        self.connection = "redis"
+        self.queue = "default"
+        self.attempts = 1
+        self.is_deleted = self.is_released = self.has_failed = False
+
+
+@pytest.fixture
+def stream(tmp_path: Path) -> Any:
+    with open(tmp_path / "out.log", "w", encoding="utf-8") as fh:
+        yield fh
+
+
+def _text(stream: Any) -> str:
+    return Path(stream.name).read_text(encoding="utf-8")
+
+
+def _writes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """Every ``write`` Output makes to a descriptor, as it makes it."""
+    import laraq.output as output_mod
+
+    made: list[bytes] = []
+    real_write = output_mod.os.write
+
+    def write(fd: int, data: bytes) -> int:
+        made.append(bytes(data))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(output_mod.os, "write", write)
+    return made
+
+
+def test_a_held_success_line_goes_out_with_the_next_line_in_one_write(stream: Any,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _writes(monkeypatch)
+    out = Output(L8, stream=stream)
+    one, two = _Job(1), _Job(2)
+    out.hold()
+    out.job(one, "starting")
+    assert "Processing: App\\Jobs\\Job1" in _text(stream)  # out before the handler runs
+    out.job(one, "success")
+    assert "Processed:" not in _text(stream)  # held
+    out.job(two, "starting")
+    text = _text(stream)
+    assert text.index("Processed:  App\\Jobs\\Job1") < text.index("Processing: App\\Jobs\\Job2")
+    assert len(made) == 2 and made[1].count(b"\n") == 2  # the held line and the next one: one write
+    out.job(two, "success")
+    out.release()
+    assert _text(stream).count("Processed:") == 2 and len(made) == 3
+
+
+def test_failures_messages_and_other_threads_are_written_at_once_after_what_is_held(stream: Any) -> None:
+    out = Output(L8, stream=stream)
+    jobs = [_Job(n) for n in range(4)]
+    out.hold()
+    out.job(jobs[0], "starting")
+    out.job(jobs[0], "success")
+    out.job(jobs[1], "failed", RuntimeError("boom"))  # a failure is never held, and keeps its place
+    lines = _text(stream).splitlines()
+    assert [re.sub(r"^\[[^]]*\]\[\w*\] ", "", line) for line in lines] == [
+        "Processing: App\\Jobs\\Job0", "Processed:  App\\Jobs\\Job0", "Failed:     App\\Jobs\\Job1"]
+    # a slot thread's success line does not wait for the loop thread's next line
+    other = threading.Thread(target=lambda: (out.job(jobs[2], "starting"), out.job(jobs[2], "success")))
+    other.start()
+    other.join()
+    assert "Processed:  App\\Jobs\\Job2" in _text(stream)
+    out.job(jobs[3], "starting")
+    out.job(jobs[3], "success")
+    out.message("worker stopping")  # a worker line writes what is held first
+    text = _text(stream)
+    assert text.index("Processed:  App\\Jobs\\Job3") < text.index("worker stopping")
+    out.release()
+
+
+def test_modern_and_json_styles_hold_the_same_way(stream: Any) -> None:
+    for out in (Output(LaravelVersion.parse("11.0.0"), stream=stream),
+                Output(LaravelVersion.parse("11.30.0"), stream=stream, json_mode=True)):
+        job = _Job(7)
+        before = _text(stream)
+        out.hold()
+        out.job(job, "starting")
+        started = _text(stream)
+        assert len(started) > len(before)
+        out.job(job, "success")
+        assert _text(stream) == started
+        out.release()
+        assert len(_text(stream)) > len(started)
+
+
+def test_quiet_holds_nothing(stream: Any) -> None:
+    out = Output(L8, stream=stream, quiet=True)
+    out.hold()
+    out.job(_Job(1), "starting")
+    out.job(_Job(1), "success")
+    out.release()
+    assert _text(stream) == ""
+
+
+# -- a real worker -------------------------------------------------------------------------------------
+
+def _fill(redis_server: Any, n: int, queue: str) -> None:
+    q = RedisQueue(redis_server.client(), prefix=PREFIX, version=L8)
+    d = Dispatcher(q)
+    d.bulk([d.prepare_job(ECHO, {"args": {"n": i}, "mode": "ok", "seconds": 0}, queue=queue, connection="redis")
+            for i in range(n)])
+
+
+def _worker(redis_server: Any, app: App, workers: list[Any], stream: Any, monkeypatch: pytest.MonkeyPatch,
+            queue: str, **opts: Any) -> Any:
+    monkeypatch.setattr(sys, "stdout", stream)  # the worker's console is this file, by its descriptor
+    params = default_params(laravel="8", quiet=False, queue=queue, redis_url=redis_server.url,
+                            prefix=PREFIX, memory=1 << 20, **{"sleep": 0, **opts})
+    env = {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(redis_server.port), "CACHE_DRIVER": "array"}
+    worker = build_worker(params, env=env, app=app)
+    workers.append(worker)
+    return worker
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+def test_each_handler_finds_its_own_line_and_the_last_jobs_outcome_already_written(
+        redis_server: Any, workers: list[Any], stream: Any, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    seen: list[tuple[int, bool, bool]] = []
+    app = App("hold")
+
+    def look(command: Any, job: Any) -> None:
+        n = command["args"]["n"]
+        text = _text(stream)
+        mine = f"][{job.id}] Processing: {ECHO}\n" in text
+        previous_done = n == 0 or text.count("Processed:") == n
+        seen.append((n, mine, previous_done))
+
+    if kind == "async":
+        @app.handler(ECHO)
+        async def echo(command: Any, job: Any) -> None:
+            look(command, job)
+    else:
+        @app.handler(ECHO)
+        def echo(command: Any, job: Any) -> None:
+            look(command, job)
+
+    _fill(redis_server, 30, "hold")
+    made = _writes(monkeypatch)
+    worker = _worker(redis_server, app, workers, stream, monkeypatch, "hold", stop_when_empty=True)
+    assert worker.daemon() == 0
+    assert [n for n, _, _ in seen] == list(range(30))
+    assert all(mine and previous_done for _, mine, previous_done in seen), seen
+    lines = [re.sub(r"^\[[^]]*\]\[\w*\] ", "", line) for line in _text(stream).splitlines()]
+    assert lines == [f"Processing: {ECHO}", f"Processed:  {ECHO}"] * 30
+    # one write per job, and one for a held line at the end of each reserve round and of the run; not two per job
+    assert len(made) <= 30 + 5, [w.count(b"\n") for w in made]
+
+
+def test_the_last_success_line_is_out_before_the_worker_waits_for_more(
+        redis_server: Any, workers: list[Any], stream: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = App("hold")
+    ran: list[int] = []
+
+    @app.handler(ECHO)
+    async def echo(command: Any, job: Any) -> None:
+        ran.append(command["args"]["n"])
+
+    _fill(redis_server, 3, "idle")
+    worker = _worker(redis_server, app, workers, stream, monkeypatch, "idle", stop_when_empty=False, sleep=30)
+    status: list[int] = []
+    thread = threading.Thread(target=lambda: status.append(worker.daemon()), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: len(ran) == 3, timeout=30)
+        # the worker now sleeps 30 s for more work: the third line must not wait for that
+        wait_for(lambda: _text(stream).count("Processed:") == 3, timeout=10)
+    finally:
+        worker.should_quit = True
+        worker._wake.set()
+        thread.join(30)
+    assert status == [0]
