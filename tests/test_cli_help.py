@@ -87,3 +87,22 @@ def test_default_params_are_what_the_command_line_resolves():
     for flag in ("once", "force", "stop_when_empty", "daemon", "quiet"):
         assert default_params()[flag] is False, flag
     assert default_params(once=True)["once"] is True
+
+
+def test_python_dash_m_runs_the_same_command() -> None:
+    """``python -m laraq`` (and ``python -m laraq.cli``) for environments whose scripts are not on PATH."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from laraq import __version__
+
+    root = Path(__file__).resolve().parent.parent
+    for module in ("laraq", "laraq.cli"):
+        out = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True, text=True,
+                             cwd=root, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert __version__ in out.stdout
+        work = subprocess.run([sys.executable, "-m", module, "work", "--help"], capture_output=True, text=True,
+                              cwd=root, timeout=60)
+        assert work.returncode == 0 and "--queue" in work.stdout, work.stderr
