@@ -130,16 +130,16 @@ class Output:
     def release(self) -> None:
         """Stop holding; anything held is written now."""
         self._holder = None
-        if self._held:
-            self._write("")
+        self.flush()
 
     def flush(self) -> None:
         """Write anything held now (the hold goes on)."""
         if self._held:
             self._write("")
 
-    def _write_success(self, text: str) -> None:
-        if self._holder is not None and self._holder == threading.get_ident():
+    def _write_line(self, text: str, status: Status) -> None:
+        """A job's line: a success line on the holding thread is held, any other is written now."""
+        if status == "success" and self._holder is not None and self._holder == threading.get_ident():
             with self._lock:
                 self._held.append(text)
         else:
@@ -269,11 +269,7 @@ class Output:
             "success": ("DONE", _GREEN),
             "released_after_exception": ("FAIL", _YELLOW),
         }.get(status, ("FAIL", _RED))
-        line = self._line(job, word, runtime, colour)
-        if status == "success":
-            self._write_success(line)
-        else:
-            self._write(line)
+        self._write_line(self._line(job, word, runtime, colour), status)
 
     def _legacy(self, job: Job, status: Status) -> None:
         entry = _LEGACY_LABELS.get(status)
@@ -283,10 +279,7 @@ class Output:
         head = f"[{self._date()}][{job.id or ''}] {label}"
         if self.color:
             head = f"{colour}{head}{_RESET}"
-        if status == "success":
-            self._write_success(f"{head} {job.name}\n")
-        else:
-            self._write(f"{head} {job.name}\n")
+        self._write_line(f"{head} {job.name}\n", status)
 
     def _stamp(self) -> str:
         return self._now().strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
@@ -317,8 +310,4 @@ class Output:
         record = {k: v for k, v in fields.items() if v not in (None, "", 0, False)}
         if status != "starting":
             record["duration"] = round(elapsed, 6)
-        line = php_json_encode(record, unescaped_unicode=False) + "\n"
-        if status == "success":
-            self._write_success(line)
-        else:
-            self._write(line)
+        self._write_line(php_json_encode(record, unescaped_unicode=False) + "\n", status)

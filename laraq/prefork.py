@@ -20,7 +20,7 @@ Rules (the exit codes are artisan's, see :mod:`laraq.cli.work`):
 * SIGTERM/SIGINT/SIGQUIT/SIGHUP: forwarded to every worker (SIGHUP as SIGTERM), which finish their
   running jobs and give their prefetched ones back; SIGUSR2/SIGCONT (pause/resume) are forwarded too;
 * ``--max-jobs`` counts over all workers (each reports its jobs on a pipe, one byte per job, written
-  per batch); when it is reached every worker is told to stop;
+  per batch, and only when ``--max-jobs`` is set); when it is reached every worker is told to stop;
 * if the supervisor dies, the kernel kills its workers (``PR_SET_PDEATHSIG``, set by each worker).
 
 This module must import nothing outside the standard library's smallest modules.

@@ -183,7 +183,9 @@ def child_main() -> None:
 
     # Horizon may signal the supervisor (it forwards signals here), never this restartable child.
     params["horizon_signal_pid"] = parent or None
-    _exit_ignoring_quit_signals(_run_worker(params, on_jobs_popped=popped))
+    # the supervisor counts jobs only for --max-jobs: without it, no write (and no wake-up of the
+    # supervisor) per batch; the pipe still tells it when this worker is gone
+    _exit_ignoring_quit_signals(_run_worker(params, on_jobs_popped=popped if params.get("max_jobs") else None))
 
 
 # -- building the worker ------------------------------------------------------------------------------
