@@ -88,7 +88,7 @@ def _resolve(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Running:
     job: Job
     deadline: float | None
