@@ -258,6 +258,29 @@ static void clear_frame(Frame *f) {
     Py_CLEAR(f->key);
 }
 
+#define INLINE_FRAMES 16
+
+/* Room for one more frame: double the capacity (at most max_depth), moving off the C stack the first
+ * time; the new frames are zeroed, so the cleanup may clear any frame below the capacity. */
+static int grow_frames(Frame **stack, Frame *inline_frames, Py_ssize_t *cap, int max_depth) {
+    Py_ssize_t old = *cap, grown = old * 2 < max_depth ? old * 2 : max_depth;
+    Frame *bigger;
+    if (*stack == inline_frames) {
+        bigger = PyMem_Malloc((size_t)grown * sizeof(Frame));
+        if (bigger != NULL) memcpy(bigger, inline_frames, (size_t)old * sizeof(Frame));
+    } else {
+        bigger = PyMem_Realloc(*stack, (size_t)grown * sizeof(Frame));
+    }
+    if (bigger == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(bigger + old, 0, (size_t)(grown - old) * sizeof(Frame));
+    *stack = bigger;
+    *cap = grown;
+    return 0;
+}
+
 /* The finished container of frame `f`: the PHPArray itself, or the PHPObject made from its properties. */
 static PyObject *finish(Frame *f) {
     if (f->cls == NULL) return Py_NewRef(f->d);
@@ -275,8 +298,13 @@ static PyObject *pairs_loads(PyObject *Py_UNUSED(self), PyObject *args) {
     if (max_depth < 1 || max_depth > 100000) return Py_NewRef(Bail);
     Py_ssize_t size = PyBytes_GET_SIZE(data);
     cur_t p = (cur_t)PyBytes_AS_STRING(data), end = p + size;
-    Frame *stack = PyMem_Calloc((size_t)max_depth, sizeof(Frame));
-    if (stack == NULL) return PyErr_NoMemory();
+    /* A command nests a few levels deep: the frames start on the C stack and move to the heap only
+     * past INLINE_FRAMES, growing with the depth reached (never sized by max_depth up front: zeroing
+     * 512 frames, 20 KB, per job cost more than the rest of the parse's memory traffic). */
+    Frame inline_frames[INLINE_FRAMES];
+    Frame *stack = inline_frames;
+    Py_ssize_t cap = max_depth < INLINE_FRAMES ? max_depth : INLINE_FRAMES;
+    memset(stack, 0, (size_t)cap * sizeof(Frame));
     Py_ssize_t depth = 0; /* frames in use: stack[depth - 1] is the open container */
     PyObject *result = NULL, *key = NULL, *value = NULL;
     int r;
@@ -343,6 +371,10 @@ static PyObject *pairs_loads(PyObject *Py_UNUSED(self), PyObject *args) {
                 r = NO;
                 goto done_r;
             }
+            if (depth >= cap && grow_frames(&stack, inline_frames, &cap, max_depth) < 0) {
+                r = ERR;
+                goto done_r;
+            }
             Frame *child = &stack[depth];
             r = open_container(&p, end, size, &child->d, &child->cls, &child->n);
             if (r != OK) goto done_r;
@@ -365,9 +397,9 @@ static PyObject *pairs_loads(PyObject *Py_UNUSED(self), PyObject *args) {
 done_r:
     Py_XDECREF(key);
     Py_XDECREF(value);
-    for (Py_ssize_t i = 0; i <= depth && i < max_depth; i++) /* the frames in use and one being opened */
+    for (Py_ssize_t i = 0; i <= depth && i < cap; i++) /* the frames in use and one being opened */
         clear_frame(&stack[i]);
-    PyMem_Free(stack);
+    if (stack != inline_frames) PyMem_Free(stack);
     if (r == ERR) {
         Py_XDECREF(result);
         return NULL;

@@ -126,6 +126,31 @@ def test_depth_is_bounded(c_loads) -> None:
     assert serializer._pairs_loads(shallow, len(shallow), 9, PHPArray) is BAIL
 
 
+@pytest.mark.parametrize("levels", [1, 15, 16, 17, 32, 33, 200])
+def test_nesting_past_the_inline_frames(c_loads, levels: int) -> None:
+    # the first 16 frames live on the C stack, deeper ones on the heap, grown as the depth is reached
+    objects = b"".join(b'O:1:"K":2:{s:1:"n";i:%d;s:1:"c";' % i if i % 2 else b"a:2:{i:0;i:%d;i:1;" % i
+                       for i in range(levels))
+    closers = b"".join(b"}" for _ in range(levels))
+    raw = objects + b"N;" + closers
+    value = c_loads(raw, DEPTH)
+    assert value is not BAIL
+    assert _shape(value) == _shape(php_arrays(loads(raw)))
+    assert c_loads(raw, levels - 1) is BAIL if levels > 1 else True
+    assert c_loads(raw[:-1], DEPTH) is BAIL  # the input ends inside the outermost container
+    assert c_loads(raw + b"}", DEPTH) is BAIL
+
+
+def test_nesting_up_to_max_depth(c_loads) -> None:
+    exactly = b"a:1:{i:0;" * DEPTH + b"N;" + b"}" * DEPTH
+    value = c_loads(exactly, DEPTH)
+    for _ in range(DEPTH):
+        assert isinstance(value, PHPArray) and list(value) == [0]
+        value = value[0]
+    assert value is None
+    assert c_loads(b"a:1:{i:0;" + exactly + b"}", DEPTH) is BAIL
+
+
 _keys = st.one_of(st.integers(min_value=-(2**63), max_value=2**63 - 1), st.text(max_size=8))
 _scalars = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-(2**63), max_value=2**63 - 1), st.text(max_size=12),
@@ -182,6 +207,9 @@ def test_no_memory_kept_on_any_path(c_loads) -> None:
     inputs = [raw for _, raw in COMMANDS[:10]] + [
         b'a:2:{i:0;N;i:0;N;}', b'a:1:{i:0;a:1:{i:0;a:1:{i:0;N;}}}x', b'a:1:{i:0;d:1.2.3;}', b'a:1:{i:0;E:3:"Foo";}',
         b'O:1:"J":2:{s:1:"a";a:1:{i:0;s:2:"\xff\xfe";}s:1:"b";O:1:"K":1:{s:1:"c";d:0.5;}}',
+        # past the frames on the C stack: valid, cut short deep down, and over the depth limit
+        b"a:1:{i:0;" * 40 + b"N;" + b"}" * 40, b"a:1:{i:0;" * 40 + b"N;" + b"}" * 39,
+        b"a:1:{i:0;" * (DEPTH + 1) + b"N;" + b"}" * (DEPTH + 1),
     ]
     for raw in inputs * 50:  # warm up caches and interned objects
         c_loads(raw, DEPTH)
