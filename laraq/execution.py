@@ -47,6 +47,10 @@ except ImportError:  # pragma: no cover - another asyncio implementation
 #: costs; on 3.11 the worker does the same through :class:`WorkerLoop`.
 _NATIVE_EAGER = sys.version_info >= (3, 12)
 
+#: The name of every job's task (``asyncio.current_task().get_name()`` in an ``async def`` handler). A
+#: given name also spares CPython 3.11 formatting a ``Task-<n>`` string for each job's task.
+JOB_TASK_NAME = "laraq-job"
+
 if TYPE_CHECKING:
     from laraq.app import App, Handler
     from laraq.events import Listeners
@@ -194,14 +198,14 @@ class Execution:
             self._active += 1  # counted before its first step runs: that step may finish it
             try:
                 if _NATIVE_EAGER and loop._task_factory is None and self._daemon_task is not None:  # type: ignore[attr-defined]
-                    task = running.task = asyncio.Task(coro, loop=loop, eager_start=True)  # type: ignore[call-arg]
+                    task = running.task = asyncio.Task(coro, loop=loop, name=JOB_TASK_NAME, eager_start=True)  # type: ignore[call-arg]
                     stepped = True
                 elif type(loop) is WorkerLoop and loop._task_factory is None and self._daemon_task is not None \
                         and _enter_task is not None:  # type: ignore[attr-defined]
                     caught: list[tuple[Any, Any]] = []
                     loop.catch_step = caught
                     try:
-                        task = running.task = asyncio.Task(coro, loop=loop)
+                        task = running.task = asyncio.Task(coro, loop=loop, name=JOB_TASK_NAME)
                     finally:
                         loop.catch_step = None
                     step = caught[0] if caught else None
@@ -209,8 +213,8 @@ class Execution:
                     ready = self._eager_queue(loop)
                     queued = len(ready) if ready is not None else -1
                     # asyncio.Task itself, as loop.create_task makes it when no task factory is set (one call less)
-                    task = running.task = asyncio.Task(coro, loop=loop) if loop._task_factory is None \
-                        else loop.create_task(coro)  # type: ignore[attr-defined]
+                    task = running.task = asyncio.Task(coro, loop=loop, name=JOB_TASK_NAME) \
+                        if loop._task_factory is None else loop.create_task(coro, name=JOB_TASK_NAME)  # type: ignore[attr-defined]
                     if ready is not None and len(ready) == queued + 1:
                         step = ready.pop()
             except BaseException:

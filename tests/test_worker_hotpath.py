@@ -19,6 +19,7 @@ import pytest
 from laraq.app import App
 from laraq.cli.work import build_worker, default_params
 from laraq.dispatch import Dispatcher
+from laraq.execution import JOB_TASK_NAME
 from laraq.phparray import PHPArray
 from laraq.queue import RedisQueue
 from laraq.versions import LaravelVersion
@@ -94,6 +95,7 @@ def test_async_jobs_run_in_their_own_task_and_context(redis_server: Any, redis_c
     tasks = [s["task"] for s in seen]
     assert all(t is not None and t is s["after"] and t is not s["daemon"] for t, s in zip(tasks, seen, strict=True))
     assert len({id(t) for t in tasks}) == 5
+    assert {t.get_name() for t in tasks} == {JOB_TASK_NAME}
     assert all(type(s["tags"]) is PHPArray and s["tags"].is_list for s in seen)
     assert redis_client.llen(PREFIX + "queues:hot") == 0
     assert redis_client.zcard(PREFIX + "queues:hot:reserved") == 0
