@@ -22,8 +22,8 @@ from :mod:`laraq.failed`.
 
 from __future__ import annotations
 
+import _thread
 import logging
-import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -100,7 +100,7 @@ class Job:
         self.payload = payload
         self.connection_name = connection_name
         self._on_fail = on_fail
-        self._lock = threading.RLock()
+        self._lock = _thread.RLock()  # the C lock itself: threading.RLock() is a Python call per job
         self._deleted = False
         self._released = False
         self._failed = False

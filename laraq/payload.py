@@ -182,7 +182,8 @@ class Payload:
         if "attempts" not in decoded or decoded["attempts"] is None:
             raise PayloadError("job payload has no 'attempts' field")
         _read_attempts(decoded["attempts"])
-        profile = DEFAULT_VERSION if version is None else LaravelVersion.parse(version)
+        profile = DEFAULT_VERSION if version is None else \
+            version if type(version) is LaravelVersion else LaravelVersion.parse(version)
         return cls(raw_bytes, decoded, profile)
 
     def __repr__(self) -> str:
