@@ -43,7 +43,7 @@ def child(port: int, jobs: int, quiet: bool) -> int:
     """Inside valgrind: dispatch ``jobs`` no-op jobs, then count the worker draining them."""
     import handlers  # reads LARAQ_BENCH_SYNC at import
     import redis
-    from run import ECHO, LARAVEL, PREFIX
+    from run import ECHO, LARAVEL, PREFIX, echo_props
 
     from laraq.cli.work import build_worker, default_params
     from laraq.dispatch import Dispatcher
@@ -51,10 +51,8 @@ def child(port: int, jobs: int, quiet: bool) -> int:
 
     queue = "instructions"
     dispatcher = Dispatcher(RedisQueue(redis.Redis(port=port), prefix=PREFIX, version=LARAVEL))
-    props = {"args": [], "mode": "ok", "seconds": 0, "tries": None, "backoff": None, "timeout": None,
-             "maxExceptions": None, "failOnTimeout": False, "\0*\0note": "protected note",
-             "\0App\\Jobs\\EchoJob\0hidden": "private value"}
-    dispatcher.bulk([dispatcher.prepare_job(ECHO, props, queue=queue, connection="redis") for _ in range(jobs)])
+    dispatcher.bulk([dispatcher.prepare_job(ECHO, echo_props(), queue=queue, connection="redis")
+                     for _ in range(jobs)])
     # valgrind's own memory counts in the worker's RSS: a --memory of 128 MB would stop it early (the
     # check still runs per job, as in the timed rows)
     params = default_params(laravel="8", sleep=0, stop_when_empty=True, quiet=quiet, queue=queue,

@@ -369,6 +369,14 @@ class Php:
         return cmd
 
 
+def echo_props(args: dict | None = None) -> dict:
+    """The properties of the fixture's ``EchoJob`` as PHP serializes them (protected and private included)."""
+    a = args or {}
+    return {"args": a.get("args", []), "mode": a.get("mode", "ok"), "seconds": a.get("seconds", 0),
+            "tries": None, "backoff": None, "timeout": None, "maxExceptions": None, "failOnTimeout": False,
+            "\0*\0note": "protected note", "\0App\\Jobs\\EchoJob\0hidden": "private value"}
+
+
 class Laraq:
     """laraq's dispatcher (in this process) and ``laraq work`` (a subprocess) on the same Redis."""
 
@@ -388,11 +396,7 @@ class Laraq:
         if kind == "hash":
             props = {"rounds": rounds, "seed": "laraq"}
             return self.dispatcher.prepare_job(HASH, props, queue=queue, connection="redis")
-        a = args or {}
-        props = {"args": a.get("args", []), "mode": a.get("mode", "ok"), "seconds": a.get("seconds", 0),
-                 "tries": None, "backoff": None, "timeout": None, "maxExceptions": None, "failOnTimeout": False,
-                 "\0*\0note": "protected note", "\0App\\Jobs\\EchoJob\0hidden": "private value"}
-        return self.dispatcher.prepare_job(ECHO, props, queue=queue, connection="redis")
+        return self.dispatcher.prepare_job(ECHO, echo_props(args), queue=queue, connection="redis")
 
     def dispatch(self, kind: str, count: int, queue: str, *, args: dict | None = None, rounds: int = 0,
                  chunk: int = 1000) -> dict:
