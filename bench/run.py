@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import functools
 import json
 import math
 import os
@@ -34,7 +35,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -203,8 +204,9 @@ class Delta:
 
 
 def combine_runs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """Two runs of one worker row as one: jobs/s over the work time of both, every other number the mean
-    of the two (the largest for memory), and each run's jobs/s kept under ``runs_jobs_per_s``."""
+    """Two runs of one row as one: jobs/s over the work time of both (``work_s``, else ``seconds``),
+    every other number the mean of the two (the largest for memory), and each run's jobs/s kept under
+    ``runs_jobs_per_s``."""
     out: dict[str, Any] = {}
     for key, value in a.items():
         other = b.get(key)
@@ -214,11 +216,41 @@ def combine_runs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
             out[key] = max(value, other) if "rss" in key else (value + other) / 2
         else:
             out[key] = value
-    out["jobs_per_s"] = (a["jobs"] + b["jobs"]) / (a["work_s"] + b["work_s"])
+    seconds = a.get("work_s", a.get("seconds", 0.0)) + b.get("work_s", b.get("seconds", 0.0))
+    out["jobs_per_s"] = (a["jobs"] + b["jobs"]) / seconds if seconds > 0 else 0.0
     out["runs_jobs_per_s"] = [*a.get("runs_jobs_per_s", [a["jobs_per_s"]]), b["jobs_per_s"]]
     if "error" in b:
         out["error"] = b["error"]
     return out
+
+
+def interleaved_rounds(items: list[tuple[str, Callable[[], dict]]], rounds: int,
+                       say: Callable[[str], None]) -> dict[str, list[dict]]:
+    """Run every measurement ``rounds`` times, in rounds, each round starting further along the list.
+
+    On a shared host the load moves while the rows run; one run per row in a fixed order lets the load
+    of one moment, or a row's place in the sequence, decide a ratio. Rotating the start by
+    ``len(items) / rounds`` each round moves every row through the sequence, and each row's runs are
+    kept so that ratios can use the best run of each side (noise only ever slows a run down) and the
+    median beside it. Returns each key's runs, in the order they ran.
+    """
+    runs: dict[str, list[dict]] = {key: [] for key, _ in items}
+    step = max(1, len(items) // max(1, rounds))
+    for round_no in range(rounds):
+        start = (round_no * step) % len(items)
+        for key, measure in items[start:] + items[:start]:
+            row = measure()
+            runs[key].append(row)
+            say(f"{key} (round {round_no + 1}/{rounds}): {row['jobs_per_s']:.0f} jobs/s")
+    return runs
+
+
+def round_stats(row: dict | None) -> tuple[float, float] | None:
+    """(best, median) jobs/s of a row's interleaved rounds; None when it has none."""
+    values = (row or {}).get("rounds_jobs_per_s")
+    if not values:
+        return None
+    return max(values), statistics.median(values)
 
 
 # -- processes ----------------------------------------------------------------------------------------
@@ -863,6 +895,8 @@ class Config:
     profile_jobs: int
     #: --sleep of the latency runs without block_for (both sides)
     latency_sleep: float = 0.1
+    #: interleaved rounds of the no-op variants, the ceiling and the probe (see interleaved_rounds)
+    ratio_rounds: int = 4
 
 
 FULL = Config(noop=20000, io=300, io_laraq=12000, cpu=4000, rounds=2000, io_seconds=0.05, concurrency=256,
@@ -870,7 +904,7 @@ FULL = Config(noop=20000, io=300, io_laraq=12000, cpu=4000, rounds=2000, io_seco
               profile_jobs=20000)
 QUICK = Config(noop=3000, io=60, io_laraq=3000, cpu=600, rounds=2000, io_seconds=0.05, concurrency=256,
                latency=40, mem_small=1000, mem_large_laraq=10000, mem_large_php=10000, ceiling_batch=100,
-               profile_jobs=0)
+               profile_jobs=0, ratio_rounds=2)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -888,6 +922,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mem-large-php", type=int)
     p.add_argument("--ceiling-batch", type=int)
     p.add_argument("--profile-jobs", type=int, help="no-op jobs for the py-spy run of the laraq worker (0: skip)")
+    p.add_argument("--ratio-rounds", type=int,
+                   help="interleaved rounds of the no-op variants, ceiling and probe (default 4; quick 2)")
     p.add_argument("--skip-php", action="store_true")
     p.add_argument("--skip-laraq", action="store_true")
     p.add_argument("--workloads", default="noop,io,cpu", help="comma list of noop,io,cpu")
@@ -903,7 +939,7 @@ def main(argv: list[str] | None = None) -> int:
                        ("cpu_jobs", "cpu"), ("rounds", "rounds"), ("concurrency", "concurrency"),
                        ("latency_samples", "latency"), ("mem_large_laraq", "mem_large_laraq"),
                        ("mem_large_php", "mem_large_php"), ("ceiling_batch", "ceiling_batch"),
-                       ("profile_jobs", "profile_jobs")]:
+                       ("profile_jobs", "profile_jobs"), ("ratio_rounds", "ratio_rounds")]:
         v = getattr(args, name)
         if v is not None:
             setattr(cfg, attr, v)
@@ -1050,24 +1086,38 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"laraq: {out['laraq']['jobs_per_s']:.0f} jobs/s")
                 if w == "noop" and not args.no_variants:
                     # Where does laraq's per-job time go? The same run without the supervisor process,
-                    # and with a plain (sync) handler instead of the async one.
+                    # with a plain (sync) handler instead of the async one, and so on; the ceiling and
+                    # the probe take their turns among them (see interleaved_rounds).
                     variants = [("laraq", [], {}),
                                 ("laraq_no_supervise", ["--no-supervise"], {}),
                                 ("laraq_sync_handler", [], {"LARAQ_BENCH_SYNC": "1"}),
                                 ("laraq_sync_no_supervise", ["--no-supervise"], {"LARAQ_BENCH_SYNC": "1"}),
                                 ("laraq_concurrency_8", ["--concurrency", "8"], {}),
                                 ("laraq_quiet", ["--quiet"], {})]
-                    # Twice, the second pass in reverse order, and each row the two runs together: one
-                    # run per row let the row's place in the sequence (the default came first, right
-                    # after the measured dispatch) move it by up to 10 % (see bench/README.md).
-                    for pass_no, order in ((1, variants[1:]), (2, variants[::-1])):
-                        for key, extra, env_extra in order:
-                            clear_queue(r, q)
-                            lq.fill(s["kind"], s["laraq_n"], q, args=s["args"])
-                            row = worker_row("laraq", lq.worker_cmd(q) + extra, {**lq.env(), **env_extra}, BENCH,
-                                             s["laraq_n"], q, "laraq-ns" if "--no-supervise" in extra else "laraq")
-                            out[key] = combine_runs(out[key], row) if key in out else row
-                            log(f"{key} (pass {pass_no}): {row['jobs_per_s']:.0f} jobs/s")
+
+                    def variant_run(queue: str, spec_w: dict, extra: list[str], env_extra: dict[str, str]) -> dict:
+                        clear_queue(r, queue)
+                        lq.fill(spec_w["kind"], spec_w["laraq_n"], queue, args=spec_w["args"])
+                        return worker_row("laraq", lq.worker_cmd(queue) + extra, {**lq.env(), **env_extra}, BENCH,
+                                          spec_w["laraq_n"], queue,
+                                          "laraq-ns" if "--no-supervise" in extra else "laraq")
+
+                    def redis_run(queue: str, spec_w: dict, measure: Callable[..., dict]) -> dict:
+                        clear_queue(r, queue)
+                        lq.fill("echo", cfg.noop, queue, args=spec_w["args"])
+                        return measure(r, queue, cfg.noop, cfg.ceiling_batch)
+
+                    items = [(key, functools.partial(variant_run, q, s, extra, env_extra))
+                             for key, extra, env_extra in variants]
+                    items += [("ceiling", functools.partial(redis_run, q, s, ceiling)),
+                              ("fast_path_probe", functools.partial(redis_run, q, s, fast_path_probe))]
+                    for key, runs in interleaved_rounds(items, max(1, cfg.ratio_rounds), log).items():
+                        first = out.get(key)
+                        for run in runs:
+                            first = combine_runs(first, run) if first is not None else run
+                        assert first is not None
+                        first["rounds_jobs_per_s"] = [run["jobs_per_s"] for run in runs]
+                        out[key] = first
             if run_laraq and w in ("noop", "cpu") and not args.no_variants:
                 # prefork: every core (one supervisor, N worker processes)
                 for n in (2,):
@@ -1079,14 +1129,16 @@ def main(argv: list[str] | None = None) -> int:
                     out[key]["processes_flag"] = n
                     log(f"{key}: {out[key]['jobs_per_s']:.0f} jobs/s, supervisor {out[key]['root_rss_mb']:.1f} MB")
             if w == "noop":
-                clear_queue(r, q)
-                lq.fill("echo", cfg.noop, q, args=s["args"])
-                out["ceiling"] = ceiling(r, q, cfg.noop, cfg.ceiling_batch)
-                log(f"ceiling: {out['ceiling']['jobs_per_s']:.0f} jobs/s")
-                clear_queue(r, q)
-                lq.fill("echo", cfg.noop, q, args=s["args"])
-                out["fast_path_probe"] = fast_path_probe(r, q, cfg.noop, cfg.ceiling_batch)
-                log(f"fast-path probe: {out['fast_path_probe']['jobs_per_s']:.0f} jobs/s")
+                if "ceiling" not in out:  # measured once when the variants' rounds did not run
+                    clear_queue(r, q)
+                    lq.fill("echo", cfg.noop, q, args=s["args"])
+                    out["ceiling"] = ceiling(r, q, cfg.noop, cfg.ceiling_batch)
+                    log(f"ceiling: {out['ceiling']['jobs_per_s']:.0f} jobs/s")
+                if "fast_path_probe" not in out:
+                    clear_queue(r, q)
+                    lq.fill("echo", cfg.noop, q, args=s["args"])
+                    out["fast_path_probe"] = fast_path_probe(r, q, cfg.noop, cfg.ceiling_batch)
+                    log(f"fast-path probe: {out['fast_path_probe']['jobs_per_s']:.0f} jobs/s")
                 for b in (1, cfg.ceiling_batch):
                     clear_queue(r, q)
                     lq.fill("echo", cfg.noop, q, args=s["args"])
@@ -1215,9 +1267,35 @@ def _targets(res: dict) -> list[str]:
         return (o.get(k) or {}).get("jobs_per_s")
 
     default = rate(noop, "laraq")
-    if default:
-        rows = {k: rate(noop, k) for k in ("laraq", "laraq_no_supervise", "laraq_sync_handler",
-                                            "laraq_sync_no_supervise", "laraq_concurrency_8")}
+    variant_keys = ("laraq", "laraq_no_supervise", "laraq_sync_handler", "laraq_sync_no_supervise",
+                    "laraq_concurrency_8")
+    if default and round_stats(noop.get("laraq")) is not None:
+        # every row's best interleaved run, and the median run beside it (see interleaved_rounds)
+        stats = {k: round_stats(noop.get(k)) for k in (*variant_keys, "laraq_quiet", "ceiling", "fast_path_probe")}
+        best_key = max((k for k in variant_keys if stats[k]), key=lambda k: stats[k][0])  # type: ignore[index]
+        mine = stats["laraq"]
+        assert mine is not None
+
+        def both(a: tuple[float, float], b: tuple[float, float]) -> str:
+            return f"{a[0] / b[0]:.2f} (median runs: {a[1] / b[1]:.2f})"
+
+        rounds = len(noop["laraq"]["rounds_jobs_per_s"])
+        out.append(f"- (ratios of the best of {rounds} interleaved runs per row; the medians' ratio in brackets)")
+        out.append(f"- default vs best laraq no-op row ({best_key}): {both(mine, stats[best_key])} "  # type: ignore[arg-type]
+                   f"(target ≥ 0.91)")
+        for name, key, target in [("pop_many probe", "fast_path_probe", 0.5),
+                                  ("pipelined ceiling", "ceiling", 1.0)]:
+            theirs = stats[key]
+            if theirs:
+                out.append(f"- default no-op / {name}: {both(mine, theirs)} (target ≥ {target})")
+                quiet = stats["laraq_quiet"]
+                if quiet:  # what the two console lines per job cost (artisan writes them too)
+                    out.append(f"  (--quiet, no console lines: {both(quiet, theirs)})")
+        out.append("  runs, jobs/s in the order they ran: " + "; ".join(
+            f"{k} " + " / ".join(f"{v:,.0f}" for v in noop[k]["rounds_jobs_per_s"])
+            for k in (*variant_keys, "laraq_quiet", "ceiling", "fast_path_probe") if stats[k]))
+    elif default:  # --no-variants: one run of each
+        rows = {k: rate(noop, k) for k in variant_keys}
         best_key = max((k for k, v in rows.items() if v), key=lambda k: rows[k] or 0)
         out.append(f"- default vs best laraq no-op row ({best_key}): {default / rows[best_key]:.2f} "
                    f"(target ≥ 0.91)")
@@ -1225,8 +1303,6 @@ def _targets(res: dict) -> list[str]:
                                   ("pipelined ceiling", "ceiling", 1.0)]:
             if rate(noop, key):
                 out.append(f"- default no-op / {name}: {default / rate(noop, key):.2f} (target ≥ {target})")
-                if rate(noop, "laraq_quiet"):  # what the two console lines per job cost (artisan writes them too)
-                    out.append(f"  (--quiet, no console lines: {rate(noop, 'laraq_quiet') / rate(noop, key):.2f})")
     one, two = rate(cpu, "laraq"), rate(cpu, "laraq_processes_2")
     if one and two:
         p2 = cpu["laraq_processes_2"]
