@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from datetime import UTC, datetime
-from typing import IO, TYPE_CHECKING, Literal
+from typing import IO, TYPE_CHECKING, Literal, NamedTuple
 
 from laraq.failed import php_class_name
 from laraq.phpjson import php_json_encode
@@ -60,9 +60,28 @@ _LEGACY_LABELS = {
 }
 
 
+#: two-line / inline styles: the word and colour of a job's last line, by status (else a red FAIL)
+_MODERN_WORDS = {"success": ("DONE", _GREEN), "released_after_exception": ("FAIL", _YELLOW)}
+_FAILED_WORD = ("FAIL", _RED)
+
+
+class _Style(NamedTuple):
+    """How one Laravel version's ``queue:work`` prints a job (see :meth:`Output._style`)."""
+
+    version: LaravelVersion | None
+    #: ``legacy``, ``inline`` or ``two-line``
+    kind: str
+    #: run times of a second or more read ``1s``, ``2m 3s`` (10.13.1+)
+    humanize: bool
+    #: ``-v`` adds connection and queue after the job id (12.20+)
+    id_and_queue: bool
+
+
 def format_run_time(seconds: float, *, humanize: bool = True) -> str:
     """``12.34ms`` below one second; from 10.13.1 longer runs read ``1s``, ``2m 3s``, ``1h 2m``."""
     ms = seconds * 1000
+    if ms < 999.99:  # the usual case: no thousands separator can show up
+        return f"{ms:.2f}ms"
     if ms < 1000 or not humanize:
         return f"{ms:,.2f}ms"
     total = int(seconds)
@@ -117,7 +136,7 @@ class Output:
         self._held: list[str] = []
         self._holder: int | None = None
         self._date_cache: tuple[int, str] = (-1, "")
-        self._style_of: tuple[LaravelVersion | None, str] = (None, "")
+        self._style_of = _Style(None, "", False, False)
 
     # -- plumbing ----------------------------------------------------------------------------------
 
@@ -199,20 +218,25 @@ class Output:
             return
         self._write(f"\n  {self._c(_BLUE, ' INFO ')} Processing jobs from the [{queues}] queue.\n\n")
 
+    def _style(self) -> _Style:
+        """What the console lines look like for ``self.version`` (worked out once per version)."""
+        version = self.version
+        style = self._style_of
+        if style.version is not version:
+            style = self._style_of = _Style(version, version.output_style, version.since("10.13.1"),
+                                            version.since("12.20"))
+        return style
+
     def job(self, job: Job, status: Status, exc: BaseException | None = None, *, detail: str = "") -> None:
         """Report one job event."""
         if self.quiet:  # nothing is written: skip the formatting (and the start-time bookkeeping)
             return
         json_mode = self.json_mode
         if not json_mode and status != "unhandled":
-            version = self.version
-            cached = self._style_of
-            if cached[0] is version:
-                style = cached[1]
-            else:
-                style = version.output_style
-                self._style_of = (version, style)
-            if style == "legacy":  # its lines carry no run time: no start-time bookkeeping either
+            style = self._style_of
+            if style.version is not self.version:
+                style = self._style()
+            if style.kind == "legacy":  # its lines carry no run time: no start-time bookkeeping either
                 self._legacy(job, status)
                 return
         key = id(job)
@@ -227,7 +251,7 @@ class Output:
         elif status == "unhandled":
             self._write(self._line(job, f"SKIPPED ({detail})" if detail else "SKIPPED", None, _YELLOW))
         else:
-            self._modern(job, status, elapsed, inline=style == "inline")
+            self._modern(job, status, elapsed, style)
 
     def message(self, text: str, level: str = "info") -> None:
         """A worker-level line (restart, pause, shutdown)."""
@@ -241,45 +265,49 @@ class Output:
 
     def _name_part(self, job: Job) -> tuple[str, int]:
         name = job.name
-        extra = ""
-        if self.verbosity > 0:
-            extra = f" {job.id or ''}"
-            if self.version.since("12.20"):
-                extra += f" {job.connection} {job.queue}"
-        return name + (self._c(_GRAY, extra) if extra else ""), len(name) + len(extra)
+        if self.verbosity <= 0:
+            return name, len(name)
+        extra = f" {job.id or ''}"
+        if self._style().id_and_queue:
+            extra += f" {job.connection} {job.queue}"
+        return name + self._c(_GRAY, extra), len(name) + len(extra)
 
     def _line(self, job: Job, word: str, runtime: str | None, colour: str) -> str:
         date = self._date()
-        label, label_len = self._name_part(job)
-        if runtime is None:
-            dots = max(self.width - label_len - 33, 0)
-            tail = f" {self._c(_BOLD + colour, word)}"
+        if self.verbosity <= 0:
+            label = job.name
+            label_len = len(label)
         else:
-            dots = max(self.width - label_len - len(runtime) - 31, 0)
-            tail = f" {self._c(_GRAY, runtime)} {self._c(_BOLD + colour, word)}"
-        return f"  {self._c(_GRAY, date)} {label} {self._c(_GRAY, '.' * dots)}{tail}\n"
+            label, label_len = self._name_part(job)
+        if runtime is None:
+            dots = "." * max(self.width - label_len - 33, 0)
+            if not self.color:
+                return f"  {date} {label} {dots} {word}\n"
+            tail = f" {_BOLD}{colour}{word}{_RESET}"
+        else:
+            dots = "." * max(self.width - label_len - len(runtime) - 31, 0)
+            if not self.color:
+                return f"  {date} {label} {dots} {runtime} {word}\n"
+            tail = f" {_GRAY}{runtime}{_RESET} {_BOLD}{colour}{word}{_RESET}"
+        return f"  {_GRAY}{date}{_RESET} {label} {_GRAY}{dots}{_RESET}{tail}\n"
 
-    def _modern(self, job: Job, status: Status, elapsed: float, *, inline: bool) -> None:
+    def _modern(self, job: Job, status: Status, elapsed: float, style: _Style) -> None:
         if status == "starting":
-            if not inline:
+            if style.kind != "inline":
                 self._write(self._line(job, "RUNNING", None, _YELLOW))
             return
-        runtime = format_run_time(elapsed, humanize=self.version.since("10.13.1"))
-        word, colour = {
-            "success": ("DONE", _GREEN),
-            "released_after_exception": ("FAIL", _YELLOW),
-        }.get(status, ("FAIL", _RED))
-        self._write_line(self._line(job, word, runtime, colour), status)
+        word, colour = _MODERN_WORDS.get(status, _FAILED_WORD)
+        self._write_line(self._line(job, word, format_run_time(elapsed, humanize=style.humanize), colour), status)
 
     def _legacy(self, job: Job, status: Status) -> None:
         entry = _LEGACY_LABELS.get(status)
         if entry is None:  # releases print nothing before 9.21
             return
         label, colour = entry
-        head = f"[{self._date()}][{job.id or ''}] {label}"
         if self.color:
-            head = f"{colour}{head}{_RESET}"
-        self._write_line(f"{head} {job.name}\n", status)
+            self._write_line(f"{colour}[{self._date()}][{job.id or ''}] {label}{_RESET} {job.name}\n", status)
+        else:
+            self._write_line(f"[{self._date()}][{job.id or ''}] {label} {job.name}\n", status)
 
     def _stamp(self) -> str:
         return self._now().strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")

@@ -138,3 +138,48 @@ def test_run_time_format() -> None:
     assert format_run_time(0.01234) == "12.34ms"
     assert format_run_time(1.5) == "1s" and format_run_time(123) == "2m 3s"
     assert format_run_time(1.5, humanize=False) == "1,500.00ms"
+    # just under a second rounds up to 1000.00, which number_format writes with its separator
+    assert format_run_time(0.999996) == "1,000.00ms" and format_run_time(0.99998) == "999.98ms"
+    assert format_run_time(0.999996, humanize=False) == "1,000.00ms"
+
+
+def _lines(version: str, statuses: tuple[str, ...], elapsed: float, monkeypatch: pytest.MonkeyPatch,
+           **kw: Any) -> list[str]:
+    """The lines one job prints (start, then ``statuses``), at a fixed date and run time."""
+    buf = io.StringIO()
+    out = Output(LaravelVersion.parse(version), stream=buf, width=80, **kw)
+    monkeypatch.setattr(out, "_date", lambda: "2026-11-23 01:02:03")
+    monkeypatch.setattr(time, "monotonic", lambda: 50.0)
+    job: Any = FakeJob()
+    out.job(job, "starting")
+    monkeypatch.setattr(time, "monotonic", lambda: 50.0 + elapsed)
+    for status in statuses:
+        out.job(job, status, RuntimeError("boom"))  # type: ignore[arg-type]
+    return buf.getvalue().splitlines()
+
+
+def test_console_lines_byte_for_byte(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exact console lines of each style: plain, coloured, ``-v``, and each outcome's word."""
+    # the dots fill the line to the width: 80 - name - 33, or 80 - name - run time - 31
+    assert _lines("13.26", ("success",), 0.01234, monkeypatch) == [
+        f"  2026-11-23 01:02:03 App\\Jobs\\X {'.' * 37} RUNNING",
+        f"  2026-11-23 01:02:03 App\\Jobs\\X {'.' * 32} 12.34ms DONE"]
+    gray, reset, bold = "\x1b[90m", "\x1b[0m", "\x1b[1m"
+    assert _lines("13.26", ("released_after_exception",), 2.0, monkeypatch, color=True)[1] == (
+        f"  {gray}2026-11-23 01:02:03{reset} App\\Jobs\\X {gray}{'.' * 37}{reset} "
+        f"{gray}2s{reset} {bold}\x1b[33mFAIL{reset}")
+    # -v: the job id, and from 12.20 the connection and queue; 10.13.0 does not humanize the run time
+    assert _lines("12.20", ("failed",), 0.5, monkeypatch, verbosity=1)[1] == (
+        f"  2026-11-23 01:02:03 App\\Jobs\\X ID1 redis default {'.' * 13} 500.00ms FAIL")
+    assert _lines("12.19", ("failed",), 2.5, monkeypatch, verbosity=1)[1] == (
+        f"  2026-11-23 01:02:03 App\\Jobs\\X ID1 {'.' * 33} 2s FAIL")
+    assert _lines("10.13.0", ("success",), 2.5, monkeypatch)[1].endswith(" 2,500.00ms DONE")
+    # inline (9.21-9.40): no RUNNING line of its own; legacy: releases print nothing
+    assert _lines("9.30", ("success",), 0.001, monkeypatch) == [
+        f"  2026-11-23 01:02:03 App\\Jobs\\X {'.' * 33} 1.00ms DONE"]
+    assert _lines("8.83", ("released_after_exception", "failed"), 0.0, monkeypatch) == [
+        "[2026-11-23 01:02:03][ID1] Processing: App\\Jobs\\X",
+        "[2026-11-23 01:02:03][ID1] Failed:     App\\Jobs\\X"]
+    assert _lines("8.83", ("success",), 0.0, monkeypatch, color=True) == [
+        "\x1b[33m[2026-11-23 01:02:03][ID1] Processing:\x1b[0m App\\Jobs\\X",
+        "\x1b[32m[2026-11-23 01:02:03][ID1] Processed: \x1b[0m App\\Jobs\\X"]
