@@ -210,7 +210,7 @@ def combine_runs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in a.items():
         other = b.get(key)
-        if key in ("jobs", "rc", "left", "error", "concurrency", "breakdown_per_job"):
+        if key in ("jobs", "rc", "left", "error", "concurrency", "breakdown_per_job", "batch"):
             out[key] = value if key != "rc" else (value or other)
         elif isinstance(value, (int, float)) and isinstance(other, (int, float)):
             out[key] = max(value, other) if "rss" in key else (value + other) / 2
@@ -757,8 +757,7 @@ def p99_difference(mine: list[float], theirs: list[float], resamples: int = 2000
     the random pushes fell in each worker's sleep, and it moves by about half a millisecond from run to
     run on that alone. The interval says whether a difference is larger than that."""
     def p99(values: list[float]) -> float:
-        v = sorted(values)
-        return v[min(len(v) - 1, max(0, math.ceil(0.99 * len(v)) - 1))]
+        return quantile(sorted(values), 0.99)
 
     rng = random.Random(99)
     diffs = sorted(p99(rng.choices(mine, k=len(mine))) - p99(rng.choices(theirs, k=len(theirs)))
@@ -767,16 +766,17 @@ def p99_difference(mine: list[float], theirs: list[float], resamples: int = 2000
             "high": diffs[int(0.975 * resamples) - 1]}
 
 
+def quantile(ordered: list[float], p: float) -> float:
+    """The ``p`` quantile of sorted values: the smallest value with at least ``p`` of them at or below it."""
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(p * len(ordered)) - 1))]
+
+
 def pct(values: list[float]) -> dict:
     if not values:
         return {}
     v = sorted(values)
-
-    def q(p: float) -> float:
-        return v[min(len(v) - 1, max(0, math.ceil(p * len(v)) - 1))] * 1000
-
-    return {"p50_ms": q(0.50), "p90_ms": q(0.90), "p99_ms": q(0.99), "max_ms": v[-1] * 1000,
-            "mean_ms": statistics.fmean(v) * 1000}
+    return {"p50_ms": quantile(v, 0.50) * 1000, "p90_ms": quantile(v, 0.90) * 1000,
+            "p99_ms": quantile(v, 0.99) * 1000, "max_ms": v[-1] * 1000, "mean_ms": statistics.fmean(v) * 1000}
 
 
 # -- profiling --------------------------------------------------------------------------------------------
@@ -1134,12 +1134,12 @@ def main(argv: list[str] | None = None) -> int:
                     items += [("ceiling", functools.partial(redis_run, q, s, ceiling)),
                               ("fast_path_probe", functools.partial(redis_run, q, s, fast_path_probe))]
                     for key, runs in interleaved_rounds(items, max(1, cfg.ratio_rounds), log).items():
-                        first = out.get(key)
+                        combined = out.get(key)  # the default's run right after the dispatch comes first
                         for run in runs:
-                            first = combine_runs(first, run) if first is not None else run
-                        assert first is not None
-                        first["rounds_jobs_per_s"] = [run["jobs_per_s"] for run in runs]
-                        out[key] = first
+                            combined = combine_runs(combined, run) if combined is not None else run
+                        assert combined is not None
+                        combined["rounds_jobs_per_s"] = [run["jobs_per_s"] for run in runs]
+                        out[key] = combined
             if run_laraq and w in ("noop", "cpu") and not args.no_variants:
                 # prefork: every core (one supervisor, N worker processes)
                 for n in (2,):
