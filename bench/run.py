@@ -1172,6 +1172,22 @@ def main(argv: list[str] | None = None) -> int:
                         assert combined is not None
                         combined["rounds_jobs_per_s"] = [run["jobs_per_s"] for run in runs]
                         out[key] = combined
+            if w == "noop" and php and not args.no_variants:
+                # the dispatch rates again, in interleaved rounds on a scratch queue (one run each above)
+                def dispatch_run(side: Any, queue: str, spec_w: dict) -> dict:
+                    clear_queue(r, queue)
+                    try:
+                        return side.dispatch(spec_w["kind"], spec_w["php_n"], queue, args=spec_w["args"],
+                                             rounds=cfg.rounds)
+                    finally:
+                        clear_queue(r, queue)
+
+                sides_d = [("php_dispatch", php), ("laraq_dispatch", lq)] + (
+                    [("php13_dispatch", php13)] if php13 and "php13_dispatch" in out else [])
+                items_d = [(key, functools.partial(dispatch_run, side, "bench-dispatch", s)) for key, side in sides_d]
+                for key, runs in interleaved_rounds(items_d, max(1, cfg.ratio_rounds), log).items():
+                    if key in out:
+                        out[key]["rounds_jobs_per_s"] = [run["jobs_per_s"] for run in runs]
             if run_laraq and w in ("noop", "cpu") and not args.no_variants:
                 # prefork: every core (one supervisor, N worker processes)
                 for n in (2,):
@@ -1368,7 +1384,13 @@ def _targets(res: dict) -> list[str]:
                    f"{(cpu.get('laraq') or {}).get('tree_rss_mb', 0):.1f} MB with 1 (supervisor included); "
                    f"artisan {(cpu.get('artisan') or {}).get('peak_rss_mb', 0):.1f} MB (Laravel 8), "
                    f"{(cpu.get('artisan13') or {}).get('peak_rss_mb', 0):.1f} MB (Laravel 13) per slot")
-    if (noop.get("laraq_dispatch") or {}).get("jobs_per_s") and (noop.get("php_dispatch") or {}).get("jobs_per_s"):
+    mine_d, php_d, php13_d = (round_stats(noop.get(k)) for k in ("laraq_dispatch", "php_dispatch", "php13_dispatch"))
+    if mine_d and php_d:
+        out.append(f"- dispatch laraq / PHP (no-op jobs; best of {len(noop['laraq_dispatch']['rounds_jobs_per_s'])} "
+                   f"interleaved runs, medians in brackets): {mine_d[0] / php_d[0]:.2f} ({mine_d[1] / php_d[1]:.2f}) "
+                   f"(target ≥ 1)" + (f"; / PHP on Laravel 13: {mine_d[0] / php13_d[0]:.2f} ({mine_d[1] / php13_d[1]:.2f})"
+                                      if php13_d else ""))
+    elif (noop.get("laraq_dispatch") or {}).get("jobs_per_s") and (noop.get("php_dispatch") or {}).get("jobs_per_s"):
         out.append(f"- dispatch laraq / PHP (no-op jobs): "
                    f"{noop['laraq_dispatch']['jobs_per_s'] / noop['php_dispatch']['jobs_per_s']:.2f} (target ≥ 1)"
                    + (f"; / PHP on Laravel 13: {noop['laraq_dispatch']['jobs_per_s'] / noop['php13_dispatch']['jobs_per_s']:.2f}"
