@@ -264,9 +264,8 @@ class Output:
     # -- styles ------------------------------------------------------------------------------------
 
     def _name_part(self, job: Job) -> tuple[str, int]:
+        """``-v``: the name, then the job id (and from 12.20 connection and queue); with its printed length."""
         name = job.name
-        if self.verbosity <= 0:
-            return name, len(name)
         extra = f" {job.id or ''}"
         if self._style().id_and_queue:
             extra += f" {job.connection} {job.queue}"
