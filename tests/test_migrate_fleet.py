@@ -50,11 +50,13 @@ def test_move_killed_under_php_and_python_workers(laravel: str, redis_server: An
 
     queue = RedisQueue(redis_client, prefix=app.prefix, version=app.release)
     d = Dispatcher(queue)
-    # each job runs for 4 ms so the workers cannot drain the queue before the mover has started
+    # each job runs for 20 ms, so the two workers take at most ~100 jobs a second: on a loaded machine the
+    # four mover start-ups before the final move can take 10 s or more, and at 4 ms a job the workers had
+    # drained three quarters of the queue by then (the share check below failed under load)
     common = dict(protected={"note": "n"}, private={"hidden": "h"}, queue="fleet")
-    jobs = [d.prepare_job("App\\Jobs\\EchoJob", {"args": [i], "mode": "sleep", "seconds": 0.004}, **common)
+    jobs = [d.prepare_job("App\\Jobs\\EchoJob", {"args": [i], "mode": "sleep", "seconds": 0.02}, **common)
             for i in range(READY)]
-    jobs += [d.prepare_job("App\\Jobs\\EchoJob", {"args": [i], "mode": "sleep", "seconds": 0.004}, delay=3600, **common)
+    jobs += [d.prepare_job("App\\Jobs\\EchoJob", {"args": [i], "mode": "sleep", "seconds": 0.02}, delay=3600, **common)
              for i in range(DELAYED)]
     expected = {r.uuid for r in d.bulk(jobs)}
     delayed_scores = {json.loads(m)["uuid"]: s for m, s in
