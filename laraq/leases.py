@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import logging
 import math
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -60,6 +61,8 @@ class Leases:
     queue: RedisQueue
     output: Output
     _buffer: collections.deque[Buffered]
+    _acks: dict[str, list[bytes]]
+    _ack_lock: threading.Lock
 
     def _init_leases(self) -> None:
         #: the earliest time (unix seconds) at which a buffered lease needs renewing
@@ -114,7 +117,8 @@ class Leases:
 
     def _collect_renewal(self) -> None:
         """Read the reply of a :meth:`_renew_ahead`: buffered jobs found gone are dropped, as a
-        synchronous renewal drops them; a started one is only reported. If the reply is lost, the
+        synchronous renewal drops them; a started one is only reported, unless this worker's own
+        removal of it may have come first (see :meth:`_ours_first`). If the reply is lost, the
         buffered jobs keep their earlier leases (renewed again when due)."""
         if self._renewal is None:
             return
@@ -135,12 +139,25 @@ class Leases:
         buffered = {id(b) for b in self._buffer}
         for b, _before in items:
             if id(b) in gone and id(b) not in buffered:
-                log.warning("%s (id %s) left :reserved as it started (deleted by someone else?)",
-                            b.job.name, b.job.id)
+                if not self._ours_first(b.job):
+                    log.warning("%s (id %s) left :reserved as it started (deleted by someone else?)",
+                                b.job.name, b.job.id)
             elif id(b) in gone:
                 log.warning("%s (id %s) was taken back from :reserved while buffered: dropped",
                             b.job.name, b.job.id)
         self._buffer = collections.deque(b for b in self._buffer if id(b) not in gone)
+
+    def _ours_first(self, job: Job) -> bool:
+        """May this worker's own removal of a started job have reached Redis before the renewal sent
+        as it started? Its ack (or release, or fail) and that renewal travel on different
+        connections, so Redis may run either first. True once the removal was sent; False while the
+        job runs or its ``ZREM`` still waits among the deferred acks: then someone else took it."""
+        if job.is_released or job.has_failed:
+            return True
+        if not job.is_deleted:
+            return False
+        with self._ack_lock:
+            return job.reserved not in self._acks.get(job.queue, ())
 
     def _renew_leases(self) -> None:
         """Push the reservation of buffered jobs past half their ``retry_after`` forward (``ZADD XX``)."""

@@ -292,6 +292,10 @@ class Reservation(Leases):
                 self._ack_since = time.monotonic()
 
     def _take_acks(self) -> dict[str, list[bytes]]:
+        """The deferred acks, to send now. On the loop thread a renewal still in flight is read first:
+        its answer then cannot have met one of these acks (see :meth:`Leases._ours_first`)."""
+        if self._renewal is not None and self._loop_thread == threading.get_ident():
+            self._collect_renewal()
         with self._ack_lock:
             acks, self._acks, self._ack_since = self._acks, {}, None
         return acks

@@ -29,6 +29,7 @@ import redis
 from phpapp import PhpApp
 from test_worker_support import popen_laraq, wait_for
 
+from laraq import reservation
 from laraq.app import App
 from laraq.cli.work import build_worker, default_params
 from laraq.dispatch import Dispatcher
@@ -268,3 +269,82 @@ def test_a_wait_longer_than_the_socket_timeout_runs_its_course(
         wait_for(lambda: ran == [9], timeout=30)
     assert worker._redis_down_since is None
     assert "unreachable" not in caplog.text
+
+
+def _renewal_meets(worker: Any, before_send: Any) -> None:
+    """Run ``before_send(members)`` just before each lease renewal is sent without waiting."""
+    original = worker.queue.renew_send
+
+    def renew_send(queue: str, members: list[bytes]) -> Any:
+        before_send(members)
+        return original(queue, members)
+
+    worker.queue.renew_send = renew_send
+
+
+def test_a_renewal_answered_after_our_own_ack_is_not_reported_as_lost(
+        redis_server: Any, redis_client: Any, workers: list[Any], caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the renewal is sent as the job starts, on a connection of its own; the deferred ack of the
+    # finished job must not overtake it (the loop reads the renewal's reply before sending acks), or
+    # the reply says "gone" for a job no one else touched. Forced here: acks are due at once, and the
+    # script cache is flushed as the renewal is sent, so Redis runs it only when its reply is read.
+    monkeypatch.setattr(reservation, "_ACK_MAX_AGE", 0.0)
+    ran: list[int] = []
+    with _waiting_worker(redis_server, redis_client, workers, ran, count=("renew_send",)) as (worker, calls):
+        _renewal_meets(worker, lambda members: redis_client.script_flush())
+        for n in range(2):
+            wait_for(lambda: _blocked_on_notify(redis_client), timeout=30)
+            time.sleep(1.1)  # a later second than the wait began: the lease is renewed as the job starts
+            _push(redis_client, n)
+            wait_for(lambda n=n: len(ran) > n, timeout=30)
+        wait_for(lambda: worker._renewal is None, timeout=30)
+    assert ran == [0, 1] and calls["renew_send"] == 2
+    assert "left :reserved" not in caplog.text and "taken back" not in caplog.text
+
+
+def test_a_renewal_answered_after_our_own_release_is_not_reported_as_lost(
+        redis_server: Any, redis_client: Any, workers: list[Any], caplog: pytest.LogCaptureFixture) -> None:
+    # a release leaves :reserved at once, before the renewal sent as the job started can be read: the
+    # worker knows the job left by its own doing and reports nothing
+    attempts: list[int] = []
+    app = App("wait")
+
+    @app.handler(ECHO)
+    async def release_once(command: Any, job: Any) -> None:
+        attempts.append(job.attempts)
+        if job.attempts == 1:
+            job.release()
+
+    worker = _worker(redis_server, app, workers, stop_when_empty=False, tries=2)
+    _renewal_meets(worker, lambda members: redis_client.script_flush())
+    running = _Running(worker)
+    try:
+        wait_for(lambda: _blocked_on_notify(redis_client), timeout=30)
+        time.sleep(1.1)
+        _push(redis_client, 1)
+        wait_for(lambda: attempts == [1, 2], timeout=30)
+        wait_for(lambda: redis_client.zcard(KEY + ":reserved") == 0 and worker._renewal is None, timeout=30)
+    finally:
+        assert running.stop() == 0
+    assert redis_client.llen(KEY) == 0 and redis_client.zcard(KEY + ":delayed") == 0
+    assert "left :reserved" not in caplog.text and "taken back" not in caplog.text
+
+
+def test_a_started_job_someone_else_deleted_is_reported(
+        redis_server: Any, redis_client: Any, workers: list[Any], caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the job is taken off :reserved by another client just before its renewal is sent; this
+    # worker's own ack is still deferred when the reply comes, so the reply can only mean that
+    monkeypatch.setattr(reservation, "_ACK_MAX_AGE", 60.0)
+    ran: list[int] = []
+    with _waiting_worker(redis_server, redis_client, workers, ran) as (worker, _calls):
+        _renewal_meets(worker, lambda members: redis_client.zrem(KEY + ":reserved", *members))
+        wait_for(lambda: _blocked_on_notify(redis_client), timeout=30)
+        time.sleep(1.1)
+        _push(redis_client, 9)
+        wait_for(lambda: ran == [9], timeout=30)
+        wait_for(lambda: _blocked_on_notify(redis_client), timeout=30)
+        _push(redis_client, 10)  # the next job's start reads the first renewal's reply
+        wait_for(lambda: ran == [9, 10], timeout=30)
+    assert "App\\Jobs\\EchoJob (id " in caplog.text and "left :reserved as it started" in caplog.text
