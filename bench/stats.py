@@ -34,23 +34,40 @@ def combine_runs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 def interleaved_rounds(items: list[tuple[str, Callable[[], dict]]], rounds: int,
                        say: Callable[[str], None]) -> dict[str, list[dict]]:
-    """Run every measurement ``rounds`` times, in rounds, each round starting further along the list.
+    """Run every measurement ``rounds`` times, in rounds that change the order each time.
 
     On a shared host the load moves while the rows run; one run per row in a fixed order lets the load
-    of one moment, or a row's place in the sequence, decide a ratio. Rotating the start by
-    ``len(items) / rounds`` each round moves every row through the sequence, and each row's runs are
-    kept so that ratios can use the best run of each side (noise only ever slows a run down) and the
-    median beside it. Returns each key's runs, in the order they ran.
+    of one moment, or a row's place in the sequence, decide a ratio. The rounds come in pairs: one in
+    the list's order from some start, then the same sequence backwards, so for any two rows each runs
+    first equally often and a load that rises or falls steadily through a pair weighs on both alike
+    (a rotation alone keeps every pair in one order, and in the 03:58 run a load falling through each
+    round favoured whichever row came later). Each pair starts ``len(items) / pairs`` further along the
+    list, moving every row through the sequence. Each row's runs are kept so that ratios can use the
+    best run of each side (noise only ever slows a run down) and the median beside it. Returns each
+    key's runs, in the order they ran.
     """
     runs: dict[str, list[dict]] = {key: [] for key, _ in items}
-    step = max(1, len(items) // max(1, rounds))
-    for round_no in range(rounds):
-        start = (round_no * step) % len(items)
-        for key, measure in items[start:] + items[:start]:
+    for round_no, order in enumerate(round_orders(len(items), rounds)):
+        for index in order:
+            key, measure = items[index]
             row = measure()
             runs[key].append(row)
             say(f"{key} (round {round_no + 1}/{rounds}): {row['jobs_per_s']:.0f} jobs/s")
     return runs
+
+
+def round_orders(count: int, rounds: int) -> list[list[int]]:
+    """The order of ``count`` rows in each of ``rounds`` rounds (see :func:`interleaved_rounds`)."""
+    if count <= 0:
+        return [[] for _ in range(max(0, rounds))]
+    pairs = max(1, (rounds + 1) // 2)
+    step = max(1, count // pairs)
+    orders = []
+    for round_no in range(max(0, rounds)):
+        start = (round_no // 2 * step) % count
+        order = [(start + i) % count for i in range(count)]
+        orders.append(order if round_no % 2 == 0 else order[::-1])
+    return orders
 
 
 def round_stats(row: dict | None) -> tuple[float, float] | None:
