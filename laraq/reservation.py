@@ -70,6 +70,9 @@ class Reservation(Leases):
         self._buffer: collections.deque[Buffered] = collections.deque()
         self._acks: dict[str, list[bytes]] = {}
         self._ack_lock = threading.Lock()
+        #: held by whoever is sending acks it took from the deferred list (the loop, or the watchdog
+        #: for stale ones): a forced flush waits on it, so the stop never returns with an ack on its way
+        self._ack_sending = threading.Lock()
         self._ack_since: float | None = None
         self._paused_queues: set[str] = set()
         #: the measured average job duration (seconds) the prefetch budget is based on
@@ -308,16 +311,28 @@ class Reservation(Leases):
                 self._ack_since = time.monotonic()
 
     def _flush_acks(self, *, force: bool = False) -> None:
-        """Send the deferred ``ZREM``s now if forced or if the oldest is ``_ACK_MAX_AGE`` old."""
+        """Send the deferred ``ZREM``s now if forced or if the oldest is ``_ACK_MAX_AGE`` old.
+
+        A forced flush first waits for acks another thread took and is still sending: the stop's last
+        flush must not return while the watchdog's ``ZREM`` of a finished job is on its way (the
+        process would exit with that job left in ``:reserved``, to run again after ``retry_after``).
+        An unforced one leaves the sending to whoever is at it."""
         since = self._ack_since
-        if since is None or (not force and time.monotonic() - since < _ACK_MAX_AGE):
+        if not force and (since is None or time.monotonic() - since < _ACK_MAX_AGE):
             return
-        acks = self._take_acks()
+        if not self._ack_sending.acquire(blocking=force):
+            return
         try:
-            self.queue.ack(acks)
-        except Exception as exc:
-            log.warning("could not send %d ack(s) (%s): retrying", sum(map(len, acks.values())), exc)
-            self._restore_acks(acks)
+            if self._ack_since is None:
+                return
+            acks = self._take_acks()
+            try:
+                self.queue.ack(acks)
+            except Exception as exc:
+                log.warning("could not send %d ack(s) (%s): retrying", sum(map(len, acks.values())), exc)
+                self._restore_acks(acks)
+        finally:
+            self._ack_sending.release()
 
     def _flush_stale_acks(self) -> None:
         """From the watchdog thread: send the deferred acks the loop did not send in time (it is busy

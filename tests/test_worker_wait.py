@@ -348,3 +348,37 @@ def test_a_started_job_someone_else_deleted_is_reported(
         _push(redis_client, 10)  # the next job's start reads the first renewal's reply
         wait_for(lambda: ran == [9, 10], timeout=30)
     assert "App\\Jobs\\EchoJob (id " in caplog.text and "left :reserved as it started" in caplog.text
+
+
+def test_the_stop_waits_for_an_ack_the_watchdog_is_still_sending(
+        redis_server: Any, redis_client: Any, workers: list[Any]) -> None:
+    # a job's deferred ack goes stale while the next job of its batch (a def handler, run inline) keeps
+    # the loop busy, so the watchdog sends it (slowly, here); the queue is then empty and the worker
+    # stops: only once that ZREM is in Redis, or the process would exit with the job left in :reserved.
+    # (The first round reserves one job; the second takes jobs 2 and 3 together.)
+    app = App("wait")
+    ran: list[int] = []
+
+    @app.handler(ECHO)
+    def echo(command: Any, job: Any) -> None:
+        ran.append(command["args"]["n"])
+        if command["args"]["n"] == 3:
+            time.sleep(0.5)
+
+    worker = _worker(redis_server, app, workers, stop_when_empty=True)
+    original = worker.queue.ack
+    from_watchdog: list[int] = []
+
+    def slow_from_watchdog(acks: dict[str, list[bytes]]) -> None:
+        if threading.current_thread().name == "laraq-watchdog":
+            from_watchdog.append(sum(map(len, acks.values())))
+            time.sleep(1.0)
+        original(acks)
+
+    worker.queue.ack = slow_from_watchdog
+    for n in (1, 2, 3):
+        _push(redis_client, n)
+    assert worker.daemon() == 0
+    assert ran == [1, 2, 3]
+    assert from_watchdog == [1]  # the path under test was taken
+    assert redis_client.zcard(KEY + ":reserved") == 0 and redis_client.llen(KEY) == 0
