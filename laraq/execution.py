@@ -66,18 +66,17 @@ _TICK = 0.05
 
 
 class _Flag:
-    """A one-way flag the watchdog polls (``threading.Event``'s ``set``/``is_set`` without its lock)."""
+    """A one-way flag the watchdog polls (``threading.Event``'s ``set``/``is_set`` without its lock).
+
+    Made once per async job, so it has no ``__init__``: its slot stays empty until :meth:`set`."""
 
     __slots__ = ("_set",)
-
-    def __init__(self) -> None:
-        self._set = False
 
     def set(self) -> None:
         self._set = True
 
     def is_set(self) -> bool:
-        return self._set
+        return getattr(self, "_set", False)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from datetime import UTC, datetime
-from typing import IO, TYPE_CHECKING, Literal, NamedTuple
+from typing import IO, TYPE_CHECKING, Literal
 
 from laraq.failed import php_class_name
 from laraq.phpjson import php_json_encode
@@ -64,17 +64,11 @@ _LEGACY_LABELS = {
 _MODERN_WORDS = {"success": ("DONE", _GREEN), "released_after_exception": ("FAIL", _YELLOW)}
 _FAILED_WORD = ("FAIL", _RED)
 
+_clock = time.time
+_get_ident = threading.get_ident
 
-class _Style(NamedTuple):
-    """How one Laravel version's ``queue:work`` prints a job (see :meth:`Output._style`)."""
-
-    version: LaravelVersion | None
-    #: ``legacy``, ``inline`` or ``two-line``
-    kind: str
-    #: run times of a second or more read ``1s``, ``2m 3s`` (10.13.1+)
-    humanize: bool
-    #: ``-v`` adds connection and queue after the job id (12.20+)
-    id_and_queue: bool
+#: jobs remembered between their first and last line; far above any --concurrency
+_MAX_STARTED = 65536
 
 
 def format_run_time(seconds: float, *, humanize: bool = True) -> str:
@@ -105,7 +99,10 @@ def _raw_fd(stream: IO[str]) -> int | None:
 
 
 class Output:
-    """The worker's event printer (thread-safe)."""
+    """The worker's event printer (thread-safe).
+
+    Its settings (``version``, ``json_mode``, ``quiet``, ``verbosity``, ``color``, ``width``) are read
+    when it is made: make a new one to print differently."""
 
     def __init__(
         self,
@@ -131,12 +128,29 @@ class Output:
         self._fd = _raw_fd(self.stream)
         #: text written to the stream by others may still sit in its buffer: flushed before the first line
         self._pending_stream = self._fd is not None
-        self._started: dict[int, float] = {}
+        #: id(job) -> (when it started, its id, its name), from started() to its last line
+        self._started: dict[int, tuple[float, str, str]] = {}
         #: success lines held back while the loop thread starts a run of jobs (see hold)
         self._held: list[str] = []
         self._holder: int | None = None
-        self._date_cache: tuple[int, str] = (-1, "")
-        self._style_of = _Style(None, "", False, False)
+        #: ``Y-m-d H:i:s`` of the current second, and the time it stops being current (see _date)
+        self._date_text = ""
+        self._date_until = 0.0
+        #: what a job's lines look like, worked out once: None (--quiet), "json", or the console style
+        #: ("legacy", "inline", "two-line"); the settings above are read here and not again
+        self._kind: str | None = None if quiet else "json" if json_mode else version.output_style
+        #: run times of a second or more read ``1s``, ``2m 3s`` (10.13.1+)
+        self._humanize = version.since("10.13.1")
+        #: ``-v`` adds connection and queue after the job id (12.20+)
+        self._id_and_queue = version.since("12.20")
+        #: legacy lines by status: (what goes before the date, the label, what goes after the label),
+        #: colours included on a terminal; a line is ``{on}[{date}][{id}] {label}{off} {name}``
+        self._legacy = {
+            status: (colour, label, _RESET) if self.color else ("", label, "")
+            for status, (label, colour) in _LEGACY_LABELS.items()
+        }
+        self._legacy_starting = self._legacy["starting"]
+        self._legacy_success = self._legacy["success"]
 
     # -- plumbing ----------------------------------------------------------------------------------
 
@@ -156,14 +170,6 @@ class Output:
         if self._held:
             self._write("")
 
-    def _write_line(self, text: str, status: Status) -> None:
-        """A job's line: a success line on the holding thread is held, any other is written now."""
-        if status == "success" and self._holder is not None and self._holder == threading.get_ident():
-            with self._lock:
-                self._held.append(text)
-        else:
-            self._write(text)
-
     def _write(self, text: str) -> None:
         """Write now, with any held line before it (as artisan does: a line is out before the job goes
         on), in one ``write`` to the stream's descriptor when it has a real one: Python's text and buffer
@@ -171,7 +177,9 @@ class Output:
         buffers is flushed first, once, so lines never come out of order)."""
         if self.quiet:
             return
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # (not ``with``: two Python-level calls fewer on every job)
+        try:
             held = self._held
             if held:
                 held.append(text)
@@ -179,20 +187,21 @@ class Output:
                 held.clear()
             if not text:
                 return
-            try:
-                fd = self._fd
-                if fd is None:
-                    self.stream.write(text)
-                    self.stream.flush()
-                    return
-                if self._pending_stream:
-                    self.stream.flush()
-                    self._pending_stream = False
-                data = text.encode("utf-8", "replace")
-                while data:
-                    data = data[os.write(fd, data):]
-            except (OSError, ValueError):  # a closed pipe must never break the worker
-                pass
+            fd = self._fd
+            if fd is None:
+                self.stream.write(text)
+                self.stream.flush()
+                return
+            if self._pending_stream:
+                self.stream.flush()
+                self._pending_stream = False
+            data = text.encode("utf-8", "replace")
+            while data:
+                data = data[os.write(fd, data):]
+        except (OSError, ValueError):  # a closed pipe must never break the worker
+            pass
+        finally:
+            lock.release()
 
     def _c(self, code: str, text: str) -> str:
         return f"{code}{text}{_RESET}" if self.color else text
@@ -203,12 +212,12 @@ class Output:
 
     def _date(self) -> str:
         """``Y-m-d H:i:s`` (UTC) of now, formatted once per second rather than once per line."""
-        second = int(time.time())
-        cached = self._date_cache
-        if cached[0] != second:
-            cached = self._date_cache = (
-                second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%d %H:%M:%S"))
-        return cached[1]
+        now = _clock()
+        if now >= self._date_until:
+            second = int(now)
+            self._date_until = second + 1.0
+            self._date_text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        return self._date_text
 
     # -- events ------------------------------------------------------------------------------------
 
@@ -218,40 +227,90 @@ class Output:
             return
         self._write(f"\n  {self._c(_BLUE, ' INFO ')} Processing jobs from the [{queues}] queue.\n\n")
 
-    def _style(self) -> _Style:
-        """What the console lines look like for ``self.version`` (worked out once per version)."""
-        version = self.version
-        style = self._style_of
-        if style.version is not version:
-            style = self._style_of = _Style(version, version.output_style, version.since("10.13.1"),
-                                            version.since("12.20"))
-        return style
-
     def job(self, job: Job, status: Status, exc: BaseException | None = None, *, detail: str = "") -> None:
         """Report one job event."""
-        if self.quiet:  # nothing is written: skip the formatting (and the start-time bookkeeping)
-            return
-        json_mode = self.json_mode
-        if not json_mode and status != "unhandled":
-            style = self._style_of
-            if style.version is not self.version:
-                style = self._style()
-            if style.kind == "legacy":  # its lines carry no run time: no start-time bookkeeping either
-                self._legacy(job, status)
-                return
-        key = id(job)
-        now = time.monotonic()
         if status == "starting":
-            self._started[key] = now
-            elapsed = 0.0
-        else:
-            elapsed = now - self._started.pop(key, now)
-        if json_mode:
+            self.started(job)
+            return
+        if status == "success":
+            self.succeeded(job)
+            return
+        kind = self._kind
+        if kind is None:  # --quiet: nothing is written, nothing is formatted
+            return
+        entry = self._started.pop(id(job), None)
+        ident, name = (job.id or "", job.name) if entry is None else entry[1:]
+        if kind == "legacy" and status != "unhandled":  # legacy lines carry no run time
+            parts = self._legacy.get(status)
+            if parts is not None:  # releases print nothing before 9.21
+                on, label, off = parts
+                self._write(f"{on}[{self._date()}][{ident}] {label}{off} {name}\n")
+            return
+        elapsed = 0.0 if entry is None else time.monotonic() - entry[0]
+        if kind == "json":
             self._json(job, status, exc, elapsed, detail)
         elif status == "unhandled":
-            self._write(self._line(job, f"SKIPPED ({detail})" if detail else "SKIPPED", None, _YELLOW))
+            self._write(self._line(job, name, ident, f"SKIPPED ({detail})" if detail else "SKIPPED", None, _YELLOW))
         else:
-            self._modern(job, status, elapsed, style)
+            word, colour = _MODERN_WORDS.get(status, _FAILED_WORD)
+            runtime = format_run_time(elapsed, humanize=self._humanize)
+            self._write(self._line(job, name, ident, word, runtime, colour))
+
+    # The two events every job has, called once per job each: kept to the few steps their lines need.
+    # What a job's later lines print of it (its id and name) is read once, by started().
+
+    def started(self, job: Job) -> None:
+        """``job(job, "starting")``: the line written as a job's handler is about to run."""
+        kind = self._kind
+        if kind is None:
+            return
+        ident, name = job.id or "", job.name
+        started = self._started
+        if len(started) >= _MAX_STARTED:  # a job that timed out and was abandoned never ends here
+            del started[next(iter(started))]
+        started[id(job)] = (time.monotonic(), ident, name)
+        if kind == "legacy":
+            on, label, off = self._legacy_starting
+            date = self._date_text if _clock() < self._date_until else self._date()
+            self._write(f"{on}[{date}][{ident}] {label}{off} {name}\n")
+        elif kind == "two-line":
+            self._write(self._line(job, name, ident, "RUNNING", None, _YELLOW))
+        elif kind == "json":
+            self._json(job, "starting", None, 0.0, "")
+
+    def succeeded(self, job: Job, runtime: float | None = None) -> None:
+        """``job(job, "success")``: the handler returned. The line may wait for the next (see :meth:`hold`).
+
+        ``runtime`` is taken, and not used, so that this method can be the ``job_processed`` listener
+        itself: the printed run time counts from :meth:`started`, as artisan's command times it."""
+        kind = self._kind
+        if kind is None:
+            return
+        entry = self._started.pop(id(job), None)
+        if entry is None:  # never started here: read now, timed as 0
+            start, ident, name = time.monotonic(), job.id or "", job.name
+        else:
+            start, ident, name = entry
+        if kind == "legacy":
+            on, label, off = self._legacy_success
+            date = self._date_text if _clock() < self._date_until else self._date()
+            text = f"{on}[{date}][{ident}] {label}{off} {name}\n"
+        else:
+            elapsed = time.monotonic() - start
+            if kind == "json":
+                text = self._json_text(job, "success", None, elapsed, "")
+            else:
+                runtime_text = format_run_time(elapsed, humanize=self._humanize)
+                text = self._line(job, name, ident, "DONE", runtime_text, _GREEN)
+        if self._holder is not None and self._holder == _get_ident():
+            lock = self._lock
+            lock.acquire()  # (not ``with``: two Python-level calls fewer on every job)
+            try:
+                self._held.append(text)
+            finally:
+                lock.release()
+        else:
+            self._write(text)
 
     def message(self, text: str, level: str = "info") -> None:
         """A worker-level line (restart, pause, shutdown)."""
@@ -263,21 +322,20 @@ class Output:
 
     # -- styles ------------------------------------------------------------------------------------
 
-    def _name_part(self, job: Job) -> tuple[str, int]:
+    def _name_part(self, job: Job, name: str, ident: str) -> tuple[str, int]:
         """``-v``: the name, then the job id (and from 12.20 connection and queue); with its printed length."""
-        name = job.name
-        extra = f" {job.id or ''}"
-        if self._style().id_and_queue:
+        extra = f" {ident}"
+        if self._id_and_queue:
             extra += f" {job.connection} {job.queue}"
         return name + self._c(_GRAY, extra), len(name) + len(extra)
 
-    def _line(self, job: Job, word: str, runtime: str | None, colour: str) -> str:
-        date = self._date()
+    def _line(self, job: Job, name: str, ident: str, word: str, runtime: str | None, colour: str) -> str:
+        date = self._date_text if _clock() < self._date_until else self._date()
         if self.verbosity <= 0:
-            label = job.name
+            label = name
             label_len = len(label)
         else:
-            label, label_len = self._name_part(job)
+            label, label_len = self._name_part(job, name, ident)
         if runtime is None:
             dots = "." * max(self.width - label_len - 33, 0)
             if not self.color:
@@ -290,28 +348,13 @@ class Output:
             tail = f" {_GRAY}{runtime}{_RESET} {_BOLD}{colour}{word}{_RESET}"
         return f"  {_GRAY}{date}{_RESET} {label} {_GRAY}{dots}{_RESET}{tail}\n"
 
-    def _modern(self, job: Job, status: Status, elapsed: float, style: _Style) -> None:
-        if status == "starting":
-            if style.kind != "inline":
-                self._write(self._line(job, "RUNNING", None, _YELLOW))
-            return
-        word, colour = _MODERN_WORDS.get(status, _FAILED_WORD)
-        self._write_line(self._line(job, word, format_run_time(elapsed, humanize=style.humanize), colour), status)
-
-    def _legacy(self, job: Job, status: Status) -> None:
-        entry = _LEGACY_LABELS.get(status)
-        if entry is None:  # releases print nothing before 9.21
-            return
-        label, colour = entry
-        if self.color:
-            self._write_line(f"{colour}[{self._date()}][{job.id or ''}] {label}{_RESET} {job.name}\n", status)
-        else:
-            self._write_line(f"[{self._date()}][{job.id or ''}] {label} {job.name}\n", status)
-
     def _stamp(self) -> str:
         return self._now().strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
 
     def _json(self, job: Job, status: Status, exc: BaseException | None, elapsed: float, detail: str) -> None:
+        self._write(self._json_text(job, status, exc, elapsed, detail))
+
+    def _json_text(self, job: Job, status: Status, exc: BaseException | None, elapsed: float, detail: str) -> str:
         if job.is_deleted:  # Laravel's order: a failed job was deleted too, so it reads "deleted"
             result = "deleted"
         elif job.is_released:
@@ -337,4 +380,4 @@ class Output:
         record = {k: v for k, v in fields.items() if v not in (None, "", 0, False)}
         if status != "starting":
             record["duration"] = round(elapsed, 6)
-        self._write_line(php_json_encode(record, unescaped_unicode=False) + "\n", status)
+        return php_json_encode(record, unescaped_unicode=False) + "\n"

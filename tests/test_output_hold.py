@@ -138,6 +138,56 @@ def test_quiet_holds_nothing(stream: Any) -> None:
     assert _text(stream) == ""
 
 
+def test_the_listener_prints_through_the_same_lines_as_job(stream: Any, tmp_path: Path) -> None:
+    """The worker's per-job events (``Listeners`` -> ``OutputListener``) and ``Output.job`` print the same
+    text, in every console style and in --json."""
+    from laraq.events import Listeners, OutputListener
+
+    stamps = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+\+00:00)?|\d+\.\d\dms|\"duration\":[\d.e-]+")
+    for version, json_mode in (("8.83.27", False), ("9.30.0", False), ("11.0.0", False), ("12.20.0", True)):
+        texts = []
+        for via_events in (False, True):
+            path = tmp_path / f"{version}-{via_events}.log"
+            with open(path, "w", encoding="utf-8") as fh:
+                out = Output(LaravelVersion.parse(version), stream=fh, json_mode=json_mode)
+                events = Listeners([OutputListener(out)])
+                for n in range(3):
+                    job = _Job(n)
+                    if via_events:
+                        events.emit("job_processing", job)
+                        events.emit("job_processed", job, 0.001)
+                    else:
+                        out.job(job, "starting")
+                        out.job(job, "success")
+            texts.append(stamps.sub("T", path.read_text(encoding="utf-8")))
+        assert texts[0] == texts[1] and texts[0].count("\n") >= 3, (version, texts)
+        assert "Job2" in texts[0] and ("id2" in texts[0]) == (version == "8.83.27" or json_mode), texts[0]
+
+
+@pytest.mark.parametrize("version", ["8.83.27", "11.0.0"])
+def test_a_job_that_never_finishes_here_is_forgotten_in_time(stream: Any, monkeypatch: pytest.MonkeyPatch,
+                                                            version: str) -> None:
+    """What the printer keeps of a started job (its id, name and start) is bounded: a job abandoned at its
+    timeout never gets a last line, and a long-running worker must not keep it forever. A job whose entry
+    was dropped still prints its own name (and, before 9.21, id)."""
+    import laraq.output as output_mod
+
+    monkeypatch.setattr(output_mod, "_MAX_STARTED", 3)
+    out = Output(LaravelVersion.parse(version), stream=stream)
+    jobs = [_Job(n) for n in range(6)]
+    for job in jobs:
+        out.job(job, "starting")
+    assert len(out._started) <= 3
+    for job in jobs:
+        out.job(job, "success")
+    done = [line for line in _text(stream).splitlines() if "Processed:" in line or line.endswith("DONE")]
+    assert [re.search(r"Job\d", line).group(0) for line in done] == [f"Job{n}" for n in range(6)]  # type: ignore[union-attr]
+    if version.startswith("8."):
+        assert [re.sub(r"^\[[^]]*\]", "", line) for line in done] == [
+            f"[id{n}] Processed:  App\\Jobs\\Job{n}" for n in range(6)]
+    assert out._started == {}
+
+
 # -- a real worker -------------------------------------------------------------------------------------
 
 def _fill(redis_server: Any, n: int, queue: str) -> None:
