@@ -243,8 +243,7 @@ class Output:
         if kind == "legacy" and status != "unhandled":  # legacy lines carry no run time
             parts = self._legacy.get(status)
             if parts is not None:  # releases print nothing before 9.21
-                on, label, off = parts
-                self._write(f"{on}[{self._date()}][{ident}] {label}{off} {name}\n")
+                self._write(self._legacy_line(parts, ident, name))
             return
         elapsed = 0.0 if entry is None else time.monotonic() - entry[0]
         if kind == "json":
@@ -270,9 +269,7 @@ class Output:
             del started[next(iter(started))]
         started[id(job)] = (time.monotonic(), ident, name)
         if kind == "legacy":
-            on, label, off = self._legacy_starting
-            date = self._date_text if _clock() < self._date_until else self._date()
-            self._write(f"{on}[{date}][{ident}] {label}{off} {name}\n")
+            self._write(self._legacy_line(self._legacy_starting, ident, name))
         elif kind == "two-line":
             self._write(self._line(job, name, ident, "RUNNING", None, _YELLOW))
         elif kind == "json":
@@ -292,9 +289,7 @@ class Output:
         else:
             start, ident, name = entry
         if kind == "legacy":
-            on, label, off = self._legacy_success
-            date = self._date_text if _clock() < self._date_until else self._date()
-            text = f"{on}[{date}][{ident}] {label}{off} {name}\n"
+            text = self._legacy_line(self._legacy_success, ident, name)
         else:
             elapsed = time.monotonic() - start
             if kind == "json":
@@ -328,6 +323,12 @@ class Output:
         if self._id_and_queue:
             extra += f" {job.connection} {job.queue}"
         return name + self._c(_GRAY, extra), len(name) + len(extra)
+
+    def _legacy_line(self, parts: tuple[str, str, str], ident: str, name: str) -> str:
+        """A legacy (8.0 - 9.20) line: ``[date][id] Label: Name``, coloured by ``parts`` (see __init__)."""
+        on, label, off = parts
+        date = self._date_text if _clock() < self._date_until else self._date()
+        return f"{on}[{date}][{ident}] {label}{off} {name}\n"
 
     def _line(self, job: Job, name: str, ident: str, word: str, runtime: str | None, colour: str) -> str:
         date = self._date_text if _clock() < self._date_until else self._date()
