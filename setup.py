@@ -5,4 +5,4 @@
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("laraq._speedups", ["laraq/_speedups.c"], optional=True)])
+setup(ext_modules=[Extension("laraq._speedups", ["laraq/_speedups.c", "laraq/_lines.c"], optional=True)])

@@ -1,5 +1,5 @@
 /*
- * laraq._speedups: the worker's hot unserialize path in C.
+ * laraq._speedups: the worker's hot unserialize path in C (its console lines are in _lines.c).
  *
  * pairs_loads(data, max_depth) reads one PHP-serialized array or object (the shape a queued command
  * has) and returns it built the way laraq.phparray.loads_php_arrays builds it: every PHP array a
@@ -432,7 +432,13 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "laraq._speedups",
-                                    "The worker's hot unserialize path in C (see laraq/serializer.py).", -1,
+                                    "The worker's hot paths in C: unserialize (laraq/serializer.py) and console lines (laraq/linesink.py).", -1,
                                     methods, NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__speedups(void) { return PyModule_Create(&module); }
+int laraq_add_line_sink(PyObject *module); /* laraq/_lines.c */
+
+PyMODINIT_FUNC PyInit__speedups(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && laraq_add_line_sink(m) < 0) Py_CLEAR(m);
+    return m;
+}

@@ -14,8 +14,10 @@ Three console styles, chosen by the Laravel version profile like artisan's own o
 
 ``--json`` (11.27+ style) prints ``{"level", "id", "uuid", "connection", "queue", "job", "status",
 "result", "attempts", "exception", "message", "timestamp", "duration"}`` with empty fields dropped,
-encoded like PHP's ``json_encode`` without flags. Colours only on a terminal. Every write is one
-``write()`` of whole lines under a lock, so lines of concurrent jobs never interleave.
+encoded like PHP's ``json_encode`` without flags. Colours only on a terminal. The lines reach the stream
+through a sink (:mod:`laraq.linesink`): one ``write()`` of whole lines at a time, so lines of concurrent
+jobs never interleave. On a real descriptor the C sink also prints each job's first and success line
+itself, from templates this module builds (:meth:`Output._templates`), so the wording stays here.
 
 **When a line goes out.** A job's first line is written before its handler runs, as artisan does, so a
 worker that dies mid-job (SIGKILL, OOM, a crash in C code) has always shown which job it was running.
@@ -27,16 +29,15 @@ job instead of two, and the lines keep their order.
 
 from __future__ import annotations
 
-import io
-import os
 import shutil
 import sys
-import threading
 import time
 from datetime import UTC, datetime
-from typing import IO, TYPE_CHECKING, Literal
+from functools import partial
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from laraq.failed import php_class_name
+from laraq.linesink import open_sink
 from laraq.phpjson import php_json_encode
 
 if TYPE_CHECKING:
@@ -65,7 +66,6 @@ _MODERN_WORDS = {"success": ("DONE", _GREEN), "released_after_exception": ("FAIL
 _FAILED_WORD = ("FAIL", _RED)
 
 _clock = time.time
-_get_ident = threading.get_ident
 
 #: jobs remembered between their first and last line; far above any --concurrency
 _MAX_STARTED = 65536
@@ -85,17 +85,6 @@ def format_run_time(seconds: float, *, humanize: bool = True) -> str:
             parts.append(f"{total // size}{unit}")
             total %= size
     return " ".join(parts) or "1s"
-
-
-def _raw_fd(stream: IO[str]) -> int | None:
-    """The descriptor behind ``stream`` if it is a plain file, pipe or terminal stream; else None (a
-    ``StringIO``, a test capture, anything whose ``write`` does more than write)."""
-    if not isinstance(stream, io.TextIOWrapper):
-        return None
-    try:
-        return stream.fileno()
-    except (OSError, ValueError, io.UnsupportedOperation):
-        return None
 
 
 class Output:
@@ -123,16 +112,10 @@ class Output:
         isatty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.color = isatty and not json_mode if color is None else color
         self.width = width or (shutil.get_terminal_size((80, 24)).columns if isatty else 80)
-        self._lock = threading.Lock()
-        #: the stream's file descriptor, when lines can go to it with one ``write`` each (see _write)
-        self._fd = _raw_fd(self.stream)
-        #: text written to the stream by others may still sit in its buffer: flushed before the first line
-        self._pending_stream = self._fd is not None
+        #: where the lines go, in order and held as the module's docstring says (laraq.linesink)
+        self._sink = open_sink(self.stream)
         #: id(job) -> (when it started, its id, its name), from started() to its last line
         self._started: dict[int, tuple[float, str, str]] = {}
-        #: success lines held back while the loop thread starts a run of jobs (see hold)
-        self._held: list[str] = []
-        self._holder: int | None = None
         #: ``Y-m-d H:i:s`` of the current second, and the time it stops being current (see _date)
         self._date_text = ""
         self._date_until = 0.0
@@ -151,6 +134,14 @@ class Output:
         }
         self._legacy_starting = self._legacy["starting"]
         self._legacy_success = self._legacy["success"]
+        if hasattr(self._sink, "configure") and (self._kind == "legacy" or (
+                self._kind in ("inline", "two-line") and verbosity <= 0)):
+            # the C sink prints the two lines every job has; Python keeps the rarer ones (and -v, --json)
+            (start, start_width), (done, done_width) = self._templates()
+            self._sink.configure(self._started, _MAX_STARTED, start, start_width, done, done_width,
+                                 partial(format_run_time, humanize=self._humanize))
+            self.started = self._sink.started  # type: ignore[method-assign]
+            self.succeeded = self._sink.succeeded  # type: ignore[method-assign]
 
     # -- plumbing ----------------------------------------------------------------------------------
 
@@ -158,50 +149,20 @@ class Output:
         """From now until :meth:`release`, a success line reported on this thread may wait for the next
         line (see the module's docstring). The worker's loop calls this around a run of job starts."""
         if not self.quiet:
-            self._holder = threading.get_ident()
+            self._sink.hold()
 
     def release(self) -> None:
         """Stop holding; anything held is written now."""
-        self._holder = None
-        self.flush()
+        self._sink.release()
 
     def flush(self) -> None:
         """Write anything held now (the hold goes on)."""
-        if self._held:
-            self._write("")
+        self._sink.flush()
 
     def _write(self, text: str) -> None:
-        """Write now, with any held line before it (as artisan does: a line is out before the job goes
-        on), in one ``write`` to the stream's descriptor when it has a real one: Python's text and buffer
-        layers and their separate flush cost more than the system call (what the stream itself still
-        buffers is flushed first, once, so lines never come out of order)."""
-        if self.quiet:
-            return
-        lock = self._lock
-        lock.acquire()  # (not ``with``: two Python-level calls fewer on every job)
-        try:
-            held = self._held
-            if held:
-                held.append(text)
-                text = "".join(held)
-                held.clear()
-            if not text:
-                return
-            fd = self._fd
-            if fd is None:
-                self.stream.write(text)
-                self.stream.flush()
-                return
-            if self._pending_stream:
-                self.stream.flush()
-                self._pending_stream = False
-            data = text.encode("utf-8", "replace")
-            while data:
-                data = data[os.write(fd, data):]
-        except (OSError, ValueError):  # a closed pipe must never break the worker
-            pass
-        finally:
-            lock.release()
+        """Write now, with any held line before it (as artisan does: a line is out before the job goes on)."""
+        if not self.quiet:
+            self._sink.write(text)
 
     def _c(self, code: str, text: str) -> str:
         return f"{code}{text}{_RESET}" if self.color else text
@@ -297,15 +258,7 @@ class Output:
             else:
                 runtime_text = format_run_time(elapsed, humanize=self._humanize)
                 text = self._line(job, name, ident, "DONE", runtime_text, _GREEN)
-        if self._holder is not None and self._holder == _get_ident():
-            lock = self._lock
-            lock.acquire()  # (not ``with``: two Python-level calls fewer on every job)
-            try:
-                self._held.append(text)
-            finally:
-                lock.release()
-        else:
-            self._write(text)
+        self._sink.success(text)
 
     def message(self, text: str, level: str = "info") -> None:
         """A worker-level line (restart, pause, shutdown)."""
@@ -348,6 +301,30 @@ class Output:
                 return f"  {date} {label} {dots} {runtime} {word}\n"
             tail = f" {_GRAY}{runtime}{_RESET} {_BOLD}{colour}{word}{_RESET}"
         return f"  {_GRAY}{date}{_RESET} {label} {_GRAY}{dots}{_RESET}{tail}\n"
+
+    def _templates(self) -> tuple[tuple[tuple[Any, ...] | None, int], tuple[tuple[Any, ...], int]]:
+        """A job's first and success line as the C sink prints them (``laraq/_lines.c``), each with the
+        width its dots fill: literal UTF-8 pieces and slots, the same text :meth:`_legacy_line` and
+        :meth:`_line` build (``tests/test_output_hold.py`` compares the two, style by style)."""
+        date, ident, name, dots, runtime = 0, 1, 2, 3, 4  # the C sink's slots
+
+        def b(text: str) -> bytes:
+            return text.encode("utf-8")
+
+        if self._kind == "legacy":
+            def legacy(parts: tuple[str, str, str]) -> tuple[Any, ...]:
+                on, label, off = parts
+                return (b(f"{on}["), date, b"][", ident, b(f"] {label}{off} "), name, b"\n")
+            return (legacy(self._legacy_starting), 0), (legacy(self._legacy_success), 0)
+        if self.color:
+            head: tuple[Any, ...] = (b(f"  {_GRAY}"), date, b(f"{_RESET} "), name, b(f" {_GRAY}"), dots)
+            start = (*head, b(f"{_RESET} {_BOLD}{_YELLOW}RUNNING{_RESET}\n"))
+            done = (*head, b(f"{_RESET} {_GRAY}"), runtime, b(f"{_RESET} {_BOLD}{_GREEN}DONE{_RESET}\n"))
+        else:
+            head = (b"  ", date, b" ", name, b" ", dots)
+            start = (*head, b" RUNNING\n")
+            done = (*head, b" ", runtime, b" DONE\n")
+        return (start if self._kind == "two-line" else None, self.width - 33), (done, self.width - 31)
 
     def _stamp(self) -> str:
         return self._now().strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")

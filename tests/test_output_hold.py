@@ -8,20 +8,25 @@ line is ever late where it matters.
   held, so the order never changes.
 * A worker that runs out of jobs writes the last success line before it waits for more.
 
-Every stream here is a real file, written through its descriptor as a real worker's stdout is.
+Every stream here is a real descriptor, written as a real worker's stdout is: one end of a
+``SOCK_SEQPACKET`` socket pair, which keeps each ``write()`` as one packet, so a test sees the writes
+themselves. Each test runs with both sinks (:mod:`laraq.linesink`): the C one and the pure-Python one.
 """
 
 from __future__ import annotations
 
 import re
+import socket
 import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import require
 from test_worker_support import wait_for
 
+from laraq import linesink
 from laraq.app import App
 from laraq.cli.work import build_worker, default_params
 from laraq.dispatch import Dispatcher
@@ -47,34 +52,66 @@ class _Job:
         self.is_deleted = self.is_released = self.has_failed = False
 
 
+_CONSOLES: dict[int, _Console] = {}
+
+
+class _Console:
+    """A worker's stdout on a real descriptor that keeps each ``write()`` as one packet."""
+
+    def __init__(self) -> None:
+        self.reader, self.writer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.reader.setblocking(False)
+        self.file = open(self.writer.fileno(), "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        self.packets: list[bytes] = []
+        _CONSOLES[self.file.fileno()] = self
+
+    def writes(self) -> list[bytes]:
+        """Every ``write()`` made so far, in order."""
+        while True:
+            try:
+                self.packets.append(self.reader.recv(1 << 20))
+            except BlockingIOError:
+                return self.packets
+
+    def text(self) -> str:
+        return b"".join(self.writes()).decode("utf-8")
+
+    def close(self) -> None:
+        _CONSOLES.pop(self.file.fileno(), None)
+        self.file.close()
+        self.writer.close()
+        self.reader.close()
+
+
+@pytest.fixture(params=["c", "python"])
+def sink(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which sink Output gets on a real descriptor: the C one (``laraq/_lines.c``) or the pure-Python one."""
+    if request.param == "c":
+        monkeypatch.delenv("LARAQ_PURE_PYTHON", raising=False)
+        require(linesink.c_sinks_enabled(), "laraq._speedups is not built (no C compiler at install time)")
+    else:
+        monkeypatch.setenv("LARAQ_PURE_PYTHON", "1")
+    return str(request.param)
+
+
 @pytest.fixture
-def stream(tmp_path: Path) -> Any:
-    with open(tmp_path / "out.log", "w", encoding="utf-8") as fh:
-        yield fh
+def console(sink: str) -> Any:
+    made = _Console()
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def stream(console: _Console) -> Any:
+    return console.file
 
 
 def _text(stream: Any) -> str:
-    return Path(stream.name).read_text(encoding="utf-8")
+    return _CONSOLES[stream.fileno()].text()
 
 
-def _writes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """Every ``write`` Output makes to a descriptor, as it makes it."""
-    import laraq.output as output_mod
-
-    made: list[bytes] = []
-    real_write = output_mod.os.write
-
-    def write(fd: int, data: bytes) -> int:
-        made.append(bytes(data))
-        return real_write(fd, data)
-
-    monkeypatch.setattr(output_mod.os, "write", write)
-    return made
-
-
-def test_a_held_success_line_goes_out_with_the_next_line_in_one_write(stream: Any,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    made = _writes(monkeypatch)
+def test_a_held_success_line_goes_out_with_the_next_line_in_one_write(stream: Any, console: _Console) -> None:
+    made = console.packets
     out = Output(L8, stream=stream)
     one, two = _Job(1), _Job(2)
     out.hold()
@@ -85,10 +122,11 @@ def test_a_held_success_line_goes_out_with_the_next_line_in_one_write(stream: An
     out.job(two, "starting")
     text = _text(stream)
     assert text.index("Processed:  App\\Jobs\\Job1") < text.index("Processing: App\\Jobs\\Job2")
+    console.writes()
     assert len(made) == 2 and made[1].count(b"\n") == 2  # the held line and the next one: one write
     out.job(two, "success")
     out.release()
-    assert _text(stream).count("Processed:") == 2 and len(made) == 3
+    assert _text(stream).count("Processed:") == 2 and len(made) == 3 and out._sink.writes == 3
 
 
 def test_failures_messages_and_other_threads_are_written_at_once_after_what_is_held(stream: Any) -> None:
@@ -210,7 +248,8 @@ def _worker(redis_server: Any, app: App, workers: list[Any], stream: Any, monkey
 
 @pytest.mark.parametrize("kind", ["async", "sync"])
 def test_each_handler_finds_its_own_line_and_the_last_jobs_outcome_already_written(
-        redis_server: Any, workers: list[Any], stream: Any, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+        redis_server: Any, workers: list[Any], stream: Any, console: _Console, monkeypatch: pytest.MonkeyPatch,
+        kind: str) -> None:
     seen: list[tuple[int, bool, bool]] = []
     app = App("hold")
 
@@ -231,13 +270,13 @@ def test_each_handler_finds_its_own_line_and_the_last_jobs_outcome_already_writt
             look(command, job)
 
     _fill(redis_server, 30, "hold")
-    made = _writes(monkeypatch)
     worker = _worker(redis_server, app, workers, stream, monkeypatch, "hold", stop_when_empty=True)
     assert worker.daemon() == 0
     assert [n for n, _, _ in seen] == list(range(30))
     assert all(mine and previous_done for _, mine, previous_done in seen), seen
     lines = [re.sub(r"^\[[^]]*\]\[\w*\] ", "", line) for line in _text(stream).splitlines()]
     assert lines == [f"Processing: {ECHO}", f"Processed:  {ECHO}"] * 30
+    made = console.writes()
     # one write per job, and one for a held line at the end of each reserve round and of the run; not two per job
     assert len(made) <= 30 + 5, [w.count(b"\n") for w in made]
 
