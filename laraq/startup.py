@@ -309,6 +309,7 @@ def describe_setup(settings: LaravelSettings, *, redis_url: str, prefix: str, qu
         "handlers": handlers,
         "app_key": "set" if settings.app_key else "not set",
         "unserialize": unserialize_path(),
+        "console_lines": console_lines_path(),
         "warnings": warnings,
     }
 
@@ -320,6 +321,17 @@ def unserialize_path() -> str:
     if phparray._c_pairs_loads is not None:
         return "C (laraq._speedups)"
     if phparray._speedups is not None:
+        return "pure Python (LARAQ_PURE_PYTHON is set)"
+    return "pure Python (no C build: reinstall with a C compiler and Python's headers for the faster path)"
+
+
+def console_lines_path() -> str:
+    """Which sink prints a job's console lines on a real stdout: the C build or the pure-Python one."""
+    from laraq import linesink
+
+    if linesink.c_sinks_enabled():
+        return "C (laraq._speedups)"
+    if linesink._speedups is not None and hasattr(linesink._speedups, "LineSink"):
         return "pure Python (LARAQ_PURE_PYTHON is set)"
     return "pure Python (no C build: reinstall with a C compiler and Python's headers for the faster path)"
 
@@ -345,6 +357,7 @@ def render_setup(info: dict[str, Any]) -> str:
         ("APP_KEY", info["app_key"]),
         ("handlers", shown_handlers),
         ("unserialize", info.get("unserialize") or unserialize_path()),
+        ("console lines", info.get("console_lines") or console_lines_path()),
     ]
     lines = [f"laraq {info['laraq']}"] + [f"  {k:<17}{v}" for k, v in rows]
     lines += [f"  WARNING: {w}" for w in info["warnings"]]

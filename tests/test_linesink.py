@@ -207,3 +207,9 @@ def test_the_c_sink_refuses_what_it_cannot_print(c_sink: None) -> None:
     finally:
         os.close(read)
         os.close(write)
+
+
+def test_laraq_config_says_which_sink_prints(pure: bool) -> None:
+    from laraq.startup import console_lines_path
+
+    assert console_lines_path() == ("pure Python (LARAQ_PURE_PYTHON is set)" if pure else "C (laraq._speedups)")
