@@ -515,8 +515,6 @@ static void sink_dealloc(LineSink *s) {
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
-static PyObject *sink_get_held(LineSink *s, void *Py_UNUSED(closure)) { return PyBool_FromLong(s->len > 0); }
-
 static PyMethodDef sink_methods[] = {
     {"write", (PyCFunction)sink_write, METH_O, "write(text): write now, after anything held."},
     {"success", (PyCFunction)sink_success, METH_O, "success(text): hold on the holding thread, else write."},
@@ -537,11 +535,6 @@ static PyMemberDef sink_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
-static PyGetSetDef sink_getset[] = {
-    {"held", (getter)sink_get_held, NULL, "whether a line waits to be written", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
 static PyTypeObject LineSinkType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "laraq._speedups.LineSink",
@@ -553,7 +546,6 @@ static PyTypeObject LineSinkType = {
     .tp_dealloc = (destructor)sink_dealloc,
     .tp_methods = sink_methods,
     .tp_members = sink_members,
-    .tp_getset = sink_getset,
 };
 
 int laraq_add_line_sink(PyObject *module) {

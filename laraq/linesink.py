@@ -24,7 +24,7 @@ from __future__ import annotations
 import io
 import os
 import threading
-from typing import IO, Any, Protocol
+from typing import IO, Protocol
 
 __all__ = ["LineSink", "Sink", "c_sinks_enabled", "open_sink"]
 
@@ -45,9 +45,6 @@ class Sink(Protocol):
     def release(self) -> None: ...
     def flush(self) -> None: ...
 
-    @property
-    def held(self) -> bool: ...
-
 
 def c_sinks_enabled() -> bool:
     """Whether :func:`open_sink` may use the C sink (built, and ``LARAQ_PURE_PYTHON`` unset or ``0``)."""
@@ -66,11 +63,11 @@ def _raw_fd(stream: IO[str]) -> int | None:
         return None
 
 
-def open_sink(stream: IO[str]) -> Any:
+def open_sink(stream: IO[str]) -> Sink:
     """The sink for ``stream``: C on a real descriptor when it can be, else :class:`LineSink`."""
     fd = _raw_fd(stream)
     if fd is not None and c_sinks_enabled():
-        return _speedups.LineSink(fd, stream)
+        return _speedups.LineSink(fd, stream)  # type: ignore[no-any-return]
     return LineSink(stream, fd)
 
 
@@ -88,11 +85,6 @@ class LineSink:
         self._holder: int | None = None
         #: ``write`` calls made (lines that reached the stream in one go)
         self.writes = 0
-
-    @property
-    def held(self) -> bool:
-        """Whether a line waits to be written."""
-        return bool(self._held)
 
     def hold(self) -> None:
         """From now until :meth:`release`, a success line reported on this thread may wait."""

@@ -134,14 +134,15 @@ class Output:
         }
         self._legacy_starting = self._legacy["starting"]
         self._legacy_success = self._legacy["success"]
-        if hasattr(self._sink, "configure") and (self._kind == "legacy" or (
+        c_sink: Any = self._sink
+        if hasattr(c_sink, "configure") and (self._kind == "legacy" or (
                 self._kind in ("inline", "two-line") and verbosity <= 0)):
             # the C sink prints the two lines every job has; Python keeps the rarer ones (and -v, --json)
             (start, start_width), (done, done_width) = self._templates()
-            self._sink.configure(self._started, _MAX_STARTED, start, start_width, done, done_width,
-                                 partial(format_run_time, humanize=self._humanize))
-            self.started = self._sink.started  # type: ignore[method-assign]
-            self.succeeded = self._sink.succeeded  # type: ignore[method-assign]
+            c_sink.configure(self._started, _MAX_STARTED, start, start_width, done, done_width,
+                             partial(format_run_time, humanize=self._humanize))
+            self.started = c_sink.started  # type: ignore[method-assign]
+            self.succeeded = c_sink.succeeded  # type: ignore[method-assign]
 
     # -- plumbing ----------------------------------------------------------------------------------
 
