@@ -303,6 +303,33 @@ def run_measured(cmd: list[str], env: dict[str, str], cwd: Path, r: redis.Redis,
                       ru.ru_nivcsw, root_now, drain_s, drain_cpu)
 
 
+_HASHING = ("import hashlib, sys, time\n"
+            "jobs, rounds = int(sys.argv[1]), int(sys.argv[2])\n"
+            "start = time.perf_counter()\n"
+            "for job in range(jobs):\n"
+            "    h = str(job).encode()\n"
+            "    for _ in range(rounds):\n"
+            "        h = hashlib.sha256(h).digest()\n"
+            "print(start, time.perf_counter())\n")
+
+
+def hashing_alone(processes: int, jobs: int, rounds: int) -> dict:
+    """The CPU-light workload's own work with nothing around it: ``jobs`` chains of ``rounds`` SHA-256
+    digests (the loop of ``bench/handlers.py``'s ``bench_hash``), shared by ``processes`` plain Python
+    processes at once, no Redis and no laraq. jobs/s from the first process's start to the last one's
+    end (``perf_counter`` is the system's monotonic clock, the same in every process): the rate 1 and 2
+    processes can reach on this host at this moment, which ``--processes 2`` can only approach."""
+    each = max(1, jobs // processes)
+    procs = [subprocess.Popen([sys.executable, "-c", _HASHING, str(each), str(rounds)], stdout=subprocess.PIPE,
+                              text=True) for _ in range(processes)]
+    spans = [tuple(float(x) for x in proc.communicate()[0].split()) for proc in procs]
+    if any(proc.returncode or len(span) != 2 for proc, span in zip(procs, spans, strict=True)):
+        raise RuntimeError(f"the hashing-alone run failed: {spans}")
+    seconds = max(end for _, end in spans) - min(start for start, _ in spans)
+    return {"jobs": each * processes, "seconds": seconds, "jobs_per_s": each * processes / seconds,
+            "hashing_processes": processes}
+
+
 def tree_pids(pid: int) -> list[int]:
     out, todo = [], [pid]
     while todo:
@@ -1137,14 +1164,34 @@ def main(argv: list[str] | None = None) -> int:
                         out[key]["rounds_jobs_per_s"] = [run["jobs_per_s"] for run in runs]
             if run_laraq and w in ("noop", "cpu") and not args.no_variants:
                 # prefork: every core (one supervisor, N worker processes)
-                for n in (2,):
-                    key = f"laraq_processes_{n}"
-                    clear_queue(r, q)
-                    lq.fill(s["kind"], s["laraq_n"] * n, q, args=s["args"], rounds=cfg.rounds)
-                    out[key] = worker_row("laraq", lq.worker_cmd(q) + ["--processes", str(n)], lq.env(), BENCH,
-                                          s["laraq_n"] * n, q)
-                    out[key]["processes_flag"] = n
-                    log(f"{key}: {out[key]['jobs_per_s']:.0f} jobs/s, supervisor {out[key]['root_rss_mb']:.1f} MB")
+                def prefork_run(queue: str, spec_w: dict, n: int) -> dict:
+                    clear_queue(r, queue)
+                    lq.fill(spec_w["kind"], spec_w["laraq_n"] * n, queue, args=spec_w["args"], rounds=cfg.rounds)
+                    extra = ["--processes", str(n)] if n > 1 else []
+                    row = worker_row("laraq", lq.worker_cmd(queue) + extra, lq.env(), BENCH, spec_w["laraq_n"] * n,
+                                     queue)
+                    row["processes_flag"] = n
+                    return row
+
+                if w == "cpu":
+                    # 1 and 2 processes in interleaved rounds, with the same hashing in 1 and 2 plain Python
+                    # processes (no Redis, no laraq) among them: what 2 cores give this work on this host now
+                    hash_jobs = max(200, s["laraq_n"] // 2)
+                    items_p = [("laraq", functools.partial(prefork_run, q, s, 1)),
+                               ("laraq_processes_2", functools.partial(prefork_run, q, s, 2)),
+                               ("hashing_1", functools.partial(hashing_alone, 1, hash_jobs, cfg.rounds)),
+                               ("hashing_2", functools.partial(hashing_alone, 2, hash_jobs * 2, cfg.rounds))]
+                    for key, runs in interleaved_rounds(items_p, max(1, cfg.ratio_rounds), log).items():
+                        combined = out.get(key)  # the 1-process run right after the dispatch comes first
+                        for run in runs:
+                            combined = combine_runs(combined, run) if combined is not None else run
+                        assert combined is not None
+                        combined["rounds_jobs_per_s"] = [run["jobs_per_s"] for run in runs]
+                        out[key] = combined
+                else:
+                    out["laraq_processes_2"] = prefork_run(q, s, 2)
+                p2 = out["laraq_processes_2"]
+                log(f"laraq_processes_2: {p2['jobs_per_s']:.0f} jobs/s, supervisor {p2['root_rss_mb']:.1f} MB")
             if w == "noop":
                 if "ceiling" not in out:  # measured once when the variants' rounds did not run
                     clear_queue(r, q)
@@ -1330,9 +1377,22 @@ def _targets(res: dict) -> list[str]:
     one, two = rate(cpu, "laraq"), rate(cpu, "laraq_processes_2")
     if one and two:
         p2 = cpu["laraq_processes_2"]
-        out.append(f"- CPU-light --processes 2 / 1 process: {two / one:.2f}x (target ≥ 1.7x); Redis-side ceiling "
-                   f"(pop_many probe) {_f(rate(noop, 'fast_path_probe'))} jobs/s = {two / rate(noop, 'fast_path_probe'):.2f} "
-                   f"of it" if rate(noop, "fast_path_probe") else "")
+        one_r, two_r = round_stats(cpu.get("laraq")), round_stats(cpu.get("laraq_processes_2"))
+        if one_r and two_r:
+            scaling = (f"best runs {two_r[0] / one_r[0]:.2f}x (medians {two_r[1] / one_r[1]:.2f}x, "
+                       f"{len(cpu['laraq_processes_2']['rounds_jobs_per_s'])} interleaved rounds)")
+        else:
+            scaling = f"{two / one:.2f}x"
+        probe = rate(noop, "fast_path_probe")
+        out.append(f"- CPU-light --processes 2 / 1 process: {scaling} (target ≥ 1.7x)"
+                   + (f"; Redis-side ceiling (pop_many probe) {_f(probe)} jobs/s = {two / probe:.2f} of it"
+                      if probe else ""))
+        h1, h2 = round_stats(cpu.get("hashing_1")), round_stats(cpu.get("hashing_2"))
+        if h1 and h2:  # the host's own ceiling for two processes of this work
+            out.append(f"  the same hashing alone (no Redis, no laraq), 2 processes / 1: best runs {h2[0] / h1[0]:.2f}x "
+                       f"(medians {h2[1] / h1[1]:.2f}x); --processes 2 reached {two_r[0] / h2[0]:.2f} of 2 such "
+                       f"processes, 1 process {one_r[0] / h1[0]:.2f} of 1" if one_r and two_r else
+                       f"  the same hashing alone, 2 processes / 1: {h2[0] / h1[0]:.2f}x")
         out.append(f"- supervisor RSS {p2.get('root_rss_mb', 0):.1f} MB (target ≤ 15); total RSS per job slot "
                    f"{p2.get('tree_rss_mb', 0) / 2:.1f} MB with 2 processes, "
                    f"{(cpu.get('laraq') or {}).get('tree_rss_mb', 0):.1f} MB with 1 (supervisor included); "
@@ -1389,7 +1449,9 @@ def render(res: dict) -> str:
                                   ("laraq, sync handler", "laraq_sync_handler", None),
                                   ("laraq --no-supervise, sync handler", "laraq_sync_no_supervise", None),
                                   ("laraq --concurrency 8", "laraq_concurrency_8", None),
-                                  ("laraq --quiet (no per-job console lines)", "laraq_quiet", None)]:
+                                  ("laraq --quiet (no per-job console lines)", "laraq_quiet", None),
+                                  ("the hashing alone, 1 process (no Redis, no laraq)", "hashing_1", None),
+                                  ("the hashing alone, 2 processes", "hashing_2", None)]:
             row = out.get(key)
             d = out.get(disp) or {} if disp else {}
             if row is None and not d:
