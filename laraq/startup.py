@@ -314,26 +314,28 @@ def describe_setup(settings: LaravelSettings, *, redis_url: str, prefix: str, qu
     }
 
 
+def _c_path(in_use: bool, built: bool) -> str:
+    """A banner row for one piece of the C build: in use, turned off, or not built."""
+    if in_use:
+        return "C (laraq._speedups)"
+    if built:
+        return "pure Python (LARAQ_PURE_PYTHON is set)"
+    return "pure Python (no C build: reinstall with a C compiler and Python's headers for the faster path)"
+
+
 def unserialize_path() -> str:
     """Which codec decodes commands on the worker's hot path: the C build or the pure-Python one."""
     from laraq import phparray
 
-    if phparray._c_pairs_loads is not None:
-        return "C (laraq._speedups)"
-    if phparray._speedups is not None:
-        return "pure Python (LARAQ_PURE_PYTHON is set)"
-    return "pure Python (no C build: reinstall with a C compiler and Python's headers for the faster path)"
+    return _c_path(phparray._c_pairs_loads is not None, phparray._speedups is not None)
 
 
 def console_lines_path() -> str:
     """Which sink prints a job's console lines on a real stdout: the C build or the pure-Python one."""
     from laraq import linesink
 
-    if linesink.c_sinks_enabled():
-        return "C (laraq._speedups)"
-    if linesink._speedups is not None and hasattr(linesink._speedups, "LineSink"):
-        return "pure Python (LARAQ_PURE_PYTHON is set)"
-    return "pure Python (no C build: reinstall with a C compiler and Python's headers for the faster path)"
+    return _c_path(linesink.c_sinks_enabled(),
+                   linesink._speedups is not None and hasattr(linesink._speedups, "LineSink"))
 
 
 def render_setup(info: dict[str, Any]) -> str:
