@@ -2,7 +2,7 @@
 
 It is not laraq's worker and does not replace it: no timeouts, no failures/retries, no output, no
 signals. It exists to put a number on what the recommended changes buy, with laraq's own payload
-parsing, ``unserialize`` and :class:`laraq.job.Job` objects in the loop, so the estimate includes
+parsing, ``unserialize`` and :class:`laraq.bus.job.Job` objects in the loop, so the estimate includes
 the Python work a real worker cannot skip.
 
 Per batch, ONE round trip (:data:`RESERVE`):
@@ -73,10 +73,10 @@ def run_fast_path(client: redis.Redis, app: Any, *, prefix: str, queue: str, ver
                   retry_after: int = 90, cache_client: redis.Redis | None = None,
                   restart_key: str = "laravel_cache:illuminate:queue:restart") -> tuple[int, int]:
     """Drain ``queue`` with the batched loop; returns (jobs run, Redis commands sent)."""
-    from laraq.job import Job
-    from laraq.payload import Payload
-    from laraq.queue import RedisQueue, ReservedJob
-    from laraq.serializer import loads
+    from laraq.bus.job import Job
+    from laraq.protocol.payload import Payload
+    from laraq.protocol.queue import RedisQueue, ReservedJob
+    from laraq.protocol.serializer import loads
 
     rq = RedisQueue(client, prefix=prefix, version=version, retry_after=retry_after)
     keys = rq.keys(queue)

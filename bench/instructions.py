@@ -45,9 +45,9 @@ def child(port: int, jobs: int, quiet: bool) -> int:
     import redis
     from run import ECHO, LARAVEL, PREFIX, echo_props
 
+    from laraq.bus.dispatch import Dispatcher
     from laraq.cli.work import build_worker, default_params
-    from laraq.dispatch import Dispatcher
-    from laraq.queue import RedisQueue
+    from laraq.protocol.queue import RedisQueue
 
     queue = "instructions"
     dispatcher = Dispatcher(RedisQueue(redis.Redis(port=port), prefix=PREFIX, version=LARAVEL))

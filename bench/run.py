@@ -441,8 +441,8 @@ class Laraq:
     """laraq's dispatcher (in this process) and ``laraq work`` (a subprocess) on the same Redis."""
 
     def __init__(self, server: RedisServer, workdir: Path, concurrency_flag: str = "--concurrency") -> None:
-        from laraq.dispatch import Dispatcher
-        from laraq.queue import RedisQueue
+        from laraq.bus.dispatch import Dispatcher
+        from laraq.protocol.queue import RedisQueue
 
         self.server = server
         self.workdir = workdir
@@ -583,7 +583,7 @@ def ceiling(r: redis.Redis, queue: str, count: int, batch: int) -> dict:
 def fast_path_probe(r: redis.Redis, queue: str, count: int, batch: int) -> dict:
     """What a batch-reserving worker could reach: per batch one migrate pair, laraq's ``pop_many``
     Lua script reserving ``batch`` jobs in one call, then the ``batch`` ZREMs pipelined."""
-    from laraq.lua import Scripts
+    from laraq.protocol.lua import Scripts
 
     base = f"{PREFIX}queues:{queue}"
     scripts = Scripts(r)

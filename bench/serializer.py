@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from laraq.serializer import dumps, loads  # noqa: E402
+from laraq.protocol.serializer import dumps, loads  # noqa: E402
 
 
 def corpus_commands() -> list[bytes]:

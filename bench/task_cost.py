@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from laraq.execution import JOB_TASK_NAME, WorkerLoop, _enter_task, _leave_task  # noqa: E402
+from laraq.worker.execution import JOB_TASK_NAME, WorkerLoop, _enter_task, _leave_task  # noqa: E402
 
 COUNT = 200_000
 

@@ -10,7 +10,7 @@ PHP side (recommended deployment: Python-bound jobs on their own queue)::
     PythonJob::dispatch('report.pdf', ['pages' => 3])->onQueue('python');
     Queue::push('App\Handlers\Foo@bar', ['n' => 1], 'python');
 
-Every PHP array arrives as a :class:`laraq.phparray.PHPArray` (a ``dict``), whether PHP sent ``[]``,
+Every PHP array arrives as a :class:`laraq.protocol.phparray.PHPArray` (a ``dict``), whether PHP sent ``[]``,
 a list or a map, so ``command.options.get("pages", 1)`` always works.
 """
 
@@ -21,8 +21,8 @@ import logging
 from typing import Any
 
 from laraq.app import App
-from laraq.job import Job
-from laraq.serializer import PHPObject
+from laraq.bus.job import Job
+from laraq.protocol.serializer import PHPObject
 
 log = logging.getLogger(__name__)
 

@@ -9,17 +9,20 @@ The names most programs need are importable from here; ARCHITECTURE.md maps ever
 * settings: :class:`LaravelSettings` (a Laravel app's env / ``.env``).
 """
 
+from laraq import _moved
+from laraq._version import __version__
 from laraq.app import App
-from laraq.config import LaravelSettings
-from laraq.dispatch import Dispatcher
-from laraq.job import Job
-from laraq.payload import Payload, PayloadError
-from laraq.queue import RedisQueue, ReservedJob
-from laraq.rate_limiter import Limit
-from laraq.serializer import PHPEnum, PHPObject, PHPSerializeError, dumps, loads
-from laraq.versions import DEFAULT_VERSION, LaravelVersion
+from laraq.bus.dispatch import Dispatcher
+from laraq.bus.job import Job
+from laraq.bus.rate_limiter import Limit
+from laraq.config.settings import LaravelSettings
+from laraq.protocol.payload import Payload, PayloadError
+from laraq.protocol.queue import RedisQueue, ReservedJob
+from laraq.protocol.serializer import PHPEnum, PHPObject, PHPSerializeError, dumps, loads
+from laraq.protocol.versions import DEFAULT_VERSION, LaravelVersion
 
 __all__ = [
+    "__version__",
     "DEFAULT_VERSION",
     "App",
     "Dispatcher",
@@ -37,4 +40,5 @@ __all__ = [
     "dumps",
     "loads",
 ]
-__version__ = "0.1.0"
+
+_moved.install()

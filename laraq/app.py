@@ -24,7 +24,7 @@ r"""The handler registry: which Python function runs which Laravel job.
     # so jobs carrying RateLimited('backups') run in Python and share PHP's budget
     app.rate_limiter("backups", per_minute=10, by=lambda command, job: command.user.id)
 
-Schedule entries are fired by :mod:`laraq.scheduler` (``laraq work --schedule`` / ``laraq schedule work``).
+Schedule entries are fired by :mod:`laraq.schedule.scheduler` (``laraq work --schedule`` / ``laraq schedule work``).
 
 A payload is matched the way Laravel resolves the class that runs it: for object jobs
 (``Illuminate\\Queue\\CallQueuedHandler@call``) by ``data.commandName``, then ``displayName``; for
@@ -40,17 +40,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from laraq.handler_middleware import compose
-from laraq.models import ModelSchema, default_table, make_enum
-from laraq.payload import CALL_QUEUED_HANDLER, Payload, PayloadError
-from laraq.rate_limiter import LimiterFunc, named_limiter
-from laraq.schema import JobSchema, declared_schema, handler_problems, load_schema_file
+from laraq.bus.handler_middleware import compose
+from laraq.bus.models import ModelSchema, default_table, make_enum
+from laraq.bus.rate_limiter import LimiterFunc, named_limiter
+from laraq.bus.schema import JobSchema, declared_schema, handler_problems, load_schema_file
+from laraq.protocol.payload import CALL_QUEUED_HANDLER, Payload, PayloadError
 
 if TYPE_CHECKING:
     from datetime import timedelta
 
-    from laraq.job import Job
-    from laraq.schedule_entries import Entry as ScheduleEntry
+    from laraq.bus.job import Job
+    from laraq.schedule.entries import Entry as ScheduleEntry
 
 __all__ = ["App", "Handler", "HandlerFunc", "FailedFunc"]
 
@@ -77,14 +77,14 @@ class Handler:
     is_async: bool
     #: The class is ``ShouldBeUnique`` (``True``), ``ShouldBeUniqueUntilProcessing`` (``"until_processing"``),
     #: not unique (``False``), or ``None``: unique when the command has a ``uniqueId`` property.
-    #: See :mod:`laraq.callqueued` for how the lock is released.
+    #: See :mod:`laraq.bus.callqueued` for how the lock is released.
     unique: bool | str | None = None
     #: Also run the PHP class's ``failed()`` method (in PHP) when the job fails.
     php_failed: bool = False
     #: The class's ``$deleteWhenMissingModels``: a job whose model row is gone is deleted silently
     #: instead of failed (None: what the payload says, i.e. Laravel 13's ``deleteWhenMissingModels``).
     delete_when_missing_models: bool | None = None
-    #: how many Python middleware wrap ``func`` (:mod:`laraq.handler_middleware`)
+    #: how many Python middleware wrap ``func`` (:mod:`laraq.bus.handler_middleware`)
     python_middleware: int = 0
 
 
@@ -98,12 +98,12 @@ class App:
         #: (job, commandName, displayName) -> handler or None: the lookup runs once per job shape
         self._resolved: dict[tuple[Any, Any, Any], Handler | None] = {}
         self._schedule: dict[str, ScheduleEntry] = {}
-        #: model class -> where its rows are; PHP enum class -> Python enum (see :mod:`laraq.models`)
+        #: model class -> where its rows are; PHP enum class -> Python enum (see :mod:`laraq.bus.models`)
         self.model_schemas: dict[str, ModelSchema] = {}
         self.enums: dict[str, type[enum.Enum]] = {}
-        #: job class -> :class:`laraq.schema.JobSchema` (what PHP's dispatch of it writes; see laraq.schema)
+        #: job class -> :class:`laraq.bus.schema.JobSchema` (what PHP's dispatch of it writes; see laraq.bus.schema)
         self.job_schemas: dict[str, JobSchema] = {}
-        #: named rate limiters, twins of PHP's ``RateLimiter::for`` (see :mod:`laraq.rate_limiter`)
+        #: named rate limiters, twins of PHP's ``RateLimiter::for`` (see :mod:`laraq.bus.rate_limiter`)
         self.rate_limiters: dict[str, LimiterFunc] = {}
 
     # -- registration ------------------------------------------------------------------------------
@@ -112,7 +112,7 @@ class App:
                 delete_when_missing_models: bool | None = None,
                 middleware: Sequence[Callable[..., Any]] = ()) -> Callable[[HandlerFunc], HandlerFunc]:
         """Decorator: run ``func`` for jobs named ``job_name`` (a class or ``Class@method``); ``middleware``:
-        Python job middleware around it (see :mod:`laraq.handler_middleware`)."""
+        Python job middleware around it (see :mod:`laraq.bus.handler_middleware`)."""
 
         def decorate(func: HandlerFunc) -> HandlerFunc:
             self.register(job_name, func, unique=unique, php_failed=php_failed,
@@ -158,7 +158,7 @@ class App:
                      by: Callable[[Any, Any], Any] | None = None) -> Any:
         """Declare the Python twin of PHP's ``RateLimiter::for(name, ...)``, so that jobs carrying
         ``RateLimited(name)`` run here and count in PHP's keys: ``per_minute=10, by=lambda command, job:
-        command.user_id``, or ``func(command, job)`` returning a :class:`laraq.rate_limiter.Limit`, a list
+        command.user_id``, or ``func(command, job)`` returning a :class:`laraq.bus.rate_limiter.Limit`, a list
         of them or None (unlimited). Without ``func`` or ``per_*`` it is a decorator."""
         if func is None and by is None and all(v is None for v in (per_second, per_minute, per_hour, per_day)):
             def decorate(f: LimiterFunc) -> LimiterFunc:
@@ -171,7 +171,7 @@ class App:
                                                       per_day=per_day, by=by)
         return self.rate_limiters[str(name)]
 
-    # -- models and enums (see laraq.models) -------------------------------------------------------
+    # -- models and enums (see laraq.bus.models) -------------------------------------------------------
 
     def model(self, class_name: str, *, table: str | None = None, key: str = "id",
               connection: str | None = None) -> ModelSchema:
@@ -193,7 +193,7 @@ class App:
                    unique: bool | str | None = None, encrypt: bool = False, serializes_models: bool = False,
                    **settings: Any) -> JobSchema:
         """Declare a job class's defaults (``tries=3, backoff=[10, 60], unique=True, unique_for=3600``...),
-        used when Python dispatches it (see :mod:`laraq.schema`)."""
+        used when Python dispatches it (see :mod:`laraq.bus.schema`)."""
         schema = declared_schema(_norm(class_name), properties=properties, unique=unique, encrypt=encrypt,
                                  serializes_models=serializes_models, **settings)
         self.job_schemas[schema.class_name] = schema
@@ -212,7 +212,7 @@ class App:
         load; ``version``: the app's Laravel version, when known)."""
         return handler_problems(self.job_schemas, self._handlers, version)
 
-    # -- the schedule (see laraq.scheduler) ------------------------------------------------------------
+    # -- the schedule (see laraq.schedule.scheduler) ------------------------------------------------------------
 
     @property
     def schedule_entries(self) -> list[ScheduleEntry]:
@@ -228,8 +228,8 @@ class App:
                  name: str | None = None, queue: str | None = None, catch_up: str | int = "skip", grace: int = 60,
                  overlap: bool = False, overlap_ttl: int = 86_400, offset: int = 0) -> Callable[[Any], Any]:
         """Decorator: run the function on a cron expression or an interval (queued on ``queue``)."""
-        from laraq.schedule_entries import CatchUp, Entry, FunctionTarget, as_timing, function_job_name
-        from laraq.scheduler import function_handler
+        from laraq.schedule.entries import CatchUp, Entry, FunctionTarget, as_timing, function_job_name
+        from laraq.schedule.scheduler import function_handler
 
         def decorate(func: Any) -> Any:
             entry_name = name or f"{func.__module__}.{func.__name__}"
@@ -248,10 +248,10 @@ class App:
                      **dispatch_options: Any) -> ScheduleEntry:
         """Dispatch a Laravel job on a schedule, with the payload ``laraq dispatch`` builds.
 
-        ``dispatch_options`` are :meth:`laraq.dispatch.Dispatcher.prepare_job`'s (``tries``,
+        ``dispatch_options`` are :meth:`laraq.bus.dispatch.Dispatcher.prepare_job`'s (``tries``,
         ``backoff``, ``protected``, ``private``, ``delay``, ``encrypt``, ...).
         """
-        from laraq.schedule_entries import CatchUp, Entry, JobTarget, as_timing
+        from laraq.schedule.entries import CatchUp, Entry, JobTarget, as_timing
 
         target = JobTarget(_norm(class_name), dict(properties or {}), queue, connection, dict(dispatch_options))
         entry_name = name or _norm(class_name).replace("\\", ".")

@@ -33,7 +33,7 @@ def corpus_dir() -> Path:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # laraq's no-project fallback failed-job store (laraq.startup) must not write to the user's home
+    # laraq's no-project fallback failed-job store (laraq.worker.startup) must not write to the user's home
     if "LARAQ_STATE_DIR" not in os.environ:
         import tempfile
 

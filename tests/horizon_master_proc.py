@@ -13,7 +13,7 @@ import redis
 
 from laraq.horizon import HorizonSettings
 from laraq.horizon.listener import HorizonListener
-from laraq.worker import WorkerOptions
+from laraq.worker.worker import WorkerOptions
 
 
 class Loop:

@@ -12,8 +12,8 @@ from phpapp import PhpApp, live_missing
 from test_worker_support import _echo, echo
 
 from laraq.app import App
-from laraq.job import Job
-from laraq.serializer import PHPObject
+from laraq.bus.job import Job
+from laraq.protocol.serializer import PHPObject
 
 HORIZON_PREFIX = "laravel_horizon:"
 #: The Laravel lines that ship Horizon in ../shared/laravel-live.

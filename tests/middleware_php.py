@@ -11,7 +11,7 @@ import test_worker_support as support
 from phpapp import PhpApp
 
 from laraq.cli.work import build_worker, default_params
-from laraq.worker import Worker
+from laraq.worker.worker import Worker
 
 ECHO = "App\\Jobs\\EchoJob"
 

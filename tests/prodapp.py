@@ -19,7 +19,7 @@ import redis
 from conftest import ROOT, RedisServer, free_port
 
 from laraq.app import App
-from laraq.job import Job
+from laraq.bus.job import Job
 
 app = App("prod-tests")
 

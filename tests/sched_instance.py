@@ -14,8 +14,8 @@ from datetime import timedelta
 import redis
 
 from laraq.app import App
-from laraq.queue import RedisQueue
-from laraq.scheduler import Scheduler
+from laraq.protocol.queue import RedisQueue
+from laraq.schedule.scheduler import Scheduler
 
 PREFIX = "laravel_database_"
 

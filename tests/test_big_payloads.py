@@ -22,8 +22,8 @@ import redis
 from phpapp import PhpApp
 from test_worker_support import laraq_args, laraq_env
 
-from laraq.dispatch import Dispatcher
-from laraq.queue import RedisQueue
+from laraq.bus.dispatch import Dispatcher
+from laraq.protocol.queue import RedisQueue
 
 pytestmark = pytest.mark.php
 

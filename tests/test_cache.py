@@ -10,9 +10,9 @@ import pytest
 import redis
 from conftest import corpus_dir
 
-from laraq.cache import LaravelCache, is_php_numeric, maintenance_active, php_serialize_scalar
-from laraq.config import LaravelSettings
-from laraq.versions import LaravelVersion
+from laraq.config.settings import LaravelSettings
+from laraq.protocol.versions import LaravelVersion
+from laraq.stores.cache import LaravelCache, is_php_numeric, maintenance_active, php_serialize_scalar
 
 CORPUS = corpus_dir()
 

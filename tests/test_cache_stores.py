@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 from phpapp import PhpApp
 
-from laraq.cache import LaravelCache, UnsupportedCacheStore, make_cache
-from laraq.cache_stores import DATABASE_FOREVER_SECONDS, DatabaseCache, FileCache
-from laraq.config import LaravelSettings
-from laraq.failed import connect_database
-from laraq.payload import php_int_cast as php_int
+from laraq.config.settings import LaravelSettings
+from laraq.protocol.payload import php_int_cast as php_int
+from laraq.stores.cache import LaravelCache, UnsupportedCacheStore, make_cache
+from laraq.stores.cache_stores import DATABASE_FOREVER_SECONDS, DatabaseCache, FileCache
+from laraq.stores.failed import connect_database
 
 # -- file store -------------------------------------------------------------------------------------
 
@@ -218,7 +218,7 @@ def test_make_cache_follows_the_settings(tmp_path: Path, redis_server: Any) -> N
 
 
 def test_failed_store_connection_is_usable_from_threads(tmp_path: Path) -> None:
-    from laraq.failed import make_failed_store
+    from laraq.stores.failed import make_failed_store
 
     settings = LaravelSettings.from_env({"DB_CONNECTION": "sqlite", "DB_DATABASE": str(tmp_path / "f.sqlite")},
                                         version="8")

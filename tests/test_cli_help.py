@@ -95,7 +95,7 @@ def test_python_dash_m_runs_the_same_command() -> None:
     import sys
     from pathlib import Path
 
-    from laraq import __version__
+    from laraq._version import __version__
 
     root = Path(__file__).resolve().parent.parent
     for module in ("laraq", "laraq.cli"):

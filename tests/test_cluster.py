@@ -22,8 +22,8 @@ from prodapp import Cluster, stop_process, wait_until
 from redis.cluster import key_slot
 from test_worker_support import laraq_env
 
-from laraq.dispatch import Dispatcher
-from laraq.queue import RedisQueue
+from laraq.bus.dispatch import Dispatcher
+from laraq.protocol.queue import RedisQueue
 
 pytestmark = [pytest.mark.php, pytest.mark.slow]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from laraq.config import EnvFileError, LaravelSettings, make_redis, parse_env_text, parse_redis_url
+from laraq.config.settings import EnvFileError, LaravelSettings, make_redis, parse_env_text, parse_redis_url
 
 
 def test_defaults_per_line() -> None:

@@ -27,8 +27,8 @@ import yaml
 from conftest import ROOT, require
 from prodapp import LARAQ, laraq_env, runs, wait_until
 
-from laraq.dispatch import Dispatcher
-from laraq.queue import RedisQueue
+from laraq.bus.dispatch import Dispatcher
+from laraq.protocol.queue import RedisQueue
 
 DEPLOY = ROOT / "deploy"
 

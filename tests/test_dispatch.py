@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from laraq.dispatch import Dispatcher, serialize_command
-from laraq.encryption import Encrypter
-from laraq.queue import RedisQueue
-from laraq.serializer import loads
+from laraq.bus.dispatch import Dispatcher, serialize_command
+from laraq.protocol.encryption import Encrypter
+from laraq.protocol.queue import RedisQueue
+from laraq.protocol.serializer import loads
 
 KEY = "base64:srj9QVmuADIUchwd/iag/u7inuvvH26bDFBsn5w4ghI="
 
@@ -55,8 +55,7 @@ def test_skip_defaults_and_queueable_values():
 def test_the_reused_trait_part_gives_the_same_bytes(monkeypatch):
     # serialize_command keeps the job + Queueable part per (version, connection, queue, delay, overrides) and
     # reuses it; every call must give what a fresh build gives, whatever came before it
-    from laraq import dispatch
-
+    from laraq.bus import dispatch
     calls = [
         ("App\\Jobs\\A", {"a": 1}, {"version": "8.83", "queue": "q"}),
         ("App\\Jobs\\B", {"b": [1, 2]}, {"version": "8.83", "queue": "q"}),

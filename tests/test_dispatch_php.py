@@ -9,9 +9,9 @@ import time
 import pytest
 from phpapp import TEST_APP_KEY, PhpApp
 
-from laraq.dispatch import Dispatcher
-from laraq.encryption import Encrypter
-from laraq.queue import RedisQueue
+from laraq.bus.dispatch import Dispatcher
+from laraq.protocol.encryption import Encrypter
+from laraq.protocol.queue import RedisQueue
 
 pytestmark = pytest.mark.php
 

@@ -9,11 +9,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from laraq.bus.dispatch import Dispatcher
 from laraq.cli.ops import COMMANDS
-from laraq.config import LaravelSettings
-from laraq.dispatch import Dispatcher
-from laraq.doctor import diagnose
-from laraq.queue import RedisQueue
+from laraq.config.settings import LaravelSettings
+from laraq.ops.doctor import diagnose
+from laraq.protocol.queue import RedisQueue
 
 cli = click.Group("laraq", commands={c.name: c for c in COMMANDS})
 PREFIX = "laravel_database_"

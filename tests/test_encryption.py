@@ -1,4 +1,4 @@
-"""Tests for :mod:`laraq.encryption`: the corpus's encrypted commands, tampering, key rotation, and a
+"""Tests for :mod:`laraq.protocol.encryption`: the corpus's encrypted commands, tampering, key rotation, and a
 differential run against Laravel 8's own ``Encrypter`` in both directions."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import subprocess
 import pytest
 from conftest import FIXTURES, corpus_dir
 
-from laraq.encryption import DecryptError, Encrypter, parse_app_key
-from laraq.payload import Payload
+from laraq.protocol.encryption import DecryptError, Encrypter, parse_app_key
+from laraq.protocol.payload import Payload
 
 APP_KEY = "base64:srj9QVmuADIUchwd/iag/u7inuvvH26bDFBsn5w4ghI="
 CORPUS = corpus_dir()

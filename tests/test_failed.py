@@ -14,8 +14,8 @@ import pytest
 from conftest import corpus_dir
 from dbservers import MariaDBServer, PostgresServer
 
-from laraq.config import LaravelSettings
-from laraq.failed import (
+from laraq.config.settings import LaravelSettings
+from laraq.stores.failed import (
     DatabaseFailedJobStore,
     DatabaseUuidFailedJobStore,
     FileFailedJobStore,

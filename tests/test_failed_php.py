@@ -18,9 +18,9 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from laraq.cache import CacheStore, LaravelCache, make_cache
-from laraq.config import LaravelSettings
-from laraq.failed import DatabaseUuidFailedJobStore, format_exception, make_failed_store
+from laraq.config.settings import LaravelSettings
+from laraq.stores.cache import CacheStore, LaravelCache, make_cache
+from laraq.stores.failed import DatabaseUuidFailedJobStore, format_exception, make_failed_store
 
 pytestmark = pytest.mark.php
 

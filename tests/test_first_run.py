@@ -19,8 +19,8 @@ import pytest
 import redis
 from conftest import ROOT, free_port
 
-from laraq.dispatch import Dispatcher
-from laraq.queue import RedisQueue
+from laraq.bus.dispatch import Dispatcher
+from laraq.protocol.queue import RedisQueue
 
 
 def _read_until(proc: subprocess.Popen[bytes], needle: bytes, seen: bytearray, timeout: float = 120) -> None:

@@ -1,4 +1,4 @@
-"""Python job middleware on a handler (laraq.handler_middleware) and what --app load tells from schemas."""
+"""Python job middleware on a handler (laraq.bus.handler_middleware) and what --app load tells from schemas."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from laraq.app import App
-from laraq.schema import JobSchema
-from laraq.versions import LaravelVersion
+from laraq.bus.schema import JobSchema
+from laraq.protocol.versions import LaravelVersion
 
 
 def test_middleware_wraps_the_handler_outermost_first() -> None:
@@ -74,9 +74,9 @@ def test_doctor_repeats_what_the_schemas_say(redis_server: Any, redis_client: An
     import json
     import sys
 
-    from laraq.config import LaravelSettings
-    from laraq.doctor import diagnose
-    from laraq.queue import RedisQueue
+    from laraq.config.settings import LaravelSettings
+    from laraq.ops.doctor import diagnose
+    from laraq.protocol.queue import RedisQueue
 
     (tmp_path / "doctor_app.py").write_text(
         "import laraq\napp = laraq.App()\napp.register('App\\\\Jobs\\\\M', lambda c, j: None)\n")

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from laraq.cli.production import COMMANDS
-from laraq.heartbeat import Heartbeat, check_health, live_workers, registry_key
+from laraq.production.heartbeat import Heartbeat, check_health, live_workers, registry_key
 
 cli = click.Group("laraq", commands={c.name: c for c in COMMANDS})
 PREFIX = "hb_"

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from laraq.app import App
+from laraq.bus.dispatch import Dispatcher
 from laraq.cli.work import build_worker, default_params
-from laraq.dispatch import Dispatcher
 from laraq.horizon import HorizonPayload, HorizonSettings, HorizonTrim, horizon_in_use
 from laraq.horizon.listener import HorizonListener
 from laraq.horizon.records import php_float_string
 from laraq.horizon.supervisors import NO_SIGNAL_PID, HorizonMaster, process_started
-from laraq.queue import RedisQueue
+from laraq.protocol.queue import RedisQueue
 
 P = "laravel_horizon:"
 

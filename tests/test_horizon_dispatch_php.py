@@ -15,9 +15,9 @@ import pytest
 from horizon_support import HORIZON_LINES, HORIZON_PREFIX, horizon_app, horizon_state
 from phpapp import PhpApp
 
-from laraq.dispatch import Dispatcher
+from laraq.bus.dispatch import Dispatcher
 from laraq.horizon import HorizonSettings
-from laraq.queue import RedisQueue
+from laraq.protocol.queue import RedisQueue
 
 pytestmark = pytest.mark.php
 

@@ -21,7 +21,7 @@ from horizon_support import HORIZON_LINES, HORIZON_PREFIX, horizon_app, horizon_
 from phpapp import PhpApp
 
 from laraq.horizon import HorizonPayload, HorizonRecords, HorizonSettings
-from laraq.queue import RedisQueue
+from laraq.protocol.queue import RedisQueue
 
 pytestmark = pytest.mark.php
 

@@ -70,7 +70,7 @@ def test_trim_schedule_follows_horizons_listeners(redis_client: Any) -> None:
 
 class _Loop:
     def __init__(self) -> None:
-        from laraq.worker import WorkerOptions
+        from laraq.worker.worker import WorkerOptions
 
         self.options = WorkerOptions()
         self.connection_name = "redis"

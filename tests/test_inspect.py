@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from laraq.dispatch import Dispatcher, retry_payload
-from laraq.encryption import Encrypter
-from laraq.inspect import discover_queues, find_job, list_jobs, queue_status, split_queue_key
-from laraq.queue import RedisQueue
+from laraq.bus.dispatch import Dispatcher, retry_payload
+from laraq.ops.inspect import discover_queues, find_job, list_jobs, queue_status, split_queue_key
+from laraq.protocol.encryption import Encrypter
+from laraq.protocol.queue import RedisQueue
 
 KEY = "base64:srj9QVmuADIUchwd/iag/u7inuvvH26bDFBsn5w4ghI="
 NOW = 1_800_000_000.0

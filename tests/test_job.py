@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from laraq.app import App, load_app
-from laraq.job import Job
-from laraq.output import Output, format_run_time
-from laraq.payload import Payload, build_object_payload, build_string_payload
-from laraq.queue import RedisQueue
-from laraq.versions import LaravelVersion
+from laraq.bus.job import Job
+from laraq.protocol.payload import Payload, build_object_payload, build_string_payload
+from laraq.protocol.queue import RedisQueue
+from laraq.protocol.versions import LaravelVersion
+from laraq.worker.output import Output, format_run_time
 
 V8 = LaravelVersion.parse("8")
 V13 = LaravelVersion.parse("13")

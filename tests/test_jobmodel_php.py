@@ -20,8 +20,8 @@ import test_worker_support as support
 from phpapp import PhpApp
 
 from laraq.cli.work import build_worker, default_params
-from laraq.versions import LaravelVersion
-from laraq.worker import Worker
+from laraq.protocol.versions import LaravelVersion
+from laraq.worker.worker import Worker
 
 pytestmark = pytest.mark.php
 
@@ -331,7 +331,7 @@ def test_cancelled_batch(app: PhpApp, redis_client: Any, workers: list[Worker], 
     ``SkipIfBatchCancelled`` skips the items; the batch's counts end the same on both sides."""
     if skip_cancelled and app.version == "8":
         pytest.skip("Illuminate\\Queue\\Middleware\\SkipIfBatchCancelled arrived after Laravel 8")
-    caplog.set_level(logging.INFO, logger="laraq.worker")
+    caplog.set_level(logging.INFO, logger="laraq.worker.worker")
     ids = {}
     for q in ("pq", "lq"):
         steps = [{"args": {"q": q, "n": i + 1}, "mode": "ok"} for i in range(2)]
@@ -354,9 +354,9 @@ def test_cancelled_batch(app: PhpApp, redis_client: Any, workers: list[Worker], 
 # -- what laraq cannot finish alone is said loudly -----------------------------------------------------
 
 def test_doctor_names_jobs_that_php_must_finish(app: PhpApp, redis_client: Any) -> None:
-    from laraq.config import LaravelSettings
-    from laraq.doctor import diagnose
-    from laraq.queue import RedisQueue
+    from laraq.config.settings import LaravelSettings
+    from laraq.ops.doctor import diagnose
+    from laraq.protocol.queue import RedisQueue
 
     chain(app, "lq", [{"mode": "ok"}, {"mode": "ok"}])
     app.tool("dispatch", "echo", "--queue=lq", "--rate-limited=backups", "--args=" + json.dumps({"args": {"q": "lq"}}))

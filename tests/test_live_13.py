@@ -14,8 +14,8 @@ from conftest import require_laravel
 from phpapp import PhpApp
 from test_worker_support import laraq_env, run_laraq
 
-from laraq.dispatch import Dispatcher
-from laraq.listing import (
+from laraq.bus.dispatch import Dispatcher
+from laraq.protocol.listing import (
     all_delayed_jobs,
     all_pending_jobs,
     all_reserved_jobs,
@@ -23,8 +23,8 @@ from laraq.listing import (
     pending_jobs,
     reserved_jobs,
 )
-from laraq.queue import RedisQueue
-from laraq.routing import QueueForwards, enum_value
+from laraq.protocol.queue import RedisQueue
+from laraq.protocol.routing import QueueForwards, enum_value
 
 pytestmark = pytest.mark.php
 

@@ -10,12 +10,12 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from laraq.bus.dispatch import Dispatcher
+from laraq.bus.job import Job
 from laraq.cli.production import COMMANDS
-from laraq.dispatch import Dispatcher
-from laraq.job import Job
-from laraq.metrics import Metrics, sample_queues
-from laraq.payload import Payload
-from laraq.queue import RedisQueue
+from laraq.production.metrics import Metrics, sample_queues
+from laraq.protocol.payload import Payload
+from laraq.protocol.queue import RedisQueue
 
 cli = click.Group("laraq", commands={c.name: c for c in COMMANDS})
 PREFIX = "m_"

@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from laraq.dispatch import Dispatcher
-from laraq.inspect import discover_queues
-from laraq.migrate import Transfer, export_jobs, import_jobs
-from laraq.queue import RedisQueue
+from laraq.bus.dispatch import Dispatcher
+from laraq.ops.inspect import discover_queues
+from laraq.ops.migrate import Transfer, export_jobs, import_jobs
+from laraq.protocol.queue import RedisQueue
 
 
 def q(client, prefix="laravel_database_", version="12.67", cluster=False):
@@ -107,8 +107,8 @@ def test_export_import_round_trip(redis_client):
 
 MOVER = """
 import sys, redis
-from laraq.migrate import Transfer
-from laraq.queue import RedisQueue
+from laraq.ops.migrate import Transfer
+from laraq.protocol.queue import RedisQueue
 port, db = int(sys.argv[1]), int(sys.argv[2])
 src = RedisQueue(redis.Redis(port=port, db=0), prefix="p_", version="12.67")
 dst = RedisQueue(redis.Redis(port=port, db=db), prefix="n_", version="13")

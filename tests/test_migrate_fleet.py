@@ -26,8 +26,8 @@ import pytest
 from phpapp import PhpApp
 from test_worker_support import ROOT, laraq_env, popen_laraq, wait_for
 
-from laraq.dispatch import Dispatcher
-from laraq.queue import RedisQueue
+from laraq.bus.dispatch import Dispatcher
+from laraq.protocol.queue import RedisQueue
 
 pytestmark = pytest.mark.php
 

@@ -15,9 +15,9 @@ from click.testing import CliRunner
 from conftest import RedisServer
 from test_ops_cli import cli, env  # noqa: F401  (the ops tests' settings fixture)
 
-from laraq.dispatch import Dispatcher
-from laraq.migrate import Transfer
-from laraq.queue import RedisQueue
+from laraq.bus.dispatch import Dispatcher
+from laraq.ops.migrate import Transfer
+from laraq.protocol.queue import RedisQueue
 
 PREFIX = "old_"
 

@@ -1,4 +1,4 @@
-"""laraq.models: Laravel's default table names (checked against Laravel's own Str), restoring a command's
+"""laraq.bus.models: Laravel's default table names (checked against Laravel's own Str), restoring a command's
 models and enums, and the missing-model error text."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from laraq.app import App
-from laraq.models import ModelLoader, ModelNotFoundError, default_table, restore_command
-from laraq.serializer import ModelIdentifier, PHPEnum, PHPObject
+from laraq.bus.models import ModelLoader, ModelNotFoundError, default_table, restore_command
+from laraq.protocol.serializer import ModelIdentifier, PHPEnum, PHPObject
 
 _WORDS = ("Post User Category BlogPost Person Child Status Address Box Church Wish Company Day Key Analysis Quiz "
          "Index Sheep Fish Data Equipment Movie OrderItem UserHTTPLog Hero Leaf Knife Life Bus Tax Photo Video "
@@ -104,8 +104,8 @@ def test_enum_declarations_are_checked() -> None:
 def test_models_load_through_the_apps_mysql_and_postgres_settings(server_name: str,
                                                                   request: pytest.FixtureRequest) -> None:
     """The same restore through the app's ``DB_*`` settings on a real MariaDB and PostgreSQL server."""
-    from laraq.config import LaravelSettings
-    from laraq.failed import connect_database
+    from laraq.config.settings import LaravelSettings
+    from laraq.stores.failed import connect_database
 
     server = request.getfixturevalue(server_name)
     conn = server.connect()

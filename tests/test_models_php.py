@@ -19,7 +19,7 @@ from phpapp import PhpApp
 from test_jobmodel_php import app as app  # noqa: F401, PLC0414  (the fixture: PhpApp with LARAQ_LOG)
 from test_jobmodel_php import drain_both, pending
 
-from laraq.worker import Worker
+from laraq.worker.worker import Worker
 
 pytestmark = pytest.mark.php
 
@@ -81,8 +81,8 @@ def test_delete_when_missing_models_comes_from_the_exported_schema(app: PhpApp, 
     import test_worker_support as support
 
     from laraq.app import App
+    from laraq.bus.schema import export_schema
     from laraq.cli.work import build_worker, default_params
-    from laraq.schema import export_schema
 
     seed(app)
     schema_file = tmp_path / "schema.json"

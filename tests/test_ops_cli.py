@@ -9,9 +9,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from laraq.bus.dispatch import Dispatcher
 from laraq.cli.ops import COMMANDS, parse_delay
-from laraq.dispatch import Dispatcher
-from laraq.queue import RedisQueue
+from laraq.protocol.queue import RedisQueue
 
 cli = click.Group("laraq", commands={c.name: c for c in COMMANDS})
 STATUS_HEADER = ["queue", "pending", "delayed", "reserved", "oldest", "due", "expired", "poison", "failed", "paused",
@@ -146,8 +146,8 @@ def test_human_tables_are_clean_rich_tables(env, redis_client):
 
 
 def test_failed_and_doctor_tables(env, redis_client):
-    from laraq.config import LaravelSettings
-    from laraq.failed import make_failed_store
+    from laraq.config.settings import LaravelSettings
+    from laraq.stores.failed import make_failed_store
 
     store = make_failed_store(LaravelSettings.from_env(env, version="12.67"))
     store.ensure_table()
@@ -235,8 +235,8 @@ def test_export_import_round_trip_across_prefixes_and_dbs(env, redis_server, red
 
 
 def test_pause_for_and_all_and_what_workers_read(env, redis_client):
-    from laraq.cache import make_cache
-    from laraq.config import LaravelSettings
+    from laraq.config.settings import LaravelSettings
+    from laraq.stores.cache import make_cache
 
     run(env, "pause", "emails", "--for", "120")
     key = b"old_laravel-cache-illuminate:queue:paused:redis:emails"

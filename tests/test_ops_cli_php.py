@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 from phpapp import PhpApp
 
+from laraq.bus.dispatch import Dispatcher
 from laraq.cli.ops import COMMANDS
-from laraq.dispatch import Dispatcher
-from laraq.queue import RedisQueue
+from laraq.protocol.queue import RedisQueue
 
 pytestmark = pytest.mark.php
 
@@ -49,9 +49,9 @@ def test_laraq_retry_pushes_the_same_bytes_as_php_queue_retry(app, redis_client)
     rows = failed_rows(app)
     assert len(rows) == 2
     # laraq's bytes, without forgetting the rows (the store is shared with PHP)
-    from laraq.config import LaravelSettings
-    from laraq.dispatch import retry_failed
-    from laraq.failed import make_failed_store
+    from laraq.bus.dispatch import retry_failed
+    from laraq.config.settings import LaravelSettings
+    from laraq.stores.failed import make_failed_store
 
     settings = LaravelSettings.from_env({**app.env}, version=app.release)
     store = make_failed_store(settings)

@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 from test_ops_cli import cli, env  # noqa: F401  (the ops tests' settings fixture)
 
-from laraq.dispatch import Dispatcher
-from laraq.queue import RedisQueue
+from laraq.bus.dispatch import Dispatcher
+from laraq.protocol.queue import RedisQueue
 
 POISON = "old_queues:default:poison"
 

@@ -8,8 +8,8 @@ import json
 from click.testing import CliRunner
 from test_ops_cli import cli, env, run, seed  # noqa: F401  (fixtures and helpers shared with the ops tests)
 
-from laraq.dispatch import Dispatcher
-from laraq.queue import RedisQueue
+from laraq.bus.dispatch import Dispatcher
+from laraq.protocol.queue import RedisQueue
 
 
 def stdout(env, *args, code=0):  # noqa: F811
@@ -45,8 +45,8 @@ def test_show_shortens_a_10mb_job_and_full_prints_it_all(env, redis_client):  # 
 
 
 def test_show_finds_failed_jobs_by_id_uuid_and_payload_id(env, redis_client):  # noqa: F811
-    from laraq.config import LaravelSettings
-    from laraq.failed import make_failed_store
+    from laraq.config.settings import LaravelSettings
+    from laraq.stores.failed import make_failed_store
 
     seed(redis_client, n=1, delayed=0)
     store = make_failed_store(LaravelSettings.from_env(env, version="12.67"))

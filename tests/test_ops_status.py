@@ -8,9 +8,9 @@ import json
 from click.testing import CliRunner
 from test_ops_cli import cli, env, seed  # noqa: F401  (the ops tests' settings fixture and seeding)
 
-from laraq.dispatch import Dispatcher
-from laraq.inspect import mark_lists, pickups_since
-from laraq.queue import RedisQueue
+from laraq.bus.dispatch import Dispatcher
+from laraq.ops.inspect import mark_lists, pickups_since
+from laraq.protocol.queue import RedisQueue
 
 
 def invoke(env, *args, code=0):  # noqa: F811
@@ -39,8 +39,8 @@ def test_pickups_count_jobs_taken_from_the_head_whatever_was_pushed_meanwhile(re
 
 
 def test_status_json_has_failed_paused_rate_and_wait(env, redis_client):  # noqa: F811
-    from laraq.config import LaravelSettings
-    from laraq.failed import make_failed_store
+    from laraq.config.settings import LaravelSettings
+    from laraq.stores.failed import make_failed_store
 
     seed(redis_client)
     store = make_failed_store(LaravelSettings.from_env(env, version="12.67"))

@@ -10,7 +10,7 @@ line is ever late where it matters.
 
 Every stream here is a real descriptor, written as a real worker's stdout is: one end of a
 ``SOCK_SEQPACKET`` socket pair, which keeps each ``write()`` as one packet, so a test sees the writes
-themselves. Each test runs with both sinks (:mod:`laraq.linesink`): the C one and the pure-Python one.
+themselves. Each test runs with both sinks (:mod:`laraq.worker.linesink`): the C one and the pure-Python one.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ import pytest
 from conftest import require
 from test_worker_support import wait_for
 
-from laraq import linesink
 from laraq.app import App
+from laraq.bus.dispatch import Dispatcher
 from laraq.cli.work import build_worker, default_params
-from laraq.dispatch import Dispatcher
-from laraq.output import Output
-from laraq.queue import RedisQueue
-from laraq.versions import LaravelVersion
+from laraq.protocol.queue import RedisQueue
+from laraq.protocol.versions import LaravelVersion
+from laraq.worker import linesink
+from laraq.worker.output import Output
 
 PREFIX = "laravel_database_"
 ECHO = "App\\Jobs\\EchoJob"
@@ -179,7 +179,7 @@ def test_quiet_holds_nothing(stream: Any) -> None:
 def test_the_listener_prints_through_the_same_lines_as_job(stream: Any, tmp_path: Path) -> None:
     """The worker's per-job events (``Listeners`` -> ``OutputListener``) and ``Output.job`` print the same
     text, in every console style and in --json."""
-    from laraq.events import Listeners, OutputListener
+    from laraq.worker.events import Listeners, OutputListener
 
     stamps = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+\+00:00)?|\d+\.\d\dms|\"duration\":[\d.e-]+")
     for version, json_mode in (("8.83.27", False), ("9.30.0", False), ("11.0.0", False), ("12.20.0", True)):
@@ -208,7 +208,7 @@ def test_a_job_that_never_finishes_here_is_forgotten_in_time(stream: Any, monkey
     """What the printer keeps of a started job (its id, name and start) is bounded: a job abandoned at its
     timeout never gets a last line, and a long-running worker must not keep it forever. A job whose entry
     was dropped still prints its own name (and, before 9.21, id)."""
-    import laraq.output as output_mod
+    import laraq.worker.output as output_mod
 
     monkeypatch.setattr(output_mod, "_MAX_STARTED", 3)
     out = Output(LaravelVersion.parse(version), stream=stream)

@@ -1,4 +1,4 @@
-"""Unit tests for :mod:`laraq.payload` readers and builders, and the cjson facts the readers rely on
+"""Unit tests for :mod:`laraq.protocol.payload` readers and builders, and the cjson facts the readers rely on
 (checked on a real ``redis-server``)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis
 
-from laraq.payload import (
+from laraq.protocol.payload import (
     CALL_QUEUED_HANDLER,
     Payload,
     PayloadError,
@@ -24,7 +24,7 @@ from laraq.payload import (
     reencode_like_php_retry,
     with_attempts,
 )
-from laraq.versions import LaravelVersion
+from laraq.protocol.versions import LaravelVersion
 
 
 def _p(obj: dict[str, object], version: str | None = None) -> Payload:

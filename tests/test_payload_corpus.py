@@ -1,4 +1,4 @@
-"""The Laravel 8–13 wire corpus against :mod:`laraq.payload`.
+"""The Laravel 8–13 wire corpus against :mod:`laraq.protocol.payload`.
 
 For every version and every payload file: integrity (sha256), parsing, each reader against what
 Laravel reads, and — for every pushed/delayed payload — the builder reproducing the file byte for byte
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from conftest import corpus_dir
 
-from laraq.payload import (
+from laraq.protocol.payload import (
     CALL_QUEUED_HANDLER,
     LOG_CONTEXT_KEY,
     Payload,
@@ -24,7 +24,7 @@ from laraq.payload import (
     build_string_payload,
     reencode_like_php_retry,
 )
-from laraq.versions import LaravelVersion
+from laraq.protocol.versions import LaravelVersion
 
 CORPUS = corpus_dir()
 VERSIONS = ["8.83.26", "9.52.22", "10.50.3", "11.56.0", "12.67.0", "13.x"]

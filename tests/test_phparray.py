@@ -1,4 +1,4 @@
-"""PHP arrays in handlers (:mod:`laraq.phparray`): one shape whatever PHP sent, and the same bytes back.
+"""PHP arrays in handlers (:mod:`laraq.protocol.phparray`): one shape whatever PHP sent, and the same bytes back.
 
 Every ``data.command`` of the Laravel 8-13 wire corpus is converted with :func:`php_arrays` and written
 back with ``dumps()``: the bytes must be the ones Laravel wrote. The handler-facing behaviour (empty array,
@@ -12,9 +12,9 @@ import json
 import pytest
 from conftest import corpus_dir
 
-from laraq.payload import Payload
-from laraq.phparray import PHPArray, loads_php_arrays, php_arrays
-from laraq.serializer import PHPObject, PHPReference, dumps, loads
+from laraq.protocol.payload import Payload
+from laraq.protocol.phparray import PHPArray, loads_php_arrays, php_arrays
+from laraq.protocol.serializer import PHPObject, PHPReference, dumps, loads
 
 CORPUS = corpus_dir()
 
@@ -117,8 +117,8 @@ def test_nested_shared_and_json_data() -> None:
 
 
 def test_json_as_php_writes_it() -> None:
-    from laraq.phparray import unwrap
-    from laraq.phpjson import php_json_encode
+    from laraq.protocol.phparray import unwrap
+    from laraq.protocol.phpjson import php_json_encode
 
     value = php_arrays(loads(b'a:2:{s:5:"pages";a:2:{i:0;i:1;i:1;i:2;}s:4:"tags";a:0:{}}'))
     assert php_json_encode(value) == '{"pages":[1,2],"tags":[]}'  # PHP: json_encode(unserialize(...))

@@ -1,4 +1,4 @@
-"""Tests for :mod:`laraq.phpjson`: fixed expectations plus a differential run against real PHP."""
+"""Tests for :mod:`laraq.protocol.phpjson`: fixed expectations plus a differential run against real PHP."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from conftest import FIXTURES
 
-from laraq.phpjson import PhpJsonError, php_float_repr, php_json_decode, php_json_encode
+from laraq.protocol.phpjson import PhpJsonError, php_float_repr, php_json_decode, php_json_encode
 
 JSON_PHP = FIXTURES / "php" / "json.php"
 
@@ -194,7 +194,7 @@ def test_differential_bytes_against_php(php: str) -> None:
 
 
 def _slow(value: object, **flags: bool) -> str:
-    import laraq.phpjson as phpjson
+    import laraq.protocol.phpjson as phpjson
 
     safe = phpjson._orjson_safe
     phpjson._orjson_safe = lambda _v: False  # type: ignore[assignment]

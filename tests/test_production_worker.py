@@ -19,8 +19,8 @@ from conftest import free_port
 from prodapp import LARAQ, laraq_env, popen_work, runs, stop_process, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
-from laraq.dispatch import Dispatcher
-from laraq.queue import RedisQueue
+from laraq.bus.dispatch import Dispatcher
+from laraq.protocol.queue import RedisQueue
 
 PREFIX = "pw_"
 

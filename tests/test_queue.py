@@ -16,8 +16,8 @@ import pytest
 import redis
 from conftest import RedisServer, dump_redis
 
-from laraq.queue import QueueKeys, RedisQueue, ReservedJob, has_hash_tag, redact_url
-from laraq.versions import LaravelVersion
+from laraq.protocol.queue import QueueKeys, RedisQueue, ReservedJob, has_hash_tag, redact_url
+from laraq.protocol.versions import LaravelVersion
 
 NOW = 1_700_000_000
 PFX = "laravel_database_"

@@ -21,7 +21,7 @@ import redis
 from conftest import RedisServer, corpus_dir, dump_redis
 from phpapp import PhpApp
 
-from laraq.queue import RedisQueue, ReservedJob
+from laraq.protocol.queue import RedisQueue, ReservedJob
 
 #: The corpus folder holding each live line's captured payloads.
 CORPUS_OF = {"8": "8.83.26", "12": "12.67.0", "13": "13.x"}

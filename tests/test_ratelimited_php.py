@@ -23,10 +23,10 @@ import test_worker_support as support
 from middleware_php import ECHO, app_fixture, drain, kind_fixture  # noqa: F401 - fixtures app, kind
 from phpapp import PhpApp
 
-from laraq.rate_limiter import clean_key
-from laraq.startup import limiter_warnings
-from laraq.versions import LaravelVersion
-from laraq.worker import Worker
+from laraq.bus.rate_limiter import clean_key
+from laraq.protocol.versions import LaravelVersion
+from laraq.worker.startup import limiter_warnings
+from laraq.worker.worker import Worker
 
 pytestmark = pytest.mark.php
 

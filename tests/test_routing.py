@@ -7,8 +7,8 @@ import enum
 
 import pytest
 
-from laraq.queue import RedisQueue
-from laraq.routing import QueueForwards, enum_value, queue_name_of
+from laraq.protocol.queue import RedisQueue
+from laraq.protocol.routing import QueueForwards, enum_value, queue_name_of
 
 
 class Backed(enum.StrEnum):

@@ -14,9 +14,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from laraq.app import App
-from laraq.queue import RedisQueue
-from laraq.schedule_entries import CatchUp, Cron, Entry, Every, JobTarget, ScheduleError
-from laraq.scheduler import Scheduler
+from laraq.protocol.queue import RedisQueue
+from laraq.schedule.entries import CatchUp, Cron, Entry, Every, JobTarget, ScheduleError
+from laraq.schedule.scheduler import Scheduler
 
 PREFIX = "laravel_database_"
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -326,7 +326,7 @@ def test_schedule_commands_list_run_pause_resume_forget(redis_client, monkeypatc
 
 
 def ScheduleStoreNames(redis_client) -> list[str]:  # noqa: N802
-    from laraq.schedule_store import ScheduleStore
+    from laraq.schedule.store import ScheduleStore
 
     return ScheduleStore(redis_client, PREFIX).names()
 
@@ -348,7 +348,7 @@ def test_laraq_work_with_schedule_fires_and_runs_python_entries_in_one_process(r
                            "--sleep", "0.2", "-q"], env=env, cwd=str(here), capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
-    from laraq.schedule_store import ScheduleStore
+    from laraq.schedule.store import ScheduleStore
 
     history = [h for h in ScheduleStore(redis_client, PREFIX).history() if h["name"] == "tick-file"]
     ran = out.read_text().splitlines() if out.exists() else []
@@ -369,7 +369,7 @@ def test_an_entry_that_cannot_build_its_job_is_reported_and_does_not_stop_the_ot
     s = make(redis_client, app, now)
     s.sync()
     now[0] += 60
-    with caplog.at_level("ERROR", logger="laraq.scheduler"):
+    with caplog.at_level("ERROR", logger="laraq.schedule.scheduler"):
         results = {r.name: r.status for r in s.tick()}
     assert results == {"secret": "error", "fine": "fired"}
     assert "schedule entry secret cannot build its job" in caplog.text and "APP_KEY" in caplog.text
@@ -378,7 +378,7 @@ def test_an_entry_that_cannot_build_its_job_is_reported_and_does_not_stop_the_ot
 
 
 def test_a_long_backlog_is_fired_in_bounded_claims_each_due_time_once(redis_client):
-    from laraq.schedule_entries import MAX_PER_CLAIM
+    from laraq.schedule.entries import MAX_PER_CLAIM
 
     app = App()
     app.schedule_job("App\\Jobs\\Tick", every=1, name="tick", catch_up=2000)

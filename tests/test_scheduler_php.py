@@ -22,9 +22,9 @@ import pytest
 from phpapp import PhpApp
 
 from laraq.app import App
-from laraq.queue import RedisQueue
-from laraq.schedule_store import ScheduleStore
-from laraq.scheduler import Scheduler
+from laraq.protocol.queue import RedisQueue
+from laraq.schedule.scheduler import Scheduler
+from laraq.schedule.store import ScheduleStore
 
 pytestmark = pytest.mark.php
 

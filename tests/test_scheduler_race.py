@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 from sched_instance import PREFIX, race_app
 
-from laraq.queue import RedisQueue
-from laraq.schedule_entries import Cron, Every
-from laraq.scheduler import Scheduler
+from laraq.protocol.queue import RedisQueue
+from laraq.schedule.entries import Cron, Every
+from laraq.schedule.scheduler import Scheduler
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

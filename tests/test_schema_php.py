@@ -14,11 +14,11 @@ import pytest
 from click.testing import CliRunner
 from phpapp import PhpApp
 
-from laraq.cache import LaravelCache
-from laraq.config import LaravelSettings
-from laraq.dispatch import Dispatcher
-from laraq.queue import RedisQueue
-from laraq.schema import SchemaError, export_schema, parse_schema
+from laraq.bus.dispatch import Dispatcher
+from laraq.bus.schema import SchemaError, export_schema, parse_schema
+from laraq.config.settings import LaravelSettings
+from laraq.protocol.queue import RedisQueue
+from laraq.stores.cache import LaravelCache
 
 pytestmark = pytest.mark.php
 
@@ -142,7 +142,7 @@ def test_serializes_models_class_is_written_as_php_writes_it(app: PhpApp, redis_
     ``ModelIdentifier`` and a backed enum as ``E:``."""
     import sqlite3
 
-    from laraq.serializer import ModelIdentifier, PHPEnum
+    from laraq.protocol.serializer import ModelIdentifier, PHPEnum
 
     conn = sqlite3.connect(app.db_path)
     conn.executemany("INSERT INTO posts (id, title) VALUES (?, ?)", [(1, "first"), (2, "second"), (3, "third")])

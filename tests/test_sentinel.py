@@ -20,10 +20,10 @@ import redis
 from conftest import RedisServer, require
 from prodapp import Sentinel, laraq_env, popen_work, runs, stop_process, wait_until
 
-from laraq.config import LaravelSettings, make_redis
-from laraq.dispatch import Dispatcher
-from laraq.queue import RedisQueue
-from laraq.sentinel import sentinel_settings
+from laraq.bus.dispatch import Dispatcher
+from laraq.config.sentinel import sentinel_settings
+from laraq.config.settings import LaravelSettings, make_redis
+from laraq.protocol.queue import RedisQueue
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""laraq.serializer: the Laravel wire corpus round-trips byte for byte, values read right, hostile input fails cleanly."""
+"""laraq.protocol.serializer: the Laravel wire corpus round-trips byte for byte, values read right, hostile input fails cleanly."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from conftest import corpus_dir
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from laraq.serializer import (
+from laraq.protocol.serializer import (
     MODEL_IDENTIFIER_CLASS,
     ModelIdentifier,
     PHPEnum,
@@ -132,7 +132,7 @@ def test_plain_job_values(version: str) -> None:
     # Queueable's properties in this version's declaration order
     names = list(job)
     queueable = names[names.index("job") + 1 :]
-    from laraq.versions import LaravelVersion
+    from laraq.protocol.versions import LaravelVersion
 
     expected = [n for n, _ in LaravelVersion.parse(version).queueable_properties()]
     assert queueable == expected
@@ -672,14 +672,12 @@ def _full(data: bytes) -> Any:
 
 
 def _fast_tiers(data: bytes) -> list[Any]:
-    from laraq import serializer
-
+    from laraq.protocol import serializer
     return [serializer._pairs_loads(data, len(data), 512), serializer._token_loads(data, len(data), 512)]
 
 
 def _agree(data: bytes) -> None:
-    from laraq import serializer
-
+    from laraq.protocol import serializer
     try:
         expected = repr(_full(data))
     except PHPSerializeError:
@@ -692,8 +690,7 @@ def _agree(data: bytes) -> None:
 
 
 def test_fast_paths_match_the_full_parser_on_the_corpus() -> None:
-    from laraq import serializer
-
+    from laraq.protocol import serializer
     extra = [
         b'a:3:{i:0;d:0.1;i:1;d:1e5;i:2;E:13:"App\\Status:On";}',
         b'a:2:{i:1;N;i:0;N;}', b'a:2:{s:1:"a";s:3:"x"y";s:1:"b";s:2:"\xff\xfe";}',

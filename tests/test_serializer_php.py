@@ -1,4 +1,4 @@
-"""laraq.serializer against real PHP 8: PHP's serialize() output round-trips, and PHP reads laraq's dumps()."""
+"""laraq.protocol.serializer against real PHP 8: PHP's serialize() output round-trips, and PHP reads laraq's dumps()."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from laraq.serializer import (
+from laraq.protocol.serializer import (
     ModelIdentifier,
     PHPEnum,
     PHPFloat,

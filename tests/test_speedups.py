@@ -1,6 +1,6 @@
 """The C unserialize path (``laraq._speedups``, built by ``setup.py``) against the pure-Python codec.
 
-The worker decodes every command through it (:func:`laraq.phparray.loads_php_arrays`), so it must hand
+The worker decodes every command through it (:func:`laraq.protocol.phparray.loads_php_arrays`), so it must hand
 handlers exactly what the pure-Python path gives, or step aside (the ``_BAIL`` marker) and let that path
 decide. Checked on the Laravel 8-13 wire corpus, on random PHP values, and on random damage to valid
 bytes: whatever C returns equals ``php_arrays(loads(...))`` type for type, and nothing ``loads`` rejects
@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_phparray import COMMANDS, _shape
 
-from laraq import phparray, serializer
-from laraq.phparray import PHPArray, loads_php_arrays, php_arrays
-from laraq.serializer import PHPEnum, PHPFloat, PHPObject, PHPSerializeError, dumps, loads
+from laraq.protocol import phparray, serializer
+from laraq.protocol.phparray import PHPArray, loads_php_arrays, php_arrays
+from laraq.protocol.serializer import PHPEnum, PHPFloat, PHPObject, PHPSerializeError, dumps, loads
 
 BAIL = serializer._BAIL
 DEPTH = serializer.DEFAULT_MAX_DEPTH

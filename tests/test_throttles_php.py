@@ -20,8 +20,8 @@ import xxhash
 from middleware_php import ECHO, app_fixture, drain, kind_fixture  # noqa: F401 - fixtures app, kind
 from phpapp import PhpApp
 
-from laraq.versions import LaravelVersion
-from laraq.worker import Worker
+from laraq.protocol.versions import LaravelVersion
+from laraq.worker.worker import Worker
 
 pytestmark = pytest.mark.php
 

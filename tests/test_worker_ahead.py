@@ -15,10 +15,10 @@ from typing import Any
 import redis
 
 from laraq.app import App
+from laraq.bus.dispatch import Dispatcher
 from laraq.cli.work import build_worker, default_params
-from laraq.dispatch import Dispatcher
-from laraq.queue import RedisQueue
-from laraq.versions import LaravelVersion
+from laraq.protocol.queue import RedisQueue
+from laraq.protocol.versions import LaravelVersion
 
 PREFIX = "laravel_database_"
 ECHO = "App\\Jobs\\EchoJob"
@@ -165,7 +165,7 @@ def test_queue_pause_is_seen_while_batches_are_asked_for_ahead(redis_server: Any
                                                                workers: list[Any]) -> None:
     # Laravel 12.40+: queue:pause is read before every reserve call; a busy queue whose batches come
     # from calls sent ahead must see it too, within about one batch
-    from laraq.cache import CacheStore
+    from laraq.stores.cache import CacheStore
 
     q = RedisQueue(redis_server.client(), prefix=PREFIX, version=LaravelVersion.parse("13.26.1"))
     d = Dispatcher(q)

@@ -1,4 +1,4 @@
-"""The worker's listener seam (:mod:`laraq.events`) with a real worker, real Redis and jobs PHP dispatched.
+"""The worker's listener seam (:mod:`laraq.worker.events`) with a real worker, real Redis and jobs PHP dispatched.
 
 Every job outcome announces its events once, in order; a listener that raises is logged once per kind
 of event and changes nothing about the jobs (the same Redis and ``failed_jobs`` end state).
@@ -17,8 +17,8 @@ import test_worker_support as support
 from phpapp import PhpApp
 
 from laraq.cli.work import build_worker, default_params
-from laraq.events import EVENT_KINDS, WorkerListener
-from laraq.worker import Worker
+from laraq.worker.events import EVENT_KINDS, WorkerListener
+from laraq.worker.worker import Worker
 
 pytestmark = pytest.mark.php
 
@@ -153,7 +153,7 @@ def test_a_raising_listener_loses_nothing(php: PhpApp, redis_client: Any, worker
                                           caplog: pytest.LogCaptureFixture) -> None:
     uuids = dispatch_mix(php)
     raiser, recorder = Raiser(), Recorder()
-    with caplog.at_level(logging.ERROR, logger="laraq.events"):
+    with caplog.at_level(logging.ERROR, logger="laraq.worker.events"):
         assert run_worker(php, workers, [raiser, recorder], 100) == 0
 
     # the listener after the broken one still heard everything
@@ -161,7 +161,7 @@ def test_a_raising_listener_loses_nothing(php: PhpApp, redis_client: Any, worker
     assert recorder.of(uuids["fails"])[-1] == ("job_failed", "RuntimeError")
     assert raiser.calls > len(EVENT_KINDS)  # called for every job, not switched off
     # logged once per kind, not once per job
-    logged = [r.getMessage() for r in caplog.records if r.name == "laraq.events"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "laraq.worker.events"]
     assert len(logged) == len(set(logged))
     assert any("job_processing" in m for m in logged)
     # the jobs ended exactly as without the broken listener

@@ -28,9 +28,9 @@ from phpapp import TEST_APP_KEY, PhpApp
 from test_worker_support import free_port_url, laraq_env, popen_laraq, run_laraq, wait_for
 
 from laraq.app import App
+from laraq.bus.job import Job
 from laraq.cli.work import build_worker, default_params
-from laraq.job import Job
-from laraq.worker import Worker
+from laraq.worker.worker import Worker
 
 pytestmark = pytest.mark.php
 
@@ -103,7 +103,7 @@ def test_undecryptable_job_goes_to_failed_jobs_with_a_clear_reason(
         assert text.startswith("RuntimeError: Unable to extract job payload: App\\Jobs\\EncryptedJob "
                                "is encrypted and APP_KEY is not set")
     else:
-        assert text.startswith("laraq.encryption.DecryptError: The MAC is invalid.")
+        assert text.startswith("laraq.protocol.encryption.DecryptError: The MAC is invalid.")
         assert f"Next RuntimeError: Cannot decrypt the command of App\\Jobs\\EncryptedJob (uuid {uuid}): " \
                "The MAC is invalid." in text
     for secret in key_material(TEST_APP_KEY) + key_material(WRONG_KEY) + ["top secret"]:
@@ -340,7 +340,7 @@ def test_redis_password_never_logged_when_unreachable(app_env: PhpApp, extra: li
     url = free_port_url().replace("redis://", "redis://user:s3cretpw@")
     worker = popen_laraq(app_env, "--queue=py", "--redis-url", url, "-vv", *extra)
     try:
-        code = worker.wait(60)  # unreachable at start: one line, exit 3 (laraq.exitcodes)
+        code = worker.wait(60)  # unreachable at start: one line, exit 3 (laraq.worker.exitcodes)
     finally:
         if worker.poll() is None:
             worker.kill()

@@ -22,7 +22,7 @@ from phpapp import PhpApp
 from test_worker_support import popen_laraq, wait_for
 
 from laraq.cli.work import build_worker, default_params
-from laraq.worker import Worker
+from laraq.worker.worker import Worker
 
 pytestmark = pytest.mark.php
 

@@ -4,7 +4,7 @@
   runs in its own ``asyncio.Task`` (``current_task()`` is that task, never the daemon), in its own
   ``contextvars`` context (nothing leaks into the next job), and a handler that suspends, raises or
   overruns its timeout is treated as before.
-* The one-pass decode (``laraq.phparray.loads_php_arrays``) gives the handler ``PHPArray`` values, as
+* The one-pass decode (``laraq.protocol.phparray.loads_php_arrays``) gives the handler ``PHPArray`` values, as
   ``php_arrays(loads(...))`` does.
 """
 
@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 from laraq.app import App
+from laraq.bus.dispatch import Dispatcher
 from laraq.cli.work import build_worker, default_params
-from laraq.dispatch import Dispatcher
-from laraq.execution import JOB_TASK_NAME
-from laraq.phparray import PHPArray
-from laraq.queue import RedisQueue
-from laraq.versions import LaravelVersion
+from laraq.protocol.phparray import PHPArray
+from laraq.protocol.queue import RedisQueue
+from laraq.protocol.versions import LaravelVersion
+from laraq.worker.execution import JOB_TASK_NAME
 
 PREFIX = "laravel_database_"
 ECHO = "App\\Jobs\\EchoJob"
@@ -50,7 +50,7 @@ def loop_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     """The fast path's own ``WorkerLoop`` (hands a task's first step over), and a plain asyncio loop (as
     under another event-loop policy: the step is taken off the ready queue instead)."""
     if request.param == "plain-asyncio-loop":
-        monkeypatch.setattr("laraq.worker.new_worker_loop", asyncio.new_event_loop)
+        monkeypatch.setattr("laraq.worker.worker.new_worker_loop", asyncio.new_event_loop)
     return str(request.param)
 
 

@@ -20,8 +20,8 @@ import pytest
 from phpapp import PhpApp
 from test_worker_support import laraq_env, run_laraq
 
-from laraq.cache import LaravelCache
-from laraq.config import LaravelSettings
+from laraq.config.settings import LaravelSettings
+from laraq.stores.cache import LaravelCache
 
 pytestmark = pytest.mark.php
 

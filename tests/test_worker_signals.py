@@ -31,11 +31,11 @@ from conftest import ROOT, corpus_dir, require_laravel
 from phpapp import PhpApp
 from test_worker_support import laraq_env, popen_laraq, run_laraq, wait_for
 
-from laraq.cache import LaravelCache, make_cache
-from laraq.cache_stores import FileCache
 from laraq.cli.work import build_worker, default_params
-from laraq.config import LaravelSettings
-from laraq.worker import Worker
+from laraq.config.settings import LaravelSettings
+from laraq.stores.cache import LaravelCache, make_cache
+from laraq.stores.cache_stores import FileCache
+from laraq.worker.worker import Worker
 
 pytestmark = pytest.mark.php
 

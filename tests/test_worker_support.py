@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from laraq.app import App
-from laraq.job import Job
-from laraq.phparray import PHPArray
-from laraq.rate_limiter import Limit
-from laraq.serializer import PHPEnum, PHPObject, to_datetime
+from laraq.bus.job import Job
+from laraq.bus.rate_limiter import Limit
+from laraq.protocol.phparray import PHPArray
+from laraq.protocol.serializer import PHPEnum, PHPObject, to_datetime
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,7 +43,7 @@ def plain(value: Any) -> Any:
         return str(value)
     if isinstance(value, PHPObject):
         return {"class": value.class_name}
-    if isinstance(value, PHPArray) and value.is_list:  # handlers get PHPArray (laraq.phparray)
+    if isinstance(value, PHPArray) and value.is_list:  # handlers get PHPArray (laraq.protocol.phparray)
         return [plain(v) for v in value.values()]
     if isinstance(value, dict):
         return {str(k): plain(v) for k, v in value.items()}

@@ -29,12 +29,12 @@ import redis
 from phpapp import PhpApp
 from test_worker_support import popen_laraq, wait_for
 
-from laraq import reservation
 from laraq.app import App
+from laraq.bus.dispatch import Dispatcher
 from laraq.cli.work import build_worker, default_params
-from laraq.dispatch import Dispatcher
-from laraq.queue import RedisQueue
-from laraq.versions import LaravelVersion
+from laraq.protocol.queue import RedisQueue
+from laraq.protocol.versions import LaravelVersion
+from laraq.worker import reservation
 
 PREFIX = "laravel_database_"
 ECHO = "App\\Jobs\\EchoJob"

@@ -15,7 +15,7 @@ import importlib.util
 
 import click
 
-from laraq import __version__
+from laraq._version import __version__
 from laraq.cli.errors import LaraqGroup
 
 __all__ = ["main"]

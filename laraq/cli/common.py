@@ -14,9 +14,9 @@ from typing import Any
 
 import click
 
-from laraq.config import LaravelSettings, make_redis
-from laraq.inspect import discover_queues
-from laraq.queue import RedisQueue
+from laraq.config.settings import LaravelSettings, make_redis
+from laraq.ops.inspect import discover_queues
+from laraq.protocol.queue import RedisQueue
 
 __all__ = ["Ops", "emit_json", "fmt_time", "human_age", "parse_assignments", "parse_delay", "settings_options"]
 
@@ -59,7 +59,7 @@ class Ops:
         )
         encrypter = None
         if settings.app_key:
-            from laraq.encryption import Encrypter
+            from laraq.protocol.encryption import Encrypter
 
             try:
                 encrypter = Encrypter.from_app_key(settings.app_key, previous_keys=settings.app_previous_keys)
@@ -68,7 +68,7 @@ class Ops:
         return cls(settings, queue, encrypter, redis_url)
 
     def failed_store(self) -> Any:
-        from laraq.failed import make_failed_store
+        from laraq.stores.failed import make_failed_store
 
         try:
             return make_failed_store(self.settings)
@@ -77,7 +77,7 @@ class Ops:
 
     def cache(self) -> Any:
         """The app's default cache store (redis, file or database), where the queue signals live."""
-        from laraq.cache import make_cache
+        from laraq.stores.cache import make_cache
 
         try:
             return make_cache(self.settings, redis_url=self.redis_url)

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from laraq.bus.dispatch import Dispatcher
 from laraq.cli.common import (
     Ops,
     emit_json,
@@ -16,7 +17,6 @@ from laraq.cli.common import (
     parse_delay,
     settings_options,
 )
-from laraq.dispatch import Dispatcher
 
 # -- dispatch ----------------------------------------------------------------------------------------------
 
@@ -61,7 +61,7 @@ def dispatch_cmd(ops: Ops, job: str, props: tuple[str, ...], protected_props: tu
     hs = HorizonSettings.from_app(ops.settings.env, ops.settings.base_path) if use_horizon else None
     schemas: dict[str, Any] = {}
     if schema_file:
-        from laraq.schema import SchemaError, load_schema_file
+        from laraq.bus.schema import SchemaError, load_schema_file
 
         try:
             schemas = load_schema_file(schema_file)[0]

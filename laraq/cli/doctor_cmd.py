@@ -1,4 +1,4 @@
-"""``laraq doctor``: diagnose a queue set-up (:func:`laraq.doctor.diagnose`)."""
+"""``laraq doctor``: diagnose a queue set-up (:func:`laraq.ops.doctor.diagnose`)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ LEVEL_STYLES = {"ok": "green", "info": "cyan", "warn": "yellow", "error": "bold 
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 def doctor_cmd(ops: Ops, app_ref: str | None, worker_timeout: int, as_json: bool) -> None:
     """Diagnose the queue set-up and print each finding with its fix."""
-    from laraq.doctor import diagnose
+    from laraq.ops.doctor import diagnose
 
     findings = diagnose(ops.settings, ops.queue, app_ref=app_ref, worker_timeout=worker_timeout)
     if as_json:

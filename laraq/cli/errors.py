@@ -1,7 +1,7 @@
 """One place where a fault of the surroundings becomes one line and a documented exit code, for every command.
 
 :class:`LaraqGroup` is the ``laraq`` click group: a command that lets a Redis, database or configuration
-error escape gets the line and code of :func:`laraq.exitcodes.explain` (``Redis ... refused the
+error escape gets the line and code of :func:`laraq.worker.exitcodes.explain` (``Redis ... refused the
 credentials ...; set REDIS_PASSWORD ...``, exit 4) instead of a traceback. Unknown exceptions still show
 their traceback: they are bugs, and hiding them would help nobody.
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from laraq.exitcodes import explain
+from laraq.worker.exitcodes import explain
 
 __all__ = ["LaraqGroup", "LaraqError"]
 
@@ -29,7 +29,7 @@ class LaraqGroup(click.Group):
     """The ``laraq`` group: known faults of Redis, databases and settings become :class:`LaraqError`."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        from laraq.startup import StartupError
+        from laraq.worker.startup import StartupError
 
         try:
             return super().invoke(ctx)

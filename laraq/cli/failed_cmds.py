@@ -7,13 +7,13 @@ from datetime import UTC, datetime, timedelta
 
 import click
 
+from laraq.bus.dispatch import expand_retry_ids, retry_failed
 from laraq.cli.common import (
     Ops,
     emit_json,
     settings_options,
 )
 from laraq.cli.render import Column, print_table
-from laraq.dispatch import expand_retry_ids, retry_failed
 
 
 @click.command("failed")

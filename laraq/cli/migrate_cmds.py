@@ -1,4 +1,4 @@
-"""Moving jobs: ``move`` and ``copy`` (:class:`laraq.migrate.Transfer`), ``export`` and ``import``."""
+"""Moving jobs: ``move`` and ``copy`` (:class:`laraq.ops.migrate.Transfer`), ``export`` and ``import``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from laraq.cli.common import (
     settings_options,
 )
 from laraq.cli.render import progress
-from laraq.queue import RedisQueue
+from laraq.protocol.queue import RedisQueue
 
 # -- migrate -------------------------------------------------------------------------------------------------
 
@@ -63,7 +63,7 @@ def _transfer_command(name: str, move: bool) -> click.Command:
     def command(ops: Ops, source: str, dest: str | None, to_url: str | None, to_prefix: str | None,
                 to_laravel: str | None, to_cluster: bool, states: tuple[str, ...], include_reserved: bool,
                 class_filter: str | None, dry_run: bool, as_json: bool, allow_duplicates: bool = False) -> None:
-        from laraq.migrate import Transfer
+        from laraq.ops.migrate import Transfer
 
         target = _target_queue(ops, to_url, to_prefix, to_laravel, to_cluster)
         dest_name = dest or source
@@ -111,7 +111,7 @@ copy_cmd = _transfer_command("copy", False)
               help="States to export (repeatable; default: pending, delayed, reserved).")
 def export_cmd(ops: Ops, queues: tuple[str, ...], output: str, states: tuple[str, ...]) -> None:
     """Write jobs as JSON Lines: {"queue", "state", "score", "body"} (body_b64 if not UTF-8)."""
-    from laraq.migrate import export_jobs
+    from laraq.ops.migrate import export_jobs
 
     names = ops.queues(queues)
     stream = click.open_file(output, "w", encoding="utf-8")
@@ -131,7 +131,7 @@ def import_cmd(ops: Ops, path: str, queue_override: str | None, reserved_as: str
 
     All or nothing: every line is checked first, and a bad one stops the import with its line number
     and cause before anything is written; then the whole file goes in one MULTI/EXEC transaction."""
-    from laraq.migrate import import_jobs
+    from laraq.ops.migrate import import_jobs
 
     lines = None
     if path != "-":

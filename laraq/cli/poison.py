@@ -3,7 +3,7 @@
 laraq's pop parks a member it cannot reserve (not JSON, no numeric ``attempts``, a number Redis' cjson
 cannot encode) there instead of losing it as Laravel's pop does. ``list`` shows them with the reason,
 ``requeue`` puts them back on their queue once fixed, ``drop`` deletes them. The Redis work is in
-:mod:`laraq.poison`.
+:mod:`laraq.ops.poison`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import click
 
 from laraq.cli.common import Ops, emit_json, settings_options
 from laraq.cli.render import Column, print_table
-from laraq.inspect import discover_queues
+from laraq.ops.inspect import discover_queues
 
 __all__ = ["poison_group"]
 
@@ -44,7 +44,7 @@ def poison_list_cmd(ops: Ops, queues: tuple[str, ...], as_json: bool) -> None:
     """Poison members of QUEUES (default: every queue under the prefix that has any), with the reason."""
     import base64
 
-    from laraq.poison import poison_readable, poison_reason
+    from laraq.ops.poison import poison_readable, poison_reason
 
     names = list(queues) or [q for q in discover_queues(ops.queue.client, ops.queue.prefix)
                              if ops.queue.poison_size(q)]
@@ -88,7 +88,7 @@ def poison_requeue_cmd(ops: Ops, queue_name: str, indexes: tuple[int, ...], all_
     """Put poison members N... (or --all) back at the tail of QUEUE, each in one atomic step.
 
     Members the pop script still cannot reserve stay in the poison list (exit 1) unless --force."""
-    from laraq.poison import requeue_poison
+    from laraq.ops.poison import requeue_poison
 
     try:
         outcomes = requeue_poison(ops.queue, queue_name, _targets(indexes, all_members), force=force)
@@ -113,7 +113,7 @@ def poison_requeue_cmd(ops: Ops, queue_name: str, indexes: tuple[int, ...], all_
 @click.option("--force", is_flag=True, help="Do not ask for confirmation.")
 def poison_drop_cmd(ops: Ops, queue_name: str, indexes: tuple[int, ...], all_members: bool, force: bool) -> None:
     """Delete poison members N... (or --all) of QUEUE for good."""
-    from laraq.poison import drop_poison
+    from laraq.ops.poison import drop_poison
 
     targets = _targets(indexes, all_members)
     what = "every poison member" if targets is None else f"poison member(s) {', '.join(map(str, targets))}"

@@ -1,9 +1,9 @@
 """Production commands: ``laraq workers``, ``laraq health`` and ``laraq metrics``.
 
-* ``workers`` lists the live heartbeat records (:mod:`laraq.heartbeat`) as a table or ``--json``;
+* ``workers`` lists the live heartbeat records (:mod:`laraq.production.heartbeat`) as a table or ``--json``;
 * ``health`` exits 0 when a matching worker beat within ``--within`` seconds, else 1 (container
   liveness/readiness probes, systemd/Nagios checks);
-* ``metrics`` prints Prometheus exposition text once (:mod:`laraq.metrics`), for cron jobs and the
+* ``metrics`` prints Prometheus exposition text once (:mod:`laraq.production.metrics`), for cron jobs and the
   node_exporter textfile collector.
 
 :data:`COMMANDS` is what :mod:`laraq.cli` registers.
@@ -33,7 +33,7 @@ __all__ = ["COMMANDS"]
               help="Records older than this many seconds count as dead.")
 def workers_cmd(ops: Ops, as_json: bool, ttl: float) -> None:
     """List the running laraq workers (their heartbeat records in Redis)."""
-    from laraq.heartbeat import _redis_now, live_workers
+    from laraq.production.heartbeat import _redis_now, live_workers
 
     client = ops.queue.client
     records = live_workers(client, ops.queue.prefix, ttl=ttl)
@@ -69,7 +69,7 @@ def health_cmd(ops: Ops, within: float, id_file: str | None, pid: int | None, ho
 
     Picks the worker by --id-file, else --pid, else --queue, else any worker.
     """
-    from laraq.heartbeat import check_health, read_id_file
+    from laraq.production.heartbeat import check_health, read_id_file
 
     worker_id = None
     if id_file is not None:
@@ -103,7 +103,7 @@ def metrics_cmd(ops: Ops, queues: str | None, metrics_dir: str | None, output: s
     # this process only reads the workers' files: its own gauges must not become files in that dir
     os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
     os.environ.pop("prometheus_multiproc_dir", None)
-    from laraq.metrics import exposition
+    from laraq.production.metrics import exposition
 
     names: list[str] = [q for q in (queues or "").split(",") if q] or ops.queues()
     text = exposition(ops.queue, names, heartbeat_prefix=ops.queue.prefix, metrics_dir=metrics_dir)

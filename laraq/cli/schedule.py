@@ -1,4 +1,4 @@
-"""``laraq schedule``: run the leaderless scheduler and operate its entries (see :mod:`laraq.scheduler`).
+"""``laraq schedule``: run the leaderless scheduler and operate its entries (see :mod:`laraq.schedule.scheduler`).
 
 * ``laraq schedule work --app M:app`` (alias ``run-loop``): a scheduler process; run as many as you
   like, on any hosts. ``laraq work --schedule`` runs the same loop in a thread beside the worker.
@@ -33,7 +33,7 @@ def schedule_group() -> None:
 
 def _scheduler(ops: Ops, app_spec: str, **kwargs: Any) -> Any:
     from laraq.app import load_app
-    from laraq.scheduler import Scheduler
+    from laraq.schedule.scheduler import Scheduler
 
     try:
         app = load_app(app_spec)
@@ -85,7 +85,7 @@ schedule_group.add_command(_loop_command("run-loop", hidden=True))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def list_cmd(ops: Ops, app_spec: str | None, history: int, as_json: bool) -> None:
     """Stored entries: next and last due time, who fired, counters."""
-    from laraq.schedule_store import ScheduleStore
+    from laraq.schedule.store import ScheduleStore
 
     store = ScheduleStore(ops.queue.client, ops.queue.prefix)
     rows = store.status()
@@ -159,7 +159,7 @@ def _flag_command(command_name: str, paused: bool) -> click.Command:
     @click.argument("name")
     @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
     def command(ops: Ops, name: str, as_json: bool) -> None:
-        from laraq.schedule_store import ScheduleStore
+        from laraq.schedule.store import ScheduleStore
 
         ok = ScheduleStore(ops.queue.client, ops.queue.prefix).set_paused(name, paused)
         if as_json:
@@ -182,7 +182,7 @@ schedule_group.add_command(_flag_command("resume", False))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def forget_cmd(ops: Ops, name: str, as_json: bool) -> None:
     """Remove stored entry NAME now (a running instance that still declares it installs it again)."""
-    from laraq.schedule_store import ScheduleStore
+    from laraq.schedule.store import ScheduleStore
 
     ok = ScheduleStore(ops.queue.client, ops.queue.prefix).forget(name)
     if as_json:

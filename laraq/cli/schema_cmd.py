@@ -1,4 +1,4 @@
-"""``laraq schema --from APP``: export the app's job classes and backed enums (see :mod:`laraq.schema`)."""
+"""``laraq schema --from APP``: export the app's job classes and backed enums (see :mod:`laraq.bus.schema`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from laraq.schema import SchemaError, export_schema
+from laraq.bus.schema import SchemaError, export_schema
 
 
 @click.command("schema")

@@ -1,6 +1,6 @@
 """``laraq config``: what ``laraq work`` would connect to and use, as its start-up banner says it (or JSON).
 
-The same facts as the banner (:func:`laraq.startup.describe_setup`): the Laravel profile and how it was
+The same facts as the banner (:func:`laraq.worker.startup.describe_setup`): the Laravel profile and how it was
 chosen, the Redis URL with the password masked, prefix, queues, ``retry_after``/``block_for``, the cache
 and failed-job stores, the handlers of ``--app``, and warnings. It exits with the code ``laraq work`` would
 exit with at start (e.g. 3 when Redis is not reachable), after printing what it found.
@@ -31,7 +31,7 @@ def config_cmd(app_spec: str | None, queue: str | None, env_file: str | None, la
     from laraq.app import App
     from laraq.cli.errors import LaraqError
     from laraq.cli.work import default_params, prepare
-    from laraq.startup import StartupError, check_redis, queue_warnings, render_setup
+    from laraq.worker.startup import StartupError, check_redis, queue_warnings, render_setup
 
     params = default_params(app_spec=app_spec, queue=queue, env_file=env_file, laravel=laravel,
                             redis_url=redis_url, prefix=prefix)

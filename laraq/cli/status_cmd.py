@@ -6,7 +6,7 @@ table every ``--interval`` seconds.
 
 The pickup rate is measured, not stored anywhere: the last member of each ready list is marked, and
 after ``--sample`` seconds (or between two ``--watch`` frames) the members that left in front of it
-are the jobs workers took (:func:`laraq.inspect.pickups_since`). The wait estimate is pending jobs
+are the jobs workers took (:func:`laraq.ops.inspect.pickups_since`). The wait estimate is pending jobs
 divided by that rate. Failed counts come from the app's failed-job store, paused state from its cache
 store (12.40+ keys, 13.25+ global pause); either one that cannot be read is named in a note.
 """
@@ -23,7 +23,7 @@ import click
 
 from laraq.cli.common import Ops, emit_json, human_age, settings_options
 from laraq.cli.render import Column, print_table, stdout_stream
-from laraq.inspect import (
+from laraq.ops.inspect import (
     ListMark,
     Pickups,
     QueueStatus,
@@ -33,7 +33,7 @@ from laraq.inspect import (
     pickups_since,
     queue_status,
 )
-from laraq.versions import LaravelVersion
+from laraq.protocol.versions import LaravelVersion
 
 __all__ = ["Snapshot", "status_cmd"]
 

@@ -1,10 +1,10 @@
 """``laraq work``: ``php artisan queue:work`` for Python handlers, with a built-in supervisor.
 
-``laraq work`` parses its options and then becomes the small supervisor of :mod:`laraq.prefork`
+``laraq work`` parses its options and then becomes the small supervisor of :mod:`laraq.worker.prefork`
 (about 10 MB: it imports no laraq code), which runs ``--processes`` worker processes (default 1) and
 forwards signals to them. Laravel enforces a job timeout by SIGKILLing its own process and relies on
 supervisord to start a new one; laraq's worker does the same when a synchronous handler overruns
-(see :mod:`laraq.worker`), and the supervisor starts a fresh worker at once - supervisord + artisan in
+(see :mod:`laraq.worker.worker`), and the supervisor starts a fresh worker at once - supervisord + artisan in
 one command. Every other exit of a single worker (0, 12 for memory, 1, 2) is passed on unchanged, so
 an external process manager sees artisan's exit codes. ``--no-supervise`` runs the worker in this
 process (a timeout then kills ``laraq work`` itself, exactly like artisan).
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from laraq.worker import EXIT_ERROR, EXIT_USAGE, Worker, WorkerOptions
+from laraq.worker.worker import EXIT_ERROR, EXIT_USAGE, Worker, WorkerOptions
 
 if TYPE_CHECKING:
     from laraq.app import App
@@ -94,7 +94,7 @@ _BANNER_ENV = "LARAQ_BANNER"
 @click.option("--prefix", default=None, help="Redis key prefix (default: REDIS_PREFIX or the version's).")
 @click.option("--retry-after", default=None, help="Override the connection's retry_after (seconds, or 'null').")
 @click.option("--block-for", type=float, default=None, help="Override the connection's block_for (seconds).")
-@click.option("--schedule", is_flag=True, help="Also run the app's schedule entries (laraq.scheduler) in a thread.")
+@click.option("--schedule", is_flag=True, help="Also run the app's schedule entries (laraq.schedule.scheduler) in a thread.")
 @click.option("--supervise/--no-supervise", default=True, show_default=True,
               help="Run the worker in a child process that is restarted after a hard timeout.")
 @click.option("--processes", type=click.IntRange(1, 256), default=1, show_default=True,
@@ -125,7 +125,7 @@ def work_cmd(**params: Any) -> None:
     params.pop("delay", None)
     params.pop("daemon", None)
     if params.get("metrics_dir"):  # before prometheus_client is imported, here and in the child
-        from laraq.metrics import use_multiprocess_dir
+        from laraq.production.metrics import use_multiprocess_dir
 
         use_multiprocess_dir(params["metrics_dir"])
     processes = params.pop("processes")
@@ -152,9 +152,8 @@ def _exit_ignoring_quit_signals(code: int) -> None:
 
 
 def _exec_supervisor(params: dict[str, Any], processes: int) -> None:
-    """Become the small supervisor of :mod:`laraq.prefork` (this process image is replaced)."""
-    from laraq import prefork
-
+    """Become the small supervisor of :mod:`laraq.worker.prefork` (this process image is replaced)."""
+    from laraq.worker import prefork
     os.environ[_CONFIG_ENV] = json.dumps(params)
     argv = prefork.spawn_argv(processes, once=bool(params["once"]), max_jobs=params["max_jobs"] or 0,
                               max_time=params["max_time"] or 0, json_logs=params.get("log_format") == "json")
@@ -165,8 +164,7 @@ def _exec_supervisor(params: dict[str, Any], processes: int) -> None:
 
 def child_main() -> None:
     """Entry point of the supervised worker process."""
-    from laraq import prefork
-
+    from laraq.worker import prefork
     params = json.loads(os.environ.pop(_CONFIG_ENV))
     fd = int(os.environ.pop(prefork.FD_ENV))
     parent = int(os.environ.pop(prefork.PARENT_ENV, "0"))
@@ -191,9 +189,9 @@ def child_main() -> None:
 # -- building the worker ------------------------------------------------------------------------------
 
 def _setup_logging(params: dict[str, Any]) -> str:
-    """Logging per ``--log-level/--log-format/--log-config`` (:mod:`laraq.logs`); after the app is imported,
+    """Logging per ``--log-level/--log-format/--log-config`` (:mod:`laraq.production.logs`); after the app is imported,
     so an app that configured logging itself keeps its configuration."""
-    from laraq.logs import configure_logging
+    from laraq.production.logs import configure_logging
 
     return configure_logging(level=params.get("log_level"), fmt=params.get("log_format") or "text",
                              config_file=params.get("log_config"), verbose=params.get("verbose") or 0,
@@ -202,8 +200,8 @@ def _setup_logging(params: dict[str, Any]) -> str:
 
 def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None) -> int:
     from laraq.app import load_app
-    from laraq.exitcodes import explain
-    from laraq.startup import StartupError, render_setup
+    from laraq.worker.exitcodes import explain
+    from laraq.worker.startup import StartupError, render_setup
 
     _return_freed_memory()
     try:
@@ -229,7 +227,7 @@ def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None) -> int:
         for warning in prepared.info["warnings"]:
             log.warning("%s", warning)
     if params.get("schedule"):
-        from laraq.scheduler import attach_to_worker
+        from laraq.schedule.scheduler import attach_to_worker
 
         attach_to_worker(worker)
     # What boot made (modules, the app, settings) lives as long as the process: keep it out of the
@@ -269,7 +267,7 @@ def _banner(info: dict[str, Any], render: Any) -> None:
     """Say once what this worker is connected to (stderr; one JSON log line with --log-format json)."""
     if os.environ.pop(_BANNER_ENV, None) == "shown":  # a restarted supervised child does not repeat it
         return
-    from laraq.logs import json_logging_active
+    from laraq.production.logs import json_logging_active
 
     banner_log = logging.getLogger("laraq.banner")
     if json_logging_active():
@@ -313,7 +311,7 @@ class Prepared:
 
 def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app: App | None = None,
             checks: bool = True, strict: bool = True) -> Prepared:
-    """Resolve the settings, the app and the stores (:mod:`laraq.startup`); raises :class:`StartupError`.
+    """Resolve the settings, the app and the stores (:mod:`laraq.worker.startup`); raises :class:`StartupError`.
 
     ``checks`` pings Redis and looks for jobs under other prefixes (off for in-process test workers);
     ``strict=False`` (``laraq config``) reports a store or APP_KEY fault as a warning instead.
@@ -321,10 +319,10 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
     import redis
 
     from laraq.app import load_app
-    from laraq.config import LaravelSettings, make_redis
-    from laraq.queue import RedisQueue
-    from laraq.routing import QueueForwards
-    from laraq.startup import (
+    from laraq.config.settings import LaravelSettings, make_redis
+    from laraq.protocol.queue import RedisQueue
+    from laraq.protocol.routing import QueueForwards
+    from laraq.worker.startup import (
         OpenedStore,
         StartupError,
         check_app_key,
@@ -425,7 +423,7 @@ def _load_app(spec: str, load_app: Any) -> App:
 
 
 def _mask_url(url: str) -> str:
-    from laraq.config import parse_redis_url
+    from laraq.config.settings import parse_redis_url
 
     try:
         parts = parse_redis_url(url)
@@ -440,15 +438,15 @@ def _mask_url(url: str) -> str:
 
 def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapping[str, str] | None = None,
                  app: App | None = None, on_jobs_popped: Any = None, prepared: Prepared | None = None) -> Worker:
-    """Build a :class:`~laraq.worker.Worker` from ``laraq work``'s options and the Laravel settings.
+    """Build a :class:`~laraq.worker.worker.Worker` from ``laraq work``'s options and the Laravel settings.
 
     ``env`` replaces ``os.environ`` as the source of Laravel settings; ``app`` replaces ``--app``.
     """
-    from laraq.cache import MaintenanceMode
-    from laraq.failed import connect_database
-    from laraq.logs import JobLogListener
-    from laraq.models import ModelLoader
-    from laraq.output import Output
+    from laraq.bus.models import ModelLoader
+    from laraq.production.logs import JobLogListener
+    from laraq.stores.cache import MaintenanceMode
+    from laraq.stores.failed import connect_database
+    from laraq.worker.output import Output
 
     p = prepared or prepare(params, env=env, app=app, checks=False)
     settings = p.settings
@@ -476,7 +474,7 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
     horizon = _horizon_listener(params, settings, p.queue.client)
     if horizon is not None:
         worker.add_listener(horizon)
-    from laraq.production import attach_listeners
+    from laraq.production.listeners import attach_listeners
 
     attach_listeners(worker, params)
     return worker
@@ -499,7 +497,7 @@ def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any
         signal_pid = NO_SIGNAL_PID
     horizon_client = client
     if hs.use == "cache" and not params.get("redis_url"):
-        from laraq.config import make_redis
+        from laraq.config.settings import make_redis
 
         horizon_client = make_redis(settings, "cache")
     elif hs.use not in ("default", "cache"):
@@ -509,7 +507,7 @@ def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any
     return HorizonListener(horizon_client, hs, signal_pid=signal_pid)
 
 
-# -- the worker process under the supervisor (laraq.prefork) ---------------------------------------
+# -- the worker process under the supervisor (laraq.worker.prefork) ---------------------------------------
 
 def _die_with_parent(parent: int) -> None:
     """Ask Linux to SIGKILL this process when the supervisor dies (best effort elsewhere)."""

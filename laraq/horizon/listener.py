@@ -33,12 +33,12 @@ import threading
 import time
 from typing import Any
 
-from laraq.events import WorkerListener
-from laraq.failed import format_exception
 from laraq.horizon.records import HorizonPayload, HorizonRecords
 from laraq.horizon.settings import HorizonSettings
 from laraq.horizon.supervisors import NO_SIGNAL_PID, HorizonMaster
 from laraq.horizon.trimming import Trimmer
+from laraq.stores.failed import format_exception
+from laraq.worker.events import WorkerListener
 
 __all__ = ["HorizonListener"]
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from laraq.versions import _slug
+from laraq.protocol.versions import _slug
 
 __all__ = ["HorizonSettings", "HorizonTrim", "horizon_in_use"]
 

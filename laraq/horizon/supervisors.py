@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from laraq.horizon.settings import HorizonSettings
-from laraq.versions import _slug
+from laraq.protocol.versions import _slug
 
 __all__ = ["NO_SIGNAL_PID", "HorizonCommand", "HorizonMaster", "master_basename", "pid_namespace", "process_started"]
 

@@ -1,0 +1,289 @@
+"""What Laravel's ``Illuminate\\Queue\\CallQueuedHandler`` does around ``handle()`` when Python runs the job:
+the unique lock, the chain (``Illuminate\\Bus\\Queueable::dispatchNextJobInChain`` /
+``invokeChainCatchCallbacks``), the batch (``Illuminate\\Bus\\Batchable`` + ``DatabaseBatchRepository``)
+and the class's own ``failed()`` method.
+
+The rule, in one place:
+
+* **Unique lock** (``ShouldBeUnique``): when the key is known to Python - the command has a
+  ``uniqueId`` *property* - laraq releases it itself, at PHP's moment: before the
+  handler for ``unique="until_processing"``, after success unless the job released itself, and on
+  final failure. When ``uniqueId()`` is a method, only PHP can compute the key: the release is handed
+  to PHP (:mod:`laraq.bus.handoff`) and never guessed (an old ``unique=True`` deleted
+  ``laravel_unique_job:<class>`` here, which is not the lock of such a job).
+* **Chain**: after a success (not released, not failed) with a non-empty ``chained``, the next job is
+  dispatched by PHP's own ``ensureNextJobInChainIsDispatched`` on the original command - the payload
+  PHP builds for it is byte for byte what ``queue:work`` would push. ``chained`` rides in the command,
+  so it survives release and retry untouched.
+* **Batch**: after a success with a ``batchId``, PHP's ``ensureSuccessfulBatchJobIsRecorded`` runs
+  (row lock, counts, ``then``/``finally``/``progress`` callbacks in PHP); after a failure,
+  ``CallQueuedHandler::failed`` records it (``failed_job_ids``, cancel unless ``allowFailures``,
+  ``catch``/``finally``).
+* **Failure**: when the job has chain ``catch`` callbacks, a batch, a PHP-side unique key, or the
+  handler asks for its PHP ``failed()`` method (``php_failed=True``), PHP's ``CallQueuedHandler::failed``
+  runs once on the original payload (lock, batch, catch callbacks, ``failed()``), after laraq wrote
+  the ``failed_jobs`` row.
+
+Everything handed to PHP needs ``APP_KEY`` (the continuation is a signed closure). Without it, a job
+that needs PHP is not run at all: it goes back to PHP untouched (see :meth:`CallQueued.unsupported`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from laraq.bus.handoff import FAILURE_CODE, SUCCESS_CODE, continuation_payload
+from laraq.protocol.serializer import PHPObject, PHPSerializeError, deref, loads
+from laraq.stores.failed import php_class_name
+
+if TYPE_CHECKING:
+    from laraq.bus.job import Job
+    from laraq.protocol.queue import RedisQueue
+    from laraq.protocol.versions import LaravelVersion
+
+__all__ = ["CallQueued"]
+
+log = logging.getLogger("laraq.worker.worker")
+
+
+def _non_empty(value: Any) -> bool:
+    if isinstance(value, dict | list):
+        return len(value) > 0
+    return value not in (None, "", False)
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """The parts of a command the PHP-spanning steps depend on."""
+
+    chained: bool = False
+    catch: bool = False
+    batch_id: str | None = None
+    #: the ``uniqueId`` property (``""`` when it is null), None when the command has none
+    unique_id: str | None = None
+    #: job middleware is serialized on the command (see :mod:`laraq.bus.middleware`)
+    middleware: bool = False
+
+    @classmethod
+    def of(cls, command: PHPObject | None) -> _Facts:
+        if command is None:
+            return _NO_FACTS
+        # CallQueuedHandler reads these from outside the object: only *public* properties count, and
+        # a public property's wire name is its plain name (a dict lookup, no name resolution)
+        get = command._props.get
+        chained = get("chained")
+        catch = get("chainCatchCallbacks")
+        batch = get("batchId")
+        unique = get("uniqueId", _MISSING)
+        middleware = get("middleware")
+        if not (chained or catch or batch or middleware) and unique is _MISSING and type(chained) not in _ODD \
+                and type(catch) not in _ODD and type(batch) not in _ODD and type(middleware) not in _ODD:
+            return _NO_FACTS  # the usual job: all empty (falsy, and not one of the falsy values _non_empty counts)
+        batch = deref(batch)
+        unique = deref(unique)
+        return cls(
+            chained=_non_empty(deref(chained)),
+            catch=_non_empty(deref(catch)),
+            batch_id=str(batch) if _non_empty(batch) else None,
+            unique_id=None if unique is _MISSING else "" if unique is None else str(unique),
+            middleware=_non_empty(deref(middleware)),
+        )
+
+
+_MISSING = object()
+_NO_FACTS = _Facts()
+#: Falsy values ``_non_empty`` still counts as set (an object without properties, empty bytes).
+_ODD = (PHPObject, bytes)
+
+
+class CallQueued:
+    """The PHP-spanning steps of one worker (chain, batch, unique lock, PHP ``failed()``)."""
+
+    def __init__(self, queue: RedisQueue, version: LaravelVersion, *, cache: Any, signing_key: bytes | None,
+                 connection_name: str, php_queue: str | None = None) -> None:
+        self.queue = queue
+        self.version = version
+        self.cache = cache
+        self.signing_key = signing_key
+        self.connection_name = connection_name
+        #: Where continuations go: a queue PHP workers serve (default: the connection's default queue).
+        self.php_queue = php_queue
+
+    # -- what a job needs ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _command(job: Job) -> PHPObject | None:
+        command = job.command
+        return command if isinstance(command, PHPObject) else None
+
+    def facts(self, job: Job) -> _Facts:
+        """What the command says (read once per job: property lookups are not free on the hot path)."""
+        facts = job.model_facts
+        if facts is None:
+            facts = job.model_facts = _Facts.of(self._command(job))
+        return facts
+
+    def _unique_mode(self, job: Job) -> Any:
+        handler = job.handler
+        return None if handler is None else handler.unique
+
+    def _python_unique_id(self, job: Job) -> str | None:
+        """The ``uniqueId`` Python can compute (a property), else None."""
+        return self.facts(job).unique_id
+
+    def _unique_known(self, job: Job) -> bool:
+        return self._unique_mode(job) is not False and self._python_unique_id(job) is not None
+
+    def _unique_for_php(self, job: Job) -> bool:
+        mode = self._unique_mode(job)
+        return bool(mode) and self._python_unique_id(job) is None
+
+    def chained(self, job: Job) -> bool:
+        return self.facts(job).chained
+
+    def has_catch_callbacks(self, job: Job) -> bool:
+        return self.facts(job).catch
+
+    def batch_id(self, job: Job) -> str | None:
+        return self.facts(job).batch_id
+
+    def success_steps(self, job: Job) -> list[str]:
+        steps = []
+        if self.chained(job):
+            steps.append("chain")
+        if self.batch_id(job):
+            steps.append("batch")
+        mode = self._unique_mode(job)
+        # a lock Python cannot release goes with PHP's steps: declared (uniqueId() method), or, when a
+        # continuation runs anyway, whatever PHP finds (it checks ShouldBeUnique itself)
+        if mode != "until_processing" and mode is not False and not self._unique_known(job) \
+                and (self._unique_for_php(job) or steps):
+            steps.append("unique")
+        return steps
+
+    def needs_php_on_failure(self, job: Job) -> bool:
+        handler = job.handler
+        return (self.has_catch_callbacks(job) or self.batch_id(job) is not None or self._unique_for_php(job)
+                or bool(handler is not None and getattr(handler, "php_failed", False)))
+
+    def unsupported(self, job: Job) -> str | None:
+        """Why this job cannot be run by Python now (it then goes back to PHP untouched), or None."""
+        if self.signing_key is not None:
+            return None
+        needs = [what for what, yes in (
+            ("a chain", self.chained(job) or self.has_catch_callbacks(job)),
+            ("a batch", self.batch_id(job) is not None),
+            ("a uniqueId() method", self._unique_for_php(job)),
+        ) if yes]
+        if not needs:
+            return None
+        return f"{job.name} has {' and '.join(needs)}, which PHP finishes, and APP_KEY is not set"
+
+    # -- the steps -------------------------------------------------------------------------------------
+
+    def before_handle(self, job: Job) -> None:
+        """``ShouldBeUniqueUntilProcessing``: the lock goes before ``handle()``."""
+        if self._unique_mode(job) != "until_processing":
+            return
+        if self._unique_known(job):
+            self.release_unique(job)
+        else:
+            self._push(job, SUCCESS_CODE, {"steps": ["unique-now"]}, "unique lock")
+
+    def after_success(self, job: Job) -> None:
+        """After a handler returned (and the job did not release itself): lock, chain, batch."""
+        if self.facts(job) is _NO_FACTS and self._unique_mode(job) is None:
+            # the usual job (no chain, batch or uniqueId; no unique declared in Python): no steps, and no
+            # lock Python knows of; only the 11.39+ Context lock may be left to release
+            self._release_context_lock(job)
+            return
+        steps = self.success_steps(job)
+        if self._unique_known(job) and self._unique_mode(job) != "until_processing":
+            self.release_unique(job)
+        elif "unique" not in steps:
+            self._release_context_lock(job)
+        if steps:
+            self._push(job, SUCCESS_CODE, {"steps": steps}, " + ".join(steps))
+
+    def after_failure(self, job: Job, exc: BaseException) -> None:
+        """After ``failed_jobs`` was written: PHP's ``failed()`` side, or the lock when Python knows it."""
+        if self.needs_php_on_failure(job) and self.signing_key is not None:
+            self._push(job, FAILURE_CODE, {"uuid": job.uuid or "", "class": php_class_name(exc),
+                                           "message": str(exc)}, "failed")
+        elif self._unique_known(job) and self._unique_mode(job) != "until_processing":
+            self.release_unique(job)
+        else:
+            self._release_context_lock(job)
+
+    def release_unique(self, job: Job) -> None:
+        unique_id = self._python_unique_id(job)
+        if self.cache is None or unique_id is None:
+            return
+        command = self._command(job)
+        owner = command.get("uniqueLockOwner") if command is not None else None
+        class_name = job.payload.command_name or job.name
+        # 12.41+ key the lock by displayName() only when the class has that method; the payload's
+        # displayName differs from the class name exactly then
+        display = job.display_name if job.display_name not in (None, class_name) else None
+        try:
+            self.cache.unique_lock_release(class_name, unique_id, display, owner=owner or None)
+        except Exception as exc:
+            log.warning("could not release the unique lock of %s: %s", job.name, exc)
+
+    def _release_context_lock(self, job: Job) -> None:
+        """11.39+: a ``ShouldBeUnique`` job with no hint (no ``uniqueId`` property, handler ``unique=None``)
+        is still known by the lock key ``PendingDispatch`` put in the payload's hidden Context (with the
+        owner, 13.24+): released with that exact key after success or final failure."""
+        lock = context_lock(job.payload.decoded)
+        if lock is None or self.cache is None or self._unique_mode(job) is not None \
+                or self.facts(job).unique_id is not None:
+            return
+        name, owner, store = lock
+        release = getattr(self.cache, "release_lock", None)
+        if release is None or (store and store != getattr(self.cache, "store_name", store)):
+            log.warning("%s (uuid %s): its unique lock %s is in cache store %r, which laraq does not hold: "
+                        "left to expire", job.name, job.uuid, name, store)
+            return
+        try:
+            release(name, owner=owner or None)
+        except Exception as exc:
+            log.warning("could not release the unique lock of %s: %s", job.name, exc)
+
+    def _push(self, job: Job, code: str, use: dict[str, Any], about: str) -> None:
+        if self.signing_key is None:
+            log.error("%s (uuid %s) needs PHP for %s but APP_KEY is not set: not handed over",
+                      job.name, job.uuid, about)
+            return
+        data = job.payload.decoded.get("data")
+        variables = {"data": data if isinstance(data, dict) else {}, "body": job.body,
+                     "connection": self.connection_name, "queue": job.queue, **use}
+        body = continuation_payload(self.version, self.signing_key, code=code, use=variables,
+                                    about=f"{about} of {job.name} {job.uuid}")
+        target = self.php_queue or self.queue.default_queue
+        self.queue.push_raw(body, target)
+        log.info("%s (uuid %s): %s handed to PHP on queue %s", job.name, job.uuid, about, target)
+
+
+def context_lock(payload: dict[str, Any]) -> tuple[str, str | None, str | None] | None:
+    """(lock key, owner, cache store) from the payload's hidden Context (11.39+ unique dispatch), or None."""
+    ctx = payload.get("illuminate:log:context")
+    hidden = ctx.get("hidden") if isinstance(ctx, dict) else None
+    if not isinstance(hidden, dict):
+        return None
+
+    def text(name: str) -> str | None:
+        raw = hidden.get(name)
+        if not isinstance(raw, str):
+            return None
+        try:
+            value = loads(raw.encode("utf-8"))
+        except PHPSerializeError:
+            return None
+        return value if isinstance(value, str) else None
+
+    key = text("laravel_unique_job_key")
+    if not key:
+        return None
+    return key, text("laravel_unique_job_lock_owner"), text("laravel_unique_job_cache_store")

@@ -1,0 +1,697 @@
+"""Dispatching jobs that PHP's ``queue:work`` runs: Laravel's ``dispatch()`` written from Python.
+
+:class:`Dispatcher` builds what ``Bus::dispatch($job)`` → ``RedisQueue::push``/``later`` writes:
+
+* the command: ``serialize($job)`` of a class that uses ``Dispatchable, InteractsWithQueue,
+  Queueable``. PHP writes the class's own properties (public ``name``, protected ``\\0*\\0name``,
+  private ``\\0Class\\0name``), then ``InteractsWithQueue::$job`` (null), then the ``Queueable``
+  properties in the order and with the defaults of the Laravel version
+  (:meth:`~laraq.protocol.versions.LaravelVersion.queueable_properties`). ``connection`` and ``queue`` hold what
+  ``onConnection()``/``onQueue()`` set, ``delay`` what ``delay()`` set (whole seconds). PHP's
+  ``unserialize`` restores the real class with exactly these values. With ``skip_defaults=True``
+  (a job using ``SerializesModels`` on 9.4+) Queueable properties still at their default are left
+  out, as ``SerializesModels::__serialize`` does;
+* ``ShouldBeEncrypted``: ``encrypt=True`` stores ``Encrypter::encrypt(serialize($job))`` instead;
+* the payload for the version (:func:`laraq.protocol.payload.build_object_payload`): ``displayName``,
+  ``maxTries``, ``maxExceptions``, ``failOnTimeout``, ``backoff``, ``timeout``, ``retryUntil``, ...,
+  ``id`` and ``attempts`` (always present, so Laravel's pop script can reserve it);
+* the push itself through :class:`~laraq.protocol.queue.RedisQueue` (the ``push`` script appends the
+  ``:notify`` token; a delay goes to ``:delayed`` scored ``now + delay``).
+
+The retry settings given to :meth:`Dispatcher.dispatch_job` (``tries``, ``backoff``, ...) go into the
+*payload*, which is what PHP's worker reads. They are not added as command properties (a class may not
+declare them); pass them in ``properties`` too if the job's own code reads ``$this->tries``.
+
+String jobs (``Queue::push('Class@method', $data)``) are built by :meth:`Dispatcher.dispatch_string`.
+:meth:`Dispatcher.bulk` pushes many prepared jobs in one MULTI/EXEC round trip.
+
+Into a Horizon app (``horizon=`` a :class:`laraq.horizon.HorizonSettings`) the push is Horizon's
+``RedisQueue``'s: ``id`` is the ``uuid``, ``JobPayload::prepare`` adds ``type``, ``tags`` (given, else
+``Class:key`` of each ``ModelIdentifier`` property, as Horizon tags models), ``silenced`` (given, else
+the class is in ``horizon.silenced``) and ``pushedAt``, and after the push the pending record
+(``JobPushed`` → ``StoreJob``, ``StoreMonitoredTags``) is written.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from laraq.protocol.payload import build_object_payload, build_string_payload, horizon_prepare, new_uuid
+from laraq.protocol.queue import RedisQueue
+from laraq.protocol.routing import queue_name_of
+from laraq.protocol.versions import LaravelVersion
+
+__all__ = [
+    "DispatchResult",
+    "Dispatcher",
+    "PreparedJob",
+    "RetryOutcome",
+    "expand_retry_ids",
+    "retry_failed",
+    "retry_payload",
+    "serialize_command",
+]
+
+Delay = int | float | datetime | timedelta
+
+
+# -- PHP serialize of the command --------------------------------------------------------------------
+
+def _php_str(raw: bytes) -> bytes:
+    return b's:%d:"%s";' % (len(raw), raw)
+
+
+#: ``serialize()`` of the scalars bulk dispatch repeats in every job (``null``, the Queueable defaults,
+#: the same flags): written once. Keyed by type too (``1``, ``True`` and ``1.0`` differ in PHP).
+_SCALARS: dict[tuple[type, Any], bytes] = {}
+_SCALAR_TYPES = (type(None), bool, int, str)
+#: ``s:N:"name";`` of the property names seen (the same few names in every job of a bulk dispatch)
+_NAMES: dict[bytes, bytes] = {}
+#: The serialized ``job`` + Queueable properties per (version, connection, queue, delay, skip_defaults,
+#: overrides): (bytes, how many properties, their names).
+_TRAIT_CHUNKS: dict[tuple[Any, ...], tuple[bytes, int, frozenset[bytes]]] = {}
+
+
+def _serialize_value(value: Any) -> bytes:
+    """``serialize($value)`` for one property value (delegates to :mod:`laraq.protocol.serializer`)."""
+    kind = type(value)
+    cacheable = kind in _SCALAR_TYPES and (kind is not str or len(value) <= 64)
+    if cacheable:
+        cached = _SCALARS.get((kind, value))
+        if cached is not None:
+            return cached
+    from laraq.protocol.serializer import dumps
+
+    out = dumps(value)
+    raw = out.encode("utf-8") if isinstance(out, str) else bytes(out)
+    if cacheable:
+        if len(_SCALARS) >= 4096:
+            _SCALARS.clear()
+        _SCALARS[(kind, value)] = raw
+    return raw
+
+
+@functools.lru_cache(maxsize=64)
+def _queueable_properties(profile: LaravelVersion) -> tuple[tuple[str, Any], ...]:
+    return tuple(profile.queueable_properties())
+
+
+def _mangle(class_name: str, name: str, visibility: str) -> bytes:
+    if visibility == "public":
+        return name.encode("utf-8")
+    if visibility == "protected":
+        return b"\0*\0" + name.encode("utf-8")
+    if visibility == "private":
+        return b"\0" + class_name.encode("utf-8") + b"\0" + name.encode("utf-8")
+    raise ValueError(f"unknown visibility {visibility!r}")
+
+
+def serialize_command(
+    class_name: str,
+    properties: Mapping[str, Any] | None = None,
+    *,
+    protected: Mapping[str, Any] | None = None,
+    private: Mapping[str, Any] | None = None,
+    version: LaravelVersion | str = "13",
+    connection: str | None = None,
+    queue: str | None = None,
+    delay: int | None = None,
+    queueable: Mapping[str, Any] | None = None,
+    queueable_defaults: bool = True,
+    skip_defaults: bool = False,
+) -> bytes:
+    """``serialize($job)`` for a job class using ``Dispatchable, InteractsWithQueue, Queueable``.
+
+    ``properties`` are public properties (a key may also be given already mangled, e.g.
+    ``"\\0*\\0note"``, to control the order across visibilities), ``protected`` and ``private`` the
+    others (private ones are declared by ``class_name``). Then come ``job`` and the Queueable
+    properties of ``version`` (``queueable_defaults=False`` leaves all of them out; ``queueable``
+    overrides single ones, e.g. ``{"afterCommit": True}``). ``skip_defaults`` drops trait properties
+    still at their default, like ``SerializesModels`` on 9.4+.
+    """
+    profile = version if type(version) is LaravelVersion else LaravelVersion.parse(version)
+    members: list[bytes] = []
+    seen: set[bytes] = set()
+    names = _NAMES
+
+    def add(name: bytes, value: Any) -> None:
+        if name in seen:
+            raise ValueError(f"property {name!r} given twice")
+        seen.add(name)
+        key = names.get(name)
+        if key is None:
+            key = _php_str(name)
+            if len(names) < 4096:
+                names[name] = key
+        members.append(key)
+        members.append(_serialize_value(value))
+
+    for name, value in (properties or {}).items():
+        add(name.encode("utf-8"), value)  # public: the plain name (or a name given already mangled)
+    for name, value in (protected or {}).items():
+        add(_mangle(class_name, name, "protected"), value)
+    for name, value in (private or {}).items():
+        add(_mangle(class_name, name, "private"), value)
+
+    chunk_key: tuple[Any, ...] | None = None
+    if queueable_defaults and all(type(v) in _SCALAR_TYPES for v in (connection, queue, delay)) \
+            and (not queueable or all(type(v) in _SCALAR_TYPES for v in queueable.values())):
+        # typed, so that 1, True and 1.0 (equal in Python, not in PHP) never share a chunk; any other
+        # override (a middleware list) is built each time
+        chunk_key = (profile, skip_defaults, *((type(v), v) for v in (connection, queue, delay)),
+                     *((k, type(v), v) for k, v in (queueable or {}).items()))
+        chunk = _TRAIT_CHUNKS.get(chunk_key)
+        if chunk is not None and seen.isdisjoint(chunk[2]):
+            cls = class_name.encode("utf-8")
+            return b'O:%d:"%s":%d:{%s%s}' % (len(cls), cls, len(members) // 2 + chunk[1], b"".join(members),
+                                             chunk[0])
+    if queueable_defaults:
+        user_names = frozenset(seen)
+        first_trait = len(members)
+        overrides: dict[str, Any] = {"connection": connection, "queue": queue, "delay": delay}
+        overrides.update(queueable or {})
+        trait_props: list[tuple[str, Any, Any]] = [("job", None, None)]
+        for name, default in _queueable_properties(profile):
+            trait_props.append((name, default, overrides.get(name, default)))
+        for name, default, value in trait_props:
+            if name.encode() in seen:
+                continue  # the class redeclares it (given above)
+            if skip_defaults and value == default and type(value) is type(default):
+                continue
+            add(name.encode("utf-8"), value)
+        trait_names = frozenset(name.encode() for name, _, _ in trait_props)
+        if chunk_key is not None and user_names.isdisjoint(trait_names):
+            # the same trait properties follow every job of this (version, connection, queue, delay):
+            # kept as bytes for the next one whose own properties do not redeclare any of them
+            if len(_TRAIT_CHUNKS) >= 256:
+                _TRAIT_CHUNKS.clear()
+            trait_members = members[first_trait:]
+            _TRAIT_CHUNKS[chunk_key] = (b"".join(trait_members), len(trait_members) // 2, trait_names)
+
+    cls = class_name.encode("utf-8")
+    return b'O:%d:"%s":%d:{%s}' % (len(cls), cls, len(members) // 2, b"".join(members))
+
+
+# -- results -------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PreparedJob:
+    """A built payload waiting to be pushed: where to and when."""
+
+    payload: bytes
+    queue: str
+    delay: Delay | None = None
+    #: a ShouldBeUnique job whose lock is held: not pushed, as PHP's ``PendingDispatch`` drops it
+    skipped: bool = False
+
+    @property
+    def id(self) -> str | None:
+        from laraq.protocol.queue import _payload_id
+
+        return _payload_id(self.payload)
+
+
+@dataclass(frozen=True)
+class DispatchResult:
+    """What one dispatch wrote: the payload ``id``/``uuid``, the queue, and when it is due."""
+
+    id: str | None
+    uuid: str | None
+    queue: str
+    available_at: int | None
+    payload: bytes = field(repr=False)
+    #: not pushed: a ShouldBeUnique job whose lock is held (PHP drops it the same way)
+    skipped: bool = False
+
+
+def _seconds(delay: Delay, now: float) -> int:
+    """Whole seconds from now until ``delay`` (Laravel's ``secondsUntil``), never negative."""
+    if isinstance(delay, datetime):
+        return max(0, math.floor(delay.timestamp()) - math.floor(now))
+    if isinstance(delay, timedelta):
+        return max(0, math.floor(now + delay.total_seconds()) - math.floor(now))
+    return max(0, math.floor(delay))
+
+
+def _timestamp(value: int | float | datetime | timedelta, now: float) -> int:
+    if isinstance(value, datetime):
+        return math.floor(value.timestamp())
+    if isinstance(value, timedelta):
+        return math.floor(now + value.total_seconds())
+    return math.floor(value)
+
+
+# -- the dispatcher ---------------------------------------------------------------------------------------
+
+class Dispatcher:
+    """Dispatch jobs to a Laravel Redis queue so that PHP workers run them.
+
+    ``version`` defaults to the queue's. ``encrypter`` (a :class:`laraq.protocol.encryption.Encrypter` built
+    from the app's ``APP_KEY``) is needed for ``encrypt=True``.
+    """
+
+    def __init__(
+        self,
+        queue: RedisQueue,
+        version: LaravelVersion | str | None = None,
+        encrypter: Any = None,
+        horizon: Any = None,
+        *,
+        schemas: Mapping[str, Any] | None = None,
+        cache: Any = None,
+    ) -> None:
+        self.queue = queue
+        self.version = queue.version if version is None else LaravelVersion.parse(version)
+        self.encrypter = encrypter
+        #: :class:`laraq.horizon.HorizonSettings` when the app runs Horizon (see the module docstring).
+        self.horizon = horizon
+        self._records: Any = None
+        #: class -> :class:`laraq.bus.schema.JobSchema`: dispatch such a class with its PHP defaults and lock
+        self.schemas: dict[str, Any] = dict(schemas or {})
+        #: the app's cache (:class:`laraq.stores.cache.LaravelCache`), where a unique class's lock is taken
+        self.cache = cache
+
+    def _horizon_payload(self, payload: str, *, tags: Sequence[str] | None,
+                         silenced: bool, class_name: str | None) -> str:
+        if self.horizon is None:
+            return payload
+        if silenced is False and class_name is not None:
+            silenced = class_name in self.horizon.silenced
+        return horizon_prepare(payload, tags=list(tags or ()), silenced=silenced)
+
+    def _record_pushed(self, jobs: Sequence[PreparedJob]) -> None:
+        """``JobPushed``: Horizon's pending record of each pushed job."""
+        if self.horizon is None:
+            return
+        from laraq.horizon import HorizonPayload, HorizonRecords
+
+        if self._records is None:
+            self._records = HorizonRecords(self.queue.client, self.horizon)
+        for job in jobs:
+            if job.skipped:
+                continue
+            self._records.pushed(self.queue.connection_name, job.queue, HorizonPayload.parse(job.payload))
+
+    # -- building -------------------------------------------------------------------------------
+
+    def prepare_job(
+        self,
+        class_name: str,
+        properties: Mapping[str, Any] | None = None,
+        *,
+        protected: Mapping[str, Any] | None = None,
+        private: Mapping[str, Any] | None = None,
+        queue: str | None = None,
+        connection: str | None = None,
+        delay: Delay | None = None,
+        tries: int | None = None,
+        backoff: int | str | Sequence[int] | None = None,
+        timeout: int | None = None,
+        retry_until: int | datetime | timedelta | None = None,
+        max_exceptions: int | None = None,
+        fail_on_timeout: bool = False,
+        display_name: str | None = None,
+        encrypt: bool = False,
+        queueable_defaults: bool = True,
+        queueable: Mapping[str, Any] | None = None,
+        skip_defaults: bool = False,
+        delete_when_missing_models: bool = False,
+        tags: Sequence[str] | None = None,
+        silenced: bool = False,
+        unique_id: str | None = None,
+        unique_for: int | None = None,
+    ) -> PreparedJob:
+        """Build the payload :meth:`dispatch_job` would push, without pushing it.
+
+        ``tags`` and ``silenced`` are Horizon's (used only with ``horizon=``). A class with a schema
+        (``schemas=``, :mod:`laraq.bus.schema`) gets its class defaults, and a unique class its lock:
+        ``unique_id``/``unique_for`` give what a ``uniqueId()``/``uniqueFor()`` method would. When the
+        lock is held the job is not pushed (``PreparedJob.skipped``), as PHP drops it. ``queue`` may be an enum
+        case, stored as ``onQueue()`` stores it (its ``enum_value``).
+        """
+        queue = queue_name_of(queue)
+        now = self.queue.clock()
+        delay_seconds = None if delay is None else _seconds(delay, now)
+        context: dict[str, Any] | None = None
+        schema = self.schemas.get(class_name.lstrip("\\"))
+        if schema is not None:
+            from laraq.bus.schema import plan as schema_plan
+
+            if protected or private:
+                raise ValueError(f"{class_name} has a schema: give its properties by plain name in properties=")
+            owner = self._unique_owner() if schema.is_unique else None
+            queueable_values: dict[str, Any] = {"connection": connection, "queue": queue, "delay": delay_seconds}
+            if owner is not None and self.version.since("13.24"):
+                queueable_values["uniqueLockOwner"] = owner
+            queueable_values.update(queueable or {})
+            p = schema_plan(schema, properties or {}, self.version, queueable=queueable_values, explicit={
+                "tries": tries, "backoff": backoff, "timeout": timeout, "max_exceptions": max_exceptions,
+                "fail_on_timeout": fail_on_timeout or None, "display_name": display_name,
+                "delete_when_missing_models": delete_when_missing_models or None,
+                "unique_id": unique_id, "unique_for": unique_for,
+                "retry_until": None if retry_until is None else _timestamp(retry_until, now),
+            })
+            if p.unique is not None and not self._take_unique_lock(p.unique, owner):
+                return PreparedJob(b"", self.queue.queue_name(queue), delay, skipped=True)
+            if p.unique is not None and self.version.since("11.39"):
+                context = self._unique_context(p.unique, owner)
+            properties, queueable_defaults, skip_defaults = p.public, p.queueable_defaults, p.skip_defaults
+            queueable = queueable_values if p.queueable_defaults else None
+            encrypt = encrypt or p.encrypt
+            tries, backoff, timeout = p.payload["tries"], p.payload["backoff"], p.payload["timeout"]
+            max_exceptions, fail_on_timeout = p.payload["max_exceptions"], p.payload["fail_on_timeout"]
+            delete_when_missing_models = p.payload["delete_when_missing_models"]
+            retry_until = p.payload["retry_until"]
+        command = serialize_command(
+            class_name, properties, protected=protected, private=private, version=self.version,
+            connection=connection, queue=queue, delay=delay_seconds, queueable=queueable,
+            queueable_defaults=queueable_defaults, skip_defaults=skip_defaults,
+        )
+        if encrypt:
+            if self.encrypter is None:
+                raise ValueError("encrypt=True needs an Encrypter (the app's APP_KEY)")
+            command_text = self.encrypter.encrypt(command, serialize=True)
+        else:
+            command_text = command.decode("utf-8")
+        payload = build_object_payload(
+            self.version,
+            command_name=class_name,
+            command=command_text,
+            display_name=display_name,
+            max_tries=tries,
+            max_exceptions=max_exceptions,
+            fail_on_timeout=fail_on_timeout,
+            backoff=list(backoff) if isinstance(backoff, list | tuple) else backoff,
+            timeout=timeout,
+            retry_until=None if retry_until is None else _timestamp(retry_until, now),
+            delete_when_missing_models=delete_when_missing_models,
+            delay=delay_seconds,
+            now=now,
+            context=context,
+            **self._horizon_ids(),
+        )
+        if self.horizon is not None:
+            if tags is None:
+                tags = _model_tags([properties, protected, private])
+            payload = self._horizon_payload(payload, tags=tags, silenced=silenced, class_name=class_name)
+        return PreparedJob(payload.encode("utf-8"), self.queue.queue_name(queue), delay)
+
+    def _unique_owner(self) -> str | None:
+        from laraq.bus.schema import unique_lock_owner
+
+        return unique_lock_owner()
+
+    def _unique_context(self, unique: tuple[str, str, str | None, int], owner: str | None) -> dict[str, Any]:
+        """11.39+: ``PendingDispatch`` puts the lock's store, key (and 13.24+ owner) into hidden Context,
+        so the worker can free the lock of a job whose models are gone."""
+        from laraq.protocol.payload import log_context
+
+        def ser(value: str) -> str:
+            return _serialize_value(value).decode("utf-8")
+
+        hidden = {
+            "laravel_unique_job_cache_store": ser(str(getattr(self.cache, "store_name", None) or "redis")),
+            "laravel_unique_job_key": ser(self.version.unique_lock_key(unique[0], unique[1], unique[2])),
+        }
+        if self.version.since("13.24"):
+            hidden["laravel_unique_job_lock_owner"] = ser(owner or "")
+        return log_context(hidden=hidden)
+
+    def _take_unique_lock(self, unique: tuple[str, str, str | None, int], owner: str | None) -> bool:
+        """``UniqueLock::acquire`` in the app's cache (needs ``cache=``)."""
+        acquire = getattr(self.cache, "unique_lock_acquire", None)
+        if acquire is None:
+            from laraq.bus.schema import SchemaError
+
+            store = getattr(self.cache, "driver", None)
+            raise SchemaError(f"{unique[0]} is ShouldBeUnique: its lock is taken in the app's cache, which laraq "
+                              + ("was not given (Dispatcher(cache=...))" if self.cache is None
+                                 else f"cannot lock in (store {store!r}; redis only)"))
+        return bool(acquire(unique[0], unique[1], unique[2], unique[3], owner or ""))
+
+    def _horizon_ids(self) -> dict[str, str]:
+        """Horizon's ``createPayloadArray``: ``id`` is the ``uuid``."""
+        if self.horizon is None:
+            return {}
+        uuid = new_uuid()
+        return {"uuid": uuid, "id": uuid}
+
+    def prepare_string(
+        self,
+        job: str,
+        data: Any = "",
+        *,
+        queue: str | None = None,
+        delay: Delay | None = None,
+        tries: int | None = None,
+        backoff: int | str | Sequence[int] | None = None,
+        timeout: int | None = None,
+        max_exceptions: int | None = None,
+        fail_on_timeout: bool = False,
+    ) -> PreparedJob:
+        """Build the payload of ``Queue::push('Class@method', $data)`` (or ``later``)."""
+        if "@" not in job:
+            raise ValueError(f"a string job is 'Class@method', got {job!r}")
+        now = self.queue.clock()
+        delay_seconds = None if delay is None else _seconds(delay, now)
+        payload = build_string_payload(
+            self.version, job, data,
+            max_tries=tries, max_exceptions=max_exceptions, fail_on_timeout=fail_on_timeout,
+            backoff=list(backoff) if isinstance(backoff, list | tuple) else backoff,
+            timeout=timeout, delay=delay_seconds, now=now, **self._horizon_ids(),
+        )
+        # Horizon prepares a string job with no tags, not silenced.
+        payload = self._horizon_payload(payload, tags=(), silenced=False, class_name=None)
+        return PreparedJob(payload.encode("utf-8"), self.queue.queue_name(queue), delay)
+
+    # -- pushing -------------------------------------------------------------------------------------
+
+    def push(self, job: PreparedJob) -> DispatchResult:
+        """Push one prepared job (``later`` when it has a delay)."""
+        if job.skipped:
+            return _result(job, None)
+        if job.delay is None:
+            self.queue.push_raw(job.payload, job.queue)
+            available = None
+        else:
+            available = self.queue.available_at(job.delay)
+            self.queue.later(job.delay, job.payload, job.queue)
+        self._record_pushed([job])
+        return _result(job, available)
+
+    def dispatch_job(self, class_name: str, properties: Mapping[str, Any] | None = None, **options: Any) -> DispatchResult:
+        """Dispatch one job object; see :meth:`prepare_job` for the options."""
+        return self.push(self.prepare_job(class_name, properties, **options))
+
+    def dispatch_string(self, job: str, data: Any = "", **options: Any) -> DispatchResult:
+        """Dispatch ``Class@method`` with plain JSON ``data``; see :meth:`prepare_string`."""
+        return self.push(self.prepare_string(job, data, **options))
+
+    def bulk(self, jobs: Iterable[PreparedJob]) -> list[DispatchResult]:
+        """Push many prepared jobs (any queues, delayed or not) in one MULTI/EXEC round trip.
+
+        Unlike Laravel 8.0–9.6's ``bulk``, a delay is always honoured.
+        """
+        items = list(jobs)
+        if not items:
+            return []
+        q = self.queue
+        if q.cluster:  # one transaction per hash slot: fall back to one call per job
+            return [self.push(job) for job in items]
+        pipe = q.client.pipeline(transaction=True)
+        results: list[DispatchResult] = []
+        push_text, later_text = q.scripts.text("push"), q.scripts.text("later")
+        for job in items:
+            if job.skipped:
+                results.append(_result(job, None))
+                continue
+            keys = q.keys(job.queue)
+            if job.delay is None:
+                pipe.eval(push_text, 2, keys.list, keys.notify, job.payload)
+                results.append(_result(job, None))
+            else:
+                score = q.available_at(job.delay)
+                if self.version.later_uses_script:
+                    pipe.eval(later_text, 1, keys.delayed, score, job.payload)
+                else:
+                    pipe.zadd(keys.delayed, {job.payload: score})
+                results.append(_result(job, score))
+        pipe.execute()
+        self._record_pushed(items)
+        return results
+
+
+def _model_tags(groups: Sequence[Mapping[str, Any] | None]) -> list[str]:
+    """Horizon's automatic tags: ``Class:key`` for each model (``ModelIdentifier``) property."""
+    from laraq.protocol.serializer import ModelIdentifier
+
+    tags: list[str] = []
+    for group in groups:
+        for value in (group or {}).values():
+            if isinstance(value, ModelIdentifier):
+                keys = value.id if isinstance(value.id, list) else [value.id]
+                tags += [f"{value.class_name}:{key}" for key in keys]
+    return tags
+
+
+def _result(job: PreparedJob, available_at: int | None) -> DispatchResult:
+    import orjson
+
+    if job.skipped:
+        return DispatchResult(id=None, uuid=None, queue=job.queue, available_at=None, payload=b"", skipped=True)
+    decoded = orjson.loads(job.payload)  # laraq's own payload (valid JSON); the same values json.loads gives
+    return DispatchResult(
+        id=decoded.get("id"), uuid=decoded.get("uuid"), queue=job.queue,
+        available_at=available_at, payload=job.payload,
+    )
+
+
+# -- queue:retry ----------------------------------------------------------------------------------------
+
+#: How ``retryUntil`` is treated when a failed job is retried (see :func:`retry_payload`).
+RETRY_UNTIL_POLICIES = ("auto", "keep", "window")
+
+
+def _command_has_retry_until_property(payload: dict[str, Any], encrypter: Any) -> bool | None:
+    """True if the command object has a ``retryUntil`` *property* (PHP then keeps the value)."""
+    from laraq.protocol.serializer import PHPObject, loads
+
+    data = payload.get("data")
+    command = data.get("command") if isinstance(data, dict) else None
+    if not isinstance(command, str):
+        return None
+    try:
+        raw = command.encode("utf-8")
+        if not command.startswith("O:"):
+            if encrypter is None:
+                return None
+            raw = encrypter.decrypt(command)
+        obj = loads(raw)
+    except Exception:
+        return None
+    return isinstance(obj, PHPObject) and "retryUntil" in obj
+
+
+def retry_payload(
+    raw: bytes | str,
+    *,
+    now: float | None = None,
+    retry_until: str = "auto",
+    encrypter: Any = None,
+) -> bytes:
+    """The bytes ``php artisan queue:retry`` pushes back for the stored failed ``raw`` payload.
+
+    ``attempts`` is reset to 0 and the JSON re-encoded like PHP's ``json_encode`` without flags
+    (:func:`laraq.protocol.payload.reencode_like_php_retry`): same ``uuid`` and ``id``, key order kept, unicode
+    escaped, ``{}`` → ``[]``.
+
+    PHP also calls the job's ``retryUntil()`` *method* again and stores the new deadline. Python
+    cannot run PHP methods, so ``retry_until`` chooses:
+
+    * ``"keep"``: leave ``retryUntil`` as it is (what PHP does for a ``$retryUntil`` property, or
+      when there is no method);
+    * ``"window"``: a non-null ``retryUntil`` becomes ``now + (retryUntil - createdAt)``, i.e. the
+      same window the job had when it was dispatched; needs ``createdAt`` (12.11+ payloads);
+    * ``"auto"`` (default): ``keep`` when the value is null, when the command declares a
+      ``retryUntil`` property, or when the payload has no ``createdAt``; else ``window``.
+    """
+    import json
+
+    from laraq.protocol.payload import reencode_like_php_retry
+
+    if retry_until not in RETRY_UNTIL_POLICIES:
+        raise ValueError(f"retry_until must be one of {RETRY_UNTIL_POLICIES}, got {retry_until!r}")
+    decoded = json.loads(raw)
+    new_deadline: int | None = None
+    old = decoded.get("retryUntil") if isinstance(decoded, dict) else None
+    created = decoded.get("createdAt") if isinstance(decoded, dict) else None
+    if isinstance(old, int | float) and not isinstance(old, bool) and retry_until != "keep":
+        has_property = _command_has_retry_until_property(decoded, encrypter)
+        usable = isinstance(created, int | float) and not isinstance(created, bool)
+        if retry_until == "window" and not usable:
+            raise ValueError("retry_until='window' needs the payload's createdAt (Laravel 12.11+)")
+        if usable and (retry_until == "window" or not has_property):
+            current = math.floor(time_now() if now is None else now)
+            new_deadline = current + max(0, math.floor(old) - math.floor(created))
+    return reencode_like_php_retry(raw, attempts=0, retry_until=new_deadline).encode("utf-8")
+
+
+def time_now() -> float:
+    import time
+
+    return time.time()
+
+
+@dataclass(frozen=True)
+class RetryOutcome:
+    """What happened to one failed-job id given to :func:`retry_failed`."""
+
+    id: str
+    status: str  # "pushed", "missing", "skipped"
+    queue: str | None = None
+    message: str = ""
+    payload: bytes | None = field(default=None, repr=False)
+
+
+def retry_failed(
+    store: Any,
+    queue: RedisQueue,
+    ids: Iterable[str | int],
+    *,
+    retry_until: str = "auto",
+    encrypter: Any = None,
+    connection_name: str | None = None,
+    forget: bool = True,
+) -> list[RetryOutcome]:
+    """``queue:retry``: for each id, find the failed job, push its retry payload to its queue, forget it.
+
+    Jobs whose ``connection`` is not this queue's connection (``connection_name``, default
+    ``queue.connection_name``) are skipped: laraq only writes to the Redis connection it was given.
+    """
+    conn = connection_name or queue.connection_name
+    out: list[RetryOutcome] = []
+    for ident in ids:
+        failed = store.find(ident)
+        if failed is None:
+            out.append(RetryOutcome(str(ident), "missing", message=f"Unable to find failed job with ID [{ident}]."))
+            continue
+        if failed.connection != conn:
+            out.append(RetryOutcome(str(ident), "skipped", failed.queue,
+                                    f"failed job [{ident}] belongs to connection [{failed.connection}], not [{conn}]"))
+            continue
+        body = retry_payload(failed.payload, now=queue.clock(), retry_until=retry_until, encrypter=encrypter)
+        queue.push_raw(body, failed.queue)
+        if forget:
+            store.forget(failed.id)
+        out.append(RetryOutcome(str(ident), "pushed", failed.queue,
+                                f"The failed job [{ident}] has been pushed back onto the queue!", body))
+    return out
+
+
+def expand_retry_ids(store: Any, ids: Sequence[str], *, queue: str | None = None,
+                     ranges: Sequence[str] = ()) -> list[str | int]:
+    """``RetryCommand::getJobIds``: explicit ids, ``all``, ``--queue=`` and ``--range=1-5``."""
+    result: list[str | int] = []
+    if list(ids) == ["all"]:
+        result.extend(store.ids())
+    else:
+        result.extend(ids)
+    if queue:
+        result.extend(store.ids(queue))
+    for spec in ranges:
+        lo, sep, hi = spec.partition("-")
+        if not sep or not lo.strip().isdigit() or not hi.strip().isdigit():
+            raise ValueError(f"a range is FROM-TO, e.g. 1-5 (got {spec!r})")
+        result.extend(range(int(lo), int(hi) + 1))
+    seen: set[str] = set()
+    unique: list[str | int] = []
+    for item in result:
+        if str(item) not in seen:
+            seen.add(str(item))
+            unique.append(item)
+    return unique

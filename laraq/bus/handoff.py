@@ -1,0 +1,122 @@
+"""Handing the PHP half of a job's outcome to PHP: a signed ``CallQueuedClosure`` job that PHP's stock
+``queue:work`` runs (Laravel's ``Illuminate\\Queue\\CallQueuedClosure`` holding a
+``Laravel\\SerializableClosure\\SerializableClosure`` with a ``Signed`` / ``Native`` payload).
+
+Some of what Laravel's ``CallQueuedHandler`` does around ``handle()`` can only be done by PHP: the
+next job of a chain is ``unserialize()``d and dispatched (its payload may depend on ``backoff()``,
+``retryUntil()``, ``displayName()``, ``ShouldBeEncrypted``, ``ShouldBeUnique``, 13's attributes and
+the app's payload hooks), a batch's ``then``/``catch``/``finally`` callbacks are PHP closures, a chain's
+``catch`` callbacks too, ``uniqueId()`` may be a method, and the job class may have a ``failed()``
+method. When a job laraq ran needs any of that, laraq pushes one continuation job whose closure calls
+Laravel's own ``CallQueuedHandler`` steps on the original payload:
+
+* before the handler: ``ensureUniqueJobLockIsReleased`` (``ShouldBeUniqueUntilProcessing``, key by method);
+* success: ``ensureUniqueJobLockIsReleased`` (only when laraq did not release the lock itself, and not
+  for a ``ShouldBeUniqueUntilProcessing`` class, whose lock went before ``handle()``),
+  ``ensureNextJobInChainIsDispatched`` and ``ensureSuccessfulBatchJobIsRecorded`` - the protected
+  methods of the version that runs it, reached by binding the closure to ``CallQueuedHandler``'s scope;
+* failure: ``CallQueuedHandler::failed($data, $e, $uuid, $job)`` - unique lock, batch failure record,
+  chain ``catch`` callbacks and the class's ``failed()`` method, exactly as ``Job::fail`` runs them.
+
+The job object those steps see is a ``RedisJob`` built from the original body (its ``uuid()`` is the
+original job's, which the batch bookkeeping keys on). The closure is signed the way Laravel signs a
+queued closure: ``base64(HMAC-SHA256(serialized Native closure, APP_KEY))`` (checked against the
+``closure`` entries of the wire corpus, Laravel 8.83 to 13.x). Its code is fixed; the job's data only
+travels in its ``use`` variables. The continuation is retried like any job and lands in
+``failed_jobs`` if it cannot run, so a chain never ends silently.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from typing import Any
+
+from laraq.protocol.payload import build_object_payload
+from laraq.protocol.serializer import PHPObject, dumps
+from laraq.protocol.versions import LaravelVersion
+
+__all__ = ["CLOSURE_CLASS", "CONTINUATION_TAG", "continuation_payload", "is_continuation", "signed_closure"]
+
+CLOSURE_CLASS = "Illuminate\\Queue\\CallQueuedClosure"
+#: The ``displayName`` of every continuation starts with this (so laraq and humans can tell them apart).
+CONTINUATION_TAG = "Closure (laraq continuation"
+
+_NATIVE = "Laravel\\SerializableClosure\\Serializers\\Native"
+_SIGNED = "Laravel\\SerializableClosure\\Serializers\\Signed"
+_SERIALIZABLE = "Laravel\\SerializableClosure\\SerializableClosure"
+_HANDLER = "Illuminate\\Queue\\CallQueuedHandler"
+
+# The closures' PHP source. They run with CallQueuedHandler's class scope (protected methods reachable).
+_JOB = ("$job = new \\Illuminate\\Queue\\Jobs\\RedisJob(app(), app('queue')->connection($connection), "
+        "$body, $body, $connection, $queue);")
+
+SUCCESS_CODE = (
+    "function () use ($data, $body, $connection, $queue, $steps) {\n"
+    "    $handler = app(\\Illuminate\\Queue\\CallQueuedHandler::class);\n"
+    f"    {_JOB}\n"
+    "    $command = $handler->setJobInstanceIfNecessary($job, $handler->getCommand($data));\n"
+    "    $untilProcessing = $command instanceof \\Illuminate\\Contracts\\Queue\\ShouldBeUniqueUntilProcessing;\n"
+    "    if (in_array('unique-now', $steps, true)\n"
+    "            || (in_array('unique', $steps, true) && ! $untilProcessing)) {\n"
+    "        $handler->ensureUniqueJobLockIsReleased($command);\n"
+    "    }\n"
+    "    if (in_array('chain', $steps, true)) {\n"
+    "        $handler->ensureNextJobInChainIsDispatched($command);\n"
+    "    }\n"
+    "    if (in_array('batch', $steps, true)) {\n"
+    "        $handler->ensureSuccessfulBatchJobIsRecorded($command);\n"
+    "    }\n"
+    "}"
+)
+
+FAILURE_CODE = (
+    "function () use ($data, $body, $connection, $queue, $uuid, $class, $message) {\n"
+    "    $handler = app(\\Illuminate\\Queue\\CallQueuedHandler::class);\n"
+    f"    {_JOB}\n"
+    "    try {\n"
+    "        $e = class_exists($class) && is_subclass_of($class, \\Throwable::class)\n"
+    "            ? new $class($message) : new \\RuntimeException($message);\n"
+    "    } catch (\\Throwable $ignored) {\n"
+    "        $e = new \\RuntimeException($message);\n"
+    "    }\n"
+    "    $handler->failed($data, $e, $uuid, $job);\n"
+    "}"
+)
+
+
+def signed_closure(code: str, use: dict[str, Any], key: bytes, *, scope: str | None = None) -> PHPObject:
+    """A ``SerializableClosure`` of ``code`` with ``use`` variables, signed with the raw ``APP_KEY``."""
+    native = dumps(PHPObject.build(_NATIVE, {
+        "use": use, "function": code, "scope": scope, "this": None, "self": secrets.token_hex(16),
+    }))
+    digest = base64.b64encode(hmac.new(key, native, hashlib.sha256).digest()).decode("ascii")
+    signed = PHPObject.build(_SIGNED, {"serializable": native, "hash": digest})
+    return PHPObject.build(_SERIALIZABLE, {"serializable": signed})
+
+
+def continuation_payload(
+    version: LaravelVersion,
+    key: bytes,
+    *,
+    code: str,
+    use: dict[str, Any],
+    about: str,
+) -> bytes:
+    """The body of a ``CallQueuedClosure`` job running ``code`` in ``CallQueuedHandler``'s scope.
+
+    Retried 5 times (10 s, 30 s, 60 s, 120 s apart) so a passing outage of the database or of Redis on
+    the PHP side does not lose it; after that it is in ``failed_jobs`` with PHP's own exception.
+    """
+    closure = signed_closure(code, use, key, scope=_HANDLER)
+    command = dumps(PHPObject.build(CLOSURE_CLASS, {"closure": closure})).decode("utf-8")
+    return build_object_payload(
+        version, command_name=CLOSURE_CLASS, command=command, display_name=f"{CONTINUATION_TAG}: {about})",
+        max_tries=5, backoff="10,30,60,120",
+    ).encode("utf-8")
+
+
+def is_continuation(display_name: str | None) -> bool:
+    return bool(display_name) and str(display_name).startswith(CONTINUATION_TAG)

@@ -1,0 +1,36 @@
+"""A Laravel app's settings as laraq reads them, and the Redis connection they describe.
+
+:mod:`.settings` reads the app's env / ``.env`` (Laravel's ``config/database.php``, ``queue.php``,
+``cache.php`` defaults); :mod:`.sentinel` and :mod:`.cluster` build the client for a Sentinel or Cluster
+connection (``Illuminate\\Redis\\Connectors``).
+"""
+
+from laraq.config.settings import (
+    DatabaseSettings,
+    EnvFileError,
+    LaravelSettings,
+    RedisConnectionSettings,
+    VersionDetection,
+    detect_laravel_version,
+    detect_version,
+    make_redis,
+    parse_env_file,
+    parse_env_text,
+    parse_redis_url,
+    redis_from_settings,
+)
+
+__all__ = [
+    "DatabaseSettings",
+    "EnvFileError",
+    "LaravelSettings",
+    "RedisConnectionSettings",
+    "VersionDetection",
+    "detect_laravel_version",
+    "detect_version",
+    "make_redis",
+    "parse_env_file",
+    "parse_env_text",
+    "parse_redis_url",
+    "redis_from_settings",
+]

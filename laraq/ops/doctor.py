@@ -1,0 +1,328 @@
+"""``laraq doctor``: read-only checks of a Laravel Redis queue set-up, each finding with its fix.
+
+Checks (all with ``SCAN`` and bounded samples, never ``KEYS``):
+
+* Redis reachable; queue keys under the configured prefix, or under *another* prefix (the 12→13
+  ``laravel_database_`` → ``laravel-database-`` change, an ``APP_NAME`` change);
+* which Laravel line the payloads look like (``createdAt`` 12.11+, ``batchId`` 12.51+,
+  ``deleteWhenMissingModels`` 13+, no ``failOnTimeout`` < 8.43) against ``--laravel``;
+* members that are not JSON job payloads (a phpredis ``serializer``/``compression`` option on the
+  queue connection; Laravel's own pop would lose them) and laraq's ``:poison`` lists;
+* the worker ``--timeout`` (and per-job ``timeout``) against ``retry_after`` (jobs run twice);
+* reservations already expired and delayed jobs already due piling up (no worker is running);
+* ``:notify`` lists far longer than their queues (harmless drift, but wasted memory);
+* job classes with no Python handler in ``--app``; jobs using ``RateLimited(name)`` for a limiter the app
+  does not declare (``app.rate_limiter``); jobs with a handler that carry middleware laraq
+  does not run (they go back to PHP), or chains/batches that laraq hands to PHP (continuations), and
+  continuation jobs waiting for a PHP worker;
+* Horizon keys (run ``laraq work`` with Horizon's records so Horizon sees laraq's work).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from laraq.config.settings import LaravelSettings
+from laraq.ops.inspect import discover_prefixes, discover_queues, iter_members, queue_status
+from laraq.protocol.payload import Payload, PayloadError
+from laraq.protocol.queue import RedisQueue
+
+__all__ = ["Finding", "diagnose"]
+
+#: Members sampled per queue and state.
+SAMPLE = 200
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One result: ``level`` is ``ok``, ``info``, ``warn`` or ``error``."""
+
+    level: str
+    title: str
+    detail: str = ""
+    fix: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def _looks_serialized(member: bytes) -> str | None:
+    """A guess at what wrote a non-JSON member."""
+    if member[:2] in (b"s:", b"a:", b"O:", b"i:"):
+        return "phpredis serializer=php"
+    if member[:4] == b"\x00\x00\x00\x02":
+        return "phpredis serializer=igbinary"
+    if member[:1] in (b"\x92", b"\xa0", b"\xd9", b"\xda") or member[:1] and 0x80 <= member[0] <= 0x9f:
+        return "phpredis serializer=msgpack"
+    if member[:4] == b"\x28\xb5\x2f\xfd":
+        return "phpredis compression=zstd"
+    if member[:1] in (b"{", b"["):
+        return None
+    return "phpredis compression (lzf/lz4) or a foreign producer"
+
+
+def _version_hints(decoded: dict[str, Any]) -> list[str]:
+    hints = []
+    if "deleteWhenMissingModels" in decoded:
+        hints.append("13")
+    elif isinstance(decoded.get("data"), dict) and "batchId" in decoded["data"]:
+        hints.append("12.51+")
+    elif "createdAt" in decoded:
+        hints.append("12.11+")
+    elif "failOnTimeout" not in decoded:
+        hints.append("<8.43")
+    else:
+        hints.append("8.43–12.10")
+    if isinstance(decoded.get("pushedAt"), str) or "tags" in decoded and "silenced" in decoded:
+        hints.append("horizon")
+    return hints
+
+
+def _expected_hint(version: Any) -> str:
+    if version.major >= 13:
+        return "13"
+    if version.since("12.51"):
+        return "12.51+"
+    if version.since("12.11"):
+        return "12.11+"
+    if not version.since("8.43"):
+        return "<8.43"
+    return "8.43–12.10"
+
+
+def _note_job_model(payload: Payload, queue_name: str, notes: dict[tuple[str, str, str], int]) -> None:
+    """Count what PHP must finish for this job (chain, batch, middleware laraq does not run)."""
+    from laraq.bus.handoff import is_continuation
+    from laraq.bus.middleware import limiter_names, unsupported_names
+    from laraq.protocol.serializer import loads
+
+    if is_continuation(payload.display_name):
+        key = ("continuation", queue_name, "")
+        notes[key] = notes.get(key, 0) + 1
+        return
+    text = payload.command
+    if not text or not text.startswith("O:"):
+        return
+    try:
+        command = loads(text.encode("utf-8"))
+    except Exception:
+        return
+    job = payload.command_name or payload.resolve_name
+    found = [("middleware", ", ".join(unsupported_names(command)))] if unsupported_names(command) else []
+    found += [("limiter", name) for name in dict.fromkeys(limiter_names(command))]
+    if command.get("chained") or command.get("chainCatchCallbacks"):
+        found.append(("chain", ""))
+    if command.get("batchId"):
+        found.append(("batch", ""))
+    for kind, detail in found:
+        notes[(kind, job, detail)] = notes.get((kind, job, detail), 0) + 1
+
+
+def _job_model_findings(notes: dict[tuple[str, str, str], int], app: Any, samples: dict[str, Payload],
+                        has_app_key: bool) -> list[Finding]:
+    out = []
+    handled = {name for name, payload in samples.items() if app.resolve(payload) is not None}
+    for (kind, name, detail), n in sorted(notes.items()):
+        if kind == "continuation":
+            out.append(Finding(
+                "info", f"queue {name!r}: {n} laraq continuation job(s) waiting for a PHP worker",
+                "chain steps, batch bookkeeping, uniqueId() locks or failed() that laraq handed to PHP",
+                f"run php artisan queue:work on {name!r} (or point laraq work --php-queue at a queue PHP serves)"))
+        elif name not in handled:
+            continue
+        elif kind == "middleware":
+            out.append(Finding(
+                "warn", f"{n} {name} job(s) carry job middleware laraq does not run: {detail}",
+                "laraq sends these back to PHP untouched (never runs them around a bypassed middleware)",
+                "leave this class to PHP workers, or drop the middleware / use WithoutOverlapping"))
+        elif kind == "limiter":
+            if detail not in getattr(app, "rate_limiters", {}):
+                out.append(Finding(
+                    "warn", f"{n} {name} job(s) use RateLimited({detail!r}): the app declares no rate limiter "
+                    f"{detail!r}",
+                    "PHP's limiter is a closure (RateLimiter::for) laraq cannot run, so these go back to PHP",
+                    f"declare app.rate_limiter({detail!r}, per_minute=..., by=...) with PHP's limits, or leave "
+                    "this class to PHP workers"))
+        elif not has_app_key:
+            out.append(Finding(
+                "error", f"{n} {name} job(s) are part of a {kind}, and APP_KEY is not set",
+                "laraq hands a chain's next step / a batch's bookkeeping to PHP in a signed job; without "
+                "APP_KEY it cannot, so it sends these jobs back to PHP", "set APP_KEY (or --env-file)"))
+        else:
+            out.append(Finding(
+                "info", f"{n} {name} job(s) are part of a {kind}",
+                "laraq runs them and hands the next step / the batch bookkeeping to PHP (a continuation job)",
+                "make sure a PHP worker serves laraq work's --php-queue (default: the default queue)"))
+    return out
+
+
+def diagnose(
+    settings: LaravelSettings,
+    queue: RedisQueue,
+    *,
+    app_ref: str | None = None,
+    worker_timeout: int = 60,
+) -> list[Finding]:
+    """Run every check; findings come in the order of the module docstring."""
+    out: list[Finding] = []
+    client = queue.client
+    try:
+        client.ping()
+    except Exception as exc:
+        return [Finding("error", f"cannot reach Redis at {queue.redacted_url()}", str(exc),
+                        "check REDIS_HOST/REDIS_PORT/REDIS_PASSWORD (or --env-file)")]
+    out.append(Finding("ok", f"Redis reachable at {queue.redacted_url()}"))
+
+    # -- prefixes and queues
+    names = discover_queues(client, queue.prefix)
+    prefixes = {p: n for p, n in discover_prefixes(client).items() if p != queue.prefix}
+    if names:
+        out.append(Finding("ok", f"{len(names)} queue(s) under prefix {queue.prefix!r}: {', '.join(names[:20])}"))
+    else:
+        out.append(Finding(
+            "warn", f"no queue keys under prefix {queue.prefix!r}",
+            "an empty queue has no keys, so this is expected when nothing is queued",
+            "if jobs are queued, point laraq at the app's prefix: --env-file /path/to/.env, REDIS_PREFIX or "
+            "--prefix (laraq doctor lists other prefixes it finds below)",
+        ))
+    if prefixes:
+        listing = ", ".join(f"{p!r} ({n} keys)" for p, n in sorted(prefixes.items(), key=lambda x: -x[1])[:5])
+        level = "error" if not names else "warn"
+        out.append(Finding(
+            level, "queue keys exist under other prefixes", listing,
+            "set REDIS_PREFIX (or --prefix) to the prefix your PHP app uses; to move jobs across a prefix "
+            "change (e.g. Laravel 12 → 13's 'laravel-database-'), run: laraq move QUEUE --to-prefix NEW",
+        ))
+
+    # -- members
+    hints: dict[str, int] = {}
+    model_notes: dict[tuple[str, str, str], int] = {}
+    job_samples: dict[str, Payload] = {}  # one payload per job name, to ask the --app which it handles
+    max_job_timeout = 0
+    for name in names:
+        bad: dict[str, int] = {}
+        for state in ("pending", "delayed", "reserved"):
+            for count, (member, _score, _i) in enumerate(iter_members(queue, name, state, batch=SAMPLE)):
+                if count >= SAMPLE:
+                    break
+                try:
+                    payload = Payload.parse(member)
+                except PayloadError:
+                    kind = _looks_serialized(member) or "not a job payload (no numeric attempts)"
+                    bad[kind] = bad.get(kind, 0) + 1
+                    continue
+                for hint in _version_hints(payload.decoded):
+                    hints[hint] = hints.get(hint, 0) + 1
+                job_samples.setdefault(payload.command_name or payload.resolve_name, payload)
+                _note_job_model(payload, name, model_notes)
+                with contextlib.suppress(PayloadError):
+                    max_job_timeout = max(max_job_timeout, payload.timeout or 0)
+        for kind, n in bad.items():
+            out.append(Finding(
+                "error", f"queue {name!r}: {n} member(s) that are not JSON job payloads", kind,
+                "remove the 'serializer'/'compression' options from the queue's Redis connection "
+                "(config/database.php); Laravel's own pop script drops such members. Inspect them with "
+                f"laraq list {name} --json --raw",
+            ))
+        status = queue_status(queue, name)
+        if status.poison:
+            out.append(Finding(
+                "warn", f"queue {name!r}: {status.poison} member(s) in laraq's poison list",
+                f"{queue.keys(name).poison} holds members the pop script could not reserve",
+                f"look at them: laraq list {name} --state poison --json --raw; delete with laraq clear {name} "
+                "--poison once handled",
+            ))
+        if status.expired_reserved:
+            out.append(Finding(
+                "warn", f"queue {name!r}: {status.expired_reserved} expired reservation(s) not migrated back",
+                "a worker moves them back to the list on its next pop; if they pile up no worker is polling "
+                "this queue" + (" (retry_after is null: reservations never expire)" if queue.retry_after is None
+                                else ""),
+                f"start a worker for {name!r} (php artisan queue:work --queue={name} or laraq work)",
+            ))
+        if status.due_delayed > 100:
+            out.append(Finding(
+                "warn", f"queue {name!r}: {status.due_delayed} delayed job(s) already due",
+                "due jobs are migrated only when a worker pops this queue", f"start a worker for {name!r}",
+            ))
+        if status.notify > status.pending + 1000:
+            out.append(Finding(
+                "info", f"queue {name!r}: :notify drift ({status.notify} tokens for {status.pending} jobs)",
+                "the :notify list only wakes blocking pops (block_for); extra tokens cause empty wake-ups",
+                f"redis-cli DEL {queue.keys(name).notify} (safe; Laravel's queue:clear does the same)",
+            ))
+
+    expected = _expected_hint(settings.version)
+    seen = {h: n for h, n in hints.items() if h != "horizon"}
+    if seen and expected not in seen:
+        out.append(Finding(
+            "warn", f"payloads look like Laravel {max(seen, key=lambda h: seen[h])}, laraq is set to {settings.version}",
+            json.dumps(seen), "pass --laravel (or LARAQ_LARAVEL_VERSION) with your app's framework version",
+        ))
+    elif seen:
+        out.append(Finding("ok", f"payloads match Laravel {settings.version}"))
+
+    # -- timeouts
+    retry_after = queue.retry_after
+    if retry_after is not None:
+        longest = max(worker_timeout, max_job_timeout)
+        if longest >= retry_after:
+            out.append(Finding(
+                "error", f"timeout {longest}s ≥ retry_after {retry_after}s: a running job can be handed to a "
+                "second worker", "reservations expire after retry_after seconds and go back to the queue",
+                "set retry_after (REDIS_QUEUE_RETRY_AFTER / config/queue.php) a few seconds longer than the "
+                "longest --timeout and job $timeout",
+            ))
+        else:
+            out.append(Finding("ok", f"timeouts ({longest}s) below retry_after ({retry_after}s)"))
+
+    # -- handlers
+    if app_ref:
+        from laraq.app import load_app
+
+        try:
+            app = load_app(app_ref)
+        except Exception as exc:
+            out.append(Finding("error", f"cannot load --app {app_ref!r}", str(exc), "give module:attribute"))
+        else:
+            # the worker's own lookup (command class, display name, Class@method, Class)
+            missing = sorted(name for name, payload in job_samples.items() if app.resolve(payload) is None)
+            if missing:
+                out.append(Finding(
+                    "info", f"{len(missing)} job class(es) on the queues have no Python handler",
+                    ", ".join(missing[:20]),
+                    "leave them to PHP workers (laraq releases jobs it has no handler for) or register "
+                    "@app.handler('Class') for each",
+                ))
+            else:
+                out.append(Finding("ok", "every job class seen has a Python handler"))
+            out.extend(_job_model_findings(model_notes, app, job_samples, bool(settings.app_key)))
+            schema_file = (settings.env or {}).get("LARAQ_SCHEMA")
+            try:
+                if schema_file:
+                    app.load_schema(schema_file)
+            except ValueError as exc:
+                out.append(Finding("error", f"cannot read LARAQ_SCHEMA {schema_file}", str(exc),
+                                   "re-export it: laraq schema --from /path/to/app -o FILE"))
+            for problem in app.problems(settings.version):  # what the job schemas say (laraq.bus.schema)
+                out.append(Finding("warn", problem, "", "see compat-docs/worker.md, The job model"))
+
+    # -- horizon
+    horizon = []
+    for raw in client.scan_iter(match="*horizon:*", count=1000):
+        horizon.append(raw.decode("utf-8", "replace"))
+        if len(horizon) >= 5:
+            break
+    if horizon or hints.get("horizon"):
+        out.append(Finding(
+            "warn", "Laravel Horizon is in use",
+            "keys such as " + ", ".join(horizon[:3]) if horizon else "payloads carry Horizon's pushedAt/tags",
+            "laraq writes Horizon's job, metrics and supervisor records when the app uses Horizon (detected from "
+            "config/horizon.php via --env-file, or forced with laraq work --horizon); without them Horizon shows "
+            "laraq's jobs as pending. Horizon payloads (id = uuid, escaped unicode) are read fine "
+            "(compat-docs/horizon.md)",
+        ))
+    return out

@@ -1,0 +1,478 @@
+"""Looking at Laravel Redis queues without touching them: discovery, sizes, ages and decoded jobs.
+
+* :func:`discover_queues` finds every queue under a key prefix with ``SCAN`` (never ``KEYS``): a
+  key ``<prefix>queues:<name>`` or ``<prefix>queues:<name>:{delayed,reserved,notify,poison}``
+  names the queue ``<name>``. A cluster hash tag stays part of the name (``{default}``), which gives
+  back the same keys whatever the version.
+* :func:`queue_status` reads one queue's counters in a single pipeline: pending (``LLEN``), delayed
+  and reserved (``ZCARD``), delayed jobs already due and reservations already expired (``ZCOUNT
+  -inf now``: a worker would migrate them on its next pop; many of them mean no worker runs, or
+  ``retry_after`` is null), the ``:notify`` length, laraq's ``:poison`` list, and the age of the
+  oldest pending job (its ``createdAt``, written from 12.11; older payloads have none).
+* :func:`list_jobs` / :func:`find_job` decode members into :class:`JobView`: class, handler,
+  attempts, uuid, id, when available (delayed score) or when the reservation expires, the retry
+  settings, and a readable view of the command's properties (decrypted when an Encrypter is given).
+  A member that is not a job (not JSON, no ``attempts``) is shown with its error, never dropped.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import math
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from laraq.protocol.payload import Payload, PayloadError
+from laraq.protocol.queue import RedisQueue
+from laraq.protocol.serializer import PHPEnum, PHPObject, PHPReference, PHPSerializeError, loads
+
+__all__ = [
+    "STATES",
+    "SUFFIXES",
+    "JobView",
+    "ListMark",
+    "Pickups",
+    "QueueStatus",
+    "command_view",
+    "discover_queues",
+    "find_failed",
+    "find_job",
+    "iter_members",
+    "list_jobs",
+    "mark_lists",
+    "pickups_since",
+    "queue_status",
+    "to_plain",
+]
+
+#: The companion keys of a queue list, and laraq's dead-letter list.
+SUFFIXES = (":delayed", ":reserved", ":notify", ":poison")
+
+#: Where a job can be: the ready list, the delayed ZSET, the reserved ZSET, laraq's poison list.
+STATES = ("pending", "delayed", "reserved", "poison")
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def split_queue_key(key: str, prefix: str) -> tuple[str, str] | None:
+    """``(queue name, suffix)`` for a queue key under ``prefix``, else ``None``."""
+    head = prefix + "queues:"
+    if not key.startswith(head):
+        return None
+    rest = key[len(head):]
+    if ":laraq-transfer:" in rest:  # laraq.ops.migrate bookkeeping, not a queue
+        return None
+    for suffix in SUFFIXES:
+        if rest.endswith(suffix) and len(rest) > len(suffix):
+            return rest[: -len(suffix)], suffix
+    return (rest, "") if rest else None
+
+
+def discover_queues(client: Any, prefix: str, *, count: int = 1000) -> list[str]:
+    """Every queue name with at least one key under ``prefix``, sorted (SCAN, never KEYS)."""
+    names: set[str] = set()
+    pattern = _glob_escape(prefix) + "queues:*"
+    for raw in client.scan_iter(match=pattern, count=count):
+        key = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+        split = split_queue_key(key, prefix)
+        if split is not None:
+            names.add(split[0])
+    return sorted(names)
+
+
+def discover_prefixes(client: Any, *, count: int = 1000, limit: int = 100_000) -> dict[str, int]:
+    """Key prefixes that hold queue keys (``<prefix>queues:...``) and how many keys each has.
+
+    Scans at most ``limit`` keys. Used by ``laraq doctor`` to spot a prefix mismatch.
+    """
+    found: dict[str, int] = {}
+    for seen, raw in enumerate(client.scan_iter(match="*queues:*", count=count)):
+        if seen >= limit:
+            break
+        key = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+        prefix = key[: key.find("queues:")]
+        found[prefix] = found.get(prefix, 0) + 1
+    return found
+
+
+# -- status ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class QueueStatus:
+    """One queue's counters at one moment (see the module docstring)."""
+
+    queue: str
+    pending: int
+    delayed: int
+    reserved: int
+    due_delayed: int
+    expired_reserved: int
+    notify: int
+    poison: int
+    oldest_pending_age: float | None
+    next_delayed_at: int | None
+
+    @property
+    def total(self) -> int:
+        """Laravel's ``size()``: pending + delayed + reserved."""
+        return self.pending + self.delayed + self.reserved
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["total"] = self.total
+        return out
+
+
+def queue_status(queue: RedisQueue, name: str | None = None) -> QueueStatus:
+    """The counters of one queue, read in one pipeline round trip."""
+    keys = queue.keys(name)
+    now = queue.current_time()
+    pipe = queue.client.pipeline(transaction=False)
+    pipe.llen(keys.list)
+    pipe.zcard(keys.delayed)
+    pipe.zcard(keys.reserved)
+    pipe.zcount(keys.delayed, "-inf", now)
+    pipe.zcount(keys.reserved, "-inf", now)
+    pipe.llen(keys.notify)
+    pipe.llen(keys.poison)
+    pipe.lindex(keys.list, 0)
+    pipe.zrange(keys.delayed, 0, 0, withscores=True)
+    pending, delayed, reserved, due, expired, notify, poison, head, first = pipe.execute()
+    age: float | None = None
+    if head:
+        try:
+            created = Payload.parse(head).created_at
+        except (PayloadError, ValueError):
+            created = None
+        if created is not None:
+            age = max(0.0, queue.clock() - created)
+    return QueueStatus(
+        queue=queue.queue_name(name), pending=int(pending), delayed=int(delayed), reserved=int(reserved),
+        due_delayed=int(due), expired_reserved=int(expired), notify=int(notify), poison=int(poison),
+        oldest_pending_age=age, next_delayed_at=int(first[0][1]) if first else None,
+    )
+
+
+# -- pickup rate ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ListMark:
+    """A queue's ready list at one moment: its length and its last member (see :func:`pickups_since`)."""
+
+    queue: str
+    length: int
+    tail: bytes | None
+    at: float
+
+
+@dataclass(frozen=True)
+class Pickups:
+    """Jobs taken from the head of a ready list between two moments, by any worker (PHP or Python)."""
+
+    taken: int
+    seconds: float
+    #: False when the marked tail was taken too: ``taken`` is then a lower bound.
+    exact: bool
+
+    @property
+    def rate(self) -> float:
+        return self.taken / self.seconds if self.seconds > 0 else 0.0
+
+
+def mark_lists(queue: RedisQueue, names: list[str]) -> list[ListMark]:
+    """:class:`ListMark` of each queue, in one pipeline round trip."""
+    pipe = queue.client.pipeline(transaction=False)
+    for name in names:
+        keys = queue.keys(name)
+        pipe.llen(keys.list)
+        pipe.lindex(keys.list, -1)
+    replies = pipe.execute()
+    now = queue.clock()
+    return [ListMark(name, int(replies[2 * i]), replies[2 * i + 1], now) for i, name in enumerate(names)]
+
+
+def pickups_since(queue: RedisQueue, marks: list[ListMark]) -> dict[str, Pickups | None]:
+    """How many jobs left the head of each ready list since its mark.
+
+    Every pop (Laravel's and laraq's) takes from the head and every push, release-to-ready and
+    delayed migration adds at the tail, so the members in front of the marked tail member are the
+    jobs taken since: ``marked position - position now`` (``LPOS``, scanning at most the marked
+    length). ``None`` when the list was empty at the mark (nothing to measure against).
+    """
+    pipe = queue.client.pipeline(transaction=False)
+    for mark in marks:
+        if mark.tail is not None:
+            pipe.lpos(queue.keys(mark.queue).list, mark.tail, maxlen=mark.length)
+    replies = iter(pipe.execute())
+    now = queue.clock()
+    out: dict[str, Pickups | None] = {}
+    for mark in marks:
+        if mark.tail is None:
+            out[mark.queue] = None
+            continue
+        position = next(replies)
+        seconds = max(0.0, now - mark.at)
+        if position is None:
+            out[mark.queue] = Pickups(mark.length, seconds, exact=False)
+        else:
+            out[mark.queue] = Pickups(max(0, mark.length - 1 - int(position)), seconds, exact=True)
+    return out
+
+
+# -- decoded jobs ------------------------------------------------------------------------------------
+
+def to_plain(value: Any, *, depth: int = 0) -> Any:
+    """A JSON-friendly view of an unserialized PHP value (objects as ``{"@class": ..., props}``)."""
+    if depth > 64:
+        return "…"
+    if isinstance(value, PHPReference):
+        return to_plain(value.value, depth=depth + 1)
+    if isinstance(value, PHPEnum):
+        return f"{value.class_name}::{value.case}"
+    if isinstance(value, PHPObject):
+        out: dict[str, Any] = {"@class": value.class_name}
+        for key, item in value.properties().items():
+            name = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+            out[name] = to_plain(item, depth=depth + 1)
+        return out
+    if isinstance(value, dict):
+        return {str(k if not isinstance(k, bytes) else k.decode("utf-8", "replace")): to_plain(v, depth=depth + 1)
+                for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_plain(v, depth=depth + 1) for v in value]
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return "base64:" + base64.b64encode(value).decode("ascii")
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+_TRAIT_PROPS = {
+    "job", "connection", "queue", "group", "messageGroup", "deduplicator", "debounceOwner", "uniqueLockOwner",
+    "chainConnection", "chainQueue", "chainCatchCallbacks", "delay", "afterCommit", "middleware", "chained",
+}
+
+
+def command_view(payload: Payload, encrypter: Any = None, *, include_defaults: bool = False,
+                 max_elements: int | None = None) -> dict[str, Any]:
+    """The command's properties in a readable form, or ``{"@error": ...}``.
+
+    Queueable/InteractsWithQueue properties still at their defaults are left out unless
+    ``include_defaults``. An encrypted command without ``encrypter`` gives ``{"@encrypted": true}``.
+    ``max_elements`` bounds the work: a command with more values than that is not decoded
+    (``{"@skipped": ...}`` says why), so a huge job is shown in about a second.
+    """
+    command = payload.command
+    if command is None:
+        return {}
+    raw = command.encode("utf-8")
+    if payload.is_encrypted_command:
+        if encrypter is None:
+            return {"@encrypted": True}
+        try:
+            raw = encrypter.decrypt(command)
+        except Exception as exc:  # DecryptError or a malformed document
+            return {"@encrypted": True, "@error": f"cannot decrypt: {exc}"}
+    try:
+        obj = loads(raw) if max_elements is None else loads(raw, max_elements=max_elements)
+    except PHPSerializeError as exc:
+        if max_elements is not None and "max_elements" in str(exc):
+            return {"@skipped": f"the command holds more than {max_elements:,} values ({len(raw):,} bytes); "
+                                "--full decodes it"}
+        return {"@error": f"cannot unserialize: {exc}"}
+    view = to_plain(obj)
+    if not isinstance(view, dict):
+        return {"@value": view}
+    if not include_defaults:
+        for name in list(view):
+            if name in _TRAIT_PROPS and view[name] in (None, [], {}, ""):
+                del view[name]
+    return view
+
+
+@dataclass
+class JobView:
+    """One member of a queue, decoded for humans and ``--json``."""
+
+    queue: str
+    state: str
+    raw: bytes = field(repr=False)
+    score: float | None = None
+    index: int | None = None
+    error: str | None = None
+    name: str | None = None
+    job: str | None = None
+    uuid: str | None = None
+    id: str | None = None
+    attempts: int | None = None
+    max_tries: int | None = None
+    backoff: Any = None
+    timeout: int | None = None
+    retry_until: int | None = None
+    created_at: int | None = None
+    encrypted: bool = False
+    properties: Any = None
+    data: Any = None
+    #: Where the job sits outside Redis (``failed_jobs``: connection, failed_id, failed_at, exception).
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_member(
+        cls, queue: str, state: str, raw: bytes, score: float | None = None, index: int | None = None,
+        *, encrypter: Any = None, with_properties: bool = True, max_elements: int | None = None,
+    ) -> JobView:
+        view = cls(queue=queue, state=state, raw=raw, score=score, index=index)
+        try:
+            p = Payload.parse(raw)
+        except PayloadError as exc:
+            view.error = str(exc)
+            return view
+        view.name = p.resolve_name
+        view.job = p.get("job") if isinstance(p.get("job"), str) else None
+        view.uuid, view.id = p.uuid, p.id
+        view.attempts = p.attempts
+        for attr in ("max_tries", "timeout", "retry_until", "created_at"):
+            with contextlib.suppress(PayloadError):
+                setattr(view, attr, getattr(p, attr))
+        view.backoff = p.get("backoff")
+        if p.command is not None:
+            view.encrypted = p.is_encrypted_command
+            if with_properties:
+                view.properties = command_view(p, encrypter, max_elements=max_elements)
+        else:
+            view.data = to_plain(p.get("data"))
+        return view
+
+    @property
+    def available_at(self) -> int | None:
+        """When a delayed job becomes due (its score); None for other states."""
+        return int(self.score) if self.state == "delayed" and self.score is not None else None
+
+    @property
+    def reserved_until(self) -> int | None:
+        return int(self.score) if self.state == "reserved" and self.score is not None else None
+
+    def to_dict(self, *, raw: bool = False) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items() if k not in ("raw", "extra")}
+        out.update(self.extra)
+        out["available_at"] = self.available_at
+        out["reserved_until"] = self.reserved_until
+        if raw or self.error:
+            try:
+                out["body"] = self.raw.decode("utf-8")
+            except UnicodeDecodeError:
+                out["body_b64"] = base64.b64encode(self.raw).decode("ascii")
+        return out
+
+
+def iter_members(
+    queue: RedisQueue, name: str | None, state: str, *, batch: int = 500
+) -> Iterator[tuple[bytes, float | None, int]]:
+    """``(member, score, index)`` of one state of a queue, in queue order, in batches."""
+    keys = queue.keys(name)
+    client = queue.client
+    start = 0
+    while True:
+        if state in ("pending", "poison"):
+            key = keys.list if state == "pending" else keys.poison
+            chunk = [(m, None) for m in client.lrange(key, start, start + batch - 1)]
+        elif state in ("delayed", "reserved"):
+            key = keys.delayed if state == "delayed" else keys.reserved
+            chunk = [(m, float(s)) for m, s in client.zrange(key, start, start + batch - 1, withscores=True)]
+        else:
+            raise ValueError(f"unknown state {state!r} (one of {', '.join(STATES)})")
+        for offset, (member, score) in enumerate(chunk):
+            yield member, score, start + offset
+        if len(chunk) < batch:
+            return
+        start += batch
+
+
+def list_jobs(
+    queue: RedisQueue, name: str | None = None, state: str = "pending", *, offset: int = 0, limit: int = 20,
+    encrypter: Any = None, class_filter: str | None = None,
+) -> list[JobView]:
+    """Decoded jobs of one state, ``offset``/``limit`` applied after the optional class filter."""
+    out: list[JobView] = []
+    skipped = 0
+    qname = queue.queue_name(name)
+    for member, score, index in iter_members(queue, name, state):
+        view = JobView.from_member(qname, state, member, score, index, encrypter=encrypter,
+                                   with_properties=False)
+        if class_filter and not _matches(view, class_filter):
+            continue
+        if skipped < offset:
+            skipped += 1
+            continue
+        out.append(JobView.from_member(qname, state, member, score, index, encrypter=encrypter))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _matches(view: JobView, class_filter: str) -> bool:
+    from fnmatch import fnmatchcase
+
+    names = [n for n in (view.name, view.job) if n]
+    return any(n == class_filter or fnmatchcase(n, class_filter) for n in names)
+
+
+def find_job(
+    queue: RedisQueue, ident: str, queues: list[str] | None = None, *, encrypter: Any = None,
+    max_elements: int | None = None,
+) -> list[JobView]:
+    """Every member (any queue, any state) whose payload ``id`` or ``uuid`` is ``ident``.
+
+    Members are only decoded when their bytes contain ``ident``; ``max_elements`` bounds the
+    decoding of each match's command (see :func:`command_view`)."""
+    found: list[JobView] = []
+    needle = ident.encode("utf-8")
+    for name in queues if queues is not None else discover_queues(queue.client, queue.prefix):
+        for state in STATES:
+            for member, score, index in iter_members(queue, name, state):
+                if needle not in member:
+                    continue
+                view = JobView.from_member(name, state, member, score, index, encrypter=encrypter,
+                                           with_properties=False)
+                if ident in (view.id, view.uuid):
+                    found.append(JobView.from_member(name, state, member, score, index, encrypter=encrypter,
+                                                     max_elements=max_elements))
+    return found
+
+
+def find_failed(store: Any, ident: str, *, encrypter: Any = None, max_elements: int | None = None,
+                scan_payloads: bool = True) -> list[JobView]:
+    """Rows of a failed-job store whose id (what ``queue:failed`` shows), payload ``uuid`` or payload ``id``
+    is ``ident``, as :class:`JobView` in state ``failed``.
+
+    The store's own lookup (by its id) comes first; only when it finds nothing, and ``scan_payloads``,
+    are the rows' payloads searched for the uuid or payload id (every row is read)."""
+    rows = []
+    hit = store.find(ident)
+    if hit is not None:
+        rows.append(hit)
+    elif scan_payloads:
+        for row in store.all():
+            if ident not in row.payload:
+                continue
+            try:
+                data = row.payload_data
+            except ValueError:
+                continue
+            if isinstance(data, dict) and ident in (data.get("uuid"), data.get("id")):
+                rows.append(row)
+    out = []
+    for row in rows:
+        view = JobView.from_member(row.queue, "failed", row.payload.encode("utf-8"), encrypter=encrypter,
+                                   max_elements=max_elements)
+        view.extra = {"connection": row.connection, "failed_id": row.id, "failed_at": row.failed_at,
+                      "exception": row.exception}
+        out.append(view)
+    return out

@@ -1,0 +1,658 @@
+"""Moving and copying jobs between queues, prefixes, databases, servers and Laravel key layouts.
+
+A :class:`Transfer` takes the members of a source queue (ready list, ``:delayed`` with scores, and
+optionally ``:reserved``) to a destination :class:`~laraq.protocol.queue.RedisQueue`, byte for byte: uuids,
+ids, attempts and encrypted commands are never touched, only the key names change (another prefix,
+the 12→13 default prefix change, ``{name}`` cluster hash tags of 13.5+, another db or server).
+
+It is safe while workers run, and safe to kill at any point; re-running the same command finishes
+the work. Every step is atomic:
+
+* **same connection** (same server and db): one Lua script per member removes it from the source
+  (``LREM``/``ZREM``; if a worker already took it, nothing happens) and adds it to the destination
+  (``RPUSH`` + ``:notify``, or ``ZADD`` with the same score) in one step. A member is never in both
+  places nor in neither.
+* **another db or server**: two scripts and a journal. (1) on the source, atomically: remove the
+  member and record it in the journal hash ``<source queue>:laraq-transfer:<id>:journal`` under a
+  token ``<sha1>:<sequence>`` (so two identical members are two entries, never one); (2) on the
+  destination, atomically: add it unless the marker set ``<dest queue>:laraq-transfer:<id>:done``
+  already has the token, and add the token to that set; (3) delete the journal entry. A re-run first
+  replays the journal, so a member killed between (1) and (2) is delivered once; one killed between
+  (2) and (3) is not delivered twice. While a member is in the journal no worker can run it, so a
+  move never runs a job twice. The journal and the marker set are deleted when a run completes.
+
+``copy`` leaves the source alone. By default it skips a job whose uuid (else payload id) is already
+at the destination in any state (:func:`job_identity`), so re-running a copy never duplicates;
+``allow_duplicates`` copies anyway. An interrupted copy re-run does not duplicate what it already
+copied either way (marker tokens ``<state>:<sha1>:<n-th occurrence>``). Ready jobs are appended to
+the destination's tail in source order. The transfer id is derived from the source, destination,
+mode, states and filter, so re-running the same command line resumes the same transfer.
+
+What a run reports is what the destination acknowledged writing, per state; :meth:`Transfer.verify`
+then reads the destination back and counts those members there. Reserved members (jobs workers are
+running) are only taken when asked; otherwise the summary says how many were left.
+
+:func:`export_jobs` / :func:`import_jobs` write and read JSON Lines: ``{"queue", "state", "score",
+"body"}`` (``body_b64`` when a member is not UTF-8). An import checks every line before it writes
+anything, then writes the file in one ``MULTI``/``EXEC``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from laraq.ops.inspect import JobView, _matches
+from laraq.protocol.queue import QueueKeys, RedisQueue
+from laraq.protocol.versions import LaravelVersion
+
+__all__ = ["TRANSFER_MARK", "ImportLineError", "Transfer", "TransferSummary", "export_jobs", "import_jobs",
+           "job_identity", "unsupported_by"]
+
+#: Infix of laraq's transfer bookkeeping keys (skipped by queue discovery).
+TRANSFER_MARK = ":laraq-transfer:"
+
+# Removes one member from the source (a list, with its wake-up token, or a sorted set); false when
+# it is no longer there (a worker took it, or an earlier run already moved it).
+_REMOVE_FROM_SOURCE = """\
+local function remove_from_source(kind, key, notify, member)
+  if kind == 'list' then
+    if redis.call('LREM', key, 1, member) == 0 then return false end
+    redis.call('LPOP', notify)
+  elseif redis.call('ZREM', key, member) == 0 then
+    return false
+  end
+  return true
+end
+"""
+
+# KEYS: 1 src, 2 src notify, 3 dst, 4 dst notify, 5 marker set.
+# ARGV: 1 src kind (list|zset), 2 dst kind, 3 member, 4 score, 5 move (1|0), 6 member hash.
+_LOCAL = _REMOVE_FROM_SOURCE + """\
+if ARGV[5] == '1' then
+  if not remove_from_source(ARGV[1], KEYS[1], KEYS[2], ARGV[3]) then return 0 end
+else
+  if redis.call('SISMEMBER', KEYS[5], ARGV[6]) == 1 then return 0 end
+  redis.call('SADD', KEYS[5], ARGV[6])
+end
+if ARGV[2] == 'list' then
+  redis.call('RPUSH', KEYS[3], ARGV[3])
+  redis.call('RPUSH', KEYS[4], 1)
+else
+  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
+end
+return 1
+"""
+
+# Source side of a cross-server move. KEYS: 1 src, 2 src notify, 3 journal.
+# ARGV: 1 src kind, 2 member, 3 member hash, 4 journal value.
+# Returns the journal field, ``<hash>:<sequence>`` (so two identical members stay two entries), or false.
+_TAKE = _REMOVE_FROM_SOURCE + """\
+if not remove_from_source(ARGV[1], KEYS[1], KEYS[2], ARGV[2]) then return false end
+local token = ARGV[3] .. ':' .. redis.call('HINCRBY', KEYS[3], '#seq', 1)
+redis.call('HSET', KEYS[3], token, ARGV[4])
+return token
+"""
+
+# Destination side. KEYS: 1 dst, 2 dst notify, 3 marker set. ARGV: 1 dst kind, 2 member, 3 score, 4 token.
+_GIVE = """\
+if redis.call('SISMEMBER', KEYS[3], ARGV[4]) == 1 then return 0 end
+if ARGV[1] == 'list' then
+  redis.call('RPUSH', KEYS[1], ARGV[2])
+  redis.call('RPUSH', KEYS[2], 1)
+else
+  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[2])
+end
+redis.call('SADD', KEYS[3], ARGV[4])
+return 1
+"""
+
+#: The journal hash's own counter field (not an entry).
+_SEQ = b"#seq"
+
+_UUID_HEAD = re.compile(rb'^\{"uuid":"([^"\\]{1,200})"')
+
+
+def _kind(state: str) -> str:
+    return "list" if state in ("pending", "poison") else "zset"
+
+
+def _key(keys: QueueKeys, state: str) -> str:
+    return {"pending": keys.list, "delayed": keys.delayed, "reserved": keys.reserved, "poison": keys.poison}[state]
+
+
+def _hash(member: bytes) -> str:
+    return hashlib.sha1(member).hexdigest()
+
+
+def job_identity(member: bytes) -> str:
+    """What makes a member the same job: its payload ``uuid``, else its ``id``, else its bytes' SHA-1.
+
+    Laravel writes ``uuid`` first (8.x+), so the usual case is read without decoding the body."""
+    head = _UUID_HEAD.match(member)
+    if head:
+        return "uuid:" + head.group(1).decode("utf-8", "replace")
+    try:
+        data = json.loads(member)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        for name in ("uuid", "id"):
+            if isinstance(data.get(name), str | int) and data.get(name) not in ("", None):
+                return f"{name}:{data[name]}"
+    return "sha1:" + _hash(member)
+
+
+def _same_connection(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    ka = getattr(getattr(a, "connection_pool", None), "connection_kwargs", None)
+    kb = getattr(getattr(b, "connection_pool", None), "connection_kwargs", None)
+    if not ka or not kb:
+        return False
+    fields = ("host", "port", "db", "path", "username")
+    return all(ka.get(f) == kb.get(f) for f in fields)
+
+
+def _count(counts: dict[str, int]) -> int:
+    return sum(counts.values())
+
+
+def _parts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {state}" for state, n in counts.items() if n) or "nothing"
+
+
+@dataclass
+class TransferSummary:
+    """What a transfer did (or, for a dry run, would do), per state.
+
+    ``transferred`` counts the members the destination acknowledged writing (its script returned 1);
+    ``verified`` counts those found at the destination when the run ended (fewer only when workers
+    there took some meanwhile). ``existing`` counts members a copy skipped because a job with the same
+    uuid/id already sits at the destination; ``left_reserved`` the reserved members left in the source
+    because ``reserved`` was not asked for.
+    """
+
+    mode: str
+    source: str
+    destination: str
+    transferred: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+    recovered: int = 0
+    existing: dict[str, int] = field(default_factory=dict)
+    verified: dict[str, int] | None = None
+    left_reserved: int = 0
+    #: ``Class uuid`` of the first reserved members left (at most 5), to name them.
+    left_reserved_jobs: list[str] = field(default_factory=list)
+    retry_after: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "source": self.source, "destination": self.destination,
+                "transferred": self.transferred, "verified_at_destination": self.verified,
+                "skipped_by_filter": self.skipped, "already_at_destination": self.existing,
+                "left_reserved": self.left_reserved, "left_reserved_jobs": self.left_reserved_jobs,
+                "recovered": self.recovered}
+
+    def describe(self, *, dry_run: bool = False) -> str:
+        """One summary line, then one line per thing left undone and how to do it."""
+        done = _count(self.transferred)
+        verb = ("would " + self.mode) if dry_run else ("copied" if self.mode == "copy" else "moved")
+        lines = [f"{verb} {done} jobs ({_parts(self.transferred)}) from {self.source} to {self.destination}"]
+        if self.verified is not None and done:
+            seen = _count(self.verified)
+            if seen == done:
+                lines.append(f"  verified at the destination: {_parts(self.verified)}")
+            else:
+                lines.append(f"  only {seen} of them are at the destination now ({_parts(self.verified)}); "
+                             f"{done - seen} were taken by workers there meanwhile, or lost")
+        if self.recovered:
+            lines.append(f"  {self.recovered} of them were recovered from an interrupted run")
+        if _count(self.existing):
+            lines.append(f"  {_count(self.existing)} {'would be' if dry_run else 'were'} skipped: a job with the same "
+                         f"uuid/id is already at the destination ({_parts(self.existing)}); "
+                         "--allow-duplicates copies them anyway")
+        if _count(self.skipped):
+            lines.append(f"  {_count(self.skipped)} left in place by --filter")
+        if self.left_reserved:
+            wait = f"{self.retry_after} s" if self.retry_after is not None else "its timeout"
+            named = ", ".join(self.left_reserved_jobs) + (", ..." if self.left_reserved > len(self.left_reserved_jobs)
+                                                          else "")
+            lines.append(f"  {self.left_reserved} reserved jobs left in the source (workers are running them: "
+                         f"{named}): --include-reserved takes them too, or re-run after retry_after ({wait}), "
+                         "when the unfinished ones are back in the queue")
+        return "\n".join(lines)
+
+
+#: A non-empty ``debounceOwner`` in a serialized command (as it appears inside the JSON payload).
+_DEBOUNCED = re.compile(rb's:13:\\"debounceOwner\\";s:[1-9][0-9]*:')
+
+
+def unsupported_by(member: bytes, version: LaravelVersion) -> str | None:
+    """Why ``version``'s worker cannot run this payload the way the dispatching version would, or None.
+
+    Payloads are moved byte for byte and every line from 8 to 13 reads the others' payloads (proven
+    live for 8 and 13 both ways in ``tests/test_live_crossversion.py``); what an older worker cannot do
+    is honour a feature it lacks. Today: a debounced job (``#[DebounceFor]``, 13.6+) would run on an
+    older worker even when a newer dispatch superseded it. An encrypted command cannot be looked into.
+    """
+    if not version.since("13.6") and _DEBOUNCED.search(member):
+        return f"it is debounced (#[DebounceFor], Laravel 13.6+); Laravel {version} would run superseded copies"
+    return None
+
+
+def _describe_member(member: bytes) -> str:
+    try:
+        doc = json.loads(member)
+    except (ValueError, UnicodeDecodeError):
+        return "an unreadable member"
+    if not isinstance(doc, dict):
+        return "an unreadable member"
+    return f"{doc.get('displayName') or doc.get('job') or '?'} (uuid {doc.get('uuid') or '?'})"
+
+
+class Transfer:
+    """Move (or copy) the jobs of ``source_name`` on ``source`` to ``dest_name`` on ``dest``.
+
+    A copy skips jobs whose uuid/id is already at the destination (any state), unless
+    ``allow_duplicates``; an interrupted copy re-run never duplicates either way.
+    """
+
+    def __init__(
+        self,
+        source: RedisQueue,
+        source_name: str,
+        dest: RedisQueue,
+        dest_name: str | None = None,
+        *,
+        move: bool = True,
+        states: Iterable[str] = ("pending", "delayed"),
+        class_filter: str | None = None,
+        batch: int = 200,
+        allow_duplicates: bool = False,
+    ) -> None:
+        self.source, self.dest = source, dest
+        self.source_name = source.queue_name(source_name)
+        self.dest_name = dest_name or self.source_name
+        self.move = move
+        self.states = tuple(states)
+        for state in self.states:
+            if state not in ("pending", "delayed", "reserved"):
+                raise ValueError(f"cannot transfer state {state!r}")
+        self.class_filter = class_filter
+        self.batch = batch
+        self.dedupe = not move and not allow_duplicates
+        self.src_keys = source.keys(self.source_name)
+        self.dst_keys = dest.keys(self.dest_name)
+        self.local = _same_connection(source.client, dest.client) and not (source.cluster or dest.cluster)
+        if self.local and self.src_keys.base == self.dst_keys.base:
+            raise ValueError("source and destination are the same queue")
+        ident = "|".join([
+            "move" if move else "copy", source.redacted_url(), self.src_keys.base, dest.redacted_url(),
+            self.dst_keys.base, ",".join(self.states), class_filter or "",
+        ])
+        self.id = hashlib.sha1(ident.encode()).hexdigest()[:16]
+        self.journal_key = self.src_keys.base + TRANSFER_MARK + self.id + ":journal"
+        self.marker_key = self.dst_keys.base + TRANSFER_MARK + self.id + ":done"
+        self._local = source.client.register_script(_LOCAL)
+        self._take = source.client.register_script(_TAKE)
+        self._give = dest.client.register_script(_GIVE)
+        self._arrived: Counter[tuple[str, str]] = Counter()
+        self._dest_ids: set[str] | None = None
+
+    # -- describing ------------------------------------------------------------------------------
+
+    def describe_source(self) -> str:
+        return f"{self.source.redacted_url()} {self.src_keys.base}"
+
+    def describe_dest(self) -> str:
+        return f"{self.dest.redacted_url()} {self.dst_keys.base}"
+
+    def _journal_entries(self) -> dict[bytes, bytes]:
+        entries = self.source.client.hgetall(self.journal_key)
+        entries.pop(_SEQ, None)
+        return entries
+
+    def count(self) -> int:
+        """How many members the selected states hold now (before filtering), plus unfinished journal entries."""
+        total = 0
+        for state in self.states:
+            key = _key(self.src_keys, state)
+            total += int(self.source.client.llen(key) if _kind(state) == "list" else self.source.client.zcard(key))
+        return total + len(self._journal_entries())
+
+    def _wanted(self, member: bytes, state: str) -> bool:
+        if not self.class_filter:
+            return True
+        return _matches(JobView.from_member(self.source_name, state, member, with_properties=False),
+                        self.class_filter)
+
+    def _members(self, state: str) -> Iterator[tuple[bytes, float | None]]:
+        """Members of one state, head first, read in batches.
+
+        The caller sends back whether the member stayed in the source (filtered out, or a copy);
+        members that left (moved, or taken by a worker) do not advance the read position.
+        """
+        client, key = self.source.client, _key(self.src_keys, state)
+        kept = 0
+        while True:
+            if _kind(state) == "list":
+                chunk = [(m, None) for m in client.lrange(key, kept, kept + self.batch - 1)]
+            else:
+                chunk = [(m, float(s)) for m, s in client.zrange(key, kept, kept + self.batch - 1, withscores=True)]
+            for member, score in chunk:
+                stayed = yield member, score
+                if stayed:
+                    kept += 1
+            if len(chunk) < self.batch:
+                return
+
+    def _scan(self, client: Any, keys: QueueKeys, state: str) -> Iterator[bytes]:
+        key = _key(keys, state)
+        start = 0
+        while True:
+            chunk = (client.lrange(key, start, start + 999) if _kind(state) == "list"
+                     else client.zrange(key, start, start + 999))
+            yield from chunk
+            if len(chunk) < 1000:
+                return
+            start += 1000
+
+    def destination_ids(self) -> set[str]:
+        """The identities (:func:`job_identity`) of every job at the destination, ready, delayed or reserved."""
+        if self._dest_ids is None:
+            self._dest_ids = {job_identity(m) for state in ("pending", "delayed", "reserved")
+                              for m in self._scan(self.dest.client, self.dst_keys, state)}
+        return self._dest_ids
+
+    def _left_reserved(self, summary: TransferSummary) -> None:
+        """Count (and name the first few of) the reserved members this transfer leaves in the source."""
+        if "reserved" in self.states:
+            return
+        left = [m for m in self._scan(self.source.client, self.src_keys, "reserved") if self._wanted(m, "reserved")]
+        summary.left_reserved = len(left)
+        for member in left[:5]:
+            view = JobView.from_member(self.source_name, "reserved", member, with_properties=False)
+            summary.left_reserved_jobs.append(f"{view.name or '?'} {view.uuid or view.id or _hash(member)[:12]}")
+
+    # -- running -----------------------------------------------------------------------------------
+
+    def plan(self) -> TransferSummary:
+        """A dry run: what :meth:`run` would transfer now."""
+        summary = self._summary()
+        seen = set(self.destination_ids()) if self.dedupe else set()
+        for state in self.states:
+            summary.transferred[state] = summary.skipped[state] = summary.existing[state] = 0
+            for member in self._scan(self.source.client, self.src_keys, state):
+                if not self._wanted(member, state):
+                    summary.skipped[state] += 1
+                    continue
+                if self.dedupe:
+                    ident = job_identity(member)
+                    if ident in seen:
+                        summary.existing[state] += 1
+                        continue
+                    seen.add(ident)
+                summary.transferred[state] += 1
+        self._left_reserved(summary)
+        return summary
+
+    def incompatible(self) -> list[str]:
+        """Jobs (of the wanted ones) the destination's Laravel cannot run as the source's would.
+
+        Each entry names the job and the reason (see :func:`unsupported_by`); empty when all can run.
+        """
+        problems: list[str] = []
+        for state in self.states:
+            key = _key(self.src_keys, state)
+            members = (self.source.client.lrange(key, 0, -1) if _kind(state) == "list"
+                       else self.source.client.zrange(key, 0, -1))
+            for member in members:
+                if not self._wanted(member, state):
+                    continue
+                reason = unsupported_by(member, self.dest.version)
+                if reason:
+                    problems.append(f"{_describe_member(member)}: {reason}")
+        return problems
+
+    def _summary(self) -> TransferSummary:
+        return TransferSummary("move" if self.move else "copy", self.describe_source(), self.describe_dest(),
+                               retry_after=self.source.retry_after)
+
+    def run(self, progress: Callable[[int], Any] | None = None, *, verify: bool = True) -> TransferSummary:
+        """Transfer everything that matches; resumes an interrupted run of the same transfer first.
+
+        A move repeats its pass until a pass transfers nothing, so members shifted by concurrent
+        workers popping the list are not left behind. With ``verify`` the destination is read back
+        at the end and every member this run wrote is looked for (:attr:`TransferSummary.verified`).
+        """
+        summary = self._summary()
+        self._arrived.clear()
+        for state in self.states:
+            summary.transferred[state] = summary.skipped[state] = summary.existing[state] = 0
+        summary.recovered = self.recover(summary)
+        for state in self.states:
+            occurrences: Counter[str] = Counter()
+            while True:
+                moved, skipped, existing = self._pass(state, progress, occurrences)
+                summary.transferred[state] += moved
+                summary.skipped[state] = skipped
+                summary.existing[state] += existing
+                if not self.move or moved == 0:
+                    break
+        self.finish()
+        self._left_reserved(summary)
+        if verify:
+            summary.verified = self.verify()
+        return summary
+
+    def _pass(self, state: str, progress: Callable[[int], Any] | None,
+              occurrences: Counter[str]) -> tuple[int, int, int]:
+        moved = skipped = existing = 0
+        gen = self._members(state)
+        try:
+            member, score = next(gen)
+            while True:
+                stayed = not self.move
+                if not self._wanted(member, state):
+                    skipped += 1
+                    stayed = True
+                elif self.dedupe and job_identity(member) in self.destination_ids():
+                    existing += 1
+                else:
+                    digest = _hash(member)
+                    occurrences[digest] += 1
+                    if self._one(state, member, score, digest, occurrences[digest]):
+                        moved += 1
+                        self._arrived[(state, digest)] += 1
+                        if self.dedupe:
+                            self.destination_ids().add(job_identity(member))
+                if progress is not None:
+                    progress(1)
+                member, score = gen.send(stayed)
+        except StopIteration:
+            pass
+        return moved, skipped, existing
+
+    def _one(self, state: str, member: bytes, score: float | None, digest: str, occurrence: int) -> bool:
+        """Transfer one member; True when the destination wrote it."""
+        kind = _kind(state)
+        src_key, dst_key = _key(self.src_keys, state), _key(self.dst_keys, state)
+        score_arg = 0 if score is None else int(score) if float(score).is_integer() else score
+        token = f"{state}:{digest}:{occurrence}"  # a copy's marker: the n-th identical member of this run
+        if self.local:
+            return bool(self._local(
+                keys=[src_key, self.src_keys.notify, dst_key, self.dst_keys.notify, self.marker_key],
+                args=[kind, kind, member, score_arg, "1" if self.move else "0", token],
+            ))
+        if self.move:
+            entry = f"{state}\n{score_arg}\n".encode() + member
+            taken = self._take(keys=[src_key, self.src_keys.notify, self.journal_key], args=[kind, member, digest, entry])
+            if not taken:
+                return False
+            token = taken.decode() if isinstance(taken, bytes) else str(taken)
+            delivered = self._deliver(state, member, score_arg, token)
+            self.source.client.hdel(self.journal_key, token)
+            return bool(delivered)
+        return bool(self._deliver(state, member, score_arg, token))
+
+    def _deliver(self, state: str, member: bytes, score: Any, token: str) -> int:
+        return int(self._give(keys=[_key(self.dst_keys, state), self.dst_keys.notify, self.marker_key],
+                              args=[_kind(state), member, score, token]))
+
+    def recover(self, summary: TransferSummary | None = None) -> int:
+        """Deliver the members an interrupted run had taken from the source but not finished."""
+        entries = self._journal_entries()
+        for token, entry in entries.items():
+            state_b, score_b, member = entry.split(b"\n", 2)
+            state = state_b.decode()
+            if self._deliver(state, member, score_b.decode(), token.decode()):
+                self._arrived[(state, _hash(member))] += 1
+                if summary is not None:
+                    summary.transferred[state] = summary.transferred.get(state, 0) + 1
+            self.source.client.hdel(self.journal_key, token)
+        return len(entries)
+
+    def finish(self) -> None:
+        """Drop the bookkeeping keys once nothing is left in the journal."""
+        if not self._journal_entries():
+            self.source.client.delete(self.journal_key)
+            self.dest.client.delete(self.marker_key)
+
+    def verify(self) -> dict[str, int]:
+        """How many of the members this run wrote are at the destination now, per state."""
+        found: dict[str, int] = {}
+        for state in dict.fromkeys(s for s, _ in self._arrived):
+            wanted = Counter({d: n for (s, d), n in self._arrived.items() if s == state})
+            present = Counter(_hash(m) for m in self._scan(self.dest.client, self.dst_keys, state))
+            found[state] = sum(min(n, present[d]) for d, n in wanted.items())
+        for state in self.states:
+            found.setdefault(state, 0)
+        return found
+
+
+# -- JSON Lines ----------------------------------------------------------------------------------------
+
+def _line(queue: str, state: str, score: float | None, member: bytes) -> dict[str, Any]:
+    if score is not None and float(score).is_integer():
+        score = int(score)  # Laravel's scores are whole seconds; a fractional one is kept as is
+    out: dict[str, Any] = {"queue": queue, "state": state, "score": score}
+    try:
+        out["body"] = member.decode("utf-8")
+    except UnicodeDecodeError:
+        out["body_b64"] = base64.b64encode(member).decode("ascii")
+    return out
+
+
+def _score(value: Any) -> int | float:
+    number = float(value or 0)
+    return int(number) if number.is_integer() else number
+
+
+def export_jobs(queue: RedisQueue, names: Iterable[str], stream: IO[str], *,
+                states: Iterable[str] = ("pending", "delayed", "reserved")) -> int:
+    """Write every member of ``names`` (the given states) as one JSON object per line."""
+    from laraq.ops.inspect import iter_members
+
+    count = 0
+    for name in names:
+        for state in states:
+            for member, score, _ in iter_members(queue, name, state):
+                stream.write(json.dumps(_line(name, state, score, member), ensure_ascii=False) + "\n")
+                count += 1
+    return count
+
+
+class ImportLineError(ValueError):
+    """A line of an export file that cannot be imported; nothing of the file was written."""
+
+    def __init__(self, line: int, cause: str) -> None:
+        super().__init__(f"line {line}: {cause}; nothing was imported")
+        self.line, self.cause = line, cause
+
+
+@dataclass(frozen=True)
+class _Entry:
+    state: str
+    queue: str
+    member: bytes
+    score: int | float | None
+
+
+def _parse_line(number: int, text: str | bytes, queue: str | None, reserved_as: str) -> _Entry | None:
+    try:
+        line = json.loads(text)
+    except ValueError as exc:
+        raise ImportLineError(number, f"not JSON ({exc})") from None
+    if not isinstance(line, dict):
+        raise ImportLineError(number, "not a JSON object")
+    if isinstance(line.get("body"), str):
+        member = line["body"].encode("utf-8")
+    elif isinstance(line.get("body_b64"), str):
+        try:
+            member = base64.b64decode(line["body_b64"], validate=True)
+        except ValueError as exc:
+            raise ImportLineError(number, f"body_b64 is not base64 ({exc})") from None
+    else:
+        raise ImportLineError(number, 'no "body" (text) or "body_b64" field')
+    state = line.get("state")
+    if state not in ("pending", "delayed", "reserved", "poison"):
+        raise ImportLineError(number, f"unknown state {state!r} (pending, delayed, reserved or poison)")
+    name = queue or line.get("queue")
+    if not isinstance(name, str) or not name:
+        raise ImportLineError(number, 'no "queue" (pass --queue to put every job on one queue)')
+    score = line.get("score")
+    if state in ("delayed", "reserved") and (isinstance(score, bool) or not isinstance(score, int | float)):
+        raise ImportLineError(number, f"a {state} job needs a numeric score, got {score!r}")
+    if state == "reserved" and reserved_as != "reserved":
+        if reserved_as == "skip":
+            return None
+        state = "pending"
+    if state == "poison":
+        state = "pending"
+    return _Entry(state, name, member, _score(score) if state != "pending" else None)
+
+
+def import_jobs(target: RedisQueue, stream: Iterable[str] | Iterable[bytes], *, queue: str | None = None,
+                reserved_as: str = "pending", progress: Callable[[int], Any] | None = None) -> dict[str, int]:
+    """Push the jobs of an export, all or nothing.
+
+    Every line is read and checked first; a bad line raises :class:`ImportLineError` (its number and
+    cause) before anything is written. Then the jobs go to Redis in one ``MULTI``/``EXEC`` transaction
+    (one per queue on a cluster, where a queue's keys share a hash slot): pending to the list
+    (+ ``:notify``), delayed and reserved with their scores. ``queue`` overrides every line's queue;
+    ``reserved_as`` is ``pending`` (the job runs again soon, the usual choice when the old workers are
+    gone), ``reserved`` or ``skip``. ``progress(1)`` is called for every line read."""
+    counts = {"pending": 0, "delayed": 0, "reserved": 0, "skipped": 0}
+    entries: list[_Entry] = []
+    for number, text in enumerate(stream, 1):
+        if progress is not None:
+            progress(1)
+        if not text.strip():
+            continue
+        entry = _parse_line(number, text, queue, reserved_as)
+        if entry is None:
+            counts["skipped"] += 1
+            continue
+        entries.append(entry)
+    groups: dict[str | None, list[_Entry]] = {}
+    for entry in entries:
+        groups.setdefault(entry.queue if target.cluster else None, []).append(entry)
+    for group in groups.values():
+        pipe = target.client.pipeline(transaction=True)
+        for entry in group:
+            keys = target.keys(entry.queue)
+            if entry.state == "pending":
+                pipe.rpush(keys.list, entry.member)
+                pipe.rpush(keys.notify, 1)
+            else:
+                pipe.zadd(keys.delayed if entry.state == "delayed" else keys.reserved, {entry.member: entry.score})
+        pipe.execute()
+    for entry in entries:
+        counts[entry.state] += 1
+    return counts

@@ -1,0 +1,3 @@
+"""Running laraq in production: Prometheus metrics (:mod:`.metrics`), worker heartbeats and health
+(:mod:`.heartbeat`), logging (:mod:`.logs`), and the listeners ``laraq work`` attaches for them (:mod:`.listeners`).
+"""

@@ -1,0 +1,42 @@
+"""The production listeners ``laraq work`` attaches from its options: heartbeat and Prometheus metrics.
+
+:func:`attach_listeners` turns ``--heartbeat/--no-heartbeat``, ``--heartbeat-file``, ``--metrics-port``,
+``--metrics-addr``, ``--metrics-interval`` and ``--metrics-dir`` into :class:`~laraq.production.heartbeat.Heartbeat` and
+:class:`~laraq.production.metrics.Metrics` listeners on a :class:`~laraq.worker.worker.Worker` (through the event seam,
+``worker.add_listener``). The listeners themselves live in their own modules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["attach_listeners", "build_listeners"]
+
+
+def build_listeners(worker: Any, params: dict[str, Any]) -> list[Any]:
+    """The listeners ``laraq work``'s options ask for (heartbeat on by default)."""
+    listeners: list[Any] = []
+    if params.get("heartbeat", True):
+        from laraq.production.heartbeat import Heartbeat
+
+        # a wedged loop stops beating; a long job may keep a classic (--batch 1) loop busy up to --timeout
+        timeout = int(params.get("timeout") or 0)
+        stall_after = max(300.0, 2.0 * timeout + 60) if timeout else None
+        listeners.append(Heartbeat(worker.queue.client, worker.queue.prefix, id_file=params.get("heartbeat_file"),
+                                   stall_after=stall_after))
+    if params.get("metrics_port") is not None:
+        from laraq.production.metrics import Metrics, use_multiprocess_dir
+
+        if params.get("metrics_dir"):
+            use_multiprocess_dir(params["metrics_dir"])
+        listeners.append(Metrics(port=params["metrics_port"], addr=params.get("metrics_addr") or "0.0.0.0",
+                                 sample_interval=float(params.get("metrics_interval") or 15.0)))
+    return listeners
+
+
+def attach_listeners(worker: Any, params: dict[str, Any]) -> list[Any]:
+    """Build the listeners and add them to ``worker``; returns them."""
+    listeners = build_listeners(worker, params)
+    for listener in listeners:
+        worker.add_listener(listener)
+    return listeners

@@ -1,0 +1,210 @@
+"""Logging for ``laraq work``: levels, text or JSON lines, job fields on every record, and the app's own setup.
+
+* **Levels.** ``--log-level`` (default ``info``, so a handler's ``log.info(...)`` is visible); ``-vv``
+  means ``debug``. Library loggers (``redis``, ``asyncio``, ``urllib3``) stay at ``warning`` unless
+  debug is combined with ``-vvv``: their debug lines are noise for a queue user.
+* **Formats.** ``text``: ``time laraq[pid] LEVEL logger: message``; ``json``: one JSON object per line
+  (``time, level, logger, message, pid``, the ``exception`` traceback when there is one, and ``job_id``,
+  ``job_uuid``, ``job``, ``queue``, ``attempt`` while a job runs). With ``json`` the worker's job lines
+  are log records too (``job processed/released/failed`` with ``duration_ms``), instead of artisan's
+  console lines.
+* **The app's own logging wins.** ``--log-config FILE`` (``.json``: ``logging.config.dictConfig``; ``.ini``/
+  ``.conf``/``.cfg``: ``fileConfig``) is applied as is. When the handlers module configured logging
+  itself at import (the root logger has handlers), laraq adds no handler and changes no level; the job
+  fields are still attached to records (as ``record.job_id`` etc.) for the app's formatters.
+
+:class:`JobLogListener` (a :class:`~laraq.worker.events.WorkerListener`) sets the current job for the records a
+handler logs and writes the job lines in JSON mode. Secrets never reach a record: laraq logs no payload,
+command, key or password.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import logging.config
+import sys
+import time
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from laraq.worker.events import WorkerListener
+
+if TYPE_CHECKING:
+    from laraq.bus.job import Job
+
+__all__ = ["configure_logging", "JobLogListener", "JsonFormatter", "TextFormatter", "JobFieldsFilter", "LEVELS",
+           "short", "capped_traceback"]
+
+LEVELS = ("debug", "info", "warning", "error", "critical")
+_NOISY = ("redis", "asyncio", "urllib3", "hpack", "httpx")
+_TEXT_FORMAT = "%(asctime)s laraq[%(process)d] %(levelname)s %(name)s: %(message)s"
+
+_current_job: contextvars.ContextVar[Job | None] = contextvars.ContextVar("laraq_job", default=None)
+_JOB_FIELDS = ("job_id", "job_uuid", "job", "queue", "attempt")
+
+
+def job_fields(job: Job) -> dict[str, Any]:
+    """The fields every job record carries (never the payload or command)."""
+    return {"job_id": job.id, "job_uuid": job.uuid, "job": job.name, "queue": job.queue, "attempt": job.attempts}
+
+
+class JobFieldsFilter(logging.Filter):
+    """Adds the running job's fields to every record logged while it runs (handler logs included)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        job = _current_job.get()
+        if job is not None and not hasattr(record, "job_id"):
+            for key, value in job_fields(job).items():
+                setattr(record, key, value)
+        return True
+
+
+#: Longest message and exception text a log line carries: a handler that raises with a 10 MB message must
+#: not copy it into every log line (``failed_jobs`` keeps the whole text, as PHP does).
+MAX_LOGGED_TEXT = 4000
+
+
+def short(text: str, limit: int = MAX_LOGGED_TEXT) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [{len(text) - limit} more characters]"
+
+
+def capped_traceback(exc_info: Any) -> str:
+    """The traceback text with the exception message(s) cut to :data:`MAX_LOGGED_TEXT`."""
+    te = traceback.TracebackException(*exc_info)
+    seen: set[int] = set()
+    node: traceback.TracebackException | None = te
+    while node is not None and id(node) not in seen:  # the chain: __cause__ / __context__
+        seen.add(id(node))
+        if isinstance(getattr(node, "_str", None), str):
+            node._str = short(node._str)  # type: ignore[attr-defined]
+        node = node.__cause__ or node.__context__
+    return "".join(te.format()).rstrip()
+
+
+class TextFormatter(logging.Formatter):
+    """The text lines, with long messages and exception texts cut (see :func:`short`)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        record.message = short(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
+        return capped_traceback(ei)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line; tracebacks are a field, never extra lines."""
+
+    laraq_json = True
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": short(record.getMessage()),
+            "pid": record.process,
+        }
+        for key in (*_JOB_FIELDS, "duration_ms", "status", "delay", "error", "setup"):
+            value = getattr(record, key, None)
+            if value is not None:
+                out[key] = value
+        if record.exc_info and record.exc_info[0] is not None:
+            out["exception"] = capped_traceback(record.exc_info)
+        elif record.exc_text:
+            out["exception"] = record.exc_text
+        return json.dumps(out, ensure_ascii=False, default=str)
+
+
+def configure_logging(*, level: str | None = None, fmt: str = "text", config_file: str | None = None,
+                      verbose: int = 0, quiet: bool = False) -> str:
+    """Set up logging for ``laraq work``; returns how (``"config-file"``, ``"app"`` or ``"laraq"``)."""
+    if config_file:
+        path = Path(config_file)
+        if path.suffix == ".json":
+            logging.config.dictConfig(json.loads(path.read_text(encoding="utf-8")))
+        else:
+            logging.config.fileConfig(path, disable_existing_loggers=False)
+        _attach_filter()
+        return "config-file"
+    root = logging.getLogger()
+    ours = [h for h in root.handlers if getattr(h, "laraq", False)]
+    if root.handlers and not ours:
+        _attach_filter()
+        return "app"
+    name = level or ("debug" if verbose >= 2 else "warning" if quiet else "info")
+    numeric = getattr(logging, name.upper())
+    handler = logging.StreamHandler(sys.stderr)
+    handler.laraq = True  # type: ignore[attr-defined]
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+        handler.laraq_json = True  # type: ignore[attr-defined]
+    else:
+        handler.setFormatter(TextFormatter(_TEXT_FORMAT))
+    handler.addFilter(JobFieldsFilter())
+    for old in ours:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(numeric)
+    quiet_libs = not (numeric <= logging.DEBUG and verbose >= 3)
+    for lib in _NOISY:
+        logging.getLogger(lib).setLevel(max(numeric, logging.WARNING) if quiet_libs else numeric)
+    return "laraq"
+
+
+def _attach_filter() -> None:
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, JobFieldsFilter) for f in handler.filters):
+            handler.addFilter(JobFieldsFilter())
+
+
+def json_logging_active() -> bool:
+    return any(getattr(h, "laraq_json", False) for h in logging.getLogger().handlers)
+
+
+class JobLogListener(WorkerListener):
+    """Marks the running job for log records; in JSON mode also logs one record per job outcome."""
+
+    def __init__(self, *, job_lines: bool) -> None:
+        self.job_lines = job_lines
+        self.log = logging.getLogger("laraq.bus.job")
+
+    def job_processing(self, job: Job) -> None:
+        _current_job.set(job)
+        if self.job_lines:
+            self.log.info("job processing", extra={**job_fields(job), "status": "processing"})
+
+    def _done(self, job: Job, status: str, message: str, runtime: float | None, exc: BaseException | None = None,
+              **extra: Any) -> None:
+        if _current_job.get() is job:
+            _current_job.set(None)
+        if not self.job_lines:
+            return
+        fields: dict[str, Any] = {**job_fields(job), "status": status, **extra}
+        if runtime is None and job.started_at is not None:
+            runtime = time.perf_counter() - job.started_at
+        if runtime is not None:
+            fields["duration_ms"] = round(runtime * 1000, 2)
+        if exc is not None:  # the traceback is on the handler's own error record, logged just before
+            fields["error"] = f"{type(exc).__name__}: {short(str(exc), 500)}"
+        level = logging.ERROR if status == "failed" else logging.WARNING if status == "released" else logging.INFO
+        self.log.log(level, message, extra=fields)
+
+    def job_processed(self, job: Job, runtime: float) -> None:
+        self._done(job, "processed", "job processed", runtime)
+
+    def job_released(self, job: Job, delay: int, exc: BaseException | None) -> None:
+        self._done(job, "released", f"job released for {delay}s", None, exc, delay=delay)
+
+    def job_failed(self, job: Job, exc: BaseException | None, runtime: float | None) -> None:
+        self._done(job, "failed", "job failed", runtime, exc)
+
+    def job_unhandled(self, job: Job, action: str, detail: str) -> None:
+        self._done(job, "unhandled", f"no Python handler: {detail}", None)

@@ -1,0 +1,352 @@
+"""Prometheus metrics for ``laraq work`` (``--metrics-port``) and the ``laraq metrics`` one-shot.
+
+Built on the maintained ``prometheus_client`` library. :class:`Metrics` is a
+:class:`~laraq.worker.events.WorkerListener`: per-job events bump counters and histograms labelled by queue
+and job class; queue gauges (pending, delayed, reserved, oldest pending age) are sampled by a daemon
+thread every ``sample_interval`` seconds with one pipelined round of ``LLEN``/``ZCARD``/``LINDEX`` per
+queue, never on a scrape and never with a key scan.
+
+Several worker processes on one host: ``prometheus_client``'s multiprocess mode. Give every worker the
+same ``--metrics-dir`` (or ``PROMETHEUS_MULTIPROC_DIR``) and the same ``--metrics-port``. Each process
+writes its samples to memory-mapped files in that dir; whichever process holds the port serves the sum
+over all of them, and the others keep trying to bind it, so the port survives the serving worker's exit.
+Counters of exited workers stay in the sum (counters never go down); gauges of exited workers are
+dropped (``mark_process_dead``). Without a dir each process serves its own numbers on its own port.
+
+The environment variable must be set before ``prometheus_client`` is first imported (the library picks
+its value class at import time); ``laraq work --metrics-dir`` does that, and this module imports the
+library lazily for the same reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from laraq.worker.events import WorkerListener
+
+__all__ = ["Metrics", "QueueSampler", "sample_queues", "exposition", "multiprocess_dir", "use_multiprocess_dir",
+           "reap_dead_processes", "MULTIPROC_ENV"]
+
+log = logging.getLogger("laraq.production.metrics")
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+RUNTIME_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+DELAY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 21600, 86400)
+
+
+def multiprocess_dir() -> str | None:
+    """The multiprocess directory in effect (``PROMETHEUS_MULTIPROC_DIR``), if any."""
+    return os.environ.get(MULTIPROC_ENV) or os.environ.get(MULTIPROC_ENV.lower()) or None
+
+
+def use_multiprocess_dir(path: str | os.PathLike[str]) -> None:
+    """Switch this process to multiprocess mode (before ``prometheus_client`` is imported)."""
+    Path(path).mkdir(parents=True, exist_ok=True)
+    os.environ[MULTIPROC_ENV] = str(path)
+
+
+def _pushed_at(job: Any) -> float | None:
+    """When the job became available: Horizon's ``pushedAt``, else ``createdAt`` (+ ``delay``)."""
+    payload = getattr(job, "payload", None)
+    decoded = getattr(payload, "decoded", None)
+    if not isinstance(decoded, dict):
+        return None
+    with contextlib.suppress(TypeError, ValueError):
+        pushed = decoded.get("pushedAt")
+        if pushed is not None:
+            return float(str(pushed).replace(",", "."))
+    created = decoded.get("createdAt")
+    if not isinstance(created, int | float) or isinstance(created, bool):
+        return None
+    delay = decoded.get("delay")
+    if isinstance(delay, int | float) and not isinstance(delay, bool) and delay > 0:
+        created += delay
+    return float(created)
+
+
+def _job_labels(job: Any) -> tuple[str, str]:
+    queue = str(getattr(job, "queue", "") or "")
+    try:
+        name = getattr(job, "name", None) or "?"
+    except Exception:
+        name = "?"
+    return queue, str(name)
+
+
+# -- queue sampling ---------------------------------------------------------------------------------------
+
+def sample_queues(redis_queue: Any, queues: Iterable[str], *, now: float | None = None) -> dict[str, dict[str, Any]]:
+    """Pending/delayed/reserved sizes and the oldest pending job's age of each queue, in one pipeline."""
+    names = [q for q in dict.fromkeys(queues) if q]
+    if not names:
+        return {}
+    client = redis_queue.client
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        keys = redis_queue.keys(name)
+        pipe.llen(keys.list)
+        pipe.zcard(keys.delayed)
+        pipe.zcard(keys.reserved)
+        pipe.lindex(keys.list, 0)
+    replies = pipe.execute()
+    now = time.time() if now is None else now
+    out: dict[str, dict[str, Any]] = {}
+    for i, name in enumerate(names):
+        pending, delayed, reserved, head = replies[4 * i: 4 * i + 4]
+        oldest = None
+        if head:
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                decoded = json.loads(head)
+                stamp = decoded.get("pushedAt") or decoded.get("createdAt")
+                if stamp is not None:
+                    oldest = max(0.0, now - float(str(stamp).replace(",", ".")))
+        out[name] = {"pending": int(pending), "delayed": int(delayed), "reserved": int(reserved),
+                     "oldest_pending_age": oldest}
+    return out
+
+
+class QueueSampler:
+    """The queue gauges, refreshed from :func:`sample_queues` on demand (``laraq metrics``) or by a thread."""
+
+    def __init__(self, registry: Any = None, *, multiprocess: bool = False) -> None:
+        from prometheus_client import Gauge
+
+        kw: dict[str, Any] = {"registry": registry} if registry is not None else {}
+        mode = {"multiprocess_mode": "livemax"} if multiprocess else {}
+        self.size = Gauge("laraq_queue_jobs", "Jobs in a queue by state (pending, delayed, reserved), sampled.",
+                          ["queue", "state"], **kw, **mode)
+        self.oldest = Gauge("laraq_queue_oldest_pending_age_seconds",
+                            "Age of the oldest pending job (from pushedAt/createdAt), sampled.",
+                            ["queue"], **kw, **mode)
+        self.sampled_at = Gauge("laraq_queue_sampled_timestamp_seconds",
+                                "When the queue gauges were last sampled.", **kw, **mode)
+
+    def update(self, redis_queue: Any, queues: Iterable[str]) -> dict[str, dict[str, Any]]:
+        found = sample_queues(redis_queue, queues)
+        for name, row in found.items():
+            for state in ("pending", "delayed", "reserved"):
+                self.size.labels(name, state).set(row[state])
+            self.oldest.labels(name).set(row["oldest_pending_age"] or 0)
+        self.sampled_at.set(time.time())
+        return found
+
+
+# -- the listener -----------------------------------------------------------------------------------------
+
+class Metrics(WorkerListener):
+    """Prometheus metrics of one worker process (a :class:`WorkerListener`).
+
+    ``port``: serve ``/metrics`` there (``None``: only record, e.g. for tests or a textfile dump).
+    ``registry``: a ``CollectorRegistry`` (default: the library's global one).
+    """
+
+    def __init__(self, *, port: int | None = None, addr: str = "0.0.0.0", sample_interval: float = 15.0,
+                 registry: Any = None) -> None:
+        from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+
+        self.port = port
+        self.addr = addr
+        self.sample_interval = sample_interval
+        self.multiprocess = multiprocess_dir() is not None
+        self.registry = registry if registry is not None else REGISTRY
+        kw = {"registry": self.registry}
+        labels = ["queue", "job"]
+        self.processed = Counter("laraq_jobs_processed", "Jobs that ran successfully.", labels, **kw)
+        self.failed = Counter("laraq_jobs_failed", "Jobs marked failed.", labels, **kw)
+        self.released = Counter("laraq_jobs_released", "Jobs released back to their queue.", labels, **kw)
+        self.timed_out = Counter("laraq_jobs_timed_out", "Jobs that exceeded their timeout.", labels, **kw)
+        self.unhandled = Counter("laraq_jobs_unhandled", "Jobs without a Python handler, by the action taken.",
+                                 [*labels, "action"], **kw)
+        self.runtime = Histogram("laraq_job_runtime_seconds", "Handler run time.", labels,
+                                 buckets=RUNTIME_BUCKETS, **kw)
+        self.pickup = Histogram("laraq_job_pickup_delay_seconds",
+                                "Time from push (pushedAt/createdAt + delay) to the handler starting.",
+                                ["queue"], buckets=DELAY_BUCKETS, **kw)
+        live = {"multiprocess_mode": "livesum"} if self.multiprocess else {}
+        self.up = Gauge("laraq_worker_up", "Worker processes running (1 per process).", **kw, **live)
+        self.in_flight = Gauge("laraq_jobs_in_flight", "Jobs being run now.", **kw, **live)
+        self.sampler = QueueSampler(self.registry, multiprocess=self.multiprocess)
+        self._worker: Any = None
+        self._running: set[int] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._server: Any = None
+        self._bind_warned = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+
+    def worker_starting(self, worker: Any) -> None:
+        self._worker = worker
+        if self.multiprocess:
+            reap_dead_processes(multiprocess_dir() or "")
+        self.up.set(1)
+        self.in_flight.set(0)
+        self._try_serve()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="laraq-metrics", daemon=True)
+        self._thread.start()
+
+    def worker_stopping(self, worker: Any, status: int) -> None:
+        self.up.set(0)
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+        if self.multiprocess:
+            from prometheus_client import multiprocess
+
+            with contextlib.suppress(Exception):
+                multiprocess.mark_process_dead(os.getpid())
+        self.close()
+
+    def close(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            with contextlib.suppress(Exception):
+                server.shutdown()
+                server.server_close()
+
+    # -- job events ----------------------------------------------------------------------------------------
+
+    def _running_changed(self, job: Any, running: bool) -> None:
+        with self._lock:
+            if running:
+                self._running.add(id(job))
+            else:
+                self._running.discard(id(job))
+            self.in_flight.set(len(self._running))
+
+    def job_processing(self, job: Any) -> None:
+        self._running_changed(job, True)
+        pushed = _pushed_at(job)
+        if pushed is not None:
+            self.pickup.labels(_job_labels(job)[0]).observe(max(0.0, time.time() - pushed))
+
+    def job_processed(self, job: Any, runtime: float) -> None:
+        labels = _job_labels(job)
+        self.processed.labels(*labels).inc()
+        self.runtime.labels(*labels).observe(runtime)
+        self._running_changed(job, False)
+
+    def job_released(self, job: Any, delay: int, exc: BaseException | None) -> None:
+        self.released.labels(*_job_labels(job)).inc()
+        if exc is not None:  # a handler's own release is followed by job_processed
+            self._running_changed(job, False)
+
+    def job_failed(self, job: Any, exc: BaseException | None, runtime: float | None) -> None:
+        labels = _job_labels(job)
+        self.failed.labels(*labels).inc()
+        if runtime is not None:
+            self.runtime.labels(*labels).observe(runtime)
+        self._running_changed(job, False)
+
+    def job_timed_out(self, job: Any) -> None:
+        self.timed_out.labels(*_job_labels(job)).inc()
+        self._running_changed(job, False)
+
+    def job_unhandled(self, job: Any, action: str, detail: str) -> None:
+        self.unhandled.labels(*_job_labels(job), action).inc()
+
+    # -- serving and sampling ---------------------------------------------------------------------------------
+
+    def _serving_registry(self) -> Any:
+        if not self.multiprocess:
+            return self.registry
+        from prometheus_client import CollectorRegistry, multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return registry
+
+    def _try_serve(self) -> None:
+        if self.port is None or self._server is not None:
+            return
+        from prometheus_client import start_http_server
+
+        try:
+            self._server, _thread = start_http_server(self.port, addr=self.addr, registry=self._serving_registry())
+        except OSError as exc:
+            if not self.multiprocess:
+                raise
+            if not self._bind_warned:
+                log.info("metrics: port %s is served by another worker (%s); this one writes to %s", self.port,
+                         exc.strerror or exc, multiprocess_dir())
+                self._bind_warned = True
+            return
+        log.info("metrics: serving http://%s:%s/metrics%s", self.addr, self.port,
+                 " (all workers of " + str(multiprocess_dir()) + ")" if self.multiprocess else "")
+
+    def _sample(self) -> None:
+        worker = self._worker
+        if worker is None:
+            return
+        try:
+            self.sampler.update(worker.queue, worker.queues)
+        except Exception as exc:
+            log.debug("metrics: queue sampling failed: %s", exc)
+
+    def _run(self) -> None:
+        self._sample()  # Redis I/O only on this thread, never on the worker's
+        while not self._stop.wait(self.sample_interval):
+            self._try_serve()
+            self._sample()
+
+
+def reap_dead_processes(path: str | os.PathLike[str]) -> list[int]:
+    """Drop the live gauges of worker processes that died without saying so (SIGKILL, OOM).
+
+    ``prometheus_client`` names live-gauge files ``gauge_live*_<pid>.db``; a pid that no longer exists
+    is passed to ``mark_process_dead``. Returns the pids reaped.
+    """
+    from prometheus_client import multiprocess
+
+    reaped: set[int] = set()
+    for file in Path(path).glob("gauge_live*_*.db"):
+        try:
+            pid = int(file.stem.rsplit("_", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        if pid in reaped or pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            multiprocess.mark_process_dead(pid, str(path))
+            reaped.add(pid)
+        except PermissionError:
+            pass
+    return sorted(reaped)
+
+
+# -- one-shot exposition ------------------------------------------------------------------------------------
+
+def exposition(redis_queue: Any, queues: Iterable[str], *, heartbeat_prefix: str | None = None,
+               metrics_dir: str | None = None) -> bytes:
+    """Prometheus text for ``laraq metrics``: queue gauges now, live workers, and a multiprocess dir's sums."""
+    from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+    registry = CollectorRegistry()
+    if not metrics_dir:  # with a dir, the workers' own samples (livemax) are the queue gauges
+        QueueSampler(registry).update(redis_queue, queues)
+    if heartbeat_prefix is not None:
+        from laraq.production.heartbeat import live_workers
+
+        records = live_workers(redis_queue.client, heartbeat_prefix)
+        live = Gauge("laraq_workers_live", "Workers with a fresh heartbeat record, by host.", ["host"],
+                     registry=registry)
+        for record in records:
+            live.labels(record.host).inc()
+    if metrics_dir:
+        from prometheus_client import multiprocess
+
+        multiprocess.MultiProcessCollector(registry, path=metrics_dir)
+    return generate_latest(registry)

@@ -1,0 +1,163 @@
+"""The one shape a PHP array has in a handler: :class:`PHPArray`, an ordered mapping.
+
+PHP has a single array type: an ordered map whose keys are ints or strings. ``[]``, ``['a', 'b']`` and
+``['pages' => 12]`` are all the same type, and a job property declared ``array $options = []`` can hold
+any of them. The codec (:func:`laraq.protocol.serializer.loads`) keeps PHP's exact shape as ``list`` or ``dict``;
+that is right for byte-exact work, but a handler written for ``$options['pages'] ?? 1`` must not break
+because this time PHP's array was empty (a ``list``). So every array a handler receives - in a command
+object, nested, or a string job's ``data`` - is a :class:`PHPArray`:
+
+* it **is a** ``dict`` (keys ``int``/``str`` in PHP's order): ``options.get("pages", 1)``, ``options["pages"]``,
+  ``"pages" in options``, ``len(options)``, ``options.items()`` work whether PHP sent ``[]``, a list or a map;
+* list-style reading works on lists: ``tags[0]``, ``tags.list()`` (the values, like ``array_values``),
+  ``tags.is_list`` (``array_is_list``); iterating gives the keys, like any ``dict`` (``.values()`` gives
+  what PHP's ``foreach ($a as $v)`` gives);
+* it compares equal to the ``list`` of its values when it is a list, and to a ``dict`` with the same items;
+* ``json.dumps`` sees a ``dict`` (keys ``"0"``, ``"1"``...): for JSON as PHP's ``json_encode`` writes it use
+  :func:`laraq.protocol.phpjson.php_json_encode`, or :func:`unwrap` first (lists become ``list`` again);
+* ``dumps()`` writes it back byte for byte: a list-shaped ``PHPArray`` is written with keys ``0..n-1``,
+  exactly the bytes PHP wrote.
+
+:func:`php_arrays` converts a decoded value in place (objects and references keep their identity), which is
+what the worker does before calling a handler. ``compat-docs/serialization.md`` ("Arrays in handlers") says
+the same for users.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from laraq.protocol import serializer
+from laraq.protocol.serializer import PHPObject, PHPReference
+
+try:  # the C build of the hot path (setup.py, optional): without it the pure-Python codec does the same
+    from laraq import _speedups
+except ImportError:  # pragma: no cover - no compiler when installed
+    _speedups = None  # type: ignore[assignment]
+
+__all__ = ["PHPArray", "loads_php_arrays", "php_arrays", "unwrap"]
+
+
+class PHPArray(dict):  # type: ignore[type-arg]
+    """A PHP array: an ordered ``dict`` of ``int``/``str`` keys with list-style helpers."""
+
+    __slots__ = ()
+    #: :func:`laraq.protocol.phpjson.php_json_encode` writes a list-shaped PHPArray as a JSON array, like PHP
+    is_php_array = True
+
+    @property
+    def is_list(self) -> bool:
+        """PHP's ``array_is_list``: keys are exactly 0, 1, ... in order (an empty array is a list)."""
+        return all(k == i and type(k) is int for i, k in enumerate(self))
+
+    def list(self) -> list[Any]:
+        """The values in order (PHP's ``array_values``)."""
+        return list(self.values())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, list | tuple):
+            return self.is_list and list(self.values()) == list(other)
+        return dict.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PHPArray({dict.__repr__(self)})"
+
+
+def _convert_container(value: Any) -> Any:
+    if type(value) is list:
+        return PHPArray(enumerate(value))
+    if type(value) is dict:
+        return PHPArray(value)
+    return value
+
+
+def _convert_members(members: dict[Any, Any], stack: list[Any]) -> None:
+    """Convert the values of an array or an object's properties in place; queue the containers met."""
+    for k, v in members.items():
+        new = _convert_container(v)
+        if new is not v:
+            members[k] = new
+        if isinstance(new, PHPArray | PHPObject | PHPReference):
+            stack.append(new)
+
+
+def php_arrays(value: Any) -> Any:
+    """``value`` with every ``list``/``dict`` (at any depth) turned into a :class:`PHPArray`.
+
+    Objects (:class:`PHPObject`) and references (:class:`PHPReference`) are updated in place, so shared
+    objects stay shared; a top-level list or dict is returned as a new :class:`PHPArray`. Iterative: deep or
+    cyclic (``r:``) values are fine.
+    """
+    root = _convert_container(value)
+    stack: list[Any] = [root]
+    seen: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, PHPArray):
+            _convert_members(node, stack)
+        elif isinstance(node, PHPObject):
+            _convert_members(node._props, stack)
+        elif isinstance(node, PHPReference):
+            new = _convert_container(node.value)
+            if new is not node.value:
+                node.value = new
+            if isinstance(new, PHPArray | PHPObject | PHPReference):
+                stack.append(new)
+    return root
+
+
+def loads_php_arrays(data: bytes) -> Any:
+    """``php_arrays(loads(data))`` in one pass where the codec's single-``findall`` path applies (small
+    commands without references: the usual job), building :class:`PHPArray` directly instead of
+    converting lists and dicts afterwards; the same value either way.
+
+    With the C build (``laraq._speedups``) that pass runs in C; whatever it does not take (references,
+    ``C:`` objects, anything malformed) goes the pure-Python way, which decides and reports as before.
+    """
+    size = len(data)
+    if 0 < size <= serializer._PAIRS_MAX_BYTES and size <= serializer.DEFAULT_MAX_BYTES \
+            and size <= serializer.DEFAULT_MAX_ELEMENTS:
+        if _c_pairs_loads is not None and type(data) is bytes:
+            value = _c_pairs_loads(data, serializer.DEFAULT_MAX_DEPTH)
+            if value is not serializer._BAIL:
+                return value
+        value = serializer._pairs_loads(data, size, serializer.DEFAULT_MAX_DEPTH, PHPArray)
+        if value is not serializer._BAIL:
+            return value
+    return php_arrays(serializer.loads(data))
+
+
+def _c_build() -> Any:
+    """The C ``pairs_loads``, configured with this module's pieces; None without the build or with
+    ``LARAQ_PURE_PYTHON=1`` (for comparing both paths)."""
+    if _speedups is None or os.environ.get("LARAQ_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    _speedups.configure(PHPArray, serializer._object_token, serializer._float_token, serializer._enum_token,
+                        serializer._BAIL)
+    return _speedups.pairs_loads
+
+
+_c_pairs_loads = _c_build()
+
+
+def unwrap(value: Any) -> Any:
+    """Plain ``list``/``dict`` again, as PHP's ``json_encode`` sees arrays: a list-shaped array becomes a
+    ``list``, any other a ``dict`` (recursively; objects and scalars are returned as they are)."""
+    if isinstance(value, PHPArray):
+        if value.is_list:
+            return [unwrap(v) for v in value.values()]
+        return {k: unwrap(v) for k, v in value.items()}
+    if type(value) is list:
+        return [unwrap(v) for v in value]
+    if type(value) is dict:
+        return {k: unwrap(v) for k, v in value.items()}
+    return value

@@ -1,0 +1,191 @@
+"""Leases: keeping reserved-but-unstarted jobs ours until they start (the ``retry_after`` clock on
+``:reserved``, which Laravel's ``migrate`` reads).
+
+Owns, for the worker's reservation side: the buffered job and its lease (:class:`Buffered`), the
+check before a buffered job starts (:meth:`Leases._lease_ok`: a lease that a reservation made now
+would outlast is renewed first, so a started job gets ``retry_after`` from its start as a Laravel
+pop gives it; a job someone else migrated back is dropped, never run), renewals sent without waiting
+when no migrate can have taken the job back yet (:meth:`Leases._renew_ahead`, read back by
+:meth:`Leases._collect_renewal`), and the periodic push of buffered leases past half their
+``retry_after`` (:meth:`Leases._renew_leases`). Every renewal is ``ZADD XX``: a member that is gone
+stays gone.
+
+A mixin of :class:`laraq.worker.reservation.Reservation`: its state is set up by :meth:`Leases._init_leases`.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from laraq.bus.job import Job
+
+if TYPE_CHECKING:
+    from laraq.protocol.lua import PendingCall
+    from laraq.protocol.queue import RedisQueue
+    from laraq.worker.output import Output
+
+__all__ = ["Buffered", "Leases"]
+
+log = logging.getLogger("laraq.worker.worker")
+
+
+@dataclass(eq=False)
+class Buffered:
+    """A prefetched job: reserved (its lease runs until ``lease_until``, unix seconds), not started."""
+
+    job: Job
+    lease_until: float
+
+
+def _apply_renewal(items: list[Buffered], alive: list[bool], lease: float, lost: str) -> set[int]:
+    """Record a renewal's answer: ours get the new lease; the ids of those taken back are returned."""
+    gone = set()
+    for b, ours in zip(items, alive, strict=False):
+        if ours:
+            b.lease_until = lease
+        else:
+            gone.add(id(b))
+            log.warning("%s (id %s) was taken back from :reserved %s", b.job.name, b.job.id, lost)
+    return gone
+
+
+class Leases:
+    """The leases of buffered jobs (mixin of :class:`laraq.worker.reservation.Reservation`)."""
+
+    queue: RedisQueue
+    output: Output
+    _buffer: collections.deque[Buffered]
+    _acks: dict[str, list[bytes]]
+    _ack_lock: threading.Lock
+
+    def _init_leases(self) -> None:
+        #: the earliest time (unix seconds) at which a buffered lease needs renewing
+        self._renew_at = math.inf
+        #: a lease renewal sent without waiting (see _renew_ahead): the call, and each job with its
+        #: lease before it
+        self._renewal: tuple[PendingCall, list[tuple[Buffered, float]]] | None = None
+
+    def _lease_ok(self, item: Buffered) -> bool:
+        """A buffered job may start only while its reservation is still ours. Its lease is renewed
+        first whenever a reservation made now would expire later (so a started job gets the same
+        ``retry_after`` from its start as a Laravel pop gives it); the rest of the buffer is renewed
+        in the same call. A job someone else migrated back is dropped, never run."""
+        retry_after = self.queue.retry_after
+        if retry_after is None:
+            return True
+        now = time.time()
+        fresh = math.floor(now) + retry_after
+        if fresh <= item.lease_until:
+            return True
+        items = [item, *(b for b in self._buffer if b.job.queue == item.job.queue and b.lease_until < fresh)]
+        if item.lease_until - now >= retry_after / 2 and self._renew_ahead(items):
+            return True
+        self.output.flush()  # a held success line does not wait on this round trip
+        try:
+            alive = self.queue.renew(item.job.queue, [b.job.reserved for b in items])
+        except Exception as exc:
+            log.warning("could not renew the reservation of %s (%s): not starting it", item.job.name, exc)
+            return False
+        gone = _apply_renewal(items, alive, fresh, "before it started: not running it")
+        if len(gone) > (id(item) in gone):
+            self._buffer = collections.deque(b for b in self._buffer if id(b) not in gone)
+        return id(item) not in gone
+
+    def _renew_ahead(self, items: list[Buffered]) -> bool:
+        """Renew leases that are stale but far from over without waiting for the reply: no migrate can
+        have taken them back (over half of ``retry_after`` is left), so the job starts at once and the
+        ``ZADD XX`` lands on Redis as it starts; :meth:`_collect_renewal` reads the reply. This is the
+        usual case for a batch reserved along with a wait (its ``now`` is the time the wait began)."""
+        self._collect_renewal()
+        try:
+            sent = self.queue.renew_send(items[0].job.queue, [b.job.reserved for b in items])
+        except Exception:  # the synchronous renewal meets the same fault and reports it
+            return False
+        if sent is None:
+            return False
+        pending, expiry = sent
+        self._renewal = (pending, [(b, b.lease_until) for b in items])
+        for b in items:
+            b.lease_until = expiry
+        return True
+
+    def _collect_renewal(self) -> None:
+        """Read the reply of a :meth:`_renew_ahead`: buffered jobs found gone are dropped, as a
+        synchronous renewal drops them; a started one is only reported, unless this worker's own
+        removal of it may have come first (see :meth:`_ours_first`). If the reply is lost, the
+        buffered jobs keep their earlier leases (renewed again when due)."""
+        if self._renewal is None:
+            return
+        pending, items = self._renewal
+        self._renewal = None
+        try:
+            alive = self.queue.scripts.renew_result(self.queue.scripts.receive(pending))
+        except Exception as exc:
+            log.warning("could not renew the reservation of %d job(s) (%s): they keep their earlier lease",
+                        len(items), exc)
+            for b, before in items:
+                b.lease_until = before
+                self._renew_at = min(self._renew_at, before - (self.queue.retry_after or 0) / 2)
+            return
+        gone = {id(b) for (b, _before), ok in zip(items, alive, strict=False) if not ok}
+        if not gone:
+            return
+        buffered = {id(b) for b in self._buffer}
+        for b, _before in items:
+            if id(b) in gone and id(b) not in buffered:
+                if not self._ours_first(b.job):
+                    log.warning("%s (id %s) left :reserved as it started (deleted by someone else?)",
+                                b.job.name, b.job.id)
+            elif id(b) in gone:
+                log.warning("%s (id %s) was taken back from :reserved while buffered: dropped",
+                            b.job.name, b.job.id)
+        self._buffer = collections.deque(b for b in self._buffer if id(b) not in gone)
+
+    def _ours_first(self, job: Job) -> bool:
+        """May this worker's own removal of a started job have reached Redis before the renewal sent
+        as it started? Its ack (or release, or fail) and that renewal travel on different
+        connections, so Redis may run either first. True once the removal was sent; False while the
+        job runs or its ``ZREM`` still waits among the deferred acks: then someone else took it."""
+        if job.is_released or job.has_failed:
+            return True
+        if not job.is_deleted:
+            return False
+        with self._ack_lock:
+            return job.reserved not in self._acks.get(job.queue, ())
+
+    def _renew_leases(self) -> None:
+        """Push the reservation of buffered jobs past half their ``retry_after`` forward (``ZADD XX``)."""
+        retry_after = self.queue.retry_after
+        if retry_after is None or not self._buffer:
+            return
+        now = time.time()
+        if now < self._renew_at:  # no buffered lease is due yet: skip the scan
+            return
+        half = retry_after / 2
+        due = [b for b in self._buffer if b.lease_until - now < half]
+        self._renew_at = min((b.lease_until - half for b in self._buffer if b.lease_until - now >= half),
+                             default=math.inf)
+        if not due:
+            return
+        gone: set[int] = set()
+        by_queue: dict[str, list[Buffered]] = {}
+        for b in due:
+            by_queue.setdefault(b.job.queue, []).append(b)
+        for name, items in by_queue.items():
+            try:
+                alive = self.queue.renew(name, [b.job.reserved for b in items])
+            except Exception as exc:
+                log.warning("could not renew buffered reservations on %s: %s", name, exc)
+                self._renew_at = now  # still due: try again on the next pass
+                continue
+            lease = math.floor(time.time()) + retry_after
+            self._renew_at = min(self._renew_at, lease - half)
+            gone |= _apply_renewal(items, alive, lease, "while buffered: dropped")
+        if gone:
+            self._buffer = collections.deque(b for b in self._buffer if id(b) not in gone)
