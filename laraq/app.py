@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import enum
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from laraq.bus.handler_middleware import compose
+from laraq.bus.handlers import FailedFunc, Handler, HandlerFunc
 from laraq.bus.models import ModelSchema, default_table, make_enum
 from laraq.bus.rate_limiter import LimiterFunc, named_limiter
 from laraq.bus.schema import JobSchema, declared_schema, handler_problems, load_schema_file
@@ -49,43 +49,15 @@ from laraq.protocol.payload import CALL_QUEUED_HANDLER, Payload, PayloadError
 if TYPE_CHECKING:
     from datetime import timedelta
 
-    from laraq.bus.job import Job
     from laraq.schedule.entries import Entry as ScheduleEntry
 
 __all__ = ["App", "Handler", "HandlerFunc", "FailedFunc"]
-
-#: ``handle(command_or_data, job)``, plain or ``async``.
-HandlerFunc = Callable[[Any, "Job"], Any] | Callable[[Any, "Job"], Awaitable[Any]]
-#: ``failed(command_or_data, job, exception)``, plain or ``async``.
-FailedFunc = Callable[[Any, "Job", BaseException], Any]
-
 
 _NAME_TYPES = (str, type(None))
 
 
 def _norm(name: str) -> str:
     return name.strip().lstrip("\\")
-
-
-@dataclass(frozen=True)
-class Handler:
-    """One registered handler."""
-
-    name: str
-    func: HandlerFunc
-    kind: Literal["command", "string"]
-    is_async: bool
-    #: The class is ``ShouldBeUnique`` (``True``), ``ShouldBeUniqueUntilProcessing`` (``"until_processing"``),
-    #: not unique (``False``), or ``None``: unique when the command has a ``uniqueId`` property.
-    #: See :mod:`laraq.bus.callqueued` for how the lock is released.
-    unique: bool | str | None = None
-    #: Also run the PHP class's ``failed()`` method (in PHP) when the job fails.
-    php_failed: bool = False
-    #: The class's ``$deleteWhenMissingModels``: a job whose model row is gone is deleted silently
-    #: instead of failed (None: what the payload says, i.e. Laravel 13's ``deleteWhenMissingModels``).
-    delete_when_missing_models: bool | None = None
-    #: how many Python middleware wrap ``func`` (:mod:`laraq.bus.handler_middleware`)
-    python_middleware: int = 0
 
 
 class App:

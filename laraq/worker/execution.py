@@ -52,7 +52,7 @@ _NATIVE_EAGER = sys.version_info >= (3, 12)
 JOB_TASK_NAME = "laraq-job"
 
 if TYPE_CHECKING:
-    from laraq.app import App, Handler
+    from laraq.bus.handlers import Handler, HandlerRegistry
     from laraq.protocol.versions import LaravelVersion
     from laraq.worker.events import Listeners
     from laraq.worker.output import Output
@@ -146,7 +146,7 @@ def sigkill_self() -> None:
 class Execution:
     """The worker's running side (mixin of :class:`laraq.worker.worker.Worker`)."""
 
-    app: App
+    app: HandlerRegistry
     options: Any
     version: LaravelVersion
     events: Listeners

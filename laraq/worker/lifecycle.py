@@ -35,8 +35,8 @@ from laraq.stores.failed import FailedJobStore, format_exception, max_attempts_e
 from laraq.worker.reservation import REDIS_DOWN
 
 if TYPE_CHECKING:
-    from laraq.app import App, Handler
     from laraq.bus.callqueued import CallQueued
+    from laraq.bus.handlers import Handler, HandlerRegistry
     from laraq.protocol.encryption import Encrypter
     from laraq.protocol.queue import RedisQueue
     from laraq.protocol.versions import LaravelVersion
@@ -70,7 +70,7 @@ _DEBOUNCED = re.compile(r's:13:"debounceOwner";s:[1-9][0-9]*:')
 class Lifecycle:
     """The worker's per-job rules (mixin of :class:`laraq.worker.worker.Worker`)."""
 
-    app: App
+    app: HandlerRegistry
     queue: RedisQueue
     options: Any
     version: LaravelVersion

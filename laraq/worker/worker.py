@@ -32,8 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from laraq.app import App
 from laraq.bus.callqueued import CallQueued
+from laraq.bus.handlers import HandlerRegistry
 from laraq.bus.models import ModelLoader
 from laraq.protocol.encryption import Encrypter
 from laraq.protocol.queue import RedisQueue
@@ -110,7 +110,7 @@ class Worker(Reservation, Execution, Lifecycle):
 
     def __init__(
         self,
-        app: App,
+        app: HandlerRegistry,
         queue: RedisQueue,
         queues: list[str] | str,
         *,
