@@ -3,7 +3,8 @@ those paths working (``from laraq.dispatch import Dispatcher`` is ``laraq.bus.di
 
 An old path imports the very module object of the new one (so patching either patches both) and warns
 once with :class:`DeprecationWarning`, naming the new path. ``laraq.worker`` and ``laraq.config`` kept
-their names as packages that export the old public names.
+their names as packages that export the old modules' public names; ``laraq.production`` is now the
+package of production pieces, and the old module's one function is ``laraq.production.listeners.attach_listeners``.
 """
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ MOVED: dict[str, str] = {
     "metrics": "production.metrics",
     "heartbeat": "production.heartbeat",
     "logs": "production.logs",
-    "production": "production.listeners",
     "inspect": "ops.inspect",
     "migrate": "ops.migrate",
     "poison": "ops.poison",
