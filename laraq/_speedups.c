@@ -60,10 +60,11 @@ static int read_int(cur_t *pp, cur_t end, long long *out) {
     }
     while (p < end && *p >= '0' && *p <= '9') {
         if (++digits > 25) return NO;
-        if (mag <= limit) {
-            mag = mag * 10 + (unsigned long long)(*p - '0');
-            if (mag > limit) mag = limit + 1; /* out of range: remembered, bails below */
-        }
+        unsigned long long d = (unsigned long long)(*p - '0');
+        /* checked before multiplying: mag * 10 must not wrap (it did, and 39223372036854775807 read as
+         * 2329883889435672575); past |PHP_INT_MIN| the value is only remembered as out of range */
+        if (mag > limit || mag > (limit - d) / 10) mag = limit + 1;
+        else mag = mag * 10 + d;
         p++;
     }
     if (!digits) return NO;

@@ -19,11 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_phparray import COMMANDS, _shape
 
-from laraq.protocol import phparray, serializer
+from laraq.protocol import phparray, phpread, serializer
 from laraq.protocol.phparray import PHPArray, loads_php_arrays, php_arrays
 from laraq.protocol.serializer import PHPEnum, PHPFloat, PHPObject, PHPSerializeError, dumps, loads
 
-BAIL = serializer._BAIL
+BAIL = phpread.BAIL
 DEPTH = serializer.DEFAULT_MAX_DEPTH
 
 
@@ -121,9 +121,9 @@ def test_depth_is_bounded(c_loads) -> None:
     shallow = b"a:1:{i:0;" * 10 + b"N;" + b"}" * 10
     # ten containers: allowed at max_depth 10, not at 9 - the pure path's rule
     assert c_loads(shallow, 10) is not BAIL
-    assert serializer._pairs_loads(shallow, len(shallow), 10, PHPArray) is not BAIL
+    assert phpread._token_loads(shallow, len(shallow), 10, PHPArray) is not BAIL
     assert c_loads(shallow, 9) is BAIL
-    assert serializer._pairs_loads(shallow, len(shallow), 9, PHPArray) is BAIL
+    assert phpread._token_loads(shallow, len(shallow), 9, PHPArray) is BAIL
 
 
 @pytest.mark.parametrize("levels", [1, 15, 16, 17, 32, 33, 200])

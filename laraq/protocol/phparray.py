@@ -28,18 +28,24 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from laraq.protocol import serializer
-from laraq.protocol.serializer import PHPObject, PHPReference
+from laraq.protocol.phpread import BAIL, decode, enum_token, float_token, object_token
+from laraq.protocol.phpvalues import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_DEPTH,
+    DEFAULT_MAX_ELEMENTS,
+    PHPObject,
+    PHPReference,
+)
 
 try:  # the C build of the hot path (setup.py, optional): without it the pure-Python codec does the same
-    from laraq import _speedups
+    import laraq._speedups as _speedups
 except ImportError:  # pragma: no cover - no compiler when installed
     _speedups = None  # type: ignore[assignment]
 
 __all__ = ["PHPArray", "loads_php_arrays", "php_arrays", "unwrap"]
 
 
-class PHPArray(dict):  # type: ignore[type-arg]
+class PHPArray(dict[Any, Any]):
     """A PHP array: an ordered ``dict`` of ``int``/``str`` keys with list-style helpers."""
 
     __slots__ = ()
@@ -63,7 +69,7 @@ class PHPArray(dict):  # type: ignore[type-arg]
     def __ne__(self, other: object) -> bool:
         return not self == other
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None
 
     def __repr__(self) -> str:
         return f"PHPArray({dict.__repr__(self)})"
@@ -116,24 +122,24 @@ def php_arrays(value: Any) -> Any:
 
 
 def loads_php_arrays(data: bytes) -> Any:
-    """``php_arrays(loads(data))`` in one pass where the codec's single-``findall`` path applies (small
-    commands without references: the usual job), building :class:`PHPArray` directly instead of
-    converting lists and dicts afterwards; the same value either way.
+    """``php_arrays(loads(data))`` in one pass: every PHP array is built as a :class:`PHPArray` while
+    parsing instead of converted afterwards; the same value either way.
 
-    With the C build (``laraq._speedups``) that pass runs in C; whatever it does not take (references,
-    ``C:`` objects, anything malformed) goes the pure-Python way, which decides and reports as before.
+    With the C build (``laraq._speedups``) the usual command (no references) is read in C; whatever it
+    steps aside from (references, ``C:`` objects, anything malformed) goes to the reference reader,
+    which decides and reports as before. Without it, the pure-Python readers of
+    :mod:`laraq.protocol.phpread` do the same work.
     """
-    size = len(data)
-    if 0 < size <= serializer._PAIRS_MAX_BYTES and size <= serializer.DEFAULT_MAX_BYTES \
-            and size <= serializer.DEFAULT_MAX_ELEMENTS:
-        if _c_pairs_loads is not None and type(data) is bytes:
-            value = _c_pairs_loads(data, serializer.DEFAULT_MAX_DEPTH)
-            if value is not serializer._BAIL:
-                return value
-        value = serializer._pairs_loads(data, size, serializer.DEFAULT_MAX_DEPTH, PHPArray)
-        if value is not serializer._BAIL:
+    if _c_pairs_loads is not None and type(data) is bytes and 0 < len(data) <= _C_MAX_BYTES:
+        value = _c_pairs_loads(data, DEFAULT_MAX_DEPTH)
+        if value is not BAIL:
             return value
-    return php_arrays(serializer.loads(data))
+        return decode(data, array=PHPArray, fast=False)  # the C subset covers the Python fast reader's
+    return decode(data, array=PHPArray)
+
+
+#: Inputs the C reader is given: up to the element limit, so that no limit but the depth can be hit
+_C_MAX_BYTES = min(DEFAULT_MAX_BYTES, DEFAULT_MAX_ELEMENTS)
 
 
 def _c_build() -> Any:
@@ -141,8 +147,7 @@ def _c_build() -> Any:
     ``LARAQ_PURE_PYTHON=1`` (for comparing both paths)."""
     if _speedups is None or os.environ.get("LARAQ_PURE_PYTHON", "") not in ("", "0"):
         return None
-    _speedups.configure(PHPArray, serializer._object_token, serializer._float_token, serializer._enum_token,
-                        serializer._BAIL)
+    _speedups.configure(PHPArray, object_token, float_token, enum_token, BAIL)
     return _speedups.pairs_loads
 
 

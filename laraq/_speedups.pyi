@@ -1,0 +1,15 @@
+"""Types of the C build (``laraq/_speedups.c`` and ``laraq/_lines.c``); see those files."""
+
+from collections.abc import Callable
+from typing import Any
+
+def pairs_loads(data: bytes, max_depth: int, /) -> Any: ...
+def configure(
+    array_type: type[dict[Any, Any]],
+    new_object: Callable[[str, dict[Any, Any]], Any],
+    make_float: Callable[[bytes], Any],
+    make_enum: Callable[[bytes], Any],
+    bail: object,
+    /,
+) -> None: ...
+def __getattr__(name: str) -> Any: ...  # the console-line sink of _lines.c (LineSink)
