@@ -236,8 +236,13 @@ def make_enum(class_name: str, cases: Mapping[str, str | int]) -> type[enum.Enum
     base = class_name.rsplit("\\", 1)[-1]
     made = enum.Enum(base, dict(cases), type=mixin)  # type: ignore[misc]
     made.php_class = class_name  # type: ignore[attr-defined]
-    made.__str__ = lambda self: str(self.value)  # type: ignore[method-assign]
+    made.__str__ = _value_text  # type: ignore[method-assign, assignment]
     return made
+
+
+def _value_text(member: enum.Enum) -> str:
+    """``str()`` of a PHP enum case: its backing value, as PHP's string interpolation of ``->value``."""
+    return str(member.value)
 
 
 def needs_restoring(command: Any, enums: Mapping[str, type[enum.Enum]], text: str | None = None) -> bool:
