@@ -35,7 +35,10 @@ default ``fire``. Names are compared without a leading backslash.
 from __future__ import annotations
 
 import enum
+import importlib
 import inspect
+import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -45,11 +48,12 @@ from laraq.bus.models import ModelSchema, default_table, make_enum
 from laraq.bus.rate_limiter import LimiterFunc, named_limiter
 from laraq.bus.schema import JobSchema, declared_schema, handler_problems, load_schema_file
 from laraq.protocol.payload import CALL_QUEUED_HANDLER, Payload, PayloadError
+from laraq.schedule.entries import CatchUp, FunctionTarget, JobTarget, as_timing, function_job_name
+from laraq.schedule.entries import Entry as ScheduleEntry
+from laraq.schedule.scheduler import function_handler
 
 if TYPE_CHECKING:
     from datetime import timedelta
-
-    from laraq.schedule.entries import Entry as ScheduleEntry
 
 __all__ = ["App", "Handler", "HandlerFunc", "FailedFunc"]
 
@@ -200,12 +204,10 @@ class App:
                  name: str | None = None, queue: str | None = None, catch_up: str | int = "skip", grace: int = 60,
                  overlap: bool = False, overlap_ttl: int = 86_400, offset: int = 0) -> Callable[[Any], Any]:
         """Decorator: run the function on a cron expression or an interval (queued on ``queue``)."""
-        from laraq.schedule.entries import CatchUp, Entry, FunctionTarget, as_timing, function_job_name
-        from laraq.schedule.scheduler import function_handler
 
         def decorate(func: Any) -> Any:
             entry_name = name or f"{func.__module__}.{func.__name__}"
-            entry = Entry(entry_name, as_timing(cron, every, tz, offset), FunctionTarget(func, queue),
+            entry = ScheduleEntry(entry_name, as_timing(cron, every, tz, offset), FunctionTarget(func, queue),
                           CatchUp.parse(catch_up, grace), overlap, overlap_ttl)
             self.add_schedule_entry(entry)
             self.register(function_job_name(entry_name), function_handler(entry_name, func))
@@ -223,11 +225,9 @@ class App:
         ``dispatch_options`` are :meth:`laraq.bus.dispatch.Dispatcher.prepare_job`'s (``tries``,
         ``backoff``, ``protected``, ``private``, ``delay``, ``encrypt``, ...).
         """
-        from laraq.schedule.entries import CatchUp, Entry, JobTarget, as_timing
-
         target = JobTarget(_norm(class_name), dict(properties or {}), queue, connection, dict(dispatch_options))
         entry_name = name or _norm(class_name).replace("\\", ".")
-        entry = Entry(entry_name, as_timing(cron, every, tz, offset), target, CatchUp.parse(catch_up, grace),
+        entry = ScheduleEntry(entry_name, as_timing(cron, every, tz, offset), target, CatchUp.parse(catch_up, grace),
                       overlap, overlap_ttl)
         return self.add_schedule_entry(entry)
 
@@ -297,10 +297,6 @@ class App:
 
 def load_app(spec: str) -> App:
     """Import ``module:attribute`` (``attribute`` defaults to ``app``) and return the :class:`App`."""
-    import importlib
-    import os
-    import sys
-
     module_name, _, attr = spec.partition(":")
     if not module_name:
         raise ValueError(f"--app must look like 'package.module:app', got {spec!r}")

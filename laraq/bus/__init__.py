@@ -3,5 +3,6 @@
 The job handle (:mod:`.job`), what happens around ``handle()`` (:mod:`.callqueued`, the PHP hand-off in
 :mod:`.handoff`), job middleware (:mod:`.middleware`, :mod:`.handler_middleware`, :mod:`.rate_limiter`),
 ``SerializesModels`` (:mod:`.models`), job class schemas (:mod:`.schema`), the handler registry's
-contract (:mod:`.handlers`) and dispatching jobs PHP runs (:mod:`.dispatch`).
+contract (:mod:`.handlers`), dispatching jobs PHP runs (:mod:`.dispatch`) and ``queue:retry``
+(:mod:`.retry`).
 """

@@ -28,8 +28,11 @@ String jobs (``Queue::push('Class@method', $data)``) are built by :meth:`Dispatc
 Into a Horizon app (``horizon=`` a :class:`laraq.horizon.HorizonSettings`) the push is Horizon's
 ``RedisQueue``'s: ``id`` is the ``uuid``, ``JobPayload::prepare`` adds ``type``, ``tags`` (given, else
 ``Class:key`` of each ``ModelIdentifier`` property, as Horizon tags models), ``silenced`` (given, else
-the class is in ``horizon.silenced``) and ``pushedAt``, and after the push the pending record
-(``JobPushed`` → ``StoreJob``, ``StoreMonitoredTags``) is written.
+the class is silenced in Horizon's config) and ``pushedAt``, and after the push the pending record
+(``JobPushed`` → ``StoreJob``, ``StoreMonitoredTags``) is written. The dispatcher knows Horizon only
+through :class:`PushMonitor` (the horizon package sits above the bus and implements it).
+
+``queue:retry`` lives in :mod:`laraq.bus.retry` (its names are importable from here too).
 """
 
 from __future__ import annotations
@@ -39,22 +42,48 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from laraq.protocol.payload import build_object_payload, build_string_payload, horizon_prepare, new_uuid
-from laraq.protocol.queue import RedisQueue
+import orjson
+
+from laraq.bus.retry import (
+    RETRY_UNTIL_POLICIES,
+    RetryOutcome,
+    expand_retry_ids,
+    retry_failed,
+    retry_payload,
+    time_now,
+)
+from laraq.bus.schema import SchemaError, unique_lock_owner
+from laraq.bus.schema import plan as schema_plan
+from laraq.protocol.payload import (
+    build_object_payload,
+    build_string_payload,
+    horizon_prepare,
+    log_context,
+    new_uuid,
+)
+from laraq.protocol.queue import RedisQueue, _payload_id
 from laraq.protocol.routing import queue_name_of
+from laraq.protocol.serializer import ModelIdentifier, dumps
 from laraq.protocol.versions import LaravelVersion
 
+if TYPE_CHECKING:
+    from laraq.protocol.encryption import Encrypter
+
 __all__ = [
+    "RETRY_UNTIL_POLICIES",
     "DispatchResult",
     "Dispatcher",
     "PreparedJob",
+    "PushMonitor",
+    "PushRecorder",
     "RetryOutcome",
     "expand_retry_ids",
     "retry_failed",
     "retry_payload",
     "serialize_command",
+    "time_now",
 ]
 
 Delay = int | float | datetime | timedelta
@@ -85,8 +114,6 @@ def _serialize_value(value: Any) -> bytes:
         cached = _SCALARS.get((kind, value))
         if cached is not None:
             return cached
-    from laraq.protocol.serializer import dumps
-
     out = dumps(value)
     raw = out.encode("utf-8") if isinstance(out, str) else bytes(out)
     if cacheable:
@@ -211,8 +238,6 @@ class PreparedJob:
 
     @property
     def id(self) -> str | None:
-        from laraq.protocol.queue import _payload_id
-
         return _payload_id(self.payload)
 
 
@@ -246,6 +271,29 @@ def _timestamp(value: int | float | datetime | timedelta, now: float) -> int:
     return math.floor(value)
 
 
+# -- what a monitored app (Horizon) adds -------------------------------------------------------------
+
+class PushRecorder(Protocol):
+    """Records each job the dispatcher pushed (Horizon's ``JobPushed`` listeners)."""
+
+    def record_pushed(self, connection: str, queue: str, payload: bytes) -> None:
+        """Note that ``payload`` was pushed onto ``queue`` of ``connection``."""
+        ...
+
+
+class PushMonitor(Protocol):
+    """What the dispatcher needs of a monitored app: which classes are silenced, and where a pushed job
+    is recorded. :class:`laraq.horizon.HorizonSettings` implements it."""
+
+    def is_silenced(self, class_name: str) -> bool:
+        """Whether jobs of ``class_name`` are kept off the monitor's lists (Horizon's ``silenced``)."""
+        ...
+
+    def push_recorder(self, client: Any) -> PushRecorder:
+        """The recorder writing through the redis-py ``client`` of the queue."""
+        ...
+
+
 # -- the dispatcher ---------------------------------------------------------------------------------------
 
 class Dispatcher:
@@ -259,8 +307,8 @@ class Dispatcher:
         self,
         queue: RedisQueue,
         version: LaravelVersion | str | None = None,
-        encrypter: Any = None,
-        horizon: Any = None,
+        encrypter: Encrypter | None = None,
+        horizon: PushMonitor | None = None,
         *,
         schemas: Mapping[str, Any] | None = None,
         cache: Any = None,
@@ -270,7 +318,7 @@ class Dispatcher:
         self.encrypter = encrypter
         #: :class:`laraq.horizon.HorizonSettings` when the app runs Horizon (see the module docstring).
         self.horizon = horizon
-        self._records: Any = None
+        self._records: PushRecorder | None = None
         #: class -> :class:`laraq.bus.schema.JobSchema`: dispatch such a class with its PHP defaults and lock
         self.schemas: dict[str, Any] = dict(schemas or {})
         #: the app's cache (:class:`laraq.stores.cache.LaravelCache`), where a unique class's lock is taken
@@ -281,21 +329,19 @@ class Dispatcher:
         if self.horizon is None:
             return payload
         if silenced is False and class_name is not None:
-            silenced = class_name in self.horizon.silenced
+            silenced = self.horizon.is_silenced(class_name)
         return horizon_prepare(payload, tags=list(tags or ()), silenced=silenced)
 
     def _record_pushed(self, jobs: Sequence[PreparedJob]) -> None:
         """``JobPushed``: Horizon's pending record of each pushed job."""
         if self.horizon is None:
             return
-        from laraq.horizon import HorizonPayload, HorizonRecords
-
         if self._records is None:
-            self._records = HorizonRecords(self.queue.client, self.horizon)
+            self._records = self.horizon.push_recorder(self.queue.client)
         for job in jobs:
             if job.skipped:
                 continue
-            self._records.pushed(self.queue.connection_name, job.queue, HorizonPayload.parse(job.payload))
+            self._records.record_pushed(self.queue.connection_name, job.queue, job.payload)
 
     # -- building -------------------------------------------------------------------------------
 
@@ -340,8 +386,6 @@ class Dispatcher:
         context: dict[str, Any] | None = None
         schema = self.schemas.get(class_name.lstrip("\\"))
         if schema is not None:
-            from laraq.bus.schema import plan as schema_plan
-
             if protected or private:
                 raise ValueError(f"{class_name} has a schema: give its properties by plain name in properties=")
             owner = self._unique_owner() if schema.is_unique else None
@@ -378,6 +422,7 @@ class Dispatcher:
             command_text = self.encrypter.encrypt(command, serialize=True)
         else:
             command_text = command.decode("utf-8")
+        horizon_id = self._horizon_id()
         payload = build_object_payload(
             self.version,
             command_name=class_name,
@@ -393,7 +438,8 @@ class Dispatcher:
             delay=delay_seconds,
             now=now,
             context=context,
-            **self._horizon_ids(),
+            uuid=horizon_id,
+            id=horizon_id,
         )
         if self.horizon is not None:
             if tags is None:
@@ -402,15 +448,11 @@ class Dispatcher:
         return PreparedJob(payload.encode("utf-8"), self.queue.queue_name(queue), delay)
 
     def _unique_owner(self) -> str | None:
-        from laraq.bus.schema import unique_lock_owner
-
         return unique_lock_owner()
 
     def _unique_context(self, unique: tuple[str, str, str | None, int], owner: str | None) -> dict[str, Any]:
         """11.39+: ``PendingDispatch`` puts the lock's store, key (and 13.24+ owner) into hidden Context,
         so the worker can free the lock of a job whose models are gone."""
-        from laraq.protocol.payload import log_context
-
         def ser(value: str) -> str:
             return _serialize_value(value).decode("utf-8")
 
@@ -426,20 +468,17 @@ class Dispatcher:
         """``UniqueLock::acquire`` in the app's cache (needs ``cache=``)."""
         acquire = getattr(self.cache, "unique_lock_acquire", None)
         if acquire is None:
-            from laraq.bus.schema import SchemaError
-
             store = getattr(self.cache, "driver", None)
             raise SchemaError(f"{unique[0]} is ShouldBeUnique: its lock is taken in the app's cache, which laraq "
                               + ("was not given (Dispatcher(cache=...))" if self.cache is None
                                  else f"cannot lock in (store {store!r}; redis only)"))
         return bool(acquire(unique[0], unique[1], unique[2], unique[3], owner or ""))
 
-    def _horizon_ids(self) -> dict[str, str]:
-        """Horizon's ``createPayloadArray``: ``id`` is the ``uuid``."""
+    def _horizon_id(self) -> str | None:
+        """Horizon's ``createPayloadArray``: ``id`` is the ``uuid`` (None: the payload makes its own)."""
         if self.horizon is None:
-            return {}
-        uuid = new_uuid()
-        return {"uuid": uuid, "id": uuid}
+            return None
+        return new_uuid()
 
     def prepare_string(
         self,
@@ -459,11 +498,12 @@ class Dispatcher:
             raise ValueError(f"a string job is 'Class@method', got {job!r}")
         now = self.queue.clock()
         delay_seconds = None if delay is None else _seconds(delay, now)
+        horizon_id = self._horizon_id()
         payload = build_string_payload(
             self.version, job, data,
             max_tries=tries, max_exceptions=max_exceptions, fail_on_timeout=fail_on_timeout,
             backoff=list(backoff) if isinstance(backoff, list | tuple) else backoff,
-            timeout=timeout, delay=delay_seconds, now=now, **self._horizon_ids(),
+            timeout=timeout, delay=delay_seconds, now=now, uuid=horizon_id, id=horizon_id,
         )
         # Horizon prepares a string job with no tags, not silenced.
         payload = self._horizon_payload(payload, tags=(), silenced=False, class_name=None)
@@ -528,8 +568,6 @@ class Dispatcher:
 
 def _model_tags(groups: Sequence[Mapping[str, Any] | None]) -> list[str]:
     """Horizon's automatic tags: ``Class:key`` for each model (``ModelIdentifier``) property."""
-    from laraq.protocol.serializer import ModelIdentifier
-
     tags: list[str] = []
     for group in groups:
         for value in (group or {}).values():
@@ -540,8 +578,6 @@ def _model_tags(groups: Sequence[Mapping[str, Any] | None]) -> list[str]:
 
 
 def _result(job: PreparedJob, available_at: int | None) -> DispatchResult:
-    import orjson
-
     if job.skipped:
         return DispatchResult(id=None, uuid=None, queue=job.queue, available_at=None, payload=b"", skipped=True)
     decoded = orjson.loads(job.payload)  # laraq's own payload (valid JSON); the same values json.loads gives
@@ -549,149 +585,3 @@ def _result(job: PreparedJob, available_at: int | None) -> DispatchResult:
         id=decoded.get("id"), uuid=decoded.get("uuid"), queue=job.queue,
         available_at=available_at, payload=job.payload,
     )
-
-
-# -- queue:retry ----------------------------------------------------------------------------------------
-
-#: How ``retryUntil`` is treated when a failed job is retried (see :func:`retry_payload`).
-RETRY_UNTIL_POLICIES = ("auto", "keep", "window")
-
-
-def _command_has_retry_until_property(payload: dict[str, Any], encrypter: Any) -> bool | None:
-    """True if the command object has a ``retryUntil`` *property* (PHP then keeps the value)."""
-    from laraq.protocol.serializer import PHPObject, loads
-
-    data = payload.get("data")
-    command = data.get("command") if isinstance(data, dict) else None
-    if not isinstance(command, str):
-        return None
-    try:
-        raw = command.encode("utf-8")
-        if not command.startswith("O:"):
-            if encrypter is None:
-                return None
-            raw = encrypter.decrypt(command)
-        obj = loads(raw)
-    except Exception:
-        return None
-    return isinstance(obj, PHPObject) and "retryUntil" in obj
-
-
-def retry_payload(
-    raw: bytes | str,
-    *,
-    now: float | None = None,
-    retry_until: str = "auto",
-    encrypter: Any = None,
-) -> bytes:
-    """The bytes ``php artisan queue:retry`` pushes back for the stored failed ``raw`` payload.
-
-    ``attempts`` is reset to 0 and the JSON re-encoded like PHP's ``json_encode`` without flags
-    (:func:`laraq.protocol.payload.reencode_like_php_retry`): same ``uuid`` and ``id``, key order kept, unicode
-    escaped, ``{}`` → ``[]``.
-
-    PHP also calls the job's ``retryUntil()`` *method* again and stores the new deadline. Python
-    cannot run PHP methods, so ``retry_until`` chooses:
-
-    * ``"keep"``: leave ``retryUntil`` as it is (what PHP does for a ``$retryUntil`` property, or
-      when there is no method);
-    * ``"window"``: a non-null ``retryUntil`` becomes ``now + (retryUntil - createdAt)``, i.e. the
-      same window the job had when it was dispatched; needs ``createdAt`` (12.11+ payloads);
-    * ``"auto"`` (default): ``keep`` when the value is null, when the command declares a
-      ``retryUntil`` property, or when the payload has no ``createdAt``; else ``window``.
-    """
-    import json
-
-    from laraq.protocol.payload import reencode_like_php_retry
-
-    if retry_until not in RETRY_UNTIL_POLICIES:
-        raise ValueError(f"retry_until must be one of {RETRY_UNTIL_POLICIES}, got {retry_until!r}")
-    decoded = json.loads(raw)
-    new_deadline: int | None = None
-    old = decoded.get("retryUntil") if isinstance(decoded, dict) else None
-    created = decoded.get("createdAt") if isinstance(decoded, dict) else None
-    if isinstance(old, int | float) and not isinstance(old, bool) and retry_until != "keep":
-        has_property = _command_has_retry_until_property(decoded, encrypter)
-        usable = isinstance(created, int | float) and not isinstance(created, bool)
-        if retry_until == "window" and not usable:
-            raise ValueError("retry_until='window' needs the payload's createdAt (Laravel 12.11+)")
-        if usable and (retry_until == "window" or not has_property):
-            current = math.floor(time_now() if now is None else now)
-            new_deadline = current + max(0, math.floor(old) - math.floor(created))
-    return reencode_like_php_retry(raw, attempts=0, retry_until=new_deadline).encode("utf-8")
-
-
-def time_now() -> float:
-    import time
-
-    return time.time()
-
-
-@dataclass(frozen=True)
-class RetryOutcome:
-    """What happened to one failed-job id given to :func:`retry_failed`."""
-
-    id: str
-    status: str  # "pushed", "missing", "skipped"
-    queue: str | None = None
-    message: str = ""
-    payload: bytes | None = field(default=None, repr=False)
-
-
-def retry_failed(
-    store: Any,
-    queue: RedisQueue,
-    ids: Iterable[str | int],
-    *,
-    retry_until: str = "auto",
-    encrypter: Any = None,
-    connection_name: str | None = None,
-    forget: bool = True,
-) -> list[RetryOutcome]:
-    """``queue:retry``: for each id, find the failed job, push its retry payload to its queue, forget it.
-
-    Jobs whose ``connection`` is not this queue's connection (``connection_name``, default
-    ``queue.connection_name``) are skipped: laraq only writes to the Redis connection it was given.
-    """
-    conn = connection_name or queue.connection_name
-    out: list[RetryOutcome] = []
-    for ident in ids:
-        failed = store.find(ident)
-        if failed is None:
-            out.append(RetryOutcome(str(ident), "missing", message=f"Unable to find failed job with ID [{ident}]."))
-            continue
-        if failed.connection != conn:
-            out.append(RetryOutcome(str(ident), "skipped", failed.queue,
-                                    f"failed job [{ident}] belongs to connection [{failed.connection}], not [{conn}]"))
-            continue
-        body = retry_payload(failed.payload, now=queue.clock(), retry_until=retry_until, encrypter=encrypter)
-        queue.push_raw(body, failed.queue)
-        if forget:
-            store.forget(failed.id)
-        out.append(RetryOutcome(str(ident), "pushed", failed.queue,
-                                f"The failed job [{ident}] has been pushed back onto the queue!", body))
-    return out
-
-
-def expand_retry_ids(store: Any, ids: Sequence[str], *, queue: str | None = None,
-                     ranges: Sequence[str] = ()) -> list[str | int]:
-    """``RetryCommand::getJobIds``: explicit ids, ``all``, ``--queue=`` and ``--range=1-5``."""
-    result: list[str | int] = []
-    if list(ids) == ["all"]:
-        result.extend(store.ids())
-    else:
-        result.extend(ids)
-    if queue:
-        result.extend(store.ids(queue))
-    for spec in ranges:
-        lo, sep, hi = spec.partition("-")
-        if not sep or not lo.strip().isdigit() or not hi.strip().isdigit():
-            raise ValueError(f"a range is FROM-TO, e.g. 1-5 (got {spec!r})")
-        result.extend(range(int(lo), int(hi) + 1))
-    seen: set[str] = set()
-    unique: list[str | int] = []
-    for item in result:
-        if str(item) not in seen:
-            seen.add(str(item))
-            unique.append(item)
-    return unique

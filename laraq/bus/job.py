@@ -30,6 +30,7 @@ from typing import Any
 
 from laraq.protocol.payload import Payload
 from laraq.protocol.queue import RedisQueue, ReservedJob
+from laraq.stores import batches
 from laraq.stores.failed import (
     MaxAttemptsExceededError,
     TimeoutExceededError,
@@ -259,9 +260,7 @@ class Job:
 
     def batch_cancelled(self) -> bool:
         """``$this->batch()?->cancelled()``: was this job's batch cancelled? (False outside a batch)."""
-        from laraq.stores.batches import batch_cancelled
-
-        return batch_cancelled(self)
+        return batches.batch_cancelled(self)
 
     def fail(self, exc: BaseException | None = None) -> None:
         """Fail the job: delete it, run the failed callback and write ``failed_jobs``."""

@@ -11,7 +11,7 @@ the payload; for 8 and 12 declare it: ``@app.handler(..., delete_when_missing_mo
 A collection loads the rows it still finds, in the order of its keys; missing ones are dropped.
 
 laraq does the same through the app's own ``DB_*`` settings (the connection named by the identifier,
-else ``DB_CONNECTION``; SQLite, MySQL/MariaDB, PostgreSQL with :func:`laraq.stores.failed.connect_database`).
+else ``DB_CONNECTION``; SQLite, MySQL/MariaDB, PostgreSQL with :func:`laraq.stores.database.connect_database`).
 The handler gets a :class:`Model`: the row's columns as attributes and items. The table is Laravel's
 default (``snake_case`` plural of the class basename) unless declared with :meth:`laraq.app.App.model`.
 Relations (``$relations``) are not loaded.
@@ -38,7 +38,7 @@ from laraq.protocol.serializer import (
     deref,
     is_model_identifier,
 )
-from laraq.stores.failed import _dialect_of, locked_cursor
+from laraq.stores.database import dialect_of, locked_cursor
 
 __all__ = [
     "Model",
@@ -184,7 +184,7 @@ class ModelLoader:
     def select(self, connection: str | None, table: str, column: str, values: list[Any]) -> list[dict[str, Any]]:
         """``SELECT * FROM table WHERE column IN (values)`` on a Laravel connection (None: the default)."""
         conn, lock = self._conn(connection)
-        dialect = _dialect_of(conn)
+        dialect = dialect_of(conn)
 
         def q(ident: str) -> str:
             return "`" + ident.replace("`", "``") + "`" if dialect == "mysql" else '"' + ident.replace('"', '""') + '"'
@@ -236,8 +236,13 @@ def make_enum(class_name: str, cases: Mapping[str, str | int]) -> type[enum.Enum
     base = class_name.rsplit("\\", 1)[-1]
     made = enum.Enum(base, dict(cases), type=mixin)  # type: ignore[misc]
     made.php_class = class_name  # type: ignore[attr-defined]
-    made.__str__ = lambda self: str(self.value)  # type: ignore[method-assign]
+    made.__str__ = _value_text  # type: ignore[method-assign, assignment]
     return made
+
+
+def _value_text(member: enum.Enum) -> str:
+    """``str()`` of a PHP enum case: its backing value, as PHP's string interpolation of ``->value``."""
+    return str(member.value)
 
 
 def needs_restoring(command: Any, enums: Mapping[str, type[enum.Enum]], text: str | None = None) -> bool:

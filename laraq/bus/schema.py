@@ -54,7 +54,6 @@ SHOULD_BE_UNIQUE = "Illuminate\\Contracts\\Queue\\ShouldBeUnique"
 UNTIL_PROCESSING = "Illuminate\\Contracts\\Queue\\ShouldBeUniqueUntilProcessing"
 SHOULD_BE_ENCRYPTED = "Illuminate\\Contracts\\Queue\\ShouldBeEncrypted"
 SERIALIZES_MODELS = "Illuminate\\Queue\\SerializesModels"
-QUEUEABLE = "Illuminate\\Bus\\Queueable"
 EXPORTER = Path(__file__).resolve().parent / "php" / "schema.php"
 
 #: Python keyword -> the class property PHP reads (in the order a declared schema writes them).
@@ -341,7 +340,7 @@ def handler_reason(schema: JobSchema | None, handler: Any) -> str | None:
     """Why a job of this class must go back to PHP although Python has a handler, or None: a
     ``middleware()`` *method* (PHP runs that middleware around ``handle()``; the payload does not show
     it) with no Python middleware declared on the handler to stand for it."""
-    if schema is None or "middleware" not in schema.methods or getattr(handler, "python_middleware", 0):
+    if schema is None or "middleware" not in schema.methods or getattr(handler, "python_middleware", None):
         return None
     return (f"{schema.class_name} has a middleware() method laraq cannot run (declare Python middleware on the "
             "handler to stand for it)")

@@ -1,7 +1,8 @@
 """A Laravel app's settings as laraq reads them, and the Redis connection they describe.
 
 :mod:`.settings` reads the app's env / ``.env`` (Laravel's ``config/database.php``, ``queue.php``,
-``cache.php`` defaults); :mod:`.sentinel` and :mod:`.cluster` build the client for a Sentinel or Cluster
+``cache.php`` defaults) with the ``.env`` parser of :mod:`.envfile` and the framework version found by
+:mod:`.detect`; :mod:`.sentinel` and :mod:`.cluster` build the client for a Sentinel or Cluster
 connection (``Illuminate\\Redis\\Connectors``).
 """
 

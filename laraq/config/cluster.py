@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from redis.cluster import ClusterNode, RedisCluster
+
 __all__ = ["cluster_nodes", "cluster_client"]
 
 _TRUE = ("1", "true", "yes", "on", "(true)")
@@ -46,8 +48,6 @@ def cluster_nodes(env: Mapping[str, str], default: tuple[str, int],
 def cluster_client(nodes: list[tuple[str, int]], *, username: str | None = None, password: str | None = None,
                    ssl: bool = False, **kwargs: Any) -> Any:
     """A ``redis.RedisCluster`` over the seed ``nodes``."""
-    from redis.cluster import ClusterNode, RedisCluster
-
     kwargs.setdefault("socket_connect_timeout", 2.0)
     return RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in nodes], username=username,
                         password=password, ssl=ssl, **kwargs)

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from redis.sentinel import Sentinel
+
 __all__ = ["SentinelSettings", "sentinel_settings", "sentinel_master"]
 
 _TRUE = ("1", "true", "yes", "on", "(true)")
@@ -96,8 +98,6 @@ def sentinel_settings(env: Mapping[str, str]) -> SentinelSettings | None:
 def sentinel_master(settings: SentinelSettings, *, db: int = 0, username: str | None = None,
                     password: str | None = None, ssl: bool = False, **kwargs: Any) -> Any:
     """A ``redis.Redis`` bound to the current master of ``settings.service`` (follows failovers)."""
-    from redis.sentinel import Sentinel
-
     sentinel_kwargs: dict[str, Any] = {"socket_timeout": settings.timeout or 1.0,
                                        "socket_connect_timeout": settings.timeout or 1.0}
     if settings.password:

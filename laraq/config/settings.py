@@ -8,9 +8,10 @@ between lines: ``CACHE_DRIVER`` up to 10, ``CACHE_STORE`` from 11, ``DATABASE_UR
 with the same defaults. Settings that stock apps hard-code in ``config/*.php`` (``retry_after`` before
 11, ``block_for``, the queue connection name) can be overridden with ``LARAQ_*`` variables.
 
-The ``.env`` parser follows vlucas/phpdotenv for the common cases (comments, ``export``, single and
-double quotes, ``${VAR}`` interpolation, multi-line double-quoted values). Real environment variables
-win over ``.env`` values, like Laravel's immutable Dotenv repository.
+The ``.env`` parser (:mod:`laraq.config.envfile`) follows vlucas/phpdotenv for the common cases. Real
+environment variables win over ``.env`` values, like Laravel's immutable Dotenv repository. The
+framework version of a project directory is found by :mod:`laraq.config.detect`. Names of both are
+importable from here too.
 
 Every variable, its default per Laravel line and the ``LARAQ_*`` overrides are listed in
 ``compat-docs/configuration.md``.
@@ -27,6 +28,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
+import redis
+
+from laraq.config.cluster import cluster_client, cluster_nodes
+from laraq.config.detect import VersionDetection, detect_laravel_version, detect_version
+from laraq.config.envfile import Env, EnvFileError, parse_env_file, parse_env_text
+from laraq.config.sentinel import sentinel_master, sentinel_settings
 from laraq.protocol.versions import DEFAULT_VERSION, LaravelVersion
 
 __all__ = [
@@ -45,270 +52,6 @@ __all__ = [
 ]
 
 _SECRET = "********"
-
-
-class EnvFileError(ValueError):
-    """A ``.env`` line that phpdotenv would reject."""
-
-
-# -- .env parsing --------------------------------------------------------------------------------
-
-_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
-_INTERP_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_.]*)\}")
-_DQ_ESCAPES = {"\\": "\\", '"': '"', "$": "$", "n": "\n", "r": "\r", "t": "\t", "f": "\f", "v": "\v"}
-
-
-def parse_env_text(text: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Parse the text of a Laravel ``.env`` file into a dict (phpdotenv rules for common cases).
-
-    ``environ`` is used to resolve ``${VAR}`` references to variables not defined in the file; as in
-    Laravel, a real environment variable also wins over a same-named earlier definition in the file.
-    """
-    environ = environ or {}
-    values: dict[str, str] = {}
-
-    def lookup(name: str) -> str:
-        if name in environ:
-            return environ[name]
-        return values.get(name, "")
-
-    def interpolate(value: str) -> str:
-        return _INTERP_RE.sub(lambda m: lookup(m.group(1)), value)
-
-    i, n, lineno = 0, len(text), 1
-    while i < n:
-        # one logical entry starting at text[i]
-        end = text.find("\n", i)
-        line_end = n if end < 0 else end
-        line = text[i:line_end].strip()
-        if not line or line.startswith("#"):
-            i = line_end + 1
-            lineno += 1
-            continue
-        if line.startswith("export ") or line.startswith("export\t"):
-            line = line[7:].lstrip()
-            offset = text.find(line, i)
-        else:
-            offset = text.find(line, i)
-        m = _NAME_RE.match(line)
-        if not m:
-            raise EnvFileError(f".env line {lineno}: invalid variable name in {line[:40]!r}")
-        name = m.group(0)
-        rest = line[m.end():].lstrip(" \t")
-        if not rest.startswith("="):
-            raise EnvFileError(f".env line {lineno}: expected '=' after {name}")
-        # position in `text` right after '=' and the spaces following it
-        pos = offset + line.index("=", m.end()) + 1
-        while pos < n and text[pos] in " \t":
-            pos += 1
-        quote_ch = text[pos] if pos < n else ""
-        if quote_ch in ("'", '"'):
-            j = pos + 1
-            buf: list[str] = []
-            while True:
-                if j >= n:
-                    raise EnvFileError(f".env line {lineno}: unterminated quoted value for {name}")
-                ch = text[j]
-                if ch == "\\" and j + 1 < n:
-                    nxt = text[j + 1]
-                    if quote_ch == '"' and nxt in _DQ_ESCAPES:
-                        buf.append("\x00ESC$\x00" if nxt == "$" else _DQ_ESCAPES[nxt])
-                        j += 2
-                        continue
-                    if quote_ch == "'" and nxt in ("'", "\\"):
-                        buf.append(nxt)
-                        j += 2
-                        continue
-                if ch == quote_ch:
-                    break
-                buf.append(ch)
-                j += 1
-            raw = "".join(buf)
-            value = interpolate(raw).replace("\x00ESC$\x00", "$") if quote_ch == '"' else raw
-            lineno += text.count("\n", i, j)
-            after = text.find("\n", j)
-            tail = text[j + 1: n if after < 0 else after].strip()
-            if tail and not tail.startswith("#"):
-                raise EnvFileError(f".env line {lineno}: unexpected text after quoted value of {name}")
-            i = n if after < 0 else after + 1
-        else:
-            raw = text[pos:line_end]
-            # an unquoted value ends at " #" (an inline comment)
-            cm = re.search(r"\s#", raw)
-            if cm:
-                raw = raw[: cm.start()]
-            raw = raw.strip()
-            if raw.startswith("#"):
-                raw = ""
-            value = interpolate(raw)
-            i = line_end + 1
-        lineno += 1
-        if name in environ:
-            # immutable repository: the real environment wins, and later references see that value
-            continue
-        if name not in values:
-            values[name] = value
-    return values
-
-
-def parse_env_file(path: str | Path, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Read and parse a ``.env`` file (see :func:`parse_env_text`)."""
-    return parse_env_text(Path(path).read_text(encoding="utf-8"), environ)
-
-
-# -- helpers ---------------------------------------------------------------------------------------
-
-_UNSET = object()
-
-
-class _Env:
-    """Laravel's ``env()`` over a merged mapping: ``null``/``(null)`` → None, ``(empty)`` → ''."""
-
-    def __init__(self, values: Mapping[str, str]) -> None:
-        self.values = values
-
-    def get(self, name: str, default: Any = None) -> Any:
-        if name not in self.values:
-            return default
-        raw = self.values[name]
-        low = raw.lower()
-        if low in ("null", "(null)"):
-            return None
-        if low in ("empty", "(empty)"):
-            return ""
-        if low in ("true", "(true)"):
-            return True
-        if low in ("false", "(false)"):
-            return False
-        return raw
-
-    def str(self, name: str, default: str | None = None) -> str | None:
-        v = self.get(name, default)
-        if v is None:
-            return None
-        if isinstance(v, bool):
-            return "1" if v else ""
-        return str(v)
-
-    def int(self, name: str, default: int | None) -> int | None:
-        v = self.get(name, _UNSET)
-        if v is _UNSET or v is None or v == "":
-            return default if v is _UNSET else (None if v is None else 0)
-        if isinstance(v, bool):
-            return int(v)
-        m = re.match(r"\s*[+-]?\d+", str(v))
-        return int(m.group(0)) if m else 0
-
-    def bool(self, name: str, default: bool) -> bool:
-        v = self.get(name, _UNSET)
-        if v is _UNSET:
-            return default
-        if isinstance(v, bool):
-            return v
-        return v not in (None, "", "0")
-
-
-_VERSION_CONST_RE = re.compile(r"const\s+VERSION\s*=\s*'([^']+)'")
-#: a PHP string literal naming an autoload file, alone or after ``__DIR__.``
-_AUTOLOAD_RE = re.compile(r"(__DIR__\s*\.\s*)?['\"]([^'\"]*(?:Illuminate|vendor)/autoload\.php)['\"]")
-_FRAMEWORK_APP = "laravel/framework/src/Illuminate/Foundation/Application.php"
-
-
-@dataclass(frozen=True)
-class VersionDetection:
-    """The outcome of looking for a project's framework: the version and where it was read, or why not."""
-
-    version: LaravelVersion | None
-    source: str
-
-    def __bool__(self) -> bool:
-        return self.version is not None
-
-
-def _read_version_const(path: Path) -> LaravelVersion | None:
-    try:
-        m = _VERSION_CONST_RE.search(path.read_text(encoding="utf-8", errors="replace"))
-    except OSError:
-        return None
-    if not m:
-        return None
-    try:
-        return LaravelVersion.parse(m.group(1).split("-")[0])
-    except ValueError:
-        return None
-
-
-def _composer_lock_version(path: Path) -> LaravelVersion | None:
-    try:
-        lock = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    for pkg in lock.get("packages", []) if isinstance(lock, dict) else []:
-        if isinstance(pkg, dict) and pkg.get("name") == "laravel/framework":
-            try:
-                return LaravelVersion.parse(str(pkg.get("version", "")).split("-")[0])
-            except ValueError:
-                return None
-    return None
-
-
-def _autoload_targets(base: Path) -> list[Path]:
-    """``Application.php`` files that the app's entry scripts load a framework from.
-
-    An app on a system-wide framework (Debian's ``php-laravel-framework`` in ``/usr/share/php``, or a
-    ``vendor/`` shared by several apps) has no ``vendor/laravel/framework`` of its own; its ``artisan``,
-    ``bootstrap/*.php`` or ``public/index.php`` require that framework's ``autoload.php`` by path.
-    """
-    found: list[Path] = []
-    scripts = [base / "artisan", base / "public" / "index.php", *sorted((base / "bootstrap").glob("*.php"))]
-    for script in scripts:
-        try:
-            text = script.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        for m in _AUTOLOAD_RE.finditer(text):
-            raw = m.group(2)
-            autoload = (script.parent / raw.lstrip("/")) if m.group(1) else Path(raw)
-            if not autoload.is_absolute():
-                autoload = script.parent / autoload
-            root = autoload.parent
-            if root.name == "Illuminate":
-                found.append(root / "Foundation" / "Application.php")
-            else:  # a vendor/autoload.php
-                found.append(root / _FRAMEWORK_APP)
-    return found
-
-
-def detect_version(base_path: str | Path) -> VersionDetection:
-    """Find the Laravel version of the project in ``base_path``, saying where it came from or why not.
-
-    Looked at in order: ``vendor/laravel/framework`` (``Application::VERSION``), ``composer.lock``, and a
-    framework that the entry scripts load by path (Debian's ``/usr/share/php/Illuminate``, a shared
-    ``vendor/``).
-    """
-    base = Path(base_path)
-    candidates = [base / "vendor" / _FRAMEWORK_APP, base / "vendor/php/Illuminate/Foundation/Application.php"]
-    for candidate in candidates:
-        v = _read_version_const(candidate)
-        if v is not None:
-            return VersionDetection(v, f"detected from {candidate}")
-    lock = base / "composer.lock"
-    v = _composer_lock_version(lock)
-    if v is not None:
-        return VersionDetection(v, f"detected from {lock}")
-    for candidate in _autoload_targets(base):
-        v = _read_version_const(candidate)
-        if v is not None:
-            return VersionDetection(v, f"detected from {candidate} (the framework {base} loads)")
-    looked = "vendor/laravel/framework, composer.lock, the framework artisan/bootstrap load"
-    if not (base / "artisan").exists() and not (base / "composer.json").exists():
-        return VersionDetection(None, f"{base} is not a Laravel project (no artisan, no composer.json)")
-    return VersionDetection(None, f"no Laravel framework found for {base} (looked at {looked})")
-
-
-def detect_laravel_version(base_path: str | Path) -> LaravelVersion | None:
-    """The installed framework version of a Laravel project dir (``Application::VERSION``), if found."""
-    return detect_version(base_path).version
 
 
 def _php_native(value: str) -> Any:
@@ -510,7 +253,7 @@ class LaravelSettings:
             merged = {**file_values, **real}
         elif real.get("LARAQ_BASE_PATH"):
             base_path = Path(real["LARAQ_BASE_PATH"]).resolve()
-        e = _Env(merged)
+        e = Env(merged)
 
         version_source, version_warning = "--laravel", None
         if version is None:
@@ -788,11 +531,6 @@ def make_redis(settings: LaravelSettings, which: str = "default", **kwargs: Any)
     The client does *not* apply Laravel's key prefix (redis-py has none); callers add
     ``settings.redis_prefix`` to key names themselves.
     """
-    import redis
-
-    from laraq.config.cluster import cluster_client, cluster_nodes
-    from laraq.config.sentinel import sentinel_master, sentinel_settings
-
     conn = settings.redis_connection(which)
     sentinel = sentinel_settings(settings.env)
     if sentinel is not None:

@@ -31,8 +31,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    # The listener imports the worker's event seam; load it only when asked for.
     if name == "HorizonListener":
+        # The listener imports the worker package (laraq.worker.events), which ``laraq dispatch`` (it
+        # imports laraq.horizon for HorizonSettings) never needs: loaded when asked for, for start-up time
         from laraq.horizon.listener import HorizonListener
 
         return HorizonListener

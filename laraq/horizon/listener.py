@@ -26,6 +26,7 @@ shutdown never shows as reserved.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -168,8 +169,6 @@ class HorizonListener(WorkerListener):
         context = None
         ctx = getattr(exc, "context", None)
         if callable(ctx):
-            import json
-
             try:
                 context = json.dumps(ctx(), separators=(",", ":"), default=str)
             except Exception:  # a broken context() must not hide the failure itself

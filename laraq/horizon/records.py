@@ -32,9 +32,12 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from laraq.horizon.settings import HorizonSettings
+import redis
+
+if TYPE_CHECKING:
+    from laraq.horizon.settings import HorizonSettings
 
 __all__ = ["HorizonPayload", "HorizonRecords", "php_float_string", "php_microtime"]
 
@@ -133,8 +136,6 @@ class HorizonRecords:
 
     def _run_with_metrics(self, pipe: Any, metrics: list[tuple[str, str, str]]) -> list[Any]:
         """Execute ``pipe`` with the metrics calls appended; reload the script once if Redis lost it."""
-        import redis
-
         if self._metrics_sha is None:
             self._metrics_sha = self.client.script_load(_METRICS_LUA)
         for key, group, runtime in metrics:
@@ -180,6 +181,10 @@ class HorizonRecords:
         return [tag for tag in tags if tag in watched]
 
     # -- push ------------------------------------------------------------------------------------------
+
+    def record_pushed(self, connection: str, queue: str, payload: bytes) -> None:
+        """:meth:`pushed` for the raw bytes a dispatcher pushed (:class:`laraq.bus.dispatch.PushRecorder`)."""
+        self.pushed(connection, queue, HorizonPayload.parse(payload))
 
     def pushed(self, connection: str, queue: str, payload: HorizonPayload) -> None:
         """``JobPushed``: ``StoreJob`` (``pushed``) and ``StoreMonitoredTags``."""

@@ -7,7 +7,8 @@ Mirrors what ``Laravel\\Horizon\\Horizon::use`` and the published ``config/horiz
   ``use`` connection (stock ``default``) with this prefix *instead of* the database prefix;
 * the ``trim`` minutes (``recent``, ``pending``, ``completed``, ``recent_failed``, ``failed``,
   ``monitored``) that ``RedisJobRepository`` turns into EXPIREATs and ``ZREMRANGEBYSCORE`` cuts;
-* the ``silenced`` job classes (``JobPayload::shouldBeSilenced``), used when laraq dispatches.
+* the ``silenced`` job classes (``JobPayload::shouldBeSilenced``), used when laraq dispatches (the
+  settings are what :class:`laraq.bus.dispatch.PushMonitor` asks for).
 
 Horizon is *in use* when the app has ``config/horizon.php`` or ``vendor/laravel/horizon``, or when
 ``HORIZON_PREFIX`` is set; ``laraq work --horizon`` forces it. The config file is PHP, so laraq
@@ -21,7 +22,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from laraq.horizon.records import HorizonRecords
 from laraq.protocol.versions import _slug
 
 __all__ = ["HorizonSettings", "HorizonTrim", "horizon_in_use"]
@@ -59,6 +62,16 @@ class HorizonSettings:
     def key(self, name: str) -> str:
         """The full Redis key of one of Horizon's records."""
         return self.prefix + name
+
+    # -- what the dispatcher asks of a monitored app (laraq.bus.dispatch.PushMonitor) -----------------
+
+    def is_silenced(self, class_name: str) -> bool:
+        """``JobPayload::shouldBeSilenced`` by the config's list: is ``class_name`` in ``silenced``?"""
+        return class_name in self.silenced
+
+    def push_recorder(self, client: Any) -> HorizonRecords:
+        """The records a dispatch through the redis-py ``client`` writes (``JobPushed``)."""
+        return HorizonRecords(client, self)
 
     @classmethod
     def from_app(cls, env: Mapping[str, str], base_path: Path | None = None) -> HorizonSettings:

@@ -50,9 +50,8 @@ NO_SIGNAL_PID = 2**22 + 1
 
 MASTER_TTL = 15
 SUPERVISOR_TTL = 30
-#: ``names()`` windows: masters (and, when flushed, supervisors) older than this are gone.
+#: ``names()`` window: masters older than this are gone.
 MASTER_WINDOW = 14
-SUPERVISOR_WINDOW = 29
 
 _COMMANDS = "Laravel\\Horizon\\SupervisorCommands\\"
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 from laraq.protocol.queue import RedisQueue
 
@@ -64,7 +64,12 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _inspect(members: Iterable[bytes], name: str) -> list[InspectedJob]:
+def _members(reply: Any) -> list[bytes | str]:
+    """A ZRANGE reply without scores: redis-py's types also allow the ``withscores`` pairs."""
+    return cast("list[bytes | str]", reply)
+
+
+def _inspect(members: Iterable[bytes | str], name: str) -> list[InspectedJob]:
     return [InspectedJob.from_payload(m, queue=name) for m in members]
 
 
@@ -75,12 +80,12 @@ def pending_jobs(queue: RedisQueue, name: str | Enum | None = None) -> list[Insp
 
 def delayed_jobs(queue: RedisQueue, name: str | Enum | None = None) -> list[InspectedJob]:
     """``delayedJobs``: ``:delayed`` by due time."""
-    return _inspect(queue.client.zrange(queue.keys(name).delayed, 0, -1), queue.queue_name(name))
+    return _inspect(_members(queue.client.zrange(queue.keys(name).delayed, 0, -1)), queue.queue_name(name))
 
 
 def reserved_jobs(queue: RedisQueue, name: str | Enum | None = None) -> list[InspectedJob]:
     """``reservedJobs``: ``:reserved`` by reservation expiry."""
-    return _inspect(queue.client.zrange(queue.keys(name).reserved, 0, -1), queue.queue_name(name))
+    return _inspect(_members(queue.client.zrange(queue.keys(name).reserved, 0, -1)), queue.queue_name(name))
 
 
 def all_queue_names(queue: RedisQueue) -> list[str]:

@@ -340,15 +340,16 @@ def patient(conn: Any, wait: float | None) -> Iterator[None]:
     socket without one."""
     sock = getattr(conn, "_sock", None)
     before = None if sock is None else sock.gettimeout()
-    if wait is None or before is None:
+    if sock is None or wait is None or before is None:
         yield
         return
     sock.settimeout(None if wait == 0 else before + float(wait))
     try:
         yield
     finally:
-        if getattr(conn, "_sock", None) is sock:  # not after a disconnect
-            sock.settimeout(before)
+        current = getattr(conn, "_sock", None)
+        if current is sock:  # not after a disconnect
+            current.settimeout(before)
 
 
 @dataclass(eq=False)

@@ -29,6 +29,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+import orjson
+
 from laraq.protocol.phpjson import PhpJsonError, php_float_repr, php_json_decode, php_json_encode
 from laraq.protocol.versions import DEFAULT_VERSION, LaravelVersion
 
@@ -64,11 +66,7 @@ def _loads_fast(raw: bytes) -> Any:
     """``orjson.loads`` straight from the bytes: no text copy, about 3x ``json.loads`` on a typical body
     (strict RFC 8259 JSON and valid UTF-8, which is all PHP writes; the same values, last duplicate key
     wins in both). ``None`` (the standard path then decides, with its exact error messages) when orjson
-    is missing or refuses the input (``NaN``, a number out of range, a lone surrogate...)."""
-    try:
-        import orjson
-    except ImportError:  # pragma: no cover - orjson is a dependency
-        return None
+    refuses the input (``NaN``, a number out of range, a lone surrogate...)."""
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:

@@ -29,6 +29,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 __all__ = ["PhpJsonError", "php_json_decode", "php_json_encode", "php_float_repr"]
 
 _INT64_MIN = -(2**63)
@@ -45,7 +47,7 @@ _SHORT_ESCAPES = {
 }
 
 # Characters that may need escaping: everything except plain printable ASCII other than " \ /.
-_encode_ascii = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+_encode_ascii = json.encoder.encode_basestring_ascii
 _NEEDS_WORK = re.compile(r'[\x00-\x1f"\\/\u0080-\U0010ffff]')
 
 
@@ -170,10 +172,7 @@ def _orjson_safe(value: Any) -> bool:
 
 
 def _orjson_dumps(value: Any) -> bytes | None:
-    try:
-        import orjson
-    except ImportError:  # pragma: no cover - orjson is a dependency
-        return None
+    """``orjson.dumps``, or None when orjson refuses the value (the standard path then decides)."""
     try:
         return orjson.dumps(value)
     except (orjson.JSONEncodeError, TypeError):

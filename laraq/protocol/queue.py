@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis
@@ -645,7 +645,8 @@ class RedisQueue:
 
     def poison_members(self, queue: str | None = None, start: int = 0, end: int = -1) -> list[bytes]:
         """The parked members, oldest first, byte for byte as they were in the list."""
-        return list(self.client.lrange(self.keys(queue).poison, start, end))
+        # the client answers bytes (built without decode_responses); redis-py's types also allow str
+        return list(cast("list[bytes]", self.client.lrange(self.keys(queue).poison, start, end)))
 
     def clear_poison(self, queue: str | None = None) -> int:
         """Delete the ``:poison`` list; returns how many members it held."""

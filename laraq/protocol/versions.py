@@ -12,6 +12,7 @@ The facts and their version ranges are documented in ``compat-docs/protocol.md``
 
 from __future__ import annotations
 
+import builtins
 import re
 from dataclasses import dataclass
 from functools import lru_cache, total_ordering
@@ -216,13 +217,9 @@ class LaravelVersion:
         """9.4+: ``SerializesModels`` leaves default-valued properties out of the command."""
         return self.since("9.4")
 
-    @property
-    def model_identifier_has_collection_class(self) -> bool:
-        return self.since("9.26")
-
-    def queueable_properties(self) -> list[tuple[str, object]]:
+    def queueable_properties(self) -> list[builtins.tuple[str, object]]:
         """The ``Queueable`` trait's properties in declaration order with their defaults."""
-        head: list[tuple[str, object]] = [("connection", None), ("queue", None)]
+        head: list[builtins.tuple[str, object]] = [("connection", None), ("queue", None)]
         if self.since("12.27") and not self.since("12.28.1"):
             head.append(("group", None))
         elif self.since("12.28.1"):
@@ -235,7 +232,7 @@ class LaravelVersion:
             head.append(("uniqueLockOwner", ""))
         chain = [("chainConnection", None), ("chainQueue", None), ("chainCatchCallbacks", None)]
         after_commit = [("afterCommit", None)] if self.since("8.19") else []
-        tail = [("delay", None), *after_commit, ("middleware", []), ("chained", [])]
+        tail: list[builtins.tuple[str, object]] = [("delay", None), *after_commit, ("middleware", []), ("chained", [])]
         if self.since("11.2"):
             return head + tail + chain
         return head + chain + tail
@@ -277,14 +274,6 @@ class LaravelVersion:
     # -- worker ----------------------------------------------------------------------------------
 
     @property
-    def handles_sigquit(self) -> bool:
-        return self.since("9.24")
-
-    @property
-    def handles_sigint(self) -> bool:
-        return self.since("12.22")
-
-    @property
     def memory_zero_is_unlimited(self) -> bool:
         return self.since("12.54")
 
@@ -296,10 +285,6 @@ class LaravelVersion:
     @property
     def has_file_failed_store(self) -> bool:
         return self.since("10.10")
-
-    @property
-    def has_json_output(self) -> bool:
-        return self.since("11.27")
 
     @property
     def has_stop_when_empty_for(self) -> bool:

@@ -23,7 +23,7 @@ cache-based maintenance mode are found there. Both classes read and write exactl
 ``forever`` = 315360000 seconds (ten years); ``put`` is an upsert; ``increment`` runs in a transaction
 (``SELECT … FOR UPDATE``; ``BEGIN IMMEDIATE`` on SQLite) and returns ``False`` for a missing or
 non-numeric entry, like Laravel. Unique locks live in ``cache_locks`` (``DatabaseLock``). The connection
-is any DB-API connection from :func:`laraq.stores.failed.connect_database`; calls are serialized by a lock so
+is any DB-API connection from :func:`laraq.stores.database.connect_database`; calls are serialized by a lock so
 the worker's threads can share it.
 """
 
@@ -42,8 +42,8 @@ from typing import Any, BinaryIO
 
 from laraq.protocol.payload import php_int_cast
 from laraq.protocol.versions import DEFAULT_VERSION, LaravelVersion
-from laraq.stores.cache import CacheStore, is_php_numeric, php_serialize_scalar, php_unserialize_scalar
-from laraq.stores.failed import locked_cursor
+from laraq.stores.cache_base import CacheStore, is_php_numeric, php_serialize_scalar, php_unserialize_scalar
+from laraq.stores.database import dialect_of, locked_cursor
 
 __all__ = ["FileCache", "DatabaseCache", "FOREVER_EXPIRY", "DATABASE_FOREVER_SECONDS"]
 
@@ -188,14 +188,12 @@ class DatabaseCache(CacheStore):
     def __init__(self, conn: Any, *, table: str = "cache", prefix: str = "",
                  version: LaravelVersion | str = DEFAULT_VERSION, dialect: str | None = None,
                  lock_table: str = "cache_locks", store_name: str = "database") -> None:
-        from laraq.stores.failed import _dialect_of
-
         self.conn = conn
         self.table = table
         self.lock_table = lock_table
         self.prefix = prefix
         self.version = LaravelVersion.parse(version)
-        dialect = dialect or _dialect_of(conn)
+        dialect = dialect or dialect_of(conn)
         self.dialect = "mysql" if dialect == "mariadb" else dialect
         self.store_name = store_name
         self._lock = threading.RLock()
@@ -212,7 +210,7 @@ class DatabaseCache(CacheStore):
         return sql.replace("?", self._ph) if self._ph != "?" else sql
 
     def _cursor(self, *, transaction: bool = False) -> contextlib.AbstractContextManager[Any]:
-        """One unit of work under the store's lock (see :func:`laraq.stores.failed.locked_cursor`)."""
+        """One unit of work under the store's lock (see :func:`laraq.stores.database.locked_cursor`)."""
         return locked_cursor(self.conn, self._lock, sqlite_immediate=transaction and self.dialect == "sqlite")
 
     @property
