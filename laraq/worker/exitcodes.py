@@ -8,6 +8,10 @@ the worker at start (:mod:`laraq.worker.startup`) and by every ``laraq`` command
 
 from __future__ import annotations
 
+import redis
+
+from laraq.protocol.encryption import DecryptError
+
 __all__ = [
     "EXIT_SUCCESS", "EXIT_ERROR", "EXIT_USAGE", "EXIT_REDIS_UNREACHABLE", "EXIT_REDIS_AUTH",
     "EXIT_DATABASE", "EXIT_CONFIG", "EXIT_MEMORY_LIMIT", "explain",
@@ -47,8 +51,6 @@ def explain(exc: BaseException, *, redis_url: str | None = None) -> tuple[str, i
 
     ``redis_url`` (already masked) names the server in Redis messages.
     """
-    import redis
-
     where = f" at {redis_url}" if redis_url else ""
     text = _one_line(exc)
     if isinstance(exc, redis.AuthenticationError) or (
@@ -66,8 +68,6 @@ def explain(exc: BaseException, *, redis_url: str | None = None) -> tuple[str, i
                else "start the database or fix DB_HOST/DB_PORT/DB_DATABASE/DB_USERNAME/DB_PASSWORD in the .env "
                     "(--env-file)")
         return f"database error ({text}); {fix}", EXIT_DATABASE
-    from laraq.protocol.encryption import DecryptError
-
     if isinstance(exc, DecryptError):
         return f"cannot decrypt with APP_KEY ({text}); use the app's exact APP_KEY (--env-file)", EXIT_CONFIG
     return None
