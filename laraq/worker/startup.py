@@ -120,7 +120,7 @@ def open_cache(settings: LaravelSettings, *, redis_url: str | None = None) -> Op
         return OpenedStore(None, f"{name} (not readable by laraq)",
                            [f"{exc}: queue:restart, queue:pause, maxExceptions and unique locks are not seen"])
     except Exception as exc:
-        reason = _one_line(exc)
+        reason = exitcodes.one_line(exc)
         if no_project:
             return OpenedStore(None, f"none (stock {name!r} store not available)", [
                 f"no Laravel project: the stock {name!r} cache store is not available ({reason}), so queue:restart"
@@ -170,14 +170,14 @@ def open_failed_store(settings: LaravelSettings, *, fallback: bool = True) -> Op
             raise FileNotFoundError(f"the SQLite database {missing} does not exist")
         return OpenedStore(make_failed_store(settings), described)
     except Exception as exc:
-        reason = _one_line(exc)
+        reason = exitcodes.one_line(exc)
         if settings.base_path is None and fallback:
             local = local_failed_store_path()
             try:
                 store = _local_failed_store(settings)
             except Exception as exc2:
                 raise StartupError(f"no failed-job store: the stock one is not available ({reason}) and the "
-                                   f"local one at {local} cannot be opened ({_one_line(exc2)})",
+                                   f"local one at {local} cannot be opened ({exitcodes.one_line(exc2)})",
                                    exitcodes.EXIT_DATABASE) from exc2
             return OpenedStore(store, f"local SQLite {local} (fallback)", [
                 f"no Laravel project: the stock failed-job store {described} is not available ({reason}); "
@@ -350,8 +350,3 @@ def render_setup(info: dict[str, Any]) -> str:
     lines = [f"laraq {info['laraq']}"] + [f"  {k:<17}{v}" for k, v in rows]
     lines += [f"  WARNING: {w}" for w in info["warnings"]]
     return "\n".join(lines)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text[:300]
