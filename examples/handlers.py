@@ -20,9 +20,7 @@ import asyncio
 import logging
 from typing import Any
 
-from laraq.app import App
-from laraq.bus.job import Job
-from laraq.protocol.serializer import PHPObject
+from laraq import App, Job, PHPObject
 
 log = logging.getLogger(__name__)
 

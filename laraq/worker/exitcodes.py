@@ -8,9 +8,13 @@ the worker at start (:mod:`laraq.worker.startup`) and by every ``laraq`` command
 
 from __future__ import annotations
 
+import redis
+
+from laraq.protocol.encryption import DecryptError
+
 __all__ = [
     "EXIT_SUCCESS", "EXIT_ERROR", "EXIT_USAGE", "EXIT_REDIS_UNREACHABLE", "EXIT_REDIS_AUTH",
-    "EXIT_DATABASE", "EXIT_CONFIG", "EXIT_MEMORY_LIMIT", "explain",
+    "EXIT_DATABASE", "EXIT_CONFIG", "EXIT_MEMORY_LIMIT", "explain", "one_line",
 ]
 
 EXIT_SUCCESS = 0
@@ -29,7 +33,8 @@ _AUTH_FIX = ("set REDIS_PASSWORD (and REDIS_USERNAME for an ACL user) as in the 
              "--redis-url redis://user:password@host:port/db")
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """``exc``'s message on one line (at most 300 characters), or its class name when it has none."""
     return " ".join(str(exc).split())[:300] or type(exc).__name__
 
 
@@ -47,10 +52,8 @@ def explain(exc: BaseException, *, redis_url: str | None = None) -> tuple[str, i
 
     ``redis_url`` (already masked) names the server in Redis messages.
     """
-    import redis
-
     where = f" at {redis_url}" if redis_url else ""
-    text = _one_line(exc)
+    text = one_line(exc)
     if isinstance(exc, redis.AuthenticationError) or (
             isinstance(exc, redis.ResponseError) and any(m.lower() in text.lower() for m in _AUTH_MARKERS)):
         if "NOAUTH" in text or "HELLO must be called" in text or "Authentication required" in text:
@@ -66,8 +69,6 @@ def explain(exc: BaseException, *, redis_url: str | None = None) -> tuple[str, i
                else "start the database or fix DB_HOST/DB_PORT/DB_DATABASE/DB_USERNAME/DB_PASSWORD in the .env "
                     "(--env-file)")
         return f"database error ({text}); {fix}", EXIT_DATABASE
-    from laraq.protocol.encryption import DecryptError
-
     if isinstance(exc, DecryptError):
         return f"cannot decrypt with APP_KEY ({text}); use the app's exact APP_KEY (--env-file)", EXIT_CONFIG
     return None

@@ -21,17 +21,20 @@ build without a compiler) gets :class:`LineSink`, which behaves the same.
 
 from __future__ import annotations
 
+import importlib
 import io
 import os
 import threading
+from types import ModuleType
 from typing import IO, Protocol
 
 __all__ = ["LineSink", "Sink", "c_sinks_enabled", "open_sink"]
 
-try:  # the C build (setup.py, optional)
-    from laraq import _speedups
+_speedups: ModuleType | None
+try:  # the C build (setup.py, optional); imported by name, as it has no type stub
+    _speedups = importlib.import_module("laraq._speedups")
 except ImportError:  # pragma: no cover - no compiler when installed
-    _speedups = None  # type: ignore[assignment]
+    _speedups = None
 
 
 class Sink(Protocol):
@@ -66,8 +69,8 @@ def _raw_fd(stream: IO[str]) -> int | None:
 def open_sink(stream: IO[str]) -> Sink:
     """The sink for ``stream``: C on a real descriptor when it can be, else :class:`LineSink`."""
     fd = _raw_fd(stream)
-    if fd is not None and c_sinks_enabled():
-        return _speedups.LineSink(fd, stream)  # type: ignore[no-any-return]
+    if fd is not None and _speedups is not None and c_sinks_enabled():
+        return _speedups.LineSink(fd, stream)
     return LineSink(stream, fd)
 
 

@@ -61,6 +61,8 @@ def spawn_argv(processes: int, *, once: bool, max_jobs: int, max_time: float, js
 
 def _say(message: str, json_logs: bool, level: str = "warning") -> None:
     if json_logs:
+        # The supervisor runs on the interpreter's bare modules; json pulls in 12 more (re among them,
+        # ~3 ms, ~0.5 MB RSS): kept off the supervisor's start-up, loaded for the first JSON log line.
         import json
 
         line = json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "level": level,

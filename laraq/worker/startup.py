@@ -23,13 +23,23 @@ not detected, the asked-for queues empty while jobs wait under another prefix or
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from laraq._version import __version__
+from laraq.bus.middleware import limiter_names
 from laraq.config.settings import LaravelSettings
-from laraq.worker import exitcodes
+from laraq.protocol import phparray
+from laraq.protocol.encryption import Encrypter
+from laraq.protocol.payload import Payload
+from laraq.protocol.serializer import loads
+from laraq.stores.cache import UnsupportedCacheStore, make_cache
+from laraq.stores.failed import DatabaseUuidFailedJobStore, LazyFailedJobStore, make_failed_store
+from laraq.worker import exitcodes, linesink
 
 __all__ = [
     "StartupError",
@@ -70,12 +80,10 @@ class OpenedStore:
 
 def check_redis(client: Any, shown_url: str) -> None:
     """PING once; a refused connection or refused credentials is a :class:`StartupError`."""
-    from laraq.worker.exitcodes import explain
-
     try:
         client.ping()
     except Exception as exc:
-        explained = explain(exc, redis_url=shown_url)
+        explained = exitcodes.explain(exc, redis_url=shown_url)
         if explained is None:
             raise
         raise StartupError(*explained) from exc
@@ -93,8 +101,6 @@ def _sqlite_missing(settings: LaravelSettings, connection: str | None) -> str | 
 
 def open_cache(settings: LaravelSettings, *, redis_url: str | None = None) -> OpenedStore:
     """The app's default cache store, read once; see the module docstring for what happens on failure."""
-    from laraq.stores.cache import UnsupportedCacheStore, make_cache
-
     name = settings.cache_store
     no_project = settings.base_path is None
     where = name
@@ -114,7 +120,7 @@ def open_cache(settings: LaravelSettings, *, redis_url: str | None = None) -> Op
         return OpenedStore(None, f"{name} (not readable by laraq)",
                            [f"{exc}: queue:restart, queue:pause, maxExceptions and unique locks are not seen"])
     except Exception as exc:
-        reason = _one_line(exc)
+        reason = exitcodes.one_line(exc)
         if no_project:
             return OpenedStore(None, f"none (stock {name!r} store not available)", [
                 f"no Laravel project: the stock {name!r} cache store is not available ({reason}), so queue:restart"
@@ -136,11 +142,7 @@ def local_failed_store_path() -> Path:
     return Path(base) / "failed_jobs.sqlite"
 
 
-def _local_failed_store(settings: LaravelSettings) -> Any:
-    import sqlite3
-
-    from laraq.stores.failed import DatabaseUuidFailedJobStore, make_failed_store
-
+def _local_failed_store(settings: LaravelSettings) -> DatabaseUuidFailedJobStore:
     path = local_failed_store_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(str(path), timeout=30, check_same_thread=False)
@@ -151,16 +153,12 @@ def _local_failed_store(settings: LaravelSettings) -> Any:
 
 
 def _as_sqlite_uuids(settings: LaravelSettings) -> LaravelSettings:
-    import dataclasses
-
     return dataclasses.replace(settings, failed_driver="database-uuids", failed_database="sqlite",
                                db_connection="sqlite", db_url=None, db_database=str(local_failed_store_path()))
 
 
 def open_failed_store(settings: LaravelSettings, *, fallback: bool = True) -> OpenedStore:
     """The failed-job store; see the module docstring for the no-project fallback."""
-    from laraq.stores.failed import LazyFailedJobStore, make_failed_store
-
     driver = settings.failed_driver
     described = "null (failed jobs are dropped, like Laravel's null driver)" if driver in (None, "null") else (
         f"file ({settings.failed_path})" if driver == "file" and settings.version.has_file_failed_store else
@@ -172,14 +170,14 @@ def open_failed_store(settings: LaravelSettings, *, fallback: bool = True) -> Op
             raise FileNotFoundError(f"the SQLite database {missing} does not exist")
         return OpenedStore(make_failed_store(settings), described)
     except Exception as exc:
-        reason = _one_line(exc)
+        reason = exitcodes.one_line(exc)
         if settings.base_path is None and fallback:
             local = local_failed_store_path()
             try:
                 store = _local_failed_store(settings)
             except Exception as exc2:
                 raise StartupError(f"no failed-job store: the stock one is not available ({reason}) and the "
-                                   f"local one at {local} cannot be opened ({_one_line(exc2)})",
+                                   f"local one at {local} cannot be opened ({exitcodes.one_line(exc2)})",
                                    exitcodes.EXIT_DATABASE) from exc2
             return OpenedStore(store, f"local SQLite {local} (fallback)", [
                 f"no Laravel project: the stock failed-job store {described} is not available ({reason}); "
@@ -193,12 +191,10 @@ def open_failed_store(settings: LaravelSettings, *, fallback: bool = True) -> Op
 
 # -- APP_KEY ---------------------------------------------------------------------------------------------
 
-def check_app_key(settings: LaravelSettings) -> Any:
+def check_app_key(settings: LaravelSettings) -> Encrypter | None:
     """The :class:`~laraq.protocol.encryption.Encrypter` for ``APP_KEY`` (``None`` when unset); malformed = error."""
     if not settings.app_key:
         return None
-    from laraq.protocol.encryption import Encrypter
-
     try:
         return Encrypter.from_app_key(settings.app_key, previous_keys=settings.app_previous_keys)
     except ValueError as exc:
@@ -258,10 +254,6 @@ def queue_warnings(client: Any, prefix: str, queues: list[str]) -> list[str]:
 def limiter_warnings(client: Any, prefix: str, queues: list[str], app: Any, *, sample: int = 100) -> list[str]:
     """One warning per ``RateLimited(name)`` seen on the first ``sample`` waiting/delayed jobs of each asked
     queue whose limiter the Python app does not declare (``app.rate_limiter``): those jobs go back to PHP."""
-    from laraq.bus.middleware import limiter_names
-    from laraq.protocol.payload import Payload
-    from laraq.protocol.serializer import loads
-
     declared = getattr(app, "rate_limiters", {})
     missing: dict[str, set[str]] = {}
     try:
@@ -291,8 +283,6 @@ def describe_setup(settings: LaravelSettings, *, redis_url: str, prefix: str, qu
                    retry_after: int | None, block_for: float | None, cache: str, failed: str,
                    handlers: list[str] | None, app_spec: str | None, warnings: list[str]) -> dict[str, Any]:
     """The banner's facts as a dict (``laraq config --json``); never holds a password or APP_KEY."""
-    from laraq._version import __version__
-
     return {
         "laraq": __version__,
         "laravel": str(settings.version),
@@ -325,13 +315,11 @@ def _c_path(in_use: bool, built: bool) -> str:
 
 def unserialize_path() -> str:
     """Which codec decodes commands on the worker's hot path: the C build or the pure-Python one."""
-    from laraq.protocol import phparray
     return _c_path(phparray._c_pairs_loads is not None, phparray._speedups is not None)
 
 
 def console_lines_path() -> str:
     """Which sink prints a job's console lines on a real stdout: the C build or the pure-Python one."""
-    from laraq.worker import linesink
     return _c_path(linesink.c_sinks_enabled(),
                    linesink._speedups is not None and hasattr(linesink._speedups, "LineSink"))
 
@@ -362,8 +350,3 @@ def render_setup(info: dict[str, Any]) -> str:
     lines = [f"laraq {info['laraq']}"] + [f"  {k:<17}{v}" for k, v in rows]
     lines += [f"  WARNING: {w}" for w in info["warnings"]]
     return "\n".join(lines)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text[:300]
