@@ -111,10 +111,6 @@ class Pace:
 
     average: float | None = None
 
-    def record(self, took: float) -> None:
-        avg = self.average
-        self.average = took if avg is None else avg * 0.8 + took * 0.2
-
 
 @dataclass(eq=False)
 class WorkerContext:

@@ -1,4 +1,4 @@
-"""Execution: where and how a job's handler runs, and what happens at its timeout (Laravel's
+"""The executor: where and how a job's handler runs, and what happens at its timeout (Laravel's
 ``Illuminate\\Queue\\Worker`` ``registerTimeoutHandler`` / ``kill`` side, plus laraq's threads and asyncio).
 
 Jobs run on ``--concurrency`` slots: daemon threads on the classic loop; on the batched fast path a

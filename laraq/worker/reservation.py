@@ -187,7 +187,7 @@ class Reservation:
 
     def send_ahead(self, jobs_processed: int, active: int) -> None:
         """Ask Redis for the next batch now, while the buffered one runs, so that Redis reserves on its
-        core while this process runs jobs on its own (read back by :meth:`_land_ahead` once the buffer is
+        core while this process runs jobs on its own (read back by :meth:`land_ahead` once the buffer is
         empty). Only after a full batch (more jobs are waiting), for one queue, with prefetch on, and
         within the prefetch budget: what is buffered plus what is asked for stays about
         ``prefetch_seconds`` of measured work, the bound a SIGKILL can strand, as before."""
@@ -227,7 +227,7 @@ class Reservation:
         self.ahead, self._ahead_acks, self.ahead_want = pending, mine, want
 
     def land_ahead(self) -> int:
-        """Read the batch :meth:`_send_ahead` (or :meth:`_wait_then_reserve`) asked for and buffer it; how
+        """Read the batch :meth:`send_ahead` (or :meth:`_wait_then_reserve`) asked for and buffer it; how
         many usable jobs came."""
         pending, acks = self.ahead, self._ahead_acks
         assert pending is not None
@@ -329,7 +329,7 @@ class Reservation:
 
     def _take_acks(self) -> dict[str, list[bytes]]:
         """The deferred acks, to send now. On the loop thread a renewal still in flight is read first:
-        its answer then cannot have met one of these acks (see :meth:`Leases._ours_first`)."""
+        its answer then cannot have met one of these acks (see :class:`~laraq.worker.leases.Leases`)."""
         if self.leases.renewal is not None and self.bridge.on_loop_thread():
             self.leases.collect()
         with self._ack_lock:
