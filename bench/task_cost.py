@@ -1,7 +1,7 @@
 """What an ``async def`` handler's task costs per job on this interpreter, without the rest of the worker.
 
 The worker runs each job of an ``async def`` handler as its own ``asyncio.Task`` whose first step it
-runs at once (``laraq/execution.py``: ``eager_start`` on Python 3.12+, ``WorkerLoop``'s caught step on
+runs at once (``laraq/worker/eager.py``: ``eager_task_factory`` on Python 3.12+, ``WorkerLoop``'s caught step on
 3.11), so a job that never suspends costs no loop pass. This times a no-op job coroutine three ways,
 best of 5 rounds of 200,000:
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from laraq.worker.execution import JOB_TASK_NAME, WorkerLoop, _enter_task, _leave_task  # noqa: E402
+from laraq.worker.eager import JOB_TASK_NAME, WorkerLoop, _enter_task, _leave_task  # noqa: E402
 
 COUNT = 200_000
 

@@ -301,6 +301,6 @@ def test_the_last_success_line_is_out_before_the_worker_waits_for_more(
         wait_for(lambda: _text(stream).count("Processed:") == 3, timeout=10)
     finally:
         worker.should_quit = True
-        worker._wake.set()
+        worker.signals.wake.set()
         thread.join(30)
     assert status == [0]

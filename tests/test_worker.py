@@ -122,7 +122,7 @@ def test_async_handler_is_cancelled_at_its_timeout(php: PhpApp, redis_client: An
         {"mode": "sleep", "seconds": 30, "settings": {"timeout": 1, "tries": 3}}))
     worker = make_worker(php, workers, app=support.async_app, queue="t", once=True)
     kills: list[int] = []
-    worker._kill = lambda: kills.append(1)
+    worker.executor.kill = lambda: kills.append(1)
 
     assert worker.run_once() == 0
     assert kills == []  # cancelled cleanly: no need to kill the process
@@ -137,7 +137,7 @@ def test_sync_timeout_fails_last_attempt_then_kills(php: PhpApp, redis_client: A
         {"mode": "sleep", "seconds": 3, "settings": {"timeout": 1}}))
     worker = make_worker(php, workers, queue="t", once=True)
     kills: list[int] = []
-    worker._kill = lambda: kills.append(1)
+    worker.executor.kill = lambda: kills.append(1)
 
     worker.run_once()
     assert kills  # the handler thread cannot be interrupted: the process would be SIGKILLed

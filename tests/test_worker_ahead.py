@@ -1,4 +1,4 @@
-"""The next batch asked for while the current one runs (``Reservation._send_ahead`` / ``_land_ahead``).
+"""The next batch asked for while the current one runs (``Reservation.send_ahead`` / ``land_ahead``).
 
 With fast jobs and a full batch, the worker sends its next reserve call before running the batch it has,
 and reads the reply when its buffer is empty. Correctness only, nothing timed: every job runs exactly
@@ -43,18 +43,18 @@ def _worker(redis_server: Any, app: App, workers: list[Any], **opts: Any) -> Any
 
 def _counting(worker: Any) -> dict[str, int]:
     calls = {"sent": 0, "landed": 0}
-    send, land = worker._send_ahead, worker._land_ahead
+    send, land = worker.reservation.send_ahead, worker.reservation.land_ahead
 
-    def counted_send(jobs: int) -> None:
-        before = worker._ahead
-        send(jobs)
-        calls["sent"] += worker._ahead is not None and worker._ahead is not before
+    def counted_send(jobs: int, active: int) -> None:
+        before = worker.reservation.ahead
+        send(jobs, active)
+        calls["sent"] += worker.reservation.ahead is not None and worker.reservation.ahead is not before
 
     def counted_land() -> int:
         calls["landed"] += 1
         return land()
 
-    worker._send_ahead, worker._land_ahead = counted_send, counted_land
+    worker.reservation.send_ahead, worker.reservation.land_ahead = counted_send, counted_land
     return calls
 
 
@@ -94,7 +94,7 @@ def test_a_stop_while_a_batch_is_out_gives_it_back_untouched(redis_server: Any, 
 
     def stop_once_ahead_is_out(count: int) -> None:
         w = holder["worker"]
-        if count >= 150 and w._ahead is not None and not w.should_quit:
+        if count >= 150 and w.reservation.ahead is not None and not w.should_quit:
             holder["out_when_stopped"] = True
             w.should_quit = True
 

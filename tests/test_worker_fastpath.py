@@ -95,7 +95,7 @@ def test_lease_renewal_keeps_prefetched_jobs_reserved_past_retry_after(
                             queue="fast", retry_after="3")
     worker = build_worker(params, env=app.env, app=support.async_app)
     workers.append(worker)
-    worker._avg_duration = 0.001  # as if short jobs had been measured: prefetch from the first call
+    worker.context.pace.average = 0.001  # as if short jobs had been measured: prefetch from the first call
     # a PHP worker polls the same queue the whole time: it would run any job whose lease lapsed
     artisan = app.popen_artisan("queue:work", "redis", "--queue=fast", "--sleep=0.1", "--tries=0", "--quiet")
     try:
@@ -121,7 +121,7 @@ def test_a_job_taken_back_from_reserved_is_not_run_from_the_buffer(
                             queue="fast", retry_after="2")
     worker = build_worker(params, env=app.env, app=support.async_app)
     workers.append(worker)
-    worker._avg_duration = 0.001
+    worker.context.pace.average = 0.001
 
     def steal() -> None:  # another worker's migrate took the buffered reservation back
         member = wait_for(lambda: [m for m in redis_client.zrange(KEY + ":reserved", 0, -1)

@@ -1,6 +1,6 @@
 """The fast path's shortcuts hand handlers exactly what the plain path does (nothing timed).
 
-* An async job's first step runs at once from the daemon (``Execution._step_now``): the handler still
+* An async job's first step runs at once from the daemon (``laraq.worker.eager.start_task``): the handler still
   runs in its own ``asyncio.Task`` (``current_task()`` is that task, never the daemon), in its own
   ``contextvars`` context (nothing leaks into the next job), and a handler that suspends, raises or
   overruns its timeout is treated as before.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import sys
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ from laraq.cli.work import build_worker, default_params
 from laraq.protocol.phparray import PHPArray
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.versions import LaravelVersion
-from laraq.worker.execution import JOB_TASK_NAME
+from laraq.worker.eager import JOB_TASK_NAME
 
 PREFIX = "laravel_database_"
 ECHO = "App\\Jobs\\EchoJob"
@@ -47,8 +48,9 @@ def _worker(redis_server: Any, app: App, workers: list[Any], **opts: Any) -> Any
 
 @pytest.fixture(params=["worker-loop", "plain-asyncio-loop"])
 def loop_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The fast path's own ``WorkerLoop`` (hands a task's first step over), and a plain asyncio loop (as
-    under another event-loop policy: the step is taken off the ready queue instead)."""
+    """The fast path's own loop (``WorkerLoop`` on 3.11: hands a task's first step over), and a plain
+    asyncio loop (as under another event-loop policy: on 3.11 the first step is then scheduled the
+    ordinary way; 3.12+ starts it eagerly on any loop)."""
     if request.param == "plain-asyncio-loop":
         monkeypatch.setattr("laraq.worker.worker.new_worker_loop", asyncio.new_event_loop)
     return str(request.param)
@@ -63,19 +65,19 @@ def test_async_jobs_run_in_their_own_task_and_context(redis_server: Any, redis_c
     @app.handler(ECHO)
     async def echo(command: Any, job: Any) -> None:
         before = VAR.get()
-        eager = bool(starting)  # this first step runs inside _start_job, not in a later loop pass
+        eager = bool(starting)  # this first step runs inside start_job, not in a later loop pass
         VAR.set(f"job {command['args']['n']}")
         task = asyncio.current_task()
         if command["mode"] == "sleep":
             await asyncio.sleep(0.01)  # suspends: resumed by the loop, still in the same task
         seen.append({"n": command["args"]["n"], "before": before, "task": task, "after": asyncio.current_task(),
-                     "tags": command["args"]["tags"], "daemon": worker._daemon_task, "eager": eager})
+                     "tags": command["args"]["tags"], "daemon": worker.executor.daemon_task, "eager": eager})
         if command["mode"] == "fail":
             raise RuntimeError("failed on purpose")
 
     _fill(redis_server, ["ok", "sleep", "ok", "fail", "ok"])
     worker = _worker(redis_server, app, workers, tries=1)
-    start_job = worker._start_job
+    start_job = worker.executor.start_job
 
     def start_job_watched(job: Any) -> None:
         starting.append(1)
@@ -84,11 +86,12 @@ def test_async_jobs_run_in_their_own_task_and_context(redis_server: Any, redis_c
         finally:
             starting.pop()
 
-    worker._start_job = start_job_watched
+    worker.executor.start_job = start_job_watched
     assert worker.daemon() == 0
     # every first step ran at once (the shortcut under test: Python 3.12's eager start, or the worker's
-    # own on 3.11), in the job's own task
-    assert [s["eager"] for s in seen] == [True] * 5
+    # own on 3.11), in the job's own task; a plain loop on 3.11 runs it in the next loop pass, same task
+    eager = loop_kind == "worker-loop" or sys.version_info >= (3, 12)
+    assert [s["eager"] for s in seen] == [eager] * 5
     assert [s["n"] for s in seen] == [0, 1, 2, 3, 4]
     assert all(s["before"] is None for s in seen)  # no context leaks from one job into the next
     assert VAR.get() is None
@@ -118,7 +121,7 @@ def test_an_async_job_over_its_timeout_is_still_cancelled(redis_server: Any, red
     _fill(redis_server, ["ok", "sleep", "ok"])
     worker = _worker(redis_server, app, workers, tries=3, timeout=1)
     kills: list[int] = []
-    worker._kill = lambda: kills.append(1)
+    worker.executor.kill = lambda: kills.append(1)
     assert worker.daemon() == 0
     assert cancelled == [True] and kills == []
     # the timed-out job stays reserved (attempt 1 of 3), as with a killed PHP worker; the others are done

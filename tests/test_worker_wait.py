@@ -143,7 +143,7 @@ class _Running:
 
     def stop(self) -> int | None:
         self.worker.should_quit = True
-        self.worker._wake.set()
+        self.worker.signals.wake.set()
         self.thread.join(30)
         return self.status[0] if self.status else None
 
@@ -195,7 +195,7 @@ def test_the_reserve_rides_with_the_wait_and_the_lease_is_renewed_without_waitin
     assert ran == [0, 1, 2]
     assert calls["reserve_wait"] >= 3  # each job came through the wait's own reserve
     assert calls["renew_send"] == 3 and calls["renew"] == 0  # renewed as it started, never waited for
-    assert worker._renewal is None  # its reply was read
+    assert worker.reservation.leases.renewal is None  # its reply was read
 
 
 def test_a_timed_out_wait_still_runs_a_job_pushed_without_a_token(
@@ -267,7 +267,7 @@ def test_a_wait_longer_than_the_socket_timeout_runs_its_course(
         wait_for(lambda: waits["reserve_wait"] >= 3, timeout=30)  # two waits ran to their timeout
         _push(redis_client, 9)
         wait_for(lambda: ran == [9], timeout=30)
-    assert worker._redis_down_since is None
+    assert worker.reservation._redis_down_since is None
     assert "unreachable" not in caplog.text
 
 
@@ -298,7 +298,7 @@ def test_a_renewal_answered_after_our_own_ack_is_not_reported_as_lost(
             time.sleep(1.1)  # a later second than the wait began: the lease is renewed as the job starts
             _push(redis_client, n)
             wait_for(lambda n=n: len(ran) > n, timeout=30)
-        wait_for(lambda: worker._renewal is None, timeout=30)
+        wait_for(lambda: worker.reservation.leases.renewal is None, timeout=30)
     assert ran == [0, 1] and calls["renew_send"] == 2
     assert "left :reserved" not in caplog.text and "taken back" not in caplog.text
 
@@ -324,7 +324,7 @@ def test_a_renewal_answered_after_our_own_release_is_not_reported_as_lost(
         time.sleep(1.1)
         _push(redis_client, 1)
         wait_for(lambda: attempts == [1, 2], timeout=30)
-        wait_for(lambda: redis_client.zcard(KEY + ":reserved") == 0 and worker._renewal is None, timeout=30)
+        wait_for(lambda: redis_client.zcard(KEY + ":reserved") == 0 and worker.reservation.leases.renewal is None, timeout=30)
     finally:
         assert running.stop() == 0
     assert redis_client.llen(KEY) == 0 and redis_client.zcard(KEY + ":delayed") == 0

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from laraq.worker.events import WorkerListener
+from laraq.worker.logtext import short
 
 if TYPE_CHECKING:
     from laraq.bus.job import Job
@@ -63,20 +64,8 @@ class JobFieldsFilter(logging.Filter):
         return True
 
 
-#: Longest message and exception text a log line carries: a handler that raises with a 10 MB message must
-#: not copy it into every log line (``failed_jobs`` keeps the whole text, as PHP does).
-MAX_LOGGED_TEXT = 4000
-
-
-def short(text: str, limit: int = MAX_LOGGED_TEXT) -> str:
-    """``text`` cut to ``limit`` characters, saying how much was left out."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... [{len(text) - limit} more characters]"
-
-
 def capped_traceback(exc_info: Any) -> str:
-    """The traceback text with the exception message(s) cut to :data:`MAX_LOGGED_TEXT`."""
+    """The traceback text with the exception message(s) cut to :data:`laraq.worker.logtext.MAX_LOGGED_TEXT`."""
     te = traceback.TracebackException(*exc_info)
     seen: set[int] = set()
     node: traceback.TracebackException | None = te

@@ -2,15 +2,17 @@
 ``:reserved``, which Laravel's ``migrate`` reads).
 
 Owns, for the worker's reservation side: the buffered job and its lease (:class:`Buffered`), the
-check before a buffered job starts (:meth:`Leases._lease_ok`: a lease that a reservation made now
+check before a buffered job starts (:meth:`Leases.lease_ok`: a lease that a reservation made now
 would outlast is renewed first, so a started job gets ``retry_after`` from its start as a Laravel
 pop gives it; a job someone else migrated back is dropped, never run), renewals sent without waiting
 when no migrate can have taken the job back yet (:meth:`Leases._renew_ahead`, read back by
-:meth:`Leases._collect_renewal`), and the periodic push of buffered leases past half their
-``retry_after`` (:meth:`Leases._renew_leases`). Every renewal is ``ZADD XX``: a member that is gone
+:meth:`Leases.collect`), and the periodic push of buffered leases past half their
+``retry_after`` (:meth:`Leases.renew_due`). Every renewal is ``ZADD XX``: a member that is gone
 stays gone.
 
-A mixin of :class:`laraq.worker.reservation.Reservation`: its state is set up by :meth:`Leases._init_leases`.
+Owned by the reservation source (:class:`laraq.worker.reservation.Reservation`), which builds it with
+the queue, the output, its buffer (the one deque both work on, changed in place) and the question
+whether a job's ack is still among the deferred ones (:class:`AckQuery`).
 """
 
 from __future__ import annotations
@@ -18,10 +20,9 @@ from __future__ import annotations
 import collections
 import logging
 import math
-import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from laraq.bus.job import Job
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from laraq.protocol.queue import RedisQueue
     from laraq.worker.output import Output
 
-__all__ = ["Buffered", "Leases"]
+__all__ = ["AckQuery", "Buffered", "Leases"]
 
 log = logging.getLogger("laraq.worker.worker")
 
@@ -55,23 +56,34 @@ def _apply_renewal(items: list[Buffered], alive: list[bool], lease: float, lost:
     return gone
 
 
+def _drop(buffer: collections.deque[Buffered], gone: set[int]) -> None:
+    """Remove the jobs whose ids are in ``gone`` from ``buffer``, in place (the owner holds the same deque)."""
+    kept = [b for b in buffer if id(b) not in gone]
+    buffer.clear()
+    buffer.extend(kept)
+
+
+class AckQuery(Protocol):
+    def __call__(self, job: Job) -> bool:
+        """Is ``job``'s ``ZREM`` still among the deferred acks (not sent yet)?"""
+
+
 class Leases:
-    """The leases of buffered jobs (mixin of :class:`laraq.worker.reservation.Reservation`)."""
+    """The leases of buffered jobs: checked before a start, renewed while they wait."""
 
-    queue: RedisQueue
-    output: Output
-    _buffer: collections.deque[Buffered]
-    _acks: dict[str, list[bytes]]
-    _ack_lock: threading.Lock
-
-    def _init_leases(self) -> None:
+    def __init__(self, queue: RedisQueue, output: Output, buffer: collections.deque[Buffered],
+                 ack_deferred: AckQuery) -> None:
+        self.queue = queue
+        self.output = output
+        self.buffer = buffer
+        self.ack_deferred = ack_deferred
         #: the earliest time (unix seconds) at which a buffered lease needs renewing
         self._renew_at = math.inf
         #: a lease renewal sent without waiting (see _renew_ahead): the call, and each job with its
         #: lease before it
-        self._renewal: tuple[PendingCall, list[tuple[Buffered, float]]] | None = None
+        self.renewal: tuple[PendingCall, list[tuple[Buffered, float]]] | None = None
 
-    def _lease_ok(self, item: Buffered) -> bool:
+    def lease_ok(self, item: Buffered) -> bool:
         """A buffered job may start only while its reservation is still ours. Its lease is renewed
         first whenever a reservation made now would expire later (so a started job gets the same
         ``retry_after`` from its start as a Laravel pop gives it); the rest of the buffer is renewed
@@ -83,7 +95,7 @@ class Leases:
         fresh = math.floor(now) + retry_after
         if fresh <= item.lease_until:
             return True
-        items = [item, *(b for b in self._buffer if b.job.queue == item.job.queue and b.lease_until < fresh)]
+        items = [item, *(b for b in self.buffer if b.job.queue == item.job.queue and b.lease_until < fresh)]
         if item.lease_until - now >= retry_after / 2 and self._renew_ahead(items):
             return True
         self.output.flush()  # a held success line does not wait on this round trip
@@ -94,15 +106,20 @@ class Leases:
             return False
         gone = _apply_renewal(items, alive, fresh, "before it started: not running it")
         if len(gone) > (id(item) in gone):
-            self._buffer = collections.deque(b for b in self._buffer if id(b) not in gone)
+            _drop(self.buffer, gone)
         return id(item) not in gone
+
+    def note_lease(self, lease: float) -> None:
+        """Jobs were buffered with a lease until ``lease`` (unix seconds): renew them past its half."""
+        if self.queue.retry_after is not None:
+            self._renew_at = min(self._renew_at, lease - self.queue.retry_after / 2)
 
     def _renew_ahead(self, items: list[Buffered]) -> bool:
         """Renew leases that are stale but far from over without waiting for the reply: no migrate can
         have taken them back (over half of ``retry_after`` is left), so the job starts at once and the
-        ``ZADD XX`` lands on Redis as it starts; :meth:`_collect_renewal` reads the reply. This is the
+        ``ZADD XX`` lands on Redis as it starts; :meth:`collect` reads the reply. This is the
         usual case for a batch reserved along with a wait (its ``now`` is the time the wait began)."""
-        self._collect_renewal()
+        self.collect()
         try:
             sent = self.queue.renew_send(items[0].job.queue, [b.job.reserved for b in items])
         except Exception:  # the synchronous renewal meets the same fault and reports it
@@ -110,20 +127,20 @@ class Leases:
         if sent is None:
             return False
         pending, expiry = sent
-        self._renewal = (pending, [(b, b.lease_until) for b in items])
+        self.renewal = (pending, [(b, b.lease_until) for b in items])
         for b in items:
             b.lease_until = expiry
         return True
 
-    def _collect_renewal(self) -> None:
+    def collect(self) -> None:
         """Read the reply of a :meth:`_renew_ahead`: buffered jobs found gone are dropped, as a
         synchronous renewal drops them; a started one is only reported, unless this worker's own
         removal of it may have come first (see :meth:`_ours_first`). If the reply is lost, the
         buffered jobs keep their earlier leases (renewed again when due)."""
-        if self._renewal is None:
+        if self.renewal is None:
             return
-        pending, items = self._renewal
-        self._renewal = None
+        pending, items = self.renewal
+        self.renewal = None
         try:
             alive = self.queue.scripts.renew_result(self.queue.scripts.receive(pending))
         except Exception as exc:
@@ -136,7 +153,7 @@ class Leases:
         gone = {id(b) for (b, _before), ok in zip(items, alive, strict=False) if not ok}
         if not gone:
             return
-        buffered = {id(b) for b in self._buffer}
+        buffered = {id(b) for b in self.buffer}
         for b, _before in items:
             if id(b) in gone and id(b) not in buffered:
                 if not self._ours_first(b.job):
@@ -145,7 +162,7 @@ class Leases:
             elif id(b) in gone:
                 log.warning("%s (id %s) was taken back from :reserved while buffered: dropped",
                             b.job.name, b.job.id)
-        self._buffer = collections.deque(b for b in self._buffer if id(b) not in gone)
+        _drop(self.buffer, gone)
 
     def _ours_first(self, job: Job) -> bool:
         """May this worker's own removal of a started job have reached Redis before the renewal sent
@@ -156,20 +173,19 @@ class Leases:
             return True
         if not job.is_deleted:
             return False
-        with self._ack_lock:
-            return job.reserved not in self._acks.get(job.queue, ())
+        return not self.ack_deferred(job)
 
-    def _renew_leases(self) -> None:
+    def renew_due(self) -> None:
         """Push the reservation of buffered jobs past half their ``retry_after`` forward (``ZADD XX``)."""
         retry_after = self.queue.retry_after
-        if retry_after is None or not self._buffer:
+        if retry_after is None or not self.buffer:
             return
         now = time.time()
         if now < self._renew_at:  # no buffered lease is due yet: skip the scan
             return
         half = retry_after / 2
-        due = [b for b in self._buffer if b.lease_until - now < half]
-        self._renew_at = min((b.lease_until - half for b in self._buffer if b.lease_until - now >= half),
+        due = [b for b in self.buffer if b.lease_until - now < half]
+        self._renew_at = min((b.lease_until - half for b in self.buffer if b.lease_until - now >= half),
                              default=math.inf)
         if not due:
             return
@@ -188,4 +204,4 @@ class Leases:
             self._renew_at = min(self._renew_at, lease - half)
             gone |= _apply_renewal(items, alive, lease, "while buffered: dropped")
         if gone:
-            self._buffer = collections.deque(b for b in self._buffer if id(b) not in gone)
+            _drop(self.buffer, gone)

@@ -11,7 +11,10 @@ body, or the body put back if that row cannot be written), and jobs without a Py
 (``--unhandled``: requeued untouched, released, or failed). Every outcome is announced once through
 the worker's :mod:`laraq.worker.events` listeners.
 
-A mixin of :class:`laraq.worker.worker.Worker`.
+:class:`Lifecycle` is built with the worker's :class:`~laraq.worker.context.WorkerContext` and a
+:class:`HandlerRunner` (:class:`laraq.worker.bridge.AsyncBridge`: where an ``async def`` handler and
+blocking bookkeeping run). The executor calls it through :class:`laraq.worker.execution.JobRules`, the
+reservation source through :class:`laraq.worker.reservation.Failures`.
 """
 
 from __future__ import annotations
@@ -22,45 +25,43 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from laraq.bus import middleware, models, schema
 from laraq.bus.job import Job, JobAbandoned, ManuallyFailedError, UnhandledJobError
-from laraq.production.logs import short
 from laraq.protocol.payload import PayloadError
 from laraq.protocol.phparray import loads_php_arrays, php_arrays
 from laraq.protocol.serializer import PHPSerializeError
-from laraq.stores.failed import FailedJobStore, format_exception, max_attempts_exceeded
-from laraq.worker.reservation import REDIS_DOWN
+from laraq.stores.failed import format_exception, max_attempts_exceeded
+from laraq.worker.context import REDIS_DOWN, CacheLike, UnhandledPolicy, WorkerContext
+from laraq.worker.logtext import short
+from laraq.worker.running import Running, claim
 
 if TYPE_CHECKING:
-    from laraq.bus.callqueued import CallQueued
-    from laraq.bus.handlers import Handler, HandlerRegistry
-    from laraq.protocol.encryption import Encrypter
-    from laraq.protocol.queue import RedisQueue
-    from laraq.protocol.versions import LaravelVersion
-    from laraq.worker.events import Listeners
-    from laraq.worker.execution import _Running
+    from laraq.bus.handlers import Handler
 
-__all__ = ["CacheLike", "Lifecycle", "UnhandledPolicy"]
+__all__ = ["CacheLike", "HandlerRunner", "Lifecycle", "UnhandledPolicy"]
 
 log = logging.getLogger("laraq.worker.worker")
 
-UnhandledPolicy = Literal["fail", "release", "requeue"]
 T = TypeVar("T")
 
 _REDIS_DOWN = REDIS_DOWN
-_UNKNOWN = object()
+_UNKNOWN: Any = object()
 
 
-class CacheLike(Protocol):
-    def restart_timestamp(self) -> int | None: ...
-    def paused_queues(self, connection: str, queues: list[str]) -> list[str]: ...
-    def job_exceptions_increment(self, uuid: str) -> int: ...
-    def job_exceptions_forget(self, uuid: str) -> bool: ...
-    def unique_lock_release(self, job_class: str, unique_id: str = "", display_name: str | None = None,
-                            *, owner: str | None = None) -> bool: ...
+class HandlerRunner(Protocol):
+    """Where a handler and blocking bookkeeping run (:class:`laraq.worker.bridge.AsyncBridge`)."""
+
+    def call(self, handler: Handler, argument: Any, job: Job, running: Running | None) -> None:
+        """Run ``handler`` to completion from a slot thread (an ``async def`` one on the asyncio thread)."""
+
+    async def off_loop(self, func: Callable[..., T], *args: Any) -> T:
+        """Run blocking ``func`` off the event loop's thread."""
+
+    def run_coroutine(self, coro: Coroutine[Any, Any, Any], timeout: float | None) -> Any:
+        """Run ``coro`` to completion from synchronous code."""
 
 
 #: A non-empty ``debounceOwner`` property in a serialized command (13.6+ debounce).
@@ -68,33 +69,35 @@ _DEBOUNCED = re.compile(r's:13:"debounceOwner";s:[1-9][0-9]*:')
 
 
 class Lifecycle:
-    """The worker's per-job rules (mixin of :class:`laraq.worker.worker.Worker`)."""
+    """The worker's per-job rules: Laravel's ``Worker::process`` and ``CallQueuedHandler`` around a handler."""
 
-    app: HandlerRegistry
-    queue: RedisQueue
-    options: Any
-    version: LaravelVersion
-    cache: CacheLike | None
-    failer: FailedJobStore | None
-    encrypter: Encrypter | None
-    connection_name: str
-    events: Listeners
-    callqueued: CallQueued
-    model_loader: models.ModelLoader | None
-    _failer_lock: threading.Lock
+    def __init__(self, context: WorkerContext, runner: HandlerRunner) -> None:
+        self.context = context
+        self.app = context.app
+        self.queue = context.queue
+        self.options = context.options
+        self.version = context.version
+        self.cache = context.cache
+        self.failer = context.failer
+        self.encrypter = context.encrypter
+        self.events = context.events
+        self.callqueued = context.callqueued
+        self.model_loader = context.model_loader
+        self.runner = runner
+        self._failer_lock = threading.Lock()
 
-    def process(self, job: Job, running: _Running | None = None, handler: Any = _UNKNOWN) -> None:
+    def process(self, job: Job, running: Running | None = None, handler: Any = _UNKNOWN) -> None:
         """Laravel's ``Worker::process`` for one job (``running`` ties it to the watchdog; ``handler``:
         the caller's ``app.resolve`` of this payload, if it did it already)."""
         if handler is _UNKNOWN:
             handler = self.app.resolve(job.payload)
-        if handler is None or self._php_only(job):
+        if handler is None or self.php_only(job):
             self._unhandled(job)
-            self._claim(running, "finishing")
+            claim(running, "finishing")
             return
         job.handler, job.app_db = handler, self.model_loader
         if self._sent_to_php(job, handler):
-            self._claim(running, "finishing")
+            claim(running, "finishing")
             return
         self._processing(job)
         try:
@@ -102,14 +105,14 @@ class Lifecycle:
             if job.restore_error is not None:
                 self._settle_missing_model(job)
             if job.is_deleted:
-                if self._claim(running, "finishing"):
+                if claim(running, "finishing"):
                     self._processed(job)
                 return
             self.callqueued.before_handle(job)
             gate = middleware.enter(job, self.cache, self.app.rate_limiters) if self.callqueued.facts(job).middleware else None
             try:
                 if gate is None or gate.proceed:
-                    self._fire(job, handler, running)
+                    self.runner.call(handler, self.decode(job, handler), job, running)
                     if gate is not None:
                         gate.succeeded()
             except Exception as exc:  # a ThrottlesExceptions around the handler may take it (PHP's catch)
@@ -118,53 +121,53 @@ class Lifecycle:
             finally:
                 if gate is not None:
                     gate.exit()
-            if not self._claim(running, "finishing"):
+            if not claim(running, "finishing"):
                 return
             self._after_success(job, handler)
             self._processed(job)
         except (JobAbandoned, concurrent.futures.CancelledError, asyncio.CancelledError):
-            if self._claim(running, "finishing"):  # cancelled by someone else than the watchdog
-                self._handle_job_exception(job, RuntimeError(f"{job.name} was cancelled"))
+            if claim(running, "finishing"):  # cancelled by someone else than the watchdog
+                self.handle_job_exception(job, RuntimeError(f"{job.name} was cancelled"))
         except Exception as exc:
-            if not self._claim(running, "finishing"):
+            if not claim(running, "finishing"):
                 return
             self._report(job, exc)
-            self._handle_job_exception(job, exc)
+            self.handle_job_exception(job, exc)
         except BaseException as exc:
             # SystemExit, KeyboardInterrupt or another BaseException raised by a handler: a job
             # exception like any other (PHP's Throwable); swallowing it would strand the job in
             # :reserved until retry_after with its attempt not counted
-            if not self._claim(running, "finishing"):
+            if not claim(running, "finishing"):
                 return
             self._report(job, exc)
-            self._handle_job_exception(job, exc)
+            self.handle_job_exception(job, exc)
 
-    async def _process_async(self, job: Job, handler: Handler, running: _Running) -> None:
+    async def process_async(self, job: Job, handler: Handler, running: Running) -> None:
         """:meth:`process` for an async handler, as a task on the fast path's loop (pre-check done)."""
         if running.task is None:  # started eagerly (3.12+): the watchdog can cancel it from its first step on
             running.task = asyncio.current_task()
         job.handler, job.app_db = handler, self.model_loader
         if self._sent_to_php(job, handler):
-            self._claim(running, "finishing")
+            claim(running, "finishing")
             if running.task_done is not None:
                 running.task_done.set()
             return
         self._processing(job)
         try:
             try:
-                argument = self._decode(job, handler)
+                argument = self.decode(job, handler)
                 if job.restore_error is not None:  # raises unless the job is deleted
-                    await self._off_loop(self._settle_missing_model, job)
+                    await self.runner.off_loop(self._settle_missing_model, job)
                 else:
                     self.callqueued.before_handle(job)
                     gate = middleware.enter(job, self.cache, self.app.rate_limiters) if self.callqueued.facts(job).middleware else None
                     try:
                         if gate is None or gate.proceed:
-                            await handler.func(argument, job)  # type: ignore[misc]
+                            await handler.func(argument, job)
                             if gate is not None:
-                                await self._off_loop(gate.succeeded)
+                                await self.runner.off_loop(gate.succeeded)
                     except Exception as exc:  # as in process(): a ThrottlesExceptions may take it
-                        if gate is None or isinstance(exc, JobAbandoned) or not await self._off_loop(
+                        if gate is None or isinstance(exc, JobAbandoned) or not await self.runner.off_loop(
                                 gate.caught, job, exc):
                             raise
                     finally:
@@ -173,23 +176,23 @@ class Lifecycle:
             finally:
                 if running.task_done is not None:
                     running.task_done.set()
-            if not self._claim(running, "finishing"):
+            if not claim(running, "finishing"):
                 return
             if job.restore_error is None:
                 self._after_success(job, handler)
             self._processed(job)
         except (JobAbandoned, asyncio.CancelledError):
-            if self._claim(running, "finishing"):
-                await self._off_loop(self._handle_job_exception, job, RuntimeError(f"{job.name} was cancelled"))
+            if claim(running, "finishing"):
+                await self.runner.off_loop(self.handle_job_exception, job, RuntimeError(f"{job.name} was cancelled"))
         except BaseException as exc:  # a handler's exception, SystemExit and KeyboardInterrupt included
             if isinstance(exc, GeneratorExit):
                 raise
-            if not self._claim(running, "finishing"):
+            if not claim(running, "finishing"):
                 return
             self._report(job, exc)
-            await self._off_loop(self._handle_job_exception, job, exc)
+            await self.runner.off_loop(self.handle_job_exception, job, exc)
 
-    def _decode(self, job: Job, handler: Handler) -> Any:
+    def decode(self, job: Job, handler: Handler) -> Any:
         """The handler's first argument: the unserialized (decrypted) command, or ``data``."""
         if job.command is not None:
             return job.command
@@ -224,10 +227,10 @@ class Lifecycle:
             except Exception as exc:
                 log.error("%s (uuid %s) ran, but what follows it could not be queued: %s",
                           job.name, job.uuid, exc)
-                self._handle_job_exception(job, exc)
+                self.handle_job_exception(job, exc)
                 return
         if not job.is_deleted_or_released and not job.has_failed:
-            self._retrying(job.delete)
+            self.retrying(job.delete)
 
     def _sent_to_php(self, job: Job, handler: Handler) -> bool:
         """Decode the command; True if the job was sent back to PHP because laraq cannot finish it.
@@ -235,7 +238,7 @@ class Lifecycle:
         if handler.kind != "command":
             return False
         try:
-            self._decode(job, handler)
+            self.decode(job, handler)
         except Exception:
             return False
         reason = self.callqueued.unsupported(job) or schema.handler_reason(
@@ -250,7 +253,7 @@ class Lifecycle:
         if reason is None:
             return False
         delay = max(1, int(self.options.unhandled_delay))
-        self._retrying(lambda: self._put_back(job, delay))
+        self.retrying(lambda: self.put_back(job, delay))
         detail = f"requeued untouched in {delay}s for PHP: {reason}"
         log.error("%s (id %s on %s): %s", job.name, job.id, job.queue, detail)
         self.events.emit("job_unhandled", job, "requeue", detail)
@@ -258,7 +261,7 @@ class Lifecycle:
 
     def _settle_missing_model(self, job: Job) -> None:
         """``CallQueuedHandler::handleModelNotFound`` (see :func:`laraq.bus.models.settle`)."""
-        models.settle(job, self.app.job_schemas.get(getattr(job.handler, "name", "")), self._retrying)
+        models.settle(job, self.app.job_schemas.get(getattr(job.handler, "name", "")), self.retrying)
 
     def _processing(self, job: Job) -> None:
         """Laravel's ``JobProcessing``: the handler is about to run."""
@@ -279,7 +282,7 @@ class Lifecycle:
     def _max_tries(self, job: Job) -> int:
         return job.max_tries if job.max_tries is not None else int(self.options.max_tries)
 
-    def _precheck_fails(self, job: Job) -> bool:
+    def precheck_fails(self, job: Job) -> bool:
         """Would :meth:`_fail_if_already_exceeds_max_attempts` fail this job? (no side effects)"""
         get = job.payload.decoded.get
         attempts = get("attempts")
@@ -318,7 +321,7 @@ class Lifecycle:
             self.cache.job_exceptions_forget(job.uuid)
             job.fail_internal(exc, from_watchdog=force)
 
-    def _handle_job_exception(self, job: Job, exc: BaseException) -> None:
+    def handle_job_exception(self, job: Job, exc: BaseException) -> None:
         try:
             if not job.has_failed:
                 self._fail_if_will_exceed_max_attempts(job, exc)
@@ -328,10 +331,18 @@ class Lifecycle:
         finally:
             if not (job.is_deleted or job.is_released or job.has_failed):
                 backoff = job.payload.backoff_seconds(job.attempts, self.options.backoff)
-                self._retrying(lambda: job.release(backoff))
+                self.retrying(lambda: job.release(backoff))
                 self.events.emit("job_released", job, backoff, exc)
 
-    def _job_failed(self, job: Job, exc: BaseException | None) -> None:
+    def timed_out(self, job: Job, exc: BaseException) -> None:
+        """Laravel's timeout bookkeeping (its ``SIGALRM`` handler), from the watchdog: fail the job if this
+        attempt was the last, if ``maxExceptions`` is reached, or if it fails on timeout."""
+        self._fail_if_will_exceed_max_attempts(job, exc, force=True)
+        self._fail_if_will_exceed_max_exceptions(job, exc, force=True)
+        if job.fail_on_timeout:
+            job.fail_internal(exc, from_watchdog=True)
+
+    def job_failed(self, job: Job, exc: BaseException | None) -> None:
         """The ``JobFailed`` side of ``Job::fail``: callback, unique lock, ``failed_jobs`` row, event."""
         error = exc if exc is not None else ManuallyFailedError("")
         text = format_exception(error, job_name=job.name)
@@ -339,12 +350,12 @@ class Lifecycle:
         # failed yet, so the failed() callback (and the unique lock release) wait for the real failure
         # and run once, never again because the store was down.
         try:
-            self._log_failed(job.connection, job.queue, job.body, text)
+            self.log_failed(job.connection, job.queue, job.body, text)
         except Exception as log_exc:
             log.error("%s (uuid %s) failed but failed_jobs could not be written (%s): putting it back on the "
                       "queue in 60s; its failed() callback runs when the row is written", job.name, job.uuid,
                       " ".join(str(log_exc).split())[:300])
-            self._retrying(lambda: self._put_back(job, 60, require_reservation=False))
+            self.retrying(lambda: self.put_back(job, 60, require_reservation=False))
             self.events.emit("job_released", job, 60, error)
             return
         try:
@@ -352,7 +363,7 @@ class Lifecycle:
             if callback is not None:
                 result = callback(job.command, job, error)
                 if asyncio.iscoroutine(result):
-                    self._run_coroutine(result, self.options.timeout or None)
+                    self.runner.run_coroutine(result, self.options.timeout or None)
         except Exception:
             log.exception("the failed() callback of %s raised", job.name)
         finally:
@@ -367,24 +378,24 @@ class Lifecycle:
         handler = job.handler
         try:
             if job.command is None and handler is not None and handler.kind == "command":
-                self._decode(job, handler)  # failed before it ran (max attempts): still PHP's failed()
+                self.decode(job, handler)  # failed before it ran (max attempts): still PHP's failed()
         except Exception as exc:
             log.warning("%s (uuid %s): cannot read its command for the failure steps: %s", job.name, job.uuid, exc)
         if isinstance(job.restore_error, models.ModelNotFoundError):
             return  # PHP cannot rebuild the command either: no failed(), catch or batch step runs
         try:
-            self._retrying(lambda: self.callqueued.after_failure(job, error))
+            self.retrying(lambda: self.callqueued.after_failure(job, error))
         except Exception as exc:
             log.error("%s (uuid %s): could not hand its failure steps (chain catch, batch, failed()) to PHP: %s",
                       job.name, job.uuid, exc)
 
-    def _log_failed(self, connection: str, queue: str, body: bytes, text: str) -> None:
+    def log_failed(self, connection: str, queue: str, body: bytes, text: str) -> None:
         if self.failer is None:
             return
         with self._failer_lock:
             self.failer.log(connection, queue, body, text)
 
-    def _php_only(self, job: Job) -> str | None:
+    def php_only(self, job: Job) -> str | None:
         """Why only PHP's ``CallQueuedHandler`` can run this job as meant, or None.
 
         A debounced job (13.6+ ``#[DebounceFor]``: a non-empty ``debounceOwner`` in its command) must be
@@ -416,7 +427,7 @@ class Lifecycle:
 
     def _unhandled(self, job: Job) -> None:
         name = job.payload.command_name or str(job.payload.decoded.get("job") or "") or job.name
-        reason = self._php_only(job) or f"No Python handler registered for {name}"
+        reason = self.php_only(job) or f"No Python handler registered for {name}"
         policy = self.options.unhandled
         delay = max(1, int(self.options.unhandled_delay))
         if policy == "fail":
@@ -424,15 +435,15 @@ class Lifecycle:
             job.fail(UnhandledJobError(reason))
             return
         if policy == "release":
-            self._retrying(lambda: job.release(delay))
+            self.retrying(lambda: job.release(delay))
             detail = f"released for {delay}s"
         else:
-            self._retrying(lambda: self._put_back(job, delay))
+            self.retrying(lambda: self.put_back(job, delay))
             detail = f"requeued untouched in {delay}s"
         log.warning("%s (id %s on %s): %s", reason, job.id, job.queue, detail)
         self.events.emit("job_unhandled", job, policy, detail)
 
-    def _put_back(self, job: Job, delay: int, *, require_reservation: bool = True) -> None:
+    def put_back(self, job: Job, delay: int, *, require_reservation: bool = True) -> None:
         """Put the original body back on ``:delayed`` (attempts not burned)."""
         keys = self.queue.keys(job.queue)
         if require_reservation:
@@ -441,7 +452,7 @@ class Lifecycle:
         else:
             self.queue.client.zadd(keys.delayed, {job.body: self.queue.available_at(delay)})
 
-    def _retrying(self, action: Callable[[], T], attempts: int = 4) -> T | None:
+    def retrying(self, action: Callable[[], T], attempts: int = 4) -> T | None:
         """Run a Redis write, retrying while Redis is unreachable (the outcome is known; keep it)."""
         delay = 0.5
         for attempt in range(attempts):

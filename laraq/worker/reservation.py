@@ -10,7 +10,12 @@ the head of its lists on stop/pause, the deferred acks (``Job.delete``'s ``ZREM`
 wrapping a reservation in a :class:`~laraq.bus.job.Job` (an unreadable body goes to ``failed_jobs`` with a
 clear reason).
 
-A mixin of :class:`laraq.worker.worker.Worker`: the state it owns is set up by :meth:`Reservation._init_reservation`.
+:class:`Reservation` is built with the worker's :class:`~laraq.worker.context.WorkerContext`, the
+:class:`~laraq.worker.bridge.AsyncBridge` (is the caller the daemon's loop thread?) and the job
+lifecycle's :class:`Failures` (an unreadable body's ``failed_jobs`` row, a job's ``on_fail``); it owns
+its :class:`~laraq.worker.leases.Leases`. The loop calls it through
+:class:`laraq.worker.worker.ReservationSource`, the executor through
+:class:`laraq.worker.execution.Housekeeping`.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ import logging
 import math
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 import redis
 
@@ -28,81 +34,108 @@ from laraq.bus.job import Job
 from laraq.protocol.payload import Payload, PayloadError
 from laraq.protocol.queue import PendingReserve, ReservedJob
 from laraq.stores.failed import format_exception
+from laraq.worker.bridge import AsyncBridge
+from laraq.worker.context import REDIS_DOWN, WorkerContext
+from laraq.worker.exitcodes import EXIT_REDIS_AUTH, explain
 from laraq.worker.leases import Buffered, Leases
 
-if TYPE_CHECKING:
-    from laraq.protocol.queue import RedisQueue
-    from laraq.protocol.versions import LaravelVersion
-    from laraq.worker.events import Listeners
-
-__all__ = ["REDIS_DOWN", "Reservation"]
+__all__ = ["REDIS_DOWN", "Failures", "Reservation"]
 
 log = logging.getLogger("laraq.worker.worker")
 
-#: The errors that mean "Redis is unreachable right now" (retry, never lose the outcome).
-REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 _REDIS_DOWN = REDIS_DOWN
+T = TypeVar("T")
 #: Deferred acks are sent at the latest this many seconds after the oldest one.
 _ACK_MAX_AGE = 0.05
 
 
-class Reservation(Leases):
-    """The worker's reserving side (mixin of :class:`laraq.worker.worker.Worker`)."""
+class Failures(Protocol):
+    """What the reservation source asks of the job lifecycle (:class:`laraq.worker.lifecycle.Lifecycle`)."""
 
-    queue: RedisQueue
-    queues: list[str]
-    options: Any
-    version: LaravelVersion
-    cache: Any
-    connection_name: str
-    events: Listeners
-    on_job_popped: Any
-    _loop_thread: int | None
-    _reconnect_delay: float
+    def job_failed(self, job: Job, exc: BaseException | None) -> None:
+        """``Job::fail``'s ``JobFailed`` side (a job's ``on_fail``)."""
 
-    def _init_reservation(self) -> None:
+    def log_failed(self, connection: str, queue: str, body: bytes, text: str) -> None:
+        """Write a ``failed_jobs`` row."""
+
+    def retrying(self, action: Callable[[], T], attempts: int = 4) -> T | None:
+        """Run a Redis write, retrying while Redis is unreachable."""
+
+
+class Reservation:
+    """The worker's reserving side: Laravel's ``RedisQueue::pop``, batched, with a prefetch buffer."""
+
+    def __init__(self, context: WorkerContext, bridge: AsyncBridge, failures: Failures) -> None:
+        self.context = context
+        self.queue = context.queue
+        self.queues = context.queues
+        self.options = context.options
+        self.version = context.version
+        self.cache = context.cache
+        self.connection_name = context.connection_name
+        self.events = context.events
+        self.output = context.output
+        self.signals = context.signals
+        self.pace = context.pace
+        self.bridge = bridge
+        self.failures = failures
         #: set by next_job when a reservation was taken (even one rejected as unreadable)
-        self._took_reservation = False
-        self._took_unreadable = 0
+        self.took_reservation = False
+        #: how many of the last round's reservations were unreadable (moved to failed_jobs)
+        self.took_unreadable = 0
         self._redis_down_since: float | None = None
-        self._reconnect_delay = 0.0
+        #: seconds to wait before the next try while Redis is unreachable (0: it is reachable)
+        self.reconnect_delay = 0.0
         self._auth_refusals = 0
-        self._buffer: collections.deque[Buffered] = collections.deque()
+        #: reserved jobs not started yet, in order
+        self.buffer: collections.deque[Buffered] = collections.deque()
         self._acks: dict[str, list[bytes]] = {}
         self._ack_lock = threading.Lock()
         #: held by whoever is sending acks it took from the deferred list (the loop, or the watchdog
         #: for stale ones): a forced flush waits on it, so the stop never returns with an ack on its way
         self._ack_sending = threading.Lock()
-        self._ack_since: float | None = None
+        #: when the oldest deferred ack was made (None: none is waiting)
+        self.ack_since: float | None = None
         self._paused_queues: set[str] = set()
-        #: the measured average job duration (seconds) the prefetch budget is based on
-        self._avg_duration: float | None = None
-        #: the next batch, asked for while this one runs (see _send_ahead): the call, its acks, its size
-        self._ahead: PendingReserve | None = None
+        #: the next batch, asked for while this one runs (see send_ahead): the call, its acks, its size
+        self.ahead: PendingReserve | None = None
         self._ahead_acks: list[bytes] = []
-        self._ahead_want = 0
-        self._init_leases()
+        self.ahead_want = 0
+        self.leases = Leases(self.queue, self.output, self.buffer, self.ack_deferred)
+        #: the check before a buffered job starts (:meth:`Leases.lease_ok`)
+        self.lease_ok = self.leases.lease_ok
 
-    def _reserve_count(self, free: int, jobs_processed: int) -> int:
+    def housekeeping(self) -> None:
+        """Acks due, a renewal's reply, leases due: what a pass of the fast loop does besides jobs."""
+        self.flush_acks()
+        self.leases.collect()
+        self.leases.renew_due()
+
+    def ack_deferred(self, job: Job) -> bool:
+        """Is ``job``'s ``ZREM`` still among the deferred acks (not sent yet)?"""
+        with self._ack_lock:
+            return job.reserved in self._acks.get(job.queue, ())
+
+    def reserve_count(self, free: int, jobs_processed: int) -> int:
         """How many jobs to reserve now: the free slots plus an adaptive, time-bounded prefetch."""
         opts = self.options
         want = free
-        if opts.prefetch and self._avg_duration is not None:
+        if opts.prefetch and self.pace.average is not None:
             budget = opts.prefetch_seconds
             if self.queue.retry_after is not None:
                 budget = min(budget, self.queue.retry_after / 4)
-            want += int(budget * opts.concurrency / max(self._avg_duration, 1e-6))
+            want += int(budget * opts.concurrency / max(self.pace.average, 1e-6))
         want = min(want, max(opts.batch, free))
         if opts.max_jobs:
             want = min(want, opts.max_jobs - jobs_processed)
         return want
 
-    def _reserve_round(self, want: int) -> int:
+    def reserve_round(self, want: int) -> int:
         """One reserve round over the ``--queue`` list (first queue first, like consecutive pops),
         the pending acks riding along; buffers the jobs and returns how many usable ones came."""
         acks = self._take_acks()
-        self._took_reservation = False
-        self._took_unreadable = 0
+        self.took_reservation = False
+        self.took_unreadable = 0
         count = 0
         try:
             self._paused_queues = set()
@@ -141,25 +174,25 @@ class Reservation(Leases):
         lease = reserved_at + (self.queue.retry_after or 0)
         count = 0
         for item in reserved:
-            self._took_reservation = True
+            self.took_reservation = True
             job = self.make_job(item)
             if job is None:
-                self._took_unreadable += 1
+                self.took_unreadable += 1
                 continue
-            self._buffer.append(Buffered(job, lease))
+            self.buffer.append(Buffered(job, lease))
             count += 1
-        if reserved and self.queue.retry_after is not None:
-            self._renew_at = min(self._renew_at, lease - self.queue.retry_after / 2)
+        if reserved:
+            self.leases.note_lease(lease)
         return count
 
-    def _send_ahead(self, jobs_processed: int) -> None:
+    def send_ahead(self, jobs_processed: int, active: int) -> None:
         """Ask Redis for the next batch now, while the buffered one runs, so that Redis reserves on its
-        core while this process runs jobs on its own (read back by :meth:`_land_ahead` once the buffer is
+        core while this process runs jobs on its own (read back by :meth:`land_ahead` once the buffer is
         empty). Only after a full batch (more jobs are waiting), for one queue, with prefetch on, and
         within the prefetch budget: what is buffered plus what is asked for stays about
         ``prefetch_seconds`` of measured work, the bound a SIGKILL can strand, as before."""
         opts = self.options
-        if self._ahead is not None or not opts.prefetch or self._avg_duration is None or len(self.queues) != 1:
+        if self.ahead is not None or not opts.prefetch or self.pace.average is None or len(self.queues) != 1:
             return
         name = self.queues[0]
         if self.cache is not None and self.version.has_queue_pause:
@@ -173,10 +206,10 @@ class Reservation(Leases):
         budget = opts.prefetch_seconds
         if self.queue.retry_after is not None:
             budget = min(budget, self.queue.retry_after / 4)
-        total = opts.concurrency + int(budget * opts.concurrency / max(self._avg_duration, 1e-6))
-        want = min(opts.batch, total - len(self._buffer) - self._active)  # type: ignore[attr-defined]
+        total = opts.concurrency + int(budget * opts.concurrency / max(self.pace.average, 1e-6))
+        want = min(opts.batch, total - len(self.buffer) - active)
         if opts.max_jobs:
-            want = min(want, opts.max_jobs - jobs_processed - len(self._buffer))
+            want = min(want, opts.max_jobs - jobs_processed - len(self.buffer))
         if want <= 0:
             return
         acks = self._take_acks()
@@ -191,16 +224,16 @@ class Reservation(Leases):
             if mine:
                 self._restore_acks({name: mine})
             return
-        self._ahead, self._ahead_acks, self._ahead_want = pending, mine, want
+        self.ahead, self._ahead_acks, self.ahead_want = pending, mine, want
 
-    def _land_ahead(self) -> int:
-        """Read the batch :meth:`_send_ahead` (or :meth:`_wait_then_reserve`) asked for and buffer it; how
+    def land_ahead(self) -> int:
+        """Read the batch :meth:`send_ahead` (or :meth:`_wait_then_reserve`) asked for and buffer it; how
         many usable jobs came."""
-        pending, acks = self._ahead, self._ahead_acks
+        pending, acks = self.ahead, self._ahead_acks
         assert pending is not None
-        self._ahead, self._ahead_acks = None, []
-        self._took_reservation = False
-        self._took_unreadable = 0
+        self.ahead, self._ahead_acks = None, []
+        self.took_reservation = False
+        self.took_unreadable = 0
         try:
             reserved = self.queue.reserve_batch_receive(pending)
         except Exception as exc:
@@ -213,12 +246,12 @@ class Reservation(Leases):
         self._redis_up()
         return count
 
-    def _block_for_job(self, jobs_processed: int = 0) -> bool:
+    def block_for_job(self, jobs_processed: int = 0, active: int = 0) -> bool:
         """``block_for``: ``BLPOP :notify`` as Laravel's pop does (only the first queue from 11.27
         unless a later one had a job; every queue in turn before). True if a token arrived, or if the
         reserve sent along with a timed-out wait found jobs (see :meth:`_wait_then_reserve`)."""
         self.output.flush()
-        self._collect_renewal()
+        self.leases.collect()
         block_for = self.queue.block_for
         if block_for is None:
             return False
@@ -228,7 +261,7 @@ class Reservation(Leases):
                  and not (first_only and (index > 0 or self.queue.secondary_queue_had_job))]
         try:
             if len(names) == 1:
-                outcome = self._wait_then_reserve(names[0], block_for, jobs_processed)
+                outcome = self._wait_then_reserve(names[0], block_for, jobs_processed, active)
                 if outcome is not None:
                     return outcome
             for name in names:
@@ -238,47 +271,47 @@ class Reservation(Leases):
             self._redis_lost(exc)
         return False
 
-    def _wait_then_reserve(self, name: str, block_for: float, jobs_processed: int) -> bool | None:
+    def _wait_then_reserve(self, name: str, block_for: float, jobs_processed: int, active: int) -> bool | None:
         """Wait on one queue's ``:notify`` with the reserve written right behind the ``BLPOP`` (see
         :meth:`RedisQueue.reserve_batch_send`): Redis reserves the moment a token comes, and the worker
         reads the jobs without another round trip. On a token the reply is left for the loop to land as
         a batch asked for ahead (True). On a timeout it is landed here: True if jobs came anyway (pushed
         without a token), False for Laravel's sleep and a fresh reserve round. None: this client cannot
         split a call (Redis Cluster), or nothing may be reserved; the caller does a bare ``BLPOP``."""
-        if self._ahead is not None:
+        if self.ahead is not None:
             return None
-        want = self._reserve_count(self.options.concurrency - self._active, jobs_processed)
+        want = self.reserve_count(self.options.concurrency - active, jobs_processed)
         if want <= 0:
             return None
         pending = self.queue.reserve_batch_send(name, want, wait=block_for)
         if pending is None:
             return None
-        self._ahead, self._ahead_acks, self._ahead_want = pending, [], want
+        self.ahead, self._ahead_acks, self.ahead_want = pending, [], want
         try:
             woke = self.queue.reserve_wait(pending)
         except redis.exceptions.ResponseError as exc:  # :notify is not a list, say: the reserve still ran
             self._reservation_failed(exc, "wait on")
             woke = False
         except BaseException:
-            self._ahead = None  # the connection is gone with the reply: what it reserved returns after retry_after
+            self.ahead = None  # the connection is gone with the reply: what it reserved returns after retry_after
             raise
         if woke:
-            self._took_unreadable = 0  # counted when the loop lands the batch
+            self.took_unreadable = 0  # counted when the loop lands the batch
             return True
-        return self._land_ahead() > 0 or self._took_reservation
+        return self.land_ahead() > 0 or self.took_reservation
 
-    def _give_back_buffer(self) -> None:
+    def give_back_buffer(self) -> None:
         """Hand buffered, unstarted jobs back to the head of their lists (attempts not burned); a batch
         asked for ahead is read first and handed back with them."""
-        self._collect_renewal()
-        if self._ahead is not None:
-            self._land_ahead()
-        if not self._buffer:
+        self.leases.collect()
+        if self.ahead is not None:
+            self.land_ahead()
+        if not self.buffer:
             return
         by_queue: dict[str, list[ReservedJob]] = {}
-        for b in self._buffer:
+        for b in self.buffer:
             by_queue.setdefault(b.job.queue, []).append(b.job.reserved_job)
-        self._buffer.clear()
+        self.buffer.clear()
         for name, jobs in by_queue.items():
             try:
                 given = self.queue.give_back(name, jobs)
@@ -291,39 +324,39 @@ class Reservation(Leases):
         """``Job.delete`` on the fast path: the ``ZREM`` rides on the next reserve call or flush."""
         with self._ack_lock:
             self._acks.setdefault(job.queue, []).append(job.reserved)
-            if self._ack_since is None:
-                self._ack_since = time.monotonic()
+            if self.ack_since is None:
+                self.ack_since = time.monotonic()
 
     def _take_acks(self) -> dict[str, list[bytes]]:
         """The deferred acks, to send now. On the loop thread a renewal still in flight is read first:
-        its answer then cannot have met one of these acks (see :meth:`Leases._ours_first`)."""
-        if self._renewal is not None and self._loop_thread == threading.get_ident():
-            self._collect_renewal()
+        its answer then cannot have met one of these acks (see :class:`~laraq.worker.leases.Leases`)."""
+        if self.leases.renewal is not None and self.bridge.on_loop_thread():
+            self.leases.collect()
         with self._ack_lock:
-            acks, self._acks, self._ack_since = self._acks, {}, None
+            acks, self._acks, self.ack_since = self._acks, {}, None
         return acks
 
     def _restore_acks(self, acks: dict[str, list[bytes]]) -> None:
         with self._ack_lock:
             for name, members in acks.items():
                 self._acks.setdefault(name, []).extend(members)
-            if self._ack_since is None:
-                self._ack_since = time.monotonic()
+            if self.ack_since is None:
+                self.ack_since = time.monotonic()
 
-    def _flush_acks(self, *, force: bool = False) -> None:
+    def flush_acks(self, *, force: bool = False) -> None:
         """Send the deferred ``ZREM``s now if forced or if the oldest is ``_ACK_MAX_AGE`` old.
 
         A forced flush first waits for acks another thread took and is still sending: the stop's last
         flush must not return while the watchdog's ``ZREM`` of a finished job is on its way (the
         process would exit with that job left in ``:reserved``, to run again after ``retry_after``).
         An unforced one leaves the sending to whoever is at it."""
-        since = self._ack_since
+        since = self.ack_since
         if not force and (since is None or time.monotonic() - since < _ACK_MAX_AGE):
             return
         if not self._ack_sending.acquire(blocking=force):
             return
         try:
-            if self._ack_since is None:
+            if self.ack_since is None:
                 return
             acks = self._take_acks()
             try:
@@ -334,13 +367,13 @@ class Reservation(Leases):
         finally:
             self._ack_sending.release()
 
-    def _flush_stale_acks(self) -> None:
+    def flush_stale_acks(self) -> None:
         """From the watchdog thread: send the deferred acks the loop did not send in time (it is busy
         running a synchronous job inline), so a SIGKILL re-runs at most ~``_ACK_MAX_AGE`` of finished
         work besides the running job - a bound in time, however long the running job takes."""
-        since = self._ack_since
+        since = self.ack_since
         if since is not None and time.monotonic() - since >= _ACK_MAX_AGE:
-            self._flush_acks()
+            self.flush_acks()
 
     def next_job(self) -> Job | None:
         """Laravel's ``getNextJob``: the first job of the queue list, skipping paused queues."""
@@ -353,10 +386,10 @@ class Reservation(Leases):
                     continue
                 reserved = self.queue.pop(name, index)
                 if reserved is not None:
-                    self._took_reservation = True
+                    self.took_reservation = True
                     self._redis_up()
-                    if self.on_job_popped is not None:
-                        self.on_job_popped()
+                    if self.context.on_job_popped is not None:
+                        self.context.on_job_popped()
                     return self.make_job(reserved)
             self._redis_up()
         except Exception as exc:
@@ -369,18 +402,14 @@ class Reservation(Leases):
 
     def _refused_credentials(self, exc: BaseException) -> bool:
         """A login Redis refused: retried a few times, then the worker stops with exit 4 (one line)."""
-        from laraq.worker.exitcodes import EXIT_REDIS_AUTH, explain
-
         explained = explain(exc, redis_url=self.queue.redacted_url())
         if explained is None or explained[1] != EXIT_REDIS_AUTH:
             return False
         self._auth_refusals += 1
-        self._reconnect_delay = min(30.0, max(1.0, self._reconnect_delay * 2))
+        self.reconnect_delay = min(30.0, max(1.0, self.reconnect_delay * 2))
         if self._auth_refusals >= self.AUTH_RETRIES:
             log.error("stopping: %s", explained[0])
-            self.quit_status = EXIT_REDIS_AUTH
-            self.should_quit = True
-            self._wake.set()
+            self.signals.quit(EXIT_REDIS_AUTH)
         else:
             log.warning("%s (attempt %d of %d)", explained[0], self._auth_refusals, self.AUTH_RETRIES)
         return True
@@ -391,7 +420,7 @@ class Reservation(Leases):
             self._redis_lost(exc)
         elif not self._refused_credentials(exc):
             log.exception("could not %s %s", what, ",".join(self.queues))
-            self._reconnect_delay = 1.0
+            self.reconnect_delay = 1.0
 
     def _redis_lost(self, exc: BaseException) -> None:
         if self._refused_credentials(exc):
@@ -399,16 +428,16 @@ class Reservation(Leases):
         now = time.monotonic()
         if self._redis_down_since is None:
             self._redis_down_since = now
-        self._reconnect_delay = min(30.0, max(1.0, self._reconnect_delay * 2))
+        self.reconnect_delay = min(30.0, max(1.0, self.reconnect_delay * 2))
         log.warning("Redis unreachable at %s (%s); retrying in %.0fs",
-                    self.queue.redacted_url(), exc, self._reconnect_delay)
+                    self.queue.redacted_url(), exc, self.reconnect_delay)
 
     def _redis_up(self) -> None:
         self._auth_refusals = 0
         if self._redis_down_since is not None:
             log.warning("Redis reachable again after %.0fs", time.monotonic() - self._redis_down_since)
         self._redis_down_since = None
-        self._reconnect_delay = 0.0
+        self.reconnect_delay = 0.0
 
     def make_job(self, reserved: ReservedJob) -> Job | None:
         """Wrap a reservation; a body Python cannot read is failed (or put back) with a clear reason."""
@@ -417,8 +446,8 @@ class Reservation(Leases):
         except PayloadError as exc:
             self._reject_unreadable(reserved, exc)
             return None
-        acker = self._ack if self._loop_thread is not None else None
-        job = Job(self.queue, reserved, payload, connection_name=self.connection_name, on_fail=self._job_failed,
+        acker = self._ack if self.bridge.loop_thread is not None else None
+        job = Job(self.queue, reserved, payload, connection_name=self.connection_name, on_fail=self.failures.job_failed,
                   acker=acker)
         self.events.emit("job_reserved", job)
         return job
@@ -426,9 +455,9 @@ class Reservation(Leases):
     def _reject_unreadable(self, reserved: ReservedJob, exc: PayloadError) -> None:
         error = PayloadError(f"laraq cannot read the job payload on queue {reserved.queue}: {exc}")
         try:
-            self._log_failed(self.connection_name, reserved.queue, reserved.body, format_exception(error))
+            self.failures.log_failed(self.connection_name, reserved.queue, reserved.body, format_exception(error))
             self.queue.delete_reserved(reserved)
             log.error("%s: moved to failed_jobs", error)
         except Exception as log_exc:
             log.error("%s; could not write failed_jobs (%s): released for 60s", error, log_exc)
-            self._retrying(lambda: self.queue.release(reserved, 60))
+            self.failures.retrying(lambda: self.queue.release(reserved, 60))

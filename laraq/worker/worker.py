@@ -8,42 +8,56 @@ quit signal, ``--memory`` (exit 12), ``queue:restart``, ``--stop-when-empty``,
 ``--stop-when-empty-for``, ``--max-time``, ``--max-jobs`` - in Laravel's order. Restart, pause, maintenance
 and ``maxExceptions`` go through a :class:`laraq.stores.cache.CacheStore` (Redis, file or database store).
 
-The rest of the worker lives where a reader of Laravel would look for it; :class:`Worker` combines:
+The rest of the worker lives where a reader of Laravel would look for it, in objects :class:`Worker`
+builds and wires (its constructor is the one place that names them) and calls through the small
+interfaces declared here (:class:`ReservationSource`, :class:`JobExecutor`):
 
-* :mod:`laraq.worker.reservation` - popping/reserving, prefetch, leases and renewals, acks, give-back;
-* :mod:`laraq.worker.execution` - threads, asyncio, timeouts, the watchdog and the self-kill;
-* :mod:`laraq.worker.lifecycle` - ``Worker::process`` + ``CallQueuedHandler``: attempts, backoff,
-  ``maxExceptions``, release, fail, unique locks, jobs without a Python handler;
+* :class:`~laraq.worker.reservation.Reservation` - popping/reserving, prefetch, leases and renewals
+  (:class:`~laraq.worker.leases.Leases`), acks, give-back;
+* :class:`~laraq.worker.execution.Executor` - threads, asyncio, timeouts, the watchdog and the self-kill
+  (a job's task started by :mod:`laraq.worker.eager`);
+* :class:`~laraq.worker.lifecycle.Lifecycle` - ``Worker::process`` + ``CallQueuedHandler``: attempts,
+  backoff, ``maxExceptions``, release, fail, unique locks, jobs without a Python handler;
+* :class:`~laraq.worker.bridge.AsyncBridge` - the event loop async handlers run on;
 * :mod:`laraq.worker.events` - the listener seam every worker and job event goes through (console output
   included).
+
+What they all read is one :class:`~laraq.worker.context.WorkerContext`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
+import resource
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from laraq.bus.callqueued import CallQueued
 from laraq.bus.handlers import HandlerRegistry
+from laraq.bus.job import Job
 from laraq.bus.models import ModelLoader
 from laraq.protocol.encryption import Encrypter
-from laraq.protocol.queue import RedisQueue
+from laraq.protocol.queue import PendingReserve, RedisQueue
 from laraq.protocol.versions import DEFAULT_VERSION, LaravelVersion
 from laraq.stores.failed import FailedJobStore
+from laraq.worker.bridge import AsyncBridge
+from laraq.worker.context import CacheLike, Signals, UnhandledPolicy, WorkerContext, WorkerOptions
+from laraq.worker.eager import new_worker_loop
 from laraq.worker.events import Listeners, OutputListener, WorkerListener
-from laraq.worker.execution import _TICK, Execution, new_worker_loop, sigkill_self
-from laraq.worker.lifecycle import CacheLike, Lifecycle, UnhandledPolicy
+from laraq.worker.execution import TICK, Executor
+from laraq.worker.leases import Buffered
+from laraq.worker.lifecycle import Lifecycle
 from laraq.worker.output import Output
 from laraq.worker.reservation import Reservation
+from laraq.worker.running import Running
 
 __all__ = [
     "EXIT_ERROR",
@@ -51,6 +65,9 @@ __all__ = [
     "EXIT_SUCCESS",
     "EXIT_USAGE",
     "CacheLike",
+    "JobExecutor",
+    "ReservationSource",
+    "UnhandledPolicy",
     "Worker",
     "WorkerOptions",
 ]
@@ -70,43 +87,56 @@ _CHECK_EVERY = 0.25
 _LOOPING_EVERY = 1.0
 
 
-@dataclass
-class WorkerOptions:
-    """``queue:work``'s options (Laravel's ``WorkerOptions``) plus laraq's own."""
+class ReservationSource(Protocol):
+    """What the loop asks of the reservation source (:class:`laraq.worker.reservation.Reservation`)."""
 
-    name: str = "default"
-    backoff: str = "0"
-    memory: int = 128
-    timeout: int = 60
-    sleep: float = 3
-    max_tries: int = 1
-    force: bool = False
-    stop_when_empty: bool = False
-    #: ``--stop-when-empty-for`` (11.53/12.60/13.10): stop once no job was taken for this many seconds.
-    stop_when_empty_for: float = 0
-    max_jobs: int = 0
-    max_time: float = 0
-    rest: float = 0
-    once: bool = False
-    concurrency: int = 1
-    unhandled: UnhandledPolicy = "requeue"
-    unhandled_delay: int = 10
-    #: Seconds a cancelled async handler gets to unwind before the hard-kill path.
-    cancel_grace: float = 2.0
-    #: The most jobs one reserve call takes (the batched fast path). 1 = the classic per-job loop,
-    #: round trip for round trip what ``queue:work`` sends (migrate, migrate, pop, ZREM, restart GET).
-    batch: int = 100
-    #: Reserve more jobs than free slots (at most about ``prefetch_seconds`` of measured work,
-    #: leases renewed while they wait). False: reserve only what free slots start at once.
-    prefetch: bool = True
-    prefetch_seconds: float = 1.0
-    #: The queue PHP workers serve, where laraq hands over what only PHP can finish (the next job of a
-    #: chain, batch bookkeeping, ``uniqueId()`` locks, PHP ``failed()``); None: the connection's default.
-    php_queue: str | None = None
+    buffer: collections.deque[Buffered]
+    took_reservation: bool
+    took_unreadable: int
+    reconnect_delay: float
+    ahead: PendingReserve | None
+    ahead_want: int
+    ack_since: float | None
+
+    def next_job(self) -> Job | None: ...
+    def reserve_count(self, free: int, jobs_processed: int) -> int: ...
+    def reserve_round(self, want: int) -> int: ...
+    def land_ahead(self) -> int: ...
+    def send_ahead(self, jobs_processed: int, active: int) -> None: ...
+    def lease_ok(self, item: Buffered) -> bool: ...
+    def block_for_job(self, jobs_processed: int = 0, active: int = 0) -> bool: ...
+    def give_back_buffer(self) -> None: ...
+    def flush_acks(self, *, force: bool = False) -> None: ...
+    def housekeeping(self) -> None: ...
 
 
-class Worker(Reservation, Execution, Lifecycle):
-    """Runs jobs from one Redis queue connection through an :class:`~laraq.app.App`."""
+class JobExecutor(Protocol):
+    """What the loop asks of the executor (:class:`laraq.worker.execution.Executor`)."""
+
+    active: int
+    kill_pending: bool
+    running: set[Running]
+    fresh: list[Any]
+    daemon_task: asyncio.Task[Any] | None
+
+    def start_job(self, job: Job) -> None: ...
+    def submit(self, job: Job) -> None: ...
+    def wait_for_slot(self) -> None: ...
+    def start_watchdog(self) -> None: ...
+    def reap_fresh(self) -> None: ...
+    async def yield_(self) -> None: ...
+    async def wait_changed(self, timeout: float) -> None: ...
+    async def idle(self, seconds: float) -> None: ...
+    def busy(self) -> bool: ...
+    def drain(self) -> None: ...
+    def kill_now(self) -> None: ...
+    def shutdown_pool(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class Worker:
+    """Runs jobs from one Redis queue connection through an :class:`~laraq.app.App`: the loop and its
+    stop rules, calling a reservation source, an executor and the job lifecycle it builds here."""
 
     def __init__(
         self,
@@ -128,50 +158,90 @@ class Worker(Reservation, Execution, Lifecycle):
         listeners: list[WorkerListener] | None = None,
         model_loader: ModelLoader | None = None,
     ) -> None:
+        options = options or WorkerOptions()
+        version = version or getattr(queue, "version", None) or DEFAULT_VERSION
+        output = output or Output(version, quiet=True)
+        #: Every worker and job event goes through here (:mod:`laraq.worker.events`); the console output first.
+        events = Listeners()
+        if not output.quiet:
+            events.add(OutputListener(output))
+        for listener in listeners or ():
+            events.add(listener)
+        callqueued = CallQueued(queue, version, cache=cache,
+                                signing_key=encrypter.key if encrypter is not None else None,
+                                connection_name=connection_name, php_queue=options.php_queue)
+        names = [q for q in (queues.split(",") if isinstance(queues, str) else queues) if q] or ["default"]
+        #: what every object of the worker reads
+        self.context = context = WorkerContext(
+            app=app, queue=queue, queues=names, options=options, version=version,
+            connection_name=connection_name, events=events, output=output, callqueued=callqueued, cache=cache,
+            failer=failer, encrypter=encrypter, model_loader=model_loader, signals=Signals(),
+            on_job_popped=on_job_popped)
         self.app = app
         self.queue = queue
-        self.queues = [q for q in (queues.split(",") if isinstance(queues, str) else queues) if q] or ["default"]
-        self.options = options or WorkerOptions()
+        self.queues = names
+        self.options = options
         self.connection_name = connection_name
-        self.version = version or getattr(queue, "version", DEFAULT_VERSION)
+        self.version = version
         self.cache = cache
         self.failer = failer
         self.encrypter = encrypter
-        self.output = output or Output(self.version, quiet=True)
-        #: Every worker and job event goes through here (:mod:`laraq.worker.events`); the console output first.
-        self.events = Listeners()
-        if not self.output.quiet:
-            self.events.add(OutputListener(self.output))
-        for listener in listeners or ():
-            self.events.add(listener)
+        self.output = output
+        self.events = events
+        self.callqueued = callqueued
+        self.model_loader = model_loader
+        self.signals = context.signals
         self.maintenance = maintenance or (lambda: False)
         self.on_job_popped = on_job_popped
         #: Progress report to the supervisor: called with a count, at most every ~100 ms / per batch.
         self.on_jobs_popped = on_jobs_popped
-        self._kill = kill or sigkill_self
-        self.should_quit = False
-        #: the exit code a quit stops with (0; 4 when Redis keeps refusing the credentials)
-        self.quit_status = EXIT_SUCCESS
-        self.paused = False
-        self._wake = threading.Event()
-        self._failer_lock = threading.Lock()
+        self.bridge = AsyncBridge()
+        self.lifecycle = Lifecycle(context, self.bridge)
+        self.reservation: ReservationSource = Reservation(context, self.bridge, self.lifecycle)
+        self.executor: JobExecutor = Executor(context, self.lifecycle, self.bridge, self.reservation,
+                                              kill=kill, before_kill=self._before_kill)
         self._last_job_at: float | None = None
         self._looped_at = 0.0
         self._stop_announced = False
         self._unreported = 0
-        self._reported_at = 0.0
-        #: chain, batch, unique lock and PHP failed() steps around the handler (CallQueuedHandler's)
-        self.callqueued = CallQueued(queue, self.version, cache=cache,
-                                     signing_key=encrypter.key if encrypter is not None else None,
-                                     connection_name=connection_name, php_queue=self.options.php_queue)
-        #: loads SerializesModels rows through the app's DB_* settings (None: no database configured)
-        self.model_loader = model_loader
-        self._init_reservation()
-        self._init_execution()
+
+    # -- what others read and set on the worker (listeners, the CLI, tests) --------------------------------
+
+    @property
+    def should_quit(self) -> bool:
+        return self.signals.should_quit
+
+    @should_quit.setter
+    def should_quit(self, value: bool) -> None:
+        self.signals.should_quit = value
+
+    @property
+    def quit_status(self) -> int:
+        """The exit code a quit stops with (0; 4 when Redis keeps refusing the credentials)."""
+        return self.signals.quit_status
+
+    @property
+    def paused(self) -> bool:
+        return self.signals.paused
+
+    @paused.setter
+    def paused(self, value: bool) -> None:
+        self.signals.paused = value
 
     def add_listener(self, listener: WorkerListener) -> None:
         """Add a :class:`~laraq.worker.events.WorkerListener` (before :meth:`run`, or from any thread later)."""
         self.events.add(listener)
+
+    def process(self, job: Job, running: Running | None = None) -> None:
+        """Laravel's ``Worker::process`` for one job (see :class:`~laraq.worker.lifecycle.Lifecycle`)."""
+        self.lifecycle.process(job, running)
+
+    def close(self) -> None:
+        """Stop the idle slot threads, the watchdog and the asyncio thread (for embedding; the CLI just exits)."""
+        self.executor.close()
+        self.bridge.close()
+
+    # -- events ------------------------------------------------------------------------------------------
 
     def _starting(self) -> None:
         """``WorkerStarting``: settings resolved, the first pop comes next."""
@@ -189,12 +259,21 @@ class Worker(Reservation, Execution, Lifecycle):
             self._stop_announced = True
             self.events.emit("worker_stopping", self, status)
 
+    def _before_kill(self) -> None:
+        """The executor is about to SIGKILL this process: the supervisor's count, then Laravel's
+        ``kill(EXIT_ERROR)`` fires ``WorkerStopping`` first."""
+        with contextlib.suppress(Exception):
+            self._report_popped(force=True)
+        self._announce_stop(EXIT_ERROR)
+
     def _looping(self) -> None:
         """``Looping``, announced at most once per ``_LOOPING_EVERY``."""
         now = time.monotonic()
         if now - self._looped_at >= _LOOPING_EVERY:
             self._looped_at = now
             self.events.emit("worker_looping", self)
+
+    # -- the loops ---------------------------------------------------------------------------------------
 
     def run(self) -> int:
         """Run like ``queue:work`` (``--once`` or the daemon); returns the exit code."""
@@ -210,17 +289,12 @@ class Worker(Reservation, Execution, Lifecycle):
         if self.options.batch <= 1:
             return self.classic_daemon()
         loop = new_worker_loop()
-        self._loop = loop
-        self._loop_thread = threading.get_ident()
+        self.bridge.attach(loop)
         try:
             return loop.run_until_complete(self._fast_daemon())
         finally:
-            self._loop = None
-            self._loop_thread = None
-            for pool in (self._pool, self._aux_pool):
-                if pool is not None:
-                    pool.shutdown(wait=False)
-            self._pool = self._aux_pool = None
+            self.bridge.detach()
+            self.executor.shutdown_pool()
             with contextlib.suppress(Exception):
                 loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
@@ -228,6 +302,7 @@ class Worker(Reservation, Execution, Lifecycle):
     def classic_daemon(self) -> int:
         """The per-job loop: what ``queue:work`` does, call for call (``--batch 1``)."""
         opts = self.options
+        reservation, executor = self.reservation, self.executor
         last_restart = self._restart_stamp()
         started = time.monotonic()
         jobs_processed = 0
@@ -243,15 +318,15 @@ class Worker(Reservation, Execution, Lifecycle):
                 if status is not None:
                     return self._stop(status)
                 continue
-            self._wait_for_slot()
-            self._took_reservation = False
-            job = self.next_job()
+            executor.wait_for_slot()
+            reservation.took_reservation = False
+            job = reservation.next_job()
             # a payload moved to failed_jobs was still a popped job (Laravel's loop had a Job object)
-            popped = job is not None or self._took_reservation
+            popped = job is not None or reservation.took_reservation
             if job is not None:
                 jobs_processed += 1
-                self._submit(job)
-                self._wait_for_slot()
+                executor.submit(job)
+                executor.wait_for_slot()
                 self._last_job_at = time.monotonic()
                 if opts.rest > 0:
                     self.sleep(opts.rest)
@@ -259,7 +334,7 @@ class Worker(Reservation, Execution, Lifecycle):
                 jobs_processed += 1
                 self._last_job_at = time.monotonic()
             else:
-                self.sleep(self._reconnect_delay or opts.sleep)
+                self.sleep(reservation.reconnect_delay or opts.sleep)
             status = self.stop_status(last_restart, started, jobs_processed, popped=popped)
             if status is not None:
                 return self._stop(status)
@@ -270,18 +345,18 @@ class Worker(Reservation, Execution, Lifecycle):
             self.sleep(self.options.sleep)
             return EXIT_SUCCESS
         self._starting()
-        job = self.next_job()
+        job = self.reservation.next_job()
         if job is None:
             self.sleep(self.options.sleep)
             self._announce_stop(EXIT_SUCCESS)
             return EXIT_SUCCESS
-        self._submit(job)
-        self._drain()
+        self.executor.submit(job)
+        self.executor.drain()
         self._announce_stop(EXIT_SUCCESS)
         return EXIT_SUCCESS
 
     def _should_run(self) -> bool:
-        if self._kill_pending or self.paused:
+        if self.executor.kill_pending or self.signals.paused:
             return False
         return not (self._down() and not self.options.force)
 
@@ -296,8 +371,8 @@ class Worker(Reservation, Execution, Lifecycle):
     def stop_status(self, last_restart: Any, started: float, jobs_processed: int, *, popped: bool) -> int | None:
         """Laravel's ``stopIfNecessary``: the exit code to stop with, or ``None`` to keep going."""
         opts = self.options
-        if self.should_quit:
-            return self.quit_status
+        if self.signals.should_quit:
+            return self.signals.quit_status
         if self.memory_exceeded(opts.memory):
             return EXIT_MEMORY_LIMIT
         stamp = self._restart_stamp()
@@ -305,7 +380,7 @@ class Worker(Reservation, Execution, Lifecycle):
             return EXIT_SUCCESS
         if opts.stop_when_empty and not popped:
             return EXIT_SUCCESS
-        if opts.stop_when_empty_for and not popped and not self._running \
+        if opts.stop_when_empty_for and not popped and not self.executor.running \
                 and time.monotonic() - (self._last_job_at or started) >= opts.stop_when_empty_for:
             return EXIT_SUCCESS
         if opts.max_time and time.monotonic() - started >= opts.max_time:
@@ -315,7 +390,7 @@ class Worker(Reservation, Execution, Lifecycle):
         return None
 
     def _stop(self, status: int) -> int:
-        self._drain()
+        self.executor.drain()
         self._announce_stop(status)
         if status == EXIT_MEMORY_LIMIT:
             log.warning("memory limit of %d MB reached (this process: %.0f MB resident): stopping (exit %d)",
@@ -338,27 +413,34 @@ class Worker(Reservation, Execution, Lifecycle):
 
     def sleep(self, seconds: float) -> None:
         """Sleep, waking early for a quit/pause/resume signal."""
-        if seconds <= 0 or self.should_quit:
+        signals = self.signals
+        if seconds <= 0 or signals.should_quit:
             return
-        self._wake.clear()
-        if self.should_quit:
+        signals.wake.clear()
+        if signals.should_quit:
             return
-        self._wake.wait(seconds)
+        signals.wake.wait(seconds)
 
     async def _fast_daemon(self) -> int:
-        self._daemon_task = asyncio.current_task()
+        self.executor.daemon_task = asyncio.current_task()
         # a job that finishes without waiting may leave its success line for the next line's write
-        # (see laraq.worker.output): every wait below writes what is held first (_idle, _wait_changed, _yield)
+        # (see laraq.worker.output): every wait below writes what is held first (idle, wait_changed, yield_)
         self.output.hold()
         try:
             return await self._fast_loop()
         finally:
             self.output.release()
-            self._daemon_task = None
+            self.executor.daemon_task = None
 
     async def _fast_loop(self) -> int:
         opts = self.options
-        self._start_watchdog()
+        signals = self.signals
+        reservation, executor = self.reservation, self.executor
+        # bound once: called per job
+        buffer = reservation.buffer
+        lease_ok = reservation.lease_ok
+        start_job = executor.start_job
+        executor.start_watchdog()
         last_restart = self._restart_stamp()
         started = time.monotonic()
         jobs_processed = 0
@@ -369,12 +451,12 @@ class Worker(Reservation, Execution, Lifecycle):
                  opts.concurrency, opts.batch, ", prefetch" if opts.prefetch else "")
         self._starting()
         while True:
-            if self.should_quit:
+            if signals.should_quit:
                 return await self._fast_stop(EXIT_SUCCESS)
-            if not can_run or self.paused or self._kill_pending:
-                self._give_back_buffer()
+            if not can_run or signals.paused or executor.kill_pending:
+                reservation.give_back_buffer()
                 self._looping()  # as in classic_daemon: heartbeats (Horizon) go on while paused or down
-                await self._idle(opts.sleep if opts.sleep > 0 else 1)
+                await executor.idle(opts.sleep if opts.sleep > 0 else 1)
                 status = self.stop_status(last_restart, started, jobs_processed, popped=False)
                 if status is not None:
                     return await self._fast_stop(status)
@@ -382,40 +464,41 @@ class Worker(Reservation, Execution, Lifecycle):
                 next_check = time.monotonic() + _CHECK_EVERY
                 continue
 
-            free = opts.concurrency - self._active
+            free = opts.concurrency - executor.active
             reserved_round = False
             popped = False
             full_batch = False
-            if free > 0 and not self._buffer:
-                want = self._reserve_count(free, jobs_processed)
-                if want > 0 or self._ahead is not None:
+            if free > 0 and not buffer:
+                want = reservation.reserve_count(free, jobs_processed)
+                if want > 0 or reservation.ahead is not None:
                     reserved_round = True
-                    if self._ahead is not None:  # asked for while the last batch ran
-                        want = self._ahead_want
-                        got = self._land_ahead()
+                    if reservation.ahead is not None:  # asked for while the last batch ran
+                        want = reservation.ahead_want
+                        got = reservation.land_ahead()
                     else:
-                        got = self._reserve_round(want)
-                    popped = got > 0 or self._took_reservation
-                    jobs_processed += self._took_unreadable
+                        got = reservation.reserve_round(want)
+                    unreadable = reservation.took_unreadable
+                    popped = got > 0 or reservation.took_reservation
+                    jobs_processed += unreadable
                     if popped:
                         self._last_job_at = time.monotonic()
                     # a full batch: more are waiting; asked for after this pass's status reads, which
                     # would otherwise queue behind the reserve script on Redis
-                    full_batch = got + self._took_unreadable >= want and got > 0
-            while free > 0 and self._buffer:
+                    full_batch = got + unreadable >= want and got > 0
+            while free > 0 and buffer:
                 if opts.max_jobs and jobs_processed >= opts.max_jobs:
                     break
-                item = self._buffer.popleft()
-                if not self._lease_ok(item):
+                item = buffer.popleft()
+                if not lease_ok(item):
                     continue
                 jobs_processed += 1
                 self._unreported += 1
                 free -= 1
                 popped = True
-                self._start_job(item.job)
+                start_job(item.job)
                 self._last_job_at = time.monotonic()
                 if opts.rest > 0:
-                    await self._idle(opts.rest)
+                    await executor.idle(opts.rest)
             now = time.monotonic()
             if reserved_round or now >= next_check:
                 next_check = now + _CHECK_EVERY
@@ -427,46 +510,41 @@ class Worker(Reservation, Execution, Lifecycle):
                 if status is not None:
                     return await self._fast_stop(status)
                 can_run = self._should_run()
-            if full_batch and can_run and not self.paused:
-                self._send_ahead(jobs_processed)
-            if opts.max_jobs and jobs_processed >= opts.max_jobs and not self._buffer:
+            if full_batch and can_run and not signals.paused:
+                reservation.send_ahead(jobs_processed, executor.active)
+            if opts.max_jobs and jobs_processed >= opts.max_jobs and not buffer:
                 return await self._fast_stop(EXIT_SUCCESS)
 
-            if reserved_round and not popped and self._active == 0 and not self._buffer:
+            if reserved_round and not popped and executor.active == 0 and not buffer:
                 # an empty loop: Laravel's stop_when_empty / block / sleep
                 if opts.stop_when_empty:
                     return await self._fast_stop(EXIT_SUCCESS)
                 if opts.stop_when_empty_for and \
                         time.monotonic() - (self._last_job_at or started) >= opts.stop_when_empty_for:
                     return await self._fast_stop(EXIT_SUCCESS)
-                self._flush_acks(force=True)
-                if self._reconnect_delay:
-                    await self._idle(self._reconnect_delay)
-                elif self._block_for_job(jobs_processed):
-                    jobs_processed += self._took_unreadable  # a batch that came along with a timed-out wait
+                reservation.flush_acks(force=True)
+                if reservation.reconnect_delay:
+                    await executor.idle(reservation.reconnect_delay)
+                elif reservation.block_for_job(jobs_processed, executor.active):
+                    jobs_processed += reservation.took_unreadable  # a batch that came along with a timed-out wait
                 else:
-                    await self._idle(opts.sleep)
+                    await executor.idle(opts.sleep)
                 continue
-            if self._fresh:
+            if executor.fresh:
                 # one pass of the loop runs the tasks that suspended; the ones that finished are
                 # reaped here, without a done callback and a wake-up each
-                await self._yield()
-                self._reap_fresh()
+                await executor.yield_()
+                executor.reap_fresh()
             elif reserved_round:
-                await self._yield()  # jobs that finish at once never yield: let the loop run once a round
-            if self._active > 0 and (free <= 0 or not self._buffer):
-                await self._wait_changed(_TICK)
-            self._housekeeping()
-
-    def _housekeeping(self) -> None:
-        self._flush_acks()
-        self._collect_renewal()
-        self._renew_leases()
+                await executor.yield_()  # jobs that finish at once never yield: let the loop run once a round
+            if executor.active > 0 and (free <= 0 or not buffer):
+                await executor.wait_changed(TICK)
+            reservation.housekeeping()
 
     def _periodic_status(self, last_restart: Any, started: float) -> int | None:
         """The stop conditions that cost something, once per batch / ``_CHECK_EVERY`` (Laravel's order)."""
-        if self.should_quit:
-            return self.quit_status
+        if self.signals.should_quit:
+            return self.signals.quit_status
         if self.memory_exceeded(self.options.memory):
             return EXIT_MEMORY_LIMIT
         stamp = self._restart_stamp()
@@ -478,21 +556,22 @@ class Worker(Reservation, Execution, Lifecycle):
 
     async def _fast_stop(self, status: int) -> int:
         """Give the buffer back, let running jobs finish (or settle after a timeout), flush acks."""
+        reservation, executor = self.reservation, self.executor
         self.output.release()
-        self._give_back_buffer()
-        while self._active > 0 or any(r.state != "timed_out" or not r.settled for r in list(self._running)):
-            await self._wait_changed(_TICK)
-            self._flush_acks()
-            if self._kill_pending and not any(r.state != "timed_out" for r in list(self._running)):
+        reservation.give_back_buffer()
+        while executor.active > 0 or executor.busy():
+            await executor.wait_changed(TICK)
+            reservation.flush_acks()
+            if executor.kill_pending and not any(r.state != "timed_out" for r in list(executor.running)):
                 break
         for _ in range(4):
-            self._flush_acks(force=True)
-            if self._ack_since is None:
+            reservation.flush_acks(force=True)
+            if reservation.ack_since is None:
                 break
             time.sleep(0.5)
         self._report_popped(force=True)
-        if self._kill_pending:
-            self._kill_now()
+        if executor.kill_pending:
+            executor.kill_now()
         self._announce_stop(status)
         if status == EXIT_MEMORY_LIMIT:
             log.warning("memory limit of %d MB reached (this process: %.0f MB resident): stopping (exit %d)",
@@ -522,23 +601,23 @@ class Worker(Reservation, Execution, Lifecycle):
         signal.signal(signal.SIGCONT, self._on_resume_signal)
 
     def _on_quit_signal(self, signum: int, _frame: Any) -> None:
-        if self.should_quit:
+        if self.signals.should_quit:
             log.warning("second %s: stopping now; running jobs stay reserved until retry_after",
                         signal.Signals(signum).name)
             with contextlib.suppress(Exception):
                 sys.stdout.flush()
                 sys.stderr.flush()
             os._exit(EXIT_ERROR)
-        self.should_quit = True
-        self._wake.set()
+        self.signals.should_quit = True
+        self.signals.wake.set()
 
     def _on_pause_signal(self, _signum: int, _frame: Any) -> None:
-        self.paused = True
-        self._wake.set()
+        self.signals.paused = True
+        self.signals.wake.set()
 
     def _on_resume_signal(self, _signum: int, _frame: Any) -> None:
-        self.paused = False
-        self._wake.set()
+        self.signals.paused = False
+        self.signals.wake.set()
 
 
 def _rss_mb() -> float:
@@ -548,6 +627,4 @@ def _rss_mb() -> float:
             pages = int(fh.read().split()[1])
         return pages * os.sysconf("SC_PAGE_SIZE") / 1048576
     except (OSError, ValueError, IndexError):
-        import resource
-
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -1,0 +1,138 @@
+"""What the worker's objects share: the settings every one of them reads, the stop signals, the pace.
+
+The worker (:mod:`laraq.worker.worker`) is built from objects that call each other through small
+declared interfaces: the loop, the reservation source, the executor and the job lifecycle. What all of
+them read is in one :class:`WorkerContext` with public fields (the queue connection, ``queue:work``'s
+options, the version profile, the listeners, the output, the cache...), built once by
+:class:`~laraq.worker.worker.Worker` and passed to each constructor. Two small mutable records are
+shared on purpose and say so: :class:`Signals` (quit, pause, the wake-up of a sleep: set by signal
+handlers, the reservation source's refused-credentials stop and read by the loop and the executor) and
+:class:`Pace` (the measured job duration the executor records and the reservation source's prefetch
+budget reads). :class:`WorkerOptions` (``queue:work``'s options) is defined here too.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Protocol
+
+import redis
+
+if TYPE_CHECKING:
+    from laraq.bus.callqueued import CallQueued
+    from laraq.bus.handlers import HandlerRegistry
+    from laraq.bus.models import ModelLoader
+    from laraq.protocol.encryption import Encrypter
+    from laraq.protocol.queue import RedisQueue
+    from laraq.protocol.versions import LaravelVersion
+    from laraq.stores.failed import FailedJobStore
+    from laraq.worker.events import Listeners
+    from laraq.worker.output import Output
+
+__all__ = ["REDIS_DOWN", "CacheLike", "Pace", "Signals", "UnhandledPolicy", "WorkerContext", "WorkerOptions"]
+
+#: The errors that mean "Redis is unreachable right now" (retry, never lose the outcome).
+REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+#: ``--unhandled``: what happens to a job without a Python handler.
+UnhandledPolicy = Literal["fail", "release", "requeue"]
+
+
+class CacheLike(Protocol):
+    """The cache-store signals the worker reads and writes (:class:`laraq.stores.cache.CacheStore`)."""
+
+    def restart_timestamp(self) -> int | None: ...
+    def paused_queues(self, connection: str, queues: list[str]) -> list[str]: ...
+    def job_exceptions_increment(self, uuid: str) -> int: ...
+    def job_exceptions_forget(self, uuid: str) -> bool: ...
+    def unique_lock_release(self, job_class: str, unique_id: str = "", display_name: str | None = None,
+                            *, owner: str | None = None) -> bool: ...
+
+
+@dataclass
+class WorkerOptions:
+    """``queue:work``'s options (Laravel's ``WorkerOptions``) plus laraq's own."""
+
+    name: str = "default"
+    backoff: str = "0"
+    memory: int = 128
+    timeout: int = 60
+    sleep: float = 3
+    max_tries: int = 1
+    force: bool = False
+    stop_when_empty: bool = False
+    #: ``--stop-when-empty-for`` (11.53/12.60/13.10): stop once no job was taken for this many seconds.
+    stop_when_empty_for: float = 0
+    max_jobs: int = 0
+    max_time: float = 0
+    rest: float = 0
+    once: bool = False
+    concurrency: int = 1
+    unhandled: UnhandledPolicy = "requeue"
+    unhandled_delay: int = 10
+    #: Seconds a cancelled async handler gets to unwind before the hard-kill path.
+    cancel_grace: float = 2.0
+    #: The most jobs one reserve call takes (the batched fast path). 1 = the classic per-job loop,
+    #: round trip for round trip what ``queue:work`` sends (migrate, migrate, pop, ZREM, restart GET).
+    batch: int = 100
+    #: Reserve more jobs than free slots (at most about ``prefetch_seconds`` of measured work,
+    #: leases renewed while they wait). False: reserve only what free slots start at once.
+    prefetch: bool = True
+    prefetch_seconds: float = 1.0
+    #: The queue PHP workers serve, where laraq hands over what only PHP can finish (the next job of a
+    #: chain, batch bookkeeping, ``uniqueId()`` locks, PHP ``failed()``); None: the connection's default.
+    php_queue: str | None = None
+
+
+@dataclass(eq=False)
+class Signals:
+    """Quit, pause and the wake-up of a sleep: written by signal handlers (and by the reservation source
+    when Redis keeps refusing the credentials), read by the loop and the executor."""
+
+    should_quit: bool = False
+    #: the exit code a quit stops with (0; 4 when Redis keeps refusing the credentials)
+    quit_status: int = 0
+    paused: bool = False
+    wake: threading.Event = field(default_factory=threading.Event)
+
+    def quit(self, status: int = 0) -> None:
+        """Stop after the running jobs, with ``status``."""
+        self.quit_status = status
+        self.should_quit = True
+        self.wake.set()
+
+
+@dataclass(eq=False, slots=True)
+class Pace:
+    """The measured average job duration (seconds, a moving average): recorded by the executor as jobs
+    finish, read by the reservation source's prefetch budget. ``None`` until a job has finished."""
+
+    average: float | None = None
+
+
+@dataclass(eq=False)
+class WorkerContext:
+    """What every object of the worker reads: built once, passed to each constructor."""
+
+    app: HandlerRegistry
+    queue: RedisQueue
+    #: the ``--queue`` list, in priority order
+    queues: list[str]
+    options: WorkerOptions
+    version: LaravelVersion
+    connection_name: str
+    events: Listeners
+    output: Output
+    #: chain, batch, unique lock and PHP failed() steps around the handler (CallQueuedHandler's)
+    callqueued: CallQueued
+    cache: CacheLike | None = None
+    failer: FailedJobStore | None = None
+    encrypter: Encrypter | None = None
+    #: loads SerializesModels rows through the app's DB_* settings (None: no database configured)
+    model_loader: ModelLoader | None = None
+    signals: Signals = field(default_factory=Signals)
+    pace: Pace = field(default_factory=Pace)
+    #: called once per popped job on the classic path (the supervisor's progress report)
+    on_job_popped: Callable[[], None] | None = None
