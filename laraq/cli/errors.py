@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from laraq.worker.exitcodes import explain
+from laraq.worker.startup import StartupError
 
 __all__ = ["LaraqGroup", "LaraqError"]
 
@@ -29,8 +30,6 @@ class LaraqGroup(click.Group):
     """The ``laraq`` group: known faults of Redis, databases and settings become :class:`LaraqError`."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        from laraq.worker.startup import StartupError
-
         try:
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):

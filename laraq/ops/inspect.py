@@ -22,6 +22,7 @@ import contextlib
 import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from fnmatch import fnmatchcase
 from typing import Any
 
 from laraq.protocol.payload import Payload, PayloadError
@@ -418,8 +419,6 @@ def list_jobs(
 
 
 def _matches(view: JobView, class_filter: str) -> bool:
-    from fnmatch import fnmatchcase
-
     names = [n for n in (view.name, view.job) if n]
     return any(n == class_filter or fnmatchcase(n, class_filter) for n in names)
 

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from laraq.ops.inspect import JobView, _matches
+from laraq.ops.inspect import JobView, _matches, iter_members
 from laraq.protocol.queue import QueueKeys, RedisQueue
 from laraq.protocol.versions import LaravelVersion
 
@@ -557,8 +557,6 @@ def _score(value: Any) -> int | float:
 def export_jobs(queue: RedisQueue, names: Iterable[str], stream: IO[str], *,
                 states: Iterable[str] = ("pending", "delayed", "reserved")) -> int:
     """Write every member of ``names`` (the given states) as one JSON object per line."""
-    from laraq.ops.inspect import iter_members
-
     count = 0
     for name in names:
         for state in states:
