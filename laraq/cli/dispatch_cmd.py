@@ -85,12 +85,13 @@ def dispatch_cmd(ops: Ops, job: str, props: tuple[str, ...], protected_props: tu
             deadline = parse_delay(retry_until)
             if isinstance(deadline, int):
                 deadline = datetime.now(UTC) + timedelta(seconds=deadline)
+            unique = bool(unique_id or unique_for)  # neither given (or both empty): the class's own lock, if any
             prepared = [
                 dispatcher.prepare_job(
                     job, parse_assignments(props, "--prop"), protected=parse_assignments(protected_props, "--protected"),
                     private=parse_assignments(private_props, "--private"), retry_until=deadline, encrypt=encrypt,
                     tags=list(tags) if tags else None, silenced=silenced,
-                    **({"unique_id": unique_id, "unique_for": unique_for} if unique_id or unique_for else {}),
+                    unique_id=unique_id if unique else None, unique_for=unique_for if unique else None,
                     **common,
                 )
                 for _ in range(count)

@@ -23,7 +23,8 @@ class LaraqError(click.ClickException):
 
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        # click types exit_code as a class variable, but reads it from the instance: one class serves every code
+        self.exit_code = exit_code  # type: ignore[misc]
 
 
 class LaraqGroup(click.Group):

@@ -44,11 +44,11 @@ import hashlib
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, cast
 
-from laraq.ops.inspect import JobView, _matches, iter_members
+from laraq.ops.inspect import JobView, _matches, iter_members, list_members, scored_members
 from laraq.protocol.queue import QueueKeys, RedisQueue
 from laraq.protocol.versions import LaravelVersion
 
@@ -125,6 +125,12 @@ def _kind(state: str) -> str:
 
 def _key(keys: QueueKeys, state: str) -> str:
     return {"pending": keys.list, "delayed": keys.delayed, "reserved": keys.reserved, "poison": keys.poison}[state]
+
+
+def _range(client: Any, state: str, key: str, start: int, end: int) -> list[bytes]:
+    """``LRANGE`` or ``ZRANGE`` (members only) of one state's key; bytes, as the queue's client never decodes."""
+    members: list[bytes] = client.lrange(key, start, end) if _kind(state) == "list" else client.zrange(key, start, end)
+    return members
 
 
 def _hash(member: bytes) -> str:
@@ -314,7 +320,8 @@ class Transfer:
         return f"{self.dest.redacted_url()} {self.dst_keys.base}"
 
     def _journal_entries(self) -> dict[bytes, bytes]:
-        entries = self.source.client.hgetall(self.journal_key)
+        # the queue's client never decodes replies (decode_responses=False): fields and values are bytes
+        entries = cast(dict[bytes, bytes], self.source.client.hgetall(self.journal_key))
         entries.pop(_SEQ, None)
         return entries
 
@@ -332,7 +339,7 @@ class Transfer:
         return _matches(JobView.from_member(self.source_name, state, member, with_properties=False),
                         self.class_filter)
 
-    def _members(self, state: str) -> Iterator[tuple[bytes, float | None]]:
+    def _members(self, state: str) -> Generator[tuple[bytes, float | None], bool | None, None]:
         """Members of one state, head first, read in batches.
 
         The caller sends back whether the member stayed in the source (filtered out, or a copy);
@@ -342,9 +349,10 @@ class Transfer:
         kept = 0
         while True:
             if _kind(state) == "list":
-                chunk = [(m, None) for m in client.lrange(key, kept, kept + self.batch - 1)]
+                chunk: list[tuple[bytes, float | None]] = [(m, None) for m in list_members(client, key, kept,
+                                                                                       kept + self.batch - 1)]
             else:
-                chunk = [(m, float(s)) for m, s in client.zrange(key, kept, kept + self.batch - 1, withscores=True)]
+                chunk = [(m, s) for m, s in scored_members(client, key, kept, kept + self.batch - 1)]
             for member, score in chunk:
                 stayed = yield member, score
                 if stayed:
@@ -356,8 +364,7 @@ class Transfer:
         key = _key(keys, state)
         start = 0
         while True:
-            chunk = (client.lrange(key, start, start + 999) if _kind(state) == "list"
-                     else client.zrange(key, start, start + 999))
+            chunk = _range(client, state, key, start, start + 999)
             yield from chunk
             if len(chunk) < 1000:
                 return
@@ -410,8 +417,7 @@ class Transfer:
         problems: list[str] = []
         for state in self.states:
             key = _key(self.src_keys, state)
-            members = (self.source.client.lrange(key, 0, -1) if _kind(state) == "list"
-                       else self.source.client.zrange(key, 0, -1))
+            members = _range(self.source.client, state, key, 0, -1)
             for member in members:
                 if not self._wanted(member, state):
                     continue
@@ -616,7 +622,7 @@ def _parse_line(number: int, text: str | bytes, queue: str | None, reserved_as: 
     return _Entry(state, name, member, _score(score) if state != "pending" else None)
 
 
-def import_jobs(target: RedisQueue, stream: Iterable[str] | Iterable[bytes], *, queue: str | None = None,
+def import_jobs(target: RedisQueue, stream: Iterable[str | bytes], *, queue: str | None = None,
                 reserved_as: str = "pending", progress: Callable[[int], Any] | None = None) -> dict[str, int]:
     """Push the jobs of an export, all or nothing.
 
@@ -649,6 +655,7 @@ def import_jobs(target: RedisQueue, stream: Iterable[str] | Iterable[bytes], *, 
                 pipe.rpush(keys.list, entry.member)
                 pipe.rpush(keys.notify, 1)
             else:
+                assert entry.score is not None  # _parse_line gives every delayed and reserved job its score
                 pipe.zadd(keys.delayed if entry.state == "delayed" else keys.reserved, {entry.member: entry.score})
         pipe.execute()
     for entry in entries:
