@@ -56,7 +56,7 @@ def dispatch_cmd(ops: Ops, job: str, props: tuple[str, ...], protected_props: tu
                  horizon: bool | None, tags: tuple[str, ...], silenced: bool, schema_file: str | None,
                  unique_id: str | None, unique_for: int | None, as_json: bool) -> None:
     """Dispatch JOB (a job class, or Class@method) so that PHP workers run it."""
-    # start-up: the horizon package (5 modules, ~5 ms) is not loaded for laraq --version/--help or other commands
+    # start-up: the horizon package (5 modules, ~3 ms) is not loaded for laraq --version/--help or other commands
     from laraq.horizon import HorizonSettings, horizon_in_use
 
     use_horizon = horizon if horizon is not None else horizon_in_use(ops.settings.env, ops.settings.base_path)

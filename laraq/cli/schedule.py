@@ -34,7 +34,7 @@ def schedule_group() -> None:
 
 
 def _scheduler(ops: Ops, app_spec: str, **kwargs: Any) -> Any:
-    # start-up: the scheduler (cronsim, the entries: ~10 ms) is loaded for the schedule commands only
+    # start-up: the scheduler (cronsim, the entries: ~6 ms) is loaded for the schedule commands only
     from laraq.schedule.scheduler import Scheduler
 
     try:

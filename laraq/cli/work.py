@@ -241,7 +241,7 @@ def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None) -> int:
         for warning in prepared.info["warnings"]:
             log.warning("%s", warning)
     if params.get("schedule"):
-        # start-up: the scheduler (cronsim, the entries: ~10 ms) only for --schedule
+        # start-up: the scheduler (cronsim, the entries: ~6 ms) only for --schedule
         from laraq.schedule.scheduler import attach_to_worker
 
         attach_to_worker(worker)
@@ -268,7 +268,7 @@ def _return_freed_memory() -> None:
     big bodies come from the heap and stay counted in the RSS that ``--memory`` checks. A fixed
     threshold (``MALLOC_MMAP_THRESHOLD_`` if set) keeps them unmapped. A no-op off glibc.
     """
-    import ctypes  # start-up: ctypes (~4 ms) only in a worker process, not for laraq --version/--help
+    import ctypes  # start-up: ctypes (~2 ms) only in a worker process, not for laraq --version/--help
 
     try:
         libc = ctypes.CDLL(None)
@@ -465,13 +465,13 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
 
 def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any:
     """The Horizon listener when ``--horizon`` or the app uses Horizon (``laraq.horizon``)."""
-    # start-up: the horizon package (~5 ms) is not loaded for laraq --version/--help
+    # start-up: the horizon package (~3 ms) is not loaded for laraq --version/--help
     from laraq.horizon import HorizonSettings, horizon_in_use
 
     wanted = params.get("horizon")
     if wanted is False or (wanted is None and not horizon_in_use(settings.env, settings.base_path)):
         return None
-    # start-up: Horizon's listener and supervisors (~9 ms) only for a worker that writes Horizon's records
+    # start-up: importing these runs the horizon package too; only for a worker that writes Horizon's records
     from laraq.horizon.listener import HorizonListener
     from laraq.horizon.supervisors import NO_SIGNAL_PID  # start-up: as the line above
 
@@ -495,7 +495,7 @@ def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any
 def _die_with_parent(parent: int) -> None:
     """Ask Linux to SIGKILL this process when the supervisor dies (best effort elsewhere)."""
     try:
-        import ctypes  # start-up: ctypes (~4 ms) only in a worker process, not for laraq --version/--help
+        import ctypes  # start-up: ctypes (~2 ms) only in a worker process, not for laraq --version/--help
 
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
