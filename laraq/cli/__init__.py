@@ -4,19 +4,21 @@
 * :mod:`laraq.cli.schedule` - ``laraq schedule work/list/run/pause/resume/forget`` (the scheduler);
 * :mod:`laraq.cli.setup` - ``laraq config`` (the worker's start-up banner, as text or JSON);
 * :mod:`laraq.cli.errors` - the group class: known faults become one line and an exit code;
-* :mod:`laraq.cli.ops` - dispatch/status/peek/failed/retry/... (every command in its ``COMMANDS`` list),
-  registered when the module is installed.
+* :mod:`laraq.cli.ops` - dispatch/status/peek/failed/retry/... (every command in its ``COMMANDS`` list);
+* :mod:`laraq.cli.production` - ``workers``, ``health`` and ``metrics``.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-
 import click
 
 from laraq._version import __version__
+from laraq.cli import ops, production
 from laraq.cli.errors import LaraqGroup
+from laraq.cli.schedule import schedule_group
+from laraq.cli.schema_cmd import schema_cmd
+from laraq.cli.setup import config_cmd
+from laraq.cli.work import work_cmd
 
 __all__ = ["main"]
 
@@ -28,22 +30,11 @@ def main() -> None:
 
 
 def _register() -> None:
-    from laraq.cli.work import work_cmd
-
     main.add_command(work_cmd)
-    from laraq.cli.schedule import schedule_group  # laraq schedule ... (the leaderless scheduler)
-    main.add_command(schedule_group)
-    from laraq.cli.setup import config_cmd
-
+    main.add_command(schedule_group)  # laraq schedule ... (the leaderless scheduler)
     main.add_command(config_cmd)
-    from laraq.cli.schema_cmd import schema_cmd  # laraq schema --from APP (job class defaults, enums)
-
-    main.add_command(schema_cmd)
-    if importlib.util.find_spec("laraq.cli.ops") is not None:
-        ops = importlib.import_module("laraq.cli.ops")
-        for command in getattr(ops, "COMMANDS", []):
-            main.add_command(command)
-    for command in importlib.import_module("laraq.cli.production").COMMANDS:
+    main.add_command(schema_cmd)  # laraq schema --from APP (job class defaults, enums)
+    for command in [*ops.COMMANDS, *production.COMMANDS]:
         main.add_command(command)
 
 

@@ -13,10 +13,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import click
+import redis
 
 from laraq.config.settings import LaravelSettings, make_redis
 from laraq.ops.inspect import discover_queues
+from laraq.protocol.encryption import Encrypter
 from laraq.protocol.queue import RedisQueue
+from laraq.stores.cache import make_cache
+from laraq.stores.failed import make_failed_store
 
 __all__ = ["Ops", "emit_json", "fmt_time", "human_age", "parse_assignments", "parse_delay", "settings_options"]
 
@@ -40,8 +44,6 @@ class Ops:
         if prefix is not None:  # REDIS_PREFIX for every connection, as `laraq work --prefix` (cache keys too)
             settings = dataclasses.replace(settings, redis_prefix=prefix)
         if redis_url:
-            import redis
-
             try:
                 client = redis.Redis.from_url(redis_url)
             except ValueError as exc:
@@ -59,8 +61,6 @@ class Ops:
         )
         encrypter = None
         if settings.app_key:
-            from laraq.protocol.encryption import Encrypter
-
             try:
                 encrypter = Encrypter.from_app_key(settings.app_key, previous_keys=settings.app_previous_keys)
             except ValueError:
@@ -68,8 +68,6 @@ class Ops:
         return cls(settings, queue, encrypter, redis_url)
 
     def failed_store(self) -> Any:
-        from laraq.stores.failed import make_failed_store
-
         try:
             return make_failed_store(self.settings)
         except (ValueError, NotImplementedError, ImportError) as exc:
@@ -77,8 +75,6 @@ class Ops:
 
     def cache(self) -> Any:
         """The app's default cache store (redis, file or database), where the queue signals live."""
-        from laraq.stores.cache import make_cache
-
         try:
             return make_cache(self.settings, redis_url=self.redis_url)
         except Exception as exc:

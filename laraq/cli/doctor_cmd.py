@@ -13,6 +13,7 @@ from laraq.cli.common import (
     settings_options,
 )
 from laraq.cli.render import Column, print_table
+from laraq.ops.doctor import diagnose
 
 # -- doctor --------------------------------------------------------------------------------------------------
 
@@ -27,8 +28,6 @@ LEVEL_STYLES = {"ok": "green", "info": "cyan", "warn": "yellow", "error": "bold 
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 def doctor_cmd(ops: Ops, app_ref: str | None, worker_timeout: int, as_json: bool) -> None:
     """Diagnose the queue set-up and print each finding with its fix."""
-    from laraq.ops.doctor import diagnose
-
     findings = diagnose(ops.settings, ops.queue, app_ref=app_ref, worker_timeout=worker_timeout)
     if as_json:
         emit_json([f.to_dict() for f in findings])

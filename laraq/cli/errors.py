@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from laraq.worker.exitcodes import explain
+from laraq.worker.startup import StartupError
 
 __all__ = ["LaraqGroup", "LaraqError"]
 
@@ -22,15 +23,14 @@ class LaraqError(click.ClickException):
 
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        # click types exit_code as a class variable, but reads it from the instance: one class serves every code
+        self.exit_code = exit_code  # type: ignore[misc]
 
 
 class LaraqGroup(click.Group):
     """The ``laraq`` group: known faults of Redis, databases and settings become :class:`LaraqError`."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        from laraq.worker.startup import StartupError
-
         try:
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):

@@ -15,7 +15,7 @@ from laraq.cli.common import (
     settings_options,
 )
 from laraq.cli.render import Column, kv_table, print_renderable, print_table
-from laraq.ops.inspect import STATES, JobView, find_job, list_jobs
+from laraq.ops.inspect import STATES, JobView, find_failed, find_job, list_jobs
 
 
 def _job_rows(views: Sequence[JobView]) -> None:
@@ -105,7 +105,6 @@ def preview(value: Any, *, chars: int = 200, items: int = 20, depth: int = 0) ->
 def _search_failed(ops: Ops, ident: str, queue_names: Sequence[str], budget: int | None,
                    scan: bool) -> tuple[list[JobView], str]:
     """Matches in the failed-job store, and a note when it could not be searched."""
-    from laraq.ops.inspect import find_failed
 
     try:
         store = ops.failed_store()

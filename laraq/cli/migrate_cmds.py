@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+import redis
 
 from laraq.cli.common import (
     Ops,
@@ -12,13 +13,12 @@ from laraq.cli.common import (
     settings_options,
 )
 from laraq.cli.render import progress
+from laraq.ops.migrate import Transfer, export_jobs, import_jobs
 from laraq.protocol.queue import RedisQueue
 
 # -- migrate -------------------------------------------------------------------------------------------------
 
 def _target_queue(ops: Ops, url: str | None, prefix: str | None, laravel: str | None, cluster: bool) -> RedisQueue:
-    import redis
-
     version = laravel or str(ops.settings.version)
     client = redis.Redis.from_url(url) if url else ops.queue.client
     if cluster and url:
@@ -63,8 +63,6 @@ def _transfer_command(name: str, move: bool) -> click.Command:
     def command(ops: Ops, source: str, dest: str | None, to_url: str | None, to_prefix: str | None,
                 to_laravel: str | None, to_cluster: bool, states: tuple[str, ...], include_reserved: bool,
                 class_filter: str | None, dry_run: bool, as_json: bool, allow_duplicates: bool = False) -> None:
-        from laraq.ops.migrate import Transfer
-
         target = _target_queue(ops, to_url, to_prefix, to_laravel, to_cluster)
         dest_name = dest or source
         same = (target.client is ops.queue.client and target.keys(dest_name).base == ops.queue.keys(source).base)
@@ -111,8 +109,6 @@ copy_cmd = _transfer_command("copy", False)
               help="States to export (repeatable; default: pending, delayed, reserved).")
 def export_cmd(ops: Ops, queues: tuple[str, ...], output: str, states: tuple[str, ...]) -> None:
     """Write jobs as JSON Lines: {"queue", "state", "score", "body"} (body_b64 if not UTF-8)."""
-    from laraq.ops.migrate import export_jobs
-
     names = ops.queues(queues)
     stream = click.open_file(output, "w", encoding="utf-8")
     with stream:
@@ -131,8 +127,6 @@ def import_cmd(ops: Ops, path: str, queue_override: str | None, reserved_as: str
 
     All or nothing: every line is checked first, and a bad one stops the import with its line number
     and cause before anything is written; then the whole file goes in one MULTI/EXEC transaction."""
-    from laraq.ops.migrate import import_jobs
-
     lines = None
     if path != "-":
         with open(path, "rb") as fh:

@@ -8,6 +8,7 @@ cannot encode) there instead of losing it as Laravel's pop does. ``list`` shows 
 
 from __future__ import annotations
 
+import base64
 import sys
 from collections.abc import Sequence
 
@@ -16,6 +17,7 @@ import click
 from laraq.cli.common import Ops, emit_json, settings_options
 from laraq.cli.render import Column, print_table
 from laraq.ops.inspect import discover_queues
+from laraq.ops.poison import drop_poison, poison_readable, poison_reason, requeue_poison
 
 __all__ = ["poison_group"]
 
@@ -42,10 +44,6 @@ def _preview(member: bytes) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the members as JSON (body, or body_b64).")
 def poison_list_cmd(ops: Ops, queues: tuple[str, ...], as_json: bool) -> None:
     """Poison members of QUEUES (default: every queue under the prefix that has any), with the reason."""
-    import base64
-
-    from laraq.ops.poison import poison_readable, poison_reason
-
     names = list(queues) or [q for q in discover_queues(ops.queue.client, ops.queue.prefix)
                              if ops.queue.poison_size(q)]
     rows, docs = [], []
@@ -88,8 +86,6 @@ def poison_requeue_cmd(ops: Ops, queue_name: str, indexes: tuple[int, ...], all_
     """Put poison members N... (or --all) back at the tail of QUEUE, each in one atomic step.
 
     Members the pop script still cannot reserve stay in the poison list (exit 1) unless --force."""
-    from laraq.ops.poison import requeue_poison
-
     try:
         outcomes = requeue_poison(ops.queue, queue_name, _targets(indexes, all_members), force=force)
     except ValueError as exc:
@@ -113,8 +109,6 @@ def poison_requeue_cmd(ops: Ops, queue_name: str, indexes: tuple[int, ...], all_
 @click.option("--force", is_flag=True, help="Do not ask for confirmation.")
 def poison_drop_cmd(ops: Ops, queue_name: str, indexes: tuple[int, ...], all_members: bool, force: bool) -> None:
     """Delete poison members N... (or --all) of QUEUE for good."""
-    from laraq.ops.poison import drop_poison
-
     targets = _targets(indexes, all_members)
     what = "every poison member" if targets is None else f"poison member(s) {', '.join(map(str, targets))}"
     if not force and not click.confirm(f"Delete {what} of {queue_name!r} on prefix {ops.queue.prefix!r}?"):

@@ -18,7 +18,7 @@ import io
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import IO, Any
+from typing import Any, TextIO
 
 import click
 from rich import box
@@ -33,11 +33,11 @@ __all__ = ["Column", "ThrottledBar", "cell", "kv_table", "make_table", "print_re
 REDRAW_INTERVAL = 0.25
 
 
-def stdout_stream() -> IO[str]:
+def stdout_stream() -> TextIO:
     return sys.stdout
 
 
-def stderr_stream() -> IO[str]:
+def stderr_stream() -> TextIO:
     return sys.stderr
 
 

@@ -13,6 +13,11 @@ from typing import Any
 
 import click
 
+from laraq.app import App
+from laraq.cli.errors import LaraqError
+from laraq.cli.work import default_params, prepare
+from laraq.worker.startup import StartupError, check_redis, queue_warnings, render_setup
+
 __all__ = ["config_cmd"]
 
 
@@ -28,11 +33,6 @@ __all__ = ["config_cmd"]
 def config_cmd(app_spec: str | None, queue: str | None, env_file: str | None, laravel: str | None,
                redis_url: str | None, prefix: str | None, json_mode: bool) -> None:
     """Show the settings laraq work would use (its start-up banner), with warnings."""
-    from laraq.app import App
-    from laraq.cli.errors import LaraqError
-    from laraq.cli.work import default_params, prepare
-    from laraq.worker.startup import StartupError, check_redis, queue_warnings, render_setup
-
     params = default_params(app_spec=app_spec, queue=queue, env_file=env_file, laravel=laravel,
                             redis_url=redis_url, prefix=prefix)
     prepared = prepare(params, app=None if app_spec else App("none"), checks=False, strict=False)

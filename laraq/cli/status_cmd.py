@@ -211,9 +211,10 @@ def status_cmd(ops: Ops, queues: tuple[str, ...], sample: float, max_size: int |
 
     Exit codes: 0, or 1 when --max is given and a queue is at or over it."""
     asked = list(queues)
+    marks: list[ListMark] | None = None
+    snap: Snapshot | None = None
     if not watch:
         names = ops.queues(asked)
-        marks = None
         if sample > 0 and names:
             marks = [m for m in mark_lists(ops.queue, names) if m.tail is not None]
             if marks:
@@ -223,9 +224,8 @@ def status_cmd(ops: Ops, queues: tuple[str, ...], sample: float, max_size: int |
         if snap.alerting:
             sys.exit(1)
         return
-    marks: list[ListMark] | None = None  # the first frame has nothing to measure against yet
+    marks = None  # the first frame has nothing to measure against yet
     frame = 0
-    snap = None
     try:
         while True:
             snap = snapshot(ops, asked, marks, max_size=max_size)

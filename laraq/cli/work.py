@@ -25,15 +25,39 @@ import logging
 import os
 import signal
 import sys
+import traceback
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
+import redis
 
+from laraq.app import App, load_app
+from laraq.bus.models import ModelLoader
+from laraq.config.settings import LaravelSettings, make_redis, parse_redis_url
+from laraq.production.listeners import attach_listeners
+from laraq.production.logs import JobLogListener, configure_logging, json_logging_active
+from laraq.production.multiproc import use_multiprocess_dir
+from laraq.protocol.queue import RedisQueue
+from laraq.protocol.routing import QueueForwards
+from laraq.stores.cache import MaintenanceMode
+from laraq.stores.failed import connect_database
+from laraq.worker import prefork
+from laraq.worker.exitcodes import explain
+from laraq.worker.output import Output
+from laraq.worker.startup import (
+    OpenedStore,
+    StartupError,
+    check_app_key,
+    check_redis,
+    describe_setup,
+    limiter_warnings,
+    open_cache,
+    open_failed_store,
+    queue_warnings,
+    render_setup,
+)
 from laraq.worker.worker import EXIT_ERROR, EXIT_USAGE, Worker, WorkerOptions
-
-if TYPE_CHECKING:
-    from laraq.app import App
 
 __all__ = ["work_cmd", "build_worker", "child_main", "default_params"]
 
@@ -125,8 +149,6 @@ def work_cmd(**params: Any) -> None:
     params.pop("delay", None)
     params.pop("daemon", None)
     if params.get("metrics_dir"):  # before prometheus_client is imported, here and in the child
-        from laraq.production.metrics import use_multiprocess_dir
-
         use_multiprocess_dir(params["metrics_dir"])
     processes = params.pop("processes")
     if params.pop("supervise"):
@@ -153,7 +175,6 @@ def _exit_ignoring_quit_signals(code: int) -> None:
 
 def _exec_supervisor(params: dict[str, Any], processes: int) -> None:
     """Become the small supervisor of :mod:`laraq.worker.prefork` (this process image is replaced)."""
-    from laraq.worker import prefork
     os.environ[_CONFIG_ENV] = json.dumps(params)
     argv = prefork.spawn_argv(processes, once=bool(params["once"]), max_jobs=params["max_jobs"] or 0,
                               max_time=params["max_time"] or 0, json_logs=params.get("log_format") == "json")
@@ -164,7 +185,6 @@ def _exec_supervisor(params: dict[str, Any], processes: int) -> None:
 
 def child_main() -> None:
     """Entry point of the supervised worker process."""
-    from laraq.worker import prefork
     params = json.loads(os.environ.pop(_CONFIG_ENV))
     fd = int(os.environ.pop(prefork.FD_ENV))
     parent = int(os.environ.pop(prefork.PARENT_ENV, "0"))
@@ -191,18 +211,12 @@ def child_main() -> None:
 def _setup_logging(params: dict[str, Any]) -> str:
     """Logging per ``--log-level/--log-format/--log-config`` (:mod:`laraq.production.logs`); after the app is imported,
     so an app that configured logging itself keeps its configuration."""
-    from laraq.production.logs import configure_logging
-
     return configure_logging(level=params.get("log_level"), fmt=params.get("log_format") or "text",
                              config_file=params.get("log_config"), verbose=params.get("verbose") or 0,
                              quiet=bool(params.get("quiet")))
 
 
 def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None) -> int:
-    from laraq.app import load_app
-    from laraq.worker.exitcodes import explain
-    from laraq.worker.startup import StartupError, render_setup
-
     _return_freed_memory()
     try:
         app = _load_app(params["app_spec"], load_app)
@@ -227,6 +241,7 @@ def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None) -> int:
         for warning in prepared.info["warnings"]:
             log.warning("%s", warning)
     if params.get("schedule"):
+        # start-up: the scheduler (cronsim, the entries: ~6 ms) only for --schedule
         from laraq.schedule.scheduler import attach_to_worker
 
         attach_to_worker(worker)
@@ -253,7 +268,7 @@ def _return_freed_memory() -> None:
     big bodies come from the heap and stay counted in the RSS that ``--memory`` checks. A fixed
     threshold (``MALLOC_MMAP_THRESHOLD_`` if set) keeps them unmapped. A no-op off glibc.
     """
-    import ctypes
+    import ctypes  # start-up: ctypes (~2 ms) only in a worker process, not for laraq --version/--help
 
     try:
         libc = ctypes.CDLL(None)
@@ -267,8 +282,6 @@ def _banner(info: dict[str, Any], render: Any) -> None:
     """Say once what this worker is connected to (stderr; one JSON log line with --log-format json)."""
     if os.environ.pop(_BANNER_ENV, None) == "shown":  # a restarted supervised child does not repeat it
         return
-    from laraq.production.logs import json_logging_active
-
     banner_log = logging.getLogger("laraq.banner")
     if json_logging_active():
         banner_log.info("laraq work starting", extra={"setup": info})
@@ -316,24 +329,6 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
     ``checks`` pings Redis and looks for jobs under other prefixes (off for in-process test workers);
     ``strict=False`` (``laraq config``) reports a store or APP_KEY fault as a warning instead.
     """
-    import redis
-
-    from laraq.app import load_app
-    from laraq.config.settings import LaravelSettings, make_redis
-    from laraq.protocol.queue import RedisQueue
-    from laraq.protocol.routing import QueueForwards
-    from laraq.worker.startup import (
-        OpenedStore,
-        StartupError,
-        check_app_key,
-        check_redis,
-        describe_setup,
-        limiter_warnings,
-        open_cache,
-        open_failed_store,
-        queue_warnings,
-    )
-
     try:
         settings = LaravelSettings.from_env(env, env_file=params.get("env_file"), version=params.get("laravel"))
     except (OSError, ValueError) as exc:
@@ -406,8 +401,6 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
 
 def _load_app(spec: str, load_app: Any) -> App:
     """Import ``--app``; a missing module, a syntax error or an error raised by the import is one line."""
-    import traceback
-
     try:
         return load_app(spec)
     except SyntaxError as exc:
@@ -423,8 +416,6 @@ def _load_app(spec: str, load_app: Any) -> App:
 
 
 def _mask_url(url: str) -> str:
-    from laraq.config.settings import parse_redis_url
-
     try:
         parts = parse_redis_url(url)
     except ValueError:
@@ -442,12 +433,6 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
 
     ``env`` replaces ``os.environ`` as the source of Laravel settings; ``app`` replaces ``--app``.
     """
-    from laraq.bus.models import ModelLoader
-    from laraq.production.logs import JobLogListener
-    from laraq.stores.cache import MaintenanceMode
-    from laraq.stores.failed import connect_database
-    from laraq.worker.output import Output
-
     p = prepared or prepare(params, env=env, app=app, checks=False)
     settings = p.settings
     options = WorkerOptions(
@@ -474,21 +459,21 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
     horizon = _horizon_listener(params, settings, p.queue.client)
     if horizon is not None:
         worker.add_listener(horizon)
-    from laraq.production.listeners import attach_listeners
-
     attach_listeners(worker, params)
     return worker
 
 
 def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any:
     """The Horizon listener when ``--horizon`` or the app uses Horizon (``laraq.horizon``)."""
+    # start-up: the horizon package (~3 ms) is not loaded for laraq --version/--help
     from laraq.horizon import HorizonSettings, horizon_in_use
 
     wanted = params.get("horizon")
     if wanted is False or (wanted is None and not horizon_in_use(settings.env, settings.base_path)):
         return None
+    # start-up: importing these runs the horizon package too; only for a worker that writes Horizon's records
     from laraq.horizon.listener import HorizonListener
-    from laraq.horizon.supervisors import NO_SIGNAL_PID
+    from laraq.horizon.supervisors import NO_SIGNAL_PID  # start-up: as the line above
 
     hs = HorizonSettings.from_app(settings.env, settings.base_path)
     if params.get("horizon_signals", True):
@@ -497,8 +482,6 @@ def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any
         signal_pid = NO_SIGNAL_PID
     horizon_client = client
     if hs.use == "cache" and not params.get("redis_url"):
-        from laraq.config.settings import make_redis
-
         horizon_client = make_redis(settings, "cache")
     elif hs.use not in ("default", "cache"):
         log.warning("horizon: config/horizon.php uses Redis connection %r, which laraq does not know; "
@@ -512,7 +495,7 @@ def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any
 def _die_with_parent(parent: int) -> None:
     """Ask Linux to SIGKILL this process when the supervisor dies (best effort elsewhere)."""
     try:
-        import ctypes
+        import ctypes  # start-up: ctypes (~2 ms) only in a worker process, not for laraq --version/--help
 
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG

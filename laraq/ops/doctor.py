@@ -25,10 +25,14 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from laraq.app import load_app
+from laraq.bus.handoff import is_continuation
+from laraq.bus.middleware import limiter_names, unsupported_names
 from laraq.config.settings import LaravelSettings
 from laraq.ops.inspect import discover_prefixes, discover_queues, iter_members, queue_status
 from laraq.protocol.payload import Payload, PayloadError
 from laraq.protocol.queue import RedisQueue
+from laraq.protocol.serializer import loads
 
 __all__ = ["Finding", "diagnose"]
 
@@ -95,10 +99,6 @@ def _expected_hint(version: Any) -> str:
 
 def _note_job_model(payload: Payload, queue_name: str, notes: dict[tuple[str, str, str], int]) -> None:
     """Count what PHP must finish for this job (chain, batch, middleware laraq does not run)."""
-    from laraq.bus.handoff import is_continuation
-    from laraq.bus.middleware import limiter_names, unsupported_names
-    from laraq.protocol.serializer import loads
-
     if is_continuation(payload.display_name):
         key = ("continuation", queue_name, "")
         notes[key] = notes.get(key, 0) + 1
@@ -281,8 +281,6 @@ def diagnose(
 
     # -- handlers
     if app_ref:
-        from laraq.app import load_app
-
         try:
             app = load_app(app_ref)
         except Exception as exc:

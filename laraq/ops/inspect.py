@@ -22,6 +22,7 @@ import contextlib
 import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from fnmatch import fnmatchcase
 from typing import Any
 
 from laraq.protocol.payload import Payload, PayloadError
@@ -40,7 +41,9 @@ __all__ = [
     "find_failed",
     "find_job",
     "iter_members",
+    "list_members",
     "list_jobs",
+    "scored_members",
     "mark_lists",
     "pickups_since",
     "queue_status",
@@ -206,7 +209,8 @@ def pickups_since(queue: RedisQueue, marks: list[ListMark]) -> dict[str, Pickups
     pipe = queue.client.pipeline(transaction=False)
     for mark in marks:
         if mark.tail is not None:
-            pipe.lpos(queue.keys(mark.queue).list, mark.tail, maxlen=mark.length)
+            # redis-py types LPOS's element as str; like every command's argument it takes bytes
+            pipe.lpos(queue.keys(mark.queue).list, mark.tail, maxlen=mark.length)  # type: ignore[arg-type]
     replies = iter(pipe.execute())
     now = queue.clock()
     out: dict[str, Pickups | None] = {}
@@ -372,6 +376,17 @@ class JobView:
         return out
 
 
+def list_members(client: Any, key: str, start: int, end: int) -> list[bytes]:
+    """``LRANGE``: the queue's client never decodes replies (``decode_responses=False``), so members are bytes."""
+    members: list[bytes] = client.lrange(key, start, end)
+    return members
+
+
+def scored_members(client: Any, key: str, start: int, end: int) -> list[tuple[bytes, float]]:
+    """``ZRANGE ... WITHSCORES`` as ``(member, score)``, members as bytes (see :func:`list_members`)."""
+    return [(m, float(s)) for m, s in client.zrange(key, start, end, withscores=True)]
+
+
 def iter_members(
     queue: RedisQueue, name: str | None, state: str, *, batch: int = 500
 ) -> Iterator[tuple[bytes, float | None, int]]:
@@ -382,10 +397,11 @@ def iter_members(
     while True:
         if state in ("pending", "poison"):
             key = keys.list if state == "pending" else keys.poison
-            chunk = [(m, None) for m in client.lrange(key, start, start + batch - 1)]
+            chunk: list[tuple[bytes, float | None]] = [(m, None) for m in list_members(client, key, start,
+                                                                                       start + batch - 1)]
         elif state in ("delayed", "reserved"):
             key = keys.delayed if state == "delayed" else keys.reserved
-            chunk = [(m, float(s)) for m, s in client.zrange(key, start, start + batch - 1, withscores=True)]
+            chunk = [(m, s) for m, s in scored_members(client, key, start, start + batch - 1)]
         else:
             raise ValueError(f"unknown state {state!r} (one of {', '.join(STATES)})")
         for offset, (member, score) in enumerate(chunk):
@@ -418,8 +434,6 @@ def list_jobs(
 
 
 def _matches(view: JobView, class_filter: str) -> bool:
-    from fnmatch import fnmatchcase
-
     names = [n for n in (view.name, view.job) if n]
     return any(n == class_filter or fnmatchcase(n, class_filter) for n in names)
 

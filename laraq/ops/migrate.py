@@ -32,23 +32,21 @@ What a run reports is what the destination acknowledged writing, per state; :met
 then reads the destination back and counts those members there. Reserved members (jobs workers are
 running) are only taken when asked; otherwise the summary says how many were left.
 
-:func:`export_jobs` / :func:`import_jobs` write and read JSON Lines: ``{"queue", "state", "score",
-"body"}`` (``body_b64`` when a member is not UTF-8). An import checks every line before it writes
-anything, then writes the file in one ``MULTI``/``EXEC``.
+Export and import as JSON Lines live in :mod:`laraq.ops.jsonl` (their names are importable from here too).
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any, cast
 
-from laraq.ops.inspect import JobView, _matches
+from laraq.ops.inspect import JobView, _matches, list_members, scored_members
+from laraq.ops.jsonl import ImportLineError, export_jobs, import_jobs
 from laraq.protocol.queue import QueueKeys, RedisQueue
 from laraq.protocol.versions import LaravelVersion
 
@@ -125,6 +123,12 @@ def _kind(state: str) -> str:
 
 def _key(keys: QueueKeys, state: str) -> str:
     return {"pending": keys.list, "delayed": keys.delayed, "reserved": keys.reserved, "poison": keys.poison}[state]
+
+
+def _range(client: Any, state: str, key: str, start: int, end: int) -> list[bytes]:
+    """``LRANGE`` or ``ZRANGE`` (members only) of one state's key; bytes, as the queue's client never decodes."""
+    members: list[bytes] = client.lrange(key, start, end) if _kind(state) == "list" else client.zrange(key, start, end)
+    return members
 
 
 def _hash(member: bytes) -> str:
@@ -314,7 +318,8 @@ class Transfer:
         return f"{self.dest.redacted_url()} {self.dst_keys.base}"
 
     def _journal_entries(self) -> dict[bytes, bytes]:
-        entries = self.source.client.hgetall(self.journal_key)
+        # the queue's client never decodes replies (decode_responses=False): fields and values are bytes
+        entries = cast(dict[bytes, bytes], self.source.client.hgetall(self.journal_key))
         entries.pop(_SEQ, None)
         return entries
 
@@ -332,7 +337,7 @@ class Transfer:
         return _matches(JobView.from_member(self.source_name, state, member, with_properties=False),
                         self.class_filter)
 
-    def _members(self, state: str) -> Iterator[tuple[bytes, float | None]]:
+    def _members(self, state: str) -> Generator[tuple[bytes, float | None], bool | None, None]:
         """Members of one state, head first, read in batches.
 
         The caller sends back whether the member stayed in the source (filtered out, or a copy);
@@ -342,9 +347,10 @@ class Transfer:
         kept = 0
         while True:
             if _kind(state) == "list":
-                chunk = [(m, None) for m in client.lrange(key, kept, kept + self.batch - 1)]
+                chunk: list[tuple[bytes, float | None]] = [(m, None) for m in list_members(client, key, kept,
+                                                                                       kept + self.batch - 1)]
             else:
-                chunk = [(m, float(s)) for m, s in client.zrange(key, kept, kept + self.batch - 1, withscores=True)]
+                chunk = [(m, s) for m, s in scored_members(client, key, kept, kept + self.batch - 1)]
             for member, score in chunk:
                 stayed = yield member, score
                 if stayed:
@@ -356,8 +362,7 @@ class Transfer:
         key = _key(keys, state)
         start = 0
         while True:
-            chunk = (client.lrange(key, start, start + 999) if _kind(state) == "list"
-                     else client.zrange(key, start, start + 999))
+            chunk = _range(client, state, key, start, start + 999)
             yield from chunk
             if len(chunk) < 1000:
                 return
@@ -410,8 +415,7 @@ class Transfer:
         problems: list[str] = []
         for state in self.states:
             key = _key(self.src_keys, state)
-            members = (self.source.client.lrange(key, 0, -1) if _kind(state) == "list"
-                       else self.source.client.zrange(key, 0, -1))
+            members = _range(self.source.client, state, key, 0, -1)
             for member in members:
                 if not self._wanted(member, state):
                     continue
@@ -534,125 +538,3 @@ class Transfer:
         for state in self.states:
             found.setdefault(state, 0)
         return found
-
-
-# -- JSON Lines ----------------------------------------------------------------------------------------
-
-def _line(queue: str, state: str, score: float | None, member: bytes) -> dict[str, Any]:
-    if score is not None and float(score).is_integer():
-        score = int(score)  # Laravel's scores are whole seconds; a fractional one is kept as is
-    out: dict[str, Any] = {"queue": queue, "state": state, "score": score}
-    try:
-        out["body"] = member.decode("utf-8")
-    except UnicodeDecodeError:
-        out["body_b64"] = base64.b64encode(member).decode("ascii")
-    return out
-
-
-def _score(value: Any) -> int | float:
-    number = float(value or 0)
-    return int(number) if number.is_integer() else number
-
-
-def export_jobs(queue: RedisQueue, names: Iterable[str], stream: IO[str], *,
-                states: Iterable[str] = ("pending", "delayed", "reserved")) -> int:
-    """Write every member of ``names`` (the given states) as one JSON object per line."""
-    from laraq.ops.inspect import iter_members
-
-    count = 0
-    for name in names:
-        for state in states:
-            for member, score, _ in iter_members(queue, name, state):
-                stream.write(json.dumps(_line(name, state, score, member), ensure_ascii=False) + "\n")
-                count += 1
-    return count
-
-
-class ImportLineError(ValueError):
-    """A line of an export file that cannot be imported; nothing of the file was written."""
-
-    def __init__(self, line: int, cause: str) -> None:
-        super().__init__(f"line {line}: {cause}; nothing was imported")
-        self.line, self.cause = line, cause
-
-
-@dataclass(frozen=True)
-class _Entry:
-    state: str
-    queue: str
-    member: bytes
-    score: int | float | None
-
-
-def _parse_line(number: int, text: str | bytes, queue: str | None, reserved_as: str) -> _Entry | None:
-    try:
-        line = json.loads(text)
-    except ValueError as exc:
-        raise ImportLineError(number, f"not JSON ({exc})") from None
-    if not isinstance(line, dict):
-        raise ImportLineError(number, "not a JSON object")
-    if isinstance(line.get("body"), str):
-        member = line["body"].encode("utf-8")
-    elif isinstance(line.get("body_b64"), str):
-        try:
-            member = base64.b64decode(line["body_b64"], validate=True)
-        except ValueError as exc:
-            raise ImportLineError(number, f"body_b64 is not base64 ({exc})") from None
-    else:
-        raise ImportLineError(number, 'no "body" (text) or "body_b64" field')
-    state = line.get("state")
-    if state not in ("pending", "delayed", "reserved", "poison"):
-        raise ImportLineError(number, f"unknown state {state!r} (pending, delayed, reserved or poison)")
-    name = queue or line.get("queue")
-    if not isinstance(name, str) or not name:
-        raise ImportLineError(number, 'no "queue" (pass --queue to put every job on one queue)')
-    score = line.get("score")
-    if state in ("delayed", "reserved") and (isinstance(score, bool) or not isinstance(score, int | float)):
-        raise ImportLineError(number, f"a {state} job needs a numeric score, got {score!r}")
-    if state == "reserved" and reserved_as != "reserved":
-        if reserved_as == "skip":
-            return None
-        state = "pending"
-    if state == "poison":
-        state = "pending"
-    return _Entry(state, name, member, _score(score) if state != "pending" else None)
-
-
-def import_jobs(target: RedisQueue, stream: Iterable[str] | Iterable[bytes], *, queue: str | None = None,
-                reserved_as: str = "pending", progress: Callable[[int], Any] | None = None) -> dict[str, int]:
-    """Push the jobs of an export, all or nothing.
-
-    Every line is read and checked first; a bad line raises :class:`ImportLineError` (its number and
-    cause) before anything is written. Then the jobs go to Redis in one ``MULTI``/``EXEC`` transaction
-    (one per queue on a cluster, where a queue's keys share a hash slot): pending to the list
-    (+ ``:notify``), delayed and reserved with their scores. ``queue`` overrides every line's queue;
-    ``reserved_as`` is ``pending`` (the job runs again soon, the usual choice when the old workers are
-    gone), ``reserved`` or ``skip``. ``progress(1)`` is called for every line read."""
-    counts = {"pending": 0, "delayed": 0, "reserved": 0, "skipped": 0}
-    entries: list[_Entry] = []
-    for number, text in enumerate(stream, 1):
-        if progress is not None:
-            progress(1)
-        if not text.strip():
-            continue
-        entry = _parse_line(number, text, queue, reserved_as)
-        if entry is None:
-            counts["skipped"] += 1
-            continue
-        entries.append(entry)
-    groups: dict[str | None, list[_Entry]] = {}
-    for entry in entries:
-        groups.setdefault(entry.queue if target.cluster else None, []).append(entry)
-    for group in groups.values():
-        pipe = target.client.pipeline(transaction=True)
-        for entry in group:
-            keys = target.keys(entry.queue)
-            if entry.state == "pending":
-                pipe.rpush(keys.list, entry.member)
-                pipe.rpush(keys.notify, 1)
-            else:
-                pipe.zadd(keys.delayed if entry.state == "delayed" else keys.reserved, {entry.member: entry.score})
-        pipe.execute()
-    for entry in entries:
-        counts[entry.state] += 1
-    return counts

@@ -23,7 +23,6 @@ though its process is alive.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import secrets
@@ -317,8 +316,3 @@ def read_id_file(path: str | os.PathLike[str]) -> str | None:
     except OSError:
         return None
     return text or None
-
-
-def records_json(records: list[WorkerRecord], now: float) -> str:
-    """The ``laraq workers --json`` document."""
-    return json.dumps([{**r.as_dict(), "age": round(now - r.beat, 3)} for r in records], indent=2)

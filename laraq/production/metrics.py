@@ -14,8 +14,9 @@ Counters of exited workers stay in the sum (counters never go down); gauges of e
 dropped (``mark_process_dead``). Without a dir each process serves its own numbers on its own port.
 
 The environment variable must be set before ``prometheus_client`` is first imported (the library picks
-its value class at import time); ``laraq work --metrics-dir`` does that, and this module imports the
-library lazily for the same reason.
+its value class at import time), so before this module is: :mod:`laraq.production.multiproc` sets it
+without loading the library, and the code that builds metrics (:mod:`laraq.production.listeners`,
+``laraq metrics``) imports this module only after that.
 """
 
 from __future__ import annotations
@@ -28,8 +29,21 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+    start_http_server,
+)
+
+from laraq.production.heartbeat import live_workers
+from laraq.production.multiproc import MULTIPROC_ENV, multiprocess_dir, use_multiprocess_dir
 from laraq.worker.events import WorkerListener
 
 __all__ = ["Metrics", "QueueSampler", "sample_queues", "exposition", "multiprocess_dir", "use_multiprocess_dir",
@@ -37,20 +51,8 @@ __all__ = ["Metrics", "QueueSampler", "sample_queues", "exposition", "multiproce
 
 log = logging.getLogger("laraq.production.metrics")
 
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 RUNTIME_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 DELAY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 21600, 86400)
-
-
-def multiprocess_dir() -> str | None:
-    """The multiprocess directory in effect (``PROMETHEUS_MULTIPROC_DIR``), if any."""
-    return os.environ.get(MULTIPROC_ENV) or os.environ.get(MULTIPROC_ENV.lower()) or None
-
-
-def use_multiprocess_dir(path: str | os.PathLike[str]) -> None:
-    """Switch this process to multiprocess mode (before ``prometheus_client`` is imported)."""
-    Path(path).mkdir(parents=True, exist_ok=True)
-    os.environ[MULTIPROC_ENV] = str(path)
 
 
 def _pushed_at(job: Any) -> float | None:
@@ -116,18 +118,17 @@ def sample_queues(redis_queue: Any, queues: Iterable[str], *, now: float | None 
 class QueueSampler:
     """The queue gauges, refreshed from :func:`sample_queues` on demand (``laraq metrics``) or by a thread."""
 
-    def __init__(self, registry: Any = None, *, multiprocess: bool = False) -> None:
-        from prometheus_client import Gauge
-
-        kw: dict[str, Any] = {"registry": registry} if registry is not None else {}
-        mode = {"multiprocess_mode": "livemax"} if multiprocess else {}
+    def __init__(self, registry: CollectorRegistry | None = None, *, multiprocess: bool = False) -> None:
+        target = REGISTRY if registry is None else registry
+        # several processes: the freshest live process's sample ("all", the library's default, otherwise)
+        mode: Literal["livemax", "all"] = "livemax" if multiprocess else "all"
         self.size = Gauge("laraq_queue_jobs", "Jobs in a queue by state (pending, delayed, reserved), sampled.",
-                          ["queue", "state"], **kw, **mode)
+                          ["queue", "state"], registry=target, multiprocess_mode=mode)
         self.oldest = Gauge("laraq_queue_oldest_pending_age_seconds",
                             "Age of the oldest pending job (from pushedAt/createdAt), sampled.",
-                            ["queue"], **kw, **mode)
+                            ["queue"], registry=target, multiprocess_mode=mode)
         self.sampled_at = Gauge("laraq_queue_sampled_timestamp_seconds",
-                                "When the queue gauges were last sampled.", **kw, **mode)
+                                "When the queue gauges were last sampled.", registry=target, multiprocess_mode=mode)
 
     def update(self, redis_queue: Any, queues: Iterable[str]) -> dict[str, dict[str, Any]]:
         found = sample_queues(redis_queue, queues)
@@ -149,30 +150,30 @@ class Metrics(WorkerListener):
     """
 
     def __init__(self, *, port: int | None = None, addr: str = "0.0.0.0", sample_interval: float = 15.0,
-                 registry: Any = None) -> None:
-        from prometheus_client import REGISTRY, Counter, Gauge, Histogram
-
+                 registry: CollectorRegistry | None = None) -> None:
         self.port = port
         self.addr = addr
         self.sample_interval = sample_interval
         self.multiprocess = multiprocess_dir() is not None
         self.registry = registry if registry is not None else REGISTRY
-        kw = {"registry": self.registry}
+        reg = self.registry
         labels = ["queue", "job"]
-        self.processed = Counter("laraq_jobs_processed", "Jobs that ran successfully.", labels, **kw)
-        self.failed = Counter("laraq_jobs_failed", "Jobs marked failed.", labels, **kw)
-        self.released = Counter("laraq_jobs_released", "Jobs released back to their queue.", labels, **kw)
-        self.timed_out = Counter("laraq_jobs_timed_out", "Jobs that exceeded their timeout.", labels, **kw)
+        self.processed = Counter("laraq_jobs_processed", "Jobs that ran successfully.", labels, registry=reg)
+        self.failed = Counter("laraq_jobs_failed", "Jobs marked failed.", labels, registry=reg)
+        self.released = Counter("laraq_jobs_released", "Jobs released back to their queue.", labels, registry=reg)
+        self.timed_out = Counter("laraq_jobs_timed_out", "Jobs that exceeded their timeout.", labels, registry=reg)
         self.unhandled = Counter("laraq_jobs_unhandled", "Jobs without a Python handler, by the action taken.",
-                                 [*labels, "action"], **kw)
+                                 [*labels, "action"], registry=reg)
         self.runtime = Histogram("laraq_job_runtime_seconds", "Handler run time.", labels,
-                                 buckets=RUNTIME_BUCKETS, **kw)
+                                 buckets=RUNTIME_BUCKETS, registry=reg)
         self.pickup = Histogram("laraq_job_pickup_delay_seconds",
                                 "Time from push (pushedAt/createdAt + delay) to the handler starting.",
-                                ["queue"], buckets=DELAY_BUCKETS, **kw)
-        live = {"multiprocess_mode": "livesum"} if self.multiprocess else {}
-        self.up = Gauge("laraq_worker_up", "Worker processes running (1 per process).", **kw, **live)
-        self.in_flight = Gauge("laraq_jobs_in_flight", "Jobs being run now.", **kw, **live)
+                                ["queue"], buckets=DELAY_BUCKETS, registry=reg)
+        # several processes: the sum over the live ones ("all", the library's default, otherwise)
+        live: Literal["livesum", "all"] = "livesum" if self.multiprocess else "all"
+        self.up = Gauge("laraq_worker_up", "Worker processes running (1 per process).", registry=reg,
+                        multiprocess_mode=live)
+        self.in_flight = Gauge("laraq_jobs_in_flight", "Jobs being run now.", registry=reg, multiprocess_mode=live)
         self.sampler = QueueSampler(self.registry, multiprocess=self.multiprocess)
         self._worker: Any = None
         self._running: set[int] = set()
@@ -202,8 +203,6 @@ class Metrics(WorkerListener):
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
         if self.multiprocess:
-            from prometheus_client import multiprocess
-
             with contextlib.suppress(Exception):
                 multiprocess.mark_process_dead(os.getpid())
         self.close()
@@ -261,8 +260,6 @@ class Metrics(WorkerListener):
     def _serving_registry(self) -> Any:
         if not self.multiprocess:
             return self.registry
-        from prometheus_client import CollectorRegistry, multiprocess
-
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
         return registry
@@ -270,8 +267,6 @@ class Metrics(WorkerListener):
     def _try_serve(self) -> None:
         if self.port is None or self._server is not None:
             return
-        from prometheus_client import start_http_server
-
         try:
             self._server, _thread = start_http_server(self.port, addr=self.addr, registry=self._serving_registry())
         except OSError as exc:
@@ -307,8 +302,6 @@ def reap_dead_processes(path: str | os.PathLike[str]) -> list[int]:
     ``prometheus_client`` names live-gauge files ``gauge_live*_<pid>.db``; a pid that no longer exists
     is passed to ``mark_process_dead``. Returns the pids reaped.
     """
-    from prometheus_client import multiprocess
-
     reaped: set[int] = set()
     for file in Path(path).glob("gauge_live*_*.db"):
         try:
@@ -332,21 +325,15 @@ def reap_dead_processes(path: str | os.PathLike[str]) -> list[int]:
 def exposition(redis_queue: Any, queues: Iterable[str], *, heartbeat_prefix: str | None = None,
                metrics_dir: str | None = None) -> bytes:
     """Prometheus text for ``laraq metrics``: queue gauges now, live workers, and a multiprocess dir's sums."""
-    from prometheus_client import CollectorRegistry, Gauge, generate_latest
-
     registry = CollectorRegistry()
     if not metrics_dir:  # with a dir, the workers' own samples (livemax) are the queue gauges
         QueueSampler(registry).update(redis_queue, queues)
     if heartbeat_prefix is not None:
-        from laraq.production.heartbeat import live_workers
-
         records = live_workers(redis_queue.client, heartbeat_prefix)
         live = Gauge("laraq_workers_live", "Workers with a fresh heartbeat record, by host.", ["host"],
                      registry=registry)
         for record in records:
             live.labels(record.host).inc()
     if metrics_dir:
-        from prometheus_client import multiprocess
-
         multiprocess.MultiProcessCollector(registry, path=metrics_dir)
     return generate_latest(registry)

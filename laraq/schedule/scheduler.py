@@ -336,6 +336,8 @@ def attach_to_worker(worker: Any) -> Scheduler:
     scheduler with it; the other instances keep firing, and every claim it made is complete or never
     happened.
     """
+    # a module that only declares entries (App.schedule imports this one) must not load the worker package;
+    # start-up: laraq.worker.events runs that package's __init__ (47 modules, ~20 ms), loaded here already
     from laraq.worker.events import WorkerListener
 
     scheduler = Scheduler(worker.app, worker.queue, encrypter=getattr(worker, "encrypter", None))
