@@ -868,8 +868,8 @@ def clear_queue(r: redis.Redis, queue: str) -> None:
 
 def laraq_worker_ready() -> str | None:
     """None when ``laraq work`` exists; else why not."""
-    if not (ROOT / "laraq" / "worker.py").exists():
-        return "laraq/worker.py does not exist yet"
+    if not (ROOT / "laraq" / "worker" / "worker.py").exists():
+        return "laraq/worker/worker.py does not exist yet"
     cli = ROOT / "laraq" / "cli"
     if not any(cli.glob("work*.py")):
         return "laraq/cli/work.py does not exist yet"

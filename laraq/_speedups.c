@@ -11,7 +11,7 @@
  * Untrusted input: no recursion (an explicit stack of at most max_depth frames), no allocation sized
  * by a declared count (containers grow as members arrive), every length checked against the bytes
  * that are left. Floats, enums and objects are finished by small Python callables the Python side
- * registers with configure(), so their rules live in one place (laraq/serializer.py).
+ * registers with configure(), so their rules live in one place (laraq/protocol/phpread.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -433,7 +433,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "laraq._speedups",
-                                    "The worker's hot paths in C: unserialize (laraq/serializer.py) and console lines (laraq/linesink.py).", -1,
+                                    "The worker's hot paths in C: unserialize (laraq/protocol/phpread.py) and console lines (laraq/worker/linesink.py).", -1,
                                     methods, NULL, NULL, NULL, NULL};
 
 int laraq_add_line_sink(PyObject *module); /* laraq/_lines.c */
