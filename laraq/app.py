@@ -48,9 +48,15 @@ from laraq.bus.models import ModelSchema, default_table, make_enum
 from laraq.bus.rate_limiter import LimiterFunc, named_limiter
 from laraq.bus.schema import JobSchema, declared_schema, handler_problems, load_schema_file
 from laraq.protocol.payload import CALL_QUEUED_HANDLER, Payload, PayloadError
-from laraq.schedule.entries import CatchUp, FunctionTarget, JobTarget, as_timing, function_job_name
+from laraq.schedule.entries import (
+    CatchUp,
+    FunctionTarget,
+    JobTarget,
+    as_timing,
+    function_handler,
+    function_job_name,
+)
 from laraq.schedule.entries import Entry as ScheduleEntry
-from laraq.schedule.scheduler import function_handler
 
 if TYPE_CHECKING:
     from datetime import timedelta

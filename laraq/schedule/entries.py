@@ -7,7 +7,8 @@ An :class:`Entry` is one line of Laravel's ``Schedule`` (``$schedule->job(...)->
   the unix epoch plus an offset, independent of any time zone);
 * its *target*: :class:`JobTarget` (a Laravel job class with properties, dispatched with exactly the
   payload ``laraq dispatch`` builds, :class:`laraq.bus.dispatch.Dispatcher`) or :class:`FunctionTarget`
-  (a Python function, run by a laraq worker from an ordinary queued job);
+  (a Python function, run by a laraq worker from an ordinary queued job: :func:`function_handler` is
+  that job's handler, and a function that takes one argument receives a :class:`ScheduledRun`);
 * its *catch-up policy* (:class:`CatchUp`): what a claim does with due times that passed while no
   instance was running: ``skip`` (only a due time at most ``grace`` seconds old fires), ``once`` (the
   missed times collapse into one firing) or ``all`` (each missed time fires, at most ``limit``, the
@@ -28,13 +29,14 @@ compare-and-set: Python computes, Redis checks that nobody moved the score in be
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 import re
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -49,6 +51,8 @@ __all__ = [
     "JobTarget",
     "Plan",
     "ScheduleError",
+    "ScheduledRun",
+    "function_handler",
     "function_job_name",
 ]
 
@@ -325,3 +329,35 @@ def as_timing(cron: str | None, every: timedelta | int | float | None, tz: str, 
     if seconds != int(seconds):
         raise ScheduleError(f"every= must be whole seconds, got {seconds}")
     return Every(int(seconds), offset)
+
+
+@dataclass(frozen=True)
+class ScheduledRun:
+    """What a Python-function entry receives if it takes one argument."""
+
+    name: str
+    due: datetime
+    job: Any
+
+
+def function_handler(entry_name: str, func: Callable[..., Any]) -> Callable[[Any, Any], Any]:
+    """The worker handler of ``Laraq\\Schedule@<entry>``: calls ``func()`` or ``func(run)``."""
+    wants_run = len(inspect.signature(func).parameters) > 0
+
+    def argument(data: Any, job: Any) -> tuple[Any, ...]:
+        if not wants_run:
+            return ()
+        due = data.get("due") if isinstance(data, dict) else None
+        when = datetime.fromtimestamp(due, UTC) if isinstance(due, int | float) else datetime.now(UTC)
+        return (ScheduledRun(entry_name, when, job),)
+
+    if inspect.iscoroutinefunction(func):
+        async def run_async(data: Any, job: Any) -> Any:
+            return await func(*argument(data, job))
+
+        return run_async
+
+    def run(data: Any, job: Any) -> Any:
+        return func(*argument(data, job))
+
+    return run

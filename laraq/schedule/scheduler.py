@@ -35,7 +35,6 @@ skewed clocks still agree on when an entry is due.
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import math
@@ -50,8 +49,9 @@ from typing import Any
 
 from laraq.bus.dispatch import Dispatcher
 from laraq.protocol.queue import RedisQueue
-from laraq.schedule.entries import Entry, JobTarget, Plan, function_job_name
+from laraq.schedule.entries import Entry, JobTarget, Plan, ScheduledRun, function_handler, function_job_name
 from laraq.schedule.store import ScheduleStore
+from laraq.worker.events import WorkerListener
 
 __all__ = ["ClaimResult", "ScheduledRun", "Scheduler", "function_handler", "redis_clock"]
 
@@ -83,38 +83,6 @@ class ClaimResult:
     due: list[int]
     skipped: int = 0
     uuids: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class ScheduledRun:
-    """What a Python-function entry receives if it takes one argument."""
-
-    name: str
-    due: datetime
-    job: Any
-
-
-def function_handler(entry_name: str, func: Callable[..., Any]) -> Callable[[Any, Any], Any]:
-    """The worker handler of ``Laraq\\Schedule@<entry>``: calls ``func()`` or ``func(run)``."""
-    wants_run = len(inspect.signature(func).parameters) > 0
-
-    def argument(data: Any, job: Any) -> tuple[Any, ...]:
-        if not wants_run:
-            return ()
-        due = data.get("due") if isinstance(data, dict) else None
-        when = datetime.fromtimestamp(due, UTC) if isinstance(due, int | float) else datetime.now(UTC)
-        return (ScheduledRun(entry_name, when, job),)
-
-    if inspect.iscoroutinefunction(func):
-        async def run_async(data: Any, job: Any) -> Any:
-            return await func(*argument(data, job))
-
-        return run_async
-
-    def run(data: Any, job: Any) -> Any:
-        return func(*argument(data, job))
-
-    return run
 
 
 class Scheduler:
@@ -336,10 +304,6 @@ def attach_to_worker(worker: Any) -> Scheduler:
     scheduler with it; the other instances keep firing, and every claim it made is complete or never
     happened.
     """
-    # a module that only declares entries (App.schedule imports this one) must not load the worker package;
-    # start-up: laraq.worker.events runs that package's __init__ (47 modules, ~20 ms), loaded here already
-    from laraq.worker.events import WorkerListener
-
     scheduler = Scheduler(worker.app, worker.queue, encrypter=getattr(worker, "encrypter", None))
     if not scheduler.entries:
         log.warning("--schedule: the app declares no schedule entries")
