@@ -47,6 +47,7 @@ from laraq.bus.handlers import FailedFunc, Handler, HandlerFunc
 from laraq.bus.models import ModelSchema, default_table, make_enum
 from laraq.bus.rate_limiter import LimiterFunc, named_limiter
 from laraq.bus.schema import JobSchema, declared_schema, handler_problems, load_schema_file
+from laraq.bus.typed import drift, typed_class_of, typed_handler
 from laraq.protocol.payload import CALL_QUEUED_HANDLER, Payload, PayloadError
 from laraq.schedule.entries import (
     CatchUp,
@@ -87,6 +88,8 @@ class App:
         self.job_schemas: dict[str, JobSchema] = {}
         #: named rate limiters, twins of PHP's ``RateLimiter::for`` (see :mod:`laraq.bus.rate_limiter`)
         self.rate_limiters: dict[str, LimiterFunc] = {}
+        #: job class -> the generated class its handler is annotated with (see :mod:`laraq.bus.typed`)
+        self.typed_jobs: dict[str, type[Any]] = {}
 
     # -- registration ------------------------------------------------------------------------------
 
@@ -118,6 +121,10 @@ class App:
         if unique not in (None, True, False, "until_processing"):
             raise ValueError(f"unique= for {name} is True, False, None or 'until_processing', not {unique!r}")
         is_async = inspect.iscoroutinefunction(func)
+        typed = typed_class_of(func) if kind == "command" else None
+        if typed is not None:  # the handler gets an instance of its generated class
+            func = typed_handler(name, func, typed, is_async)
+            self.typed_jobs[name] = typed
         if middleware:
             func = compose(name, func, middleware, is_async)
         handler = Handler(name, func, kind, is_async, unique, php_failed, delete_when_missing_models,
@@ -192,7 +199,7 @@ class App:
     def problems(self, version: Any = None) -> list[str]:
         """What the declared schemas say laraq cannot do for a registered handler (shown at ``--app``
         load; ``version``: the app's Laravel version, when known)."""
-        return handler_problems(self.job_schemas, self._handlers, version)
+        return handler_problems(self.job_schemas, self._handlers, version) + drift(self.typed_jobs.values())
 
     # -- the schedule (see laraq.schedule.scheduler) ------------------------------------------------------------
 

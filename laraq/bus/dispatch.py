@@ -22,6 +22,10 @@ The retry settings given to :meth:`Dispatcher.dispatch_job` (``tries``, ``backof
 *payload*, which is what PHP's worker reads. They are not added as command properties (a class may not
 declare them); pass them in ``properties`` too if the job's own code reads ``$this->tries``.
 
+A typed instance (a class ``laraq schema --python`` wrote, :mod:`laraq.bus.typed`) is dispatched by
+:meth:`Dispatcher.dispatch`: the class's embedded schema gives PHP's defaults, order and settings, its
+fields the values (enum cases, models as ``ModelIdentifier``, dates as Carbon).
+
 String jobs (``Queue::push('Class@method', $data)``) are built by :meth:`Dispatcher.dispatch_string`.
 :meth:`Dispatcher.bulk` pushes many prepared jobs in one MULTI/EXEC round trip.
 
@@ -56,6 +60,7 @@ from laraq.bus.retry import (
 )
 from laraq.bus.schema import SchemaError, unique_lock_owner
 from laraq.bus.schema import plan as schema_plan
+from laraq.bus.typed import TypedJobError, is_typed_job, schema_of, wire_values
 from laraq.protocol.payload import (
     build_object_payload,
     build_string_payload,
@@ -523,6 +528,22 @@ class Dispatcher:
             self.queue.later(job.delay, job.payload, job.queue)
         self._record_pushed([job])
         return _result(job, available)
+
+    def prepare(self, job: Any, **options: Any) -> PreparedJob:
+        """Build the payload of a typed job instance (see :meth:`dispatch`) without pushing it."""
+        cls = type(job)
+        if not is_typed_job(cls):
+            raise TypedJobError(f"{cls.__name__} is not a typed job class (write one with laraq schema --python)")
+        name = cls.__php_class__
+        if name not in self.schemas:  # the class's own schema, learnt once
+            self.schemas[name] = schema_of(cls)
+        values = wire_values(job, collection_class=self.version.since("9.26"))
+        return self.prepare_job(name, values, **options)
+
+    def dispatch(self, job: Any, **options: Any) -> DispatchResult:
+        """Dispatch a typed job instance (``OrderShipped(order=OrderRef(5), ...)``) as PHP's ``dispatch()``
+        of the class writes it; the options are :meth:`prepare_job`'s (``queue``, ``connection``, ``delay``...)."""
+        return self.push(self.prepare(job, **options))
 
     def dispatch_job(self, class_name: str, properties: Mapping[str, Any] | None = None, **options: Any) -> DispatchResult:
         """Dispatch one job object; see :meth:`prepare_job` for the options."""

@@ -1,4 +1,5 @@
-"""``laraq schema --from APP``: export the app's job classes and backed enums (see :mod:`laraq.bus.schema`)."""
+"""``laraq schema --from APP``: export the app's job classes and backed enums (see :mod:`laraq.bus.schema`),
+as JSON and, with ``--python``, as a module of typed classes (see :mod:`laraq.bus.typed`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import click
 
 from laraq.bus.schema import SchemaError, export_schema
+from laraq.bus.typed import generate_module
 
 
 @click.command("schema")
@@ -16,19 +18,30 @@ from laraq.bus.schema import SchemaError, export_schema
 @click.option("--class", "classes", multiple=True,
               help="Only this job or enum class (repeatable; default: every class under the app's PSR-4 roots).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the JSON here.")
+@click.option("--python", "python_out", type=click.Path(dir_okay=False), default=None,
+              help="Also write a Python module of typed job classes (dataclasses) here.")
 @click.option("--php", default="php", show_default=True, help="The PHP binary.")
-def schema_cmd(app_path: str, classes: tuple[str, ...], output: str | None, php: str) -> None:
+def schema_cmd(app_path: str, classes: tuple[str, ...], output: str | None, python_out: str | None,
+               php: str) -> None:
     """Export each job class's dispatch defaults and each backed enum by PHP reflection.
 
     Give the file to `laraq dispatch --schema` or `app.load_schema()`: Python's dispatch of those
     classes then writes what PHP's dispatch() writes (class defaults, unique lock), and handlers get
     enum cases with their values.
+
+    With --python, handlers annotated with the module's classes get instances of them (mypy checks
+    property names), and Dispatcher.dispatch(instance) writes what PHP's dispatch() writes.
     """
     try:
         data = export_schema(app_path, classes, php=php)
     except SchemaError as exc:
         raise click.ClickException(str(exc)) from exc
     text = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+    if python_out:
+        Path(python_out).write_text(generate_module(data, source=str(Path(app_path).resolve())), encoding="utf-8")
+        click.echo(f"{len(data.get('jobs') or {})} typed job classes -> {python_out}", err=True)
+        if not output:
+            return
     if output:
         Path(output).write_text(text, encoding="utf-8")
         click.echo(f"{len(data.get('jobs') or {})} job classes, {len(data.get('enums') or {})} enums -> {output}",

@@ -66,6 +66,15 @@ function laraq_properties(ReflectionClass $class): array
             $p->setAccessible(true);
             $initialized = $p->isInitialized($blank);
             $type = $p->getType();
+            $promoted = method_exists($p, 'isPromoted') && $p->isPromoted();
+            $ctorDefault = null;
+            if ($promoted && ($ctor = $class->getConstructor())) {
+                foreach ($ctor->getParameters() as $param) {
+                    if ($param->getName() === $p->getName() && $param->isDefaultValueAvailable()) {
+                        $ctorDefault = base64_encode(serialize($param->getDefaultValue()));
+                    }
+                }
+            }
             $out[] = [
                 'name' => $p->getName(),
                 'visibility' => $visibility,
@@ -73,14 +82,88 @@ function laraq_properties(ReflectionClass $class): array
                 'type' => $type ? (string) $type : null,
                 'initialized' => $initialized,
                 'default' => $initialized ? base64_encode(serialize($p->getValue($blank))) : null,
+                // for typed classes (laraq schema --python): the type's names, where it comes from
+                'types' => laraq_type_names($type),
+                'nullable' => $type ? $type->allowsNull() : true,
+                'promoted' => $promoted,
+                'ctor_default' => $ctorDefault,
+                'framework' => laraq_framework_trait($class, $p->getName()),
             ];
         }
     }
     return $out;
 }
 
+// The names of a property's type (a union's members; a builtin such as int stays lower case).
+function laraq_type_names(?ReflectionType $type): array
+{
+    if ($type === null) {
+        return [];
+    }
+    if ($type instanceof ReflectionNamedType) {
+        return [$type->getName()];
+    }
+    $names = [];
+    foreach ($type->getTypes() as $t) {
+        $names = array_merge($names, laraq_type_names($t));
+    }
+    return $names;
+}
+
+// Whether a framework trait (Queueable, InteractsWithQueue, Batchable...) declares the property.
+function laraq_framework_trait(ReflectionClass $class, string $name): bool
+{
+    foreach (class_uses_recursive($class->getName()) as $trait) {
+        if ((str_starts_with($trait, 'Illuminate\\') || str_starts_with($trait, 'Laravel\\'))
+            && property_exists($trait, $name)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+// What a class named in a property type is, for typed classes: a backed enum, an Eloquent model or
+// collection, a date, or another object.
+function laraq_kind(string $name): ?string
+{
+    if (in_array(strtolower($name), ['int', 'float', 'string', 'bool', 'false', 'true', 'array', 'iterable',
+        'mixed', 'null', 'object', 'callable', 'self', 'static', 'never', 'void'], true)) {
+        return null;
+    }
+    if (enum_exists($name)) {
+        return (new ReflectionEnum($name))->isBacked() ? 'enum' : 'object';
+    }
+    if (! class_exists($name) && ! interface_exists($name)) {
+        return 'object';
+    }
+    if (is_a($name, Illuminate\Database\Eloquent\Model::class, true)) {
+        return 'model';
+    }
+    if (is_a($name, Illuminate\Database\Eloquent\Collection::class, true)) {
+        return 'collection';
+    }
+    if (is_a($name, DateTimeInterface::class, true)) {
+        return 'date';
+    }
+    return 'object';
+}
+
+// A class's source file, relative to the app when it is inside it, and its SHA-256 (typed modules
+// record these, so that doctor and the banner can tell when the PHP classes changed).
+function laraq_source(string $base, string $name): ?array
+{
+    $file = (new ReflectionClass($name))->getFileName();
+    if (! $file || ! is_file($file)) {
+        return null;
+    }
+    $path = str_starts_with($file, $base.'/') ? substr($file, strlen($base) + 1) : $file;
+    return ['path' => $path, 'sha256' => hash_file('sha256', $file)];
+}
+
 $jobs = [];
 $enums = [];
+$kinds = [];
+$sources = [];
 foreach ($only ?: laraq_classes($base) as $name) {
     try {
         if (! class_exists($name) && ! enum_exists($name)) {
@@ -98,6 +181,7 @@ foreach ($only ?: laraq_classes($base) as $name) {
                 $cases[$case->getName()] = $case->getBackingValue();
             }
             $enums[$name] = $cases;
+            $sources[$name] = laraq_source($base, $name);
         }
         continue;
     }
@@ -117,6 +201,7 @@ foreach ($only ?: laraq_classes($base) as $name) {
             $attributes[] = ['name' => $attr->getName(), 'arguments' => $attr->getArguments()];
         }
     }
+    $sources[$name] = laraq_source($base, $name);
     $jobs[$name] = [
         'interfaces' => array_values($class->getInterfaceNames()),
         'traits' => array_values(class_uses_recursive($name)),
@@ -129,5 +214,28 @@ foreach ($only ?: laraq_classes($base) as $name) {
     ];
 }
 
-echo json_encode(['laravel' => $app->version(), 'jobs' => $jobs, 'enums' => $enums],
+foreach ($jobs as $job) {
+    foreach ($job['properties'] as $p) {
+        foreach ($p['types'] as $t) {
+            $kind = laraq_kind($t);
+            if ($kind === null) {
+                continue;
+            }
+            $kinds[$t] = $kind;
+            if ($kind === 'enum' && ! isset($enums[$t])) {
+                $cases = [];
+                foreach ((new ReflectionEnum($t))->getCases() as $case) {
+                    $cases[$case->getName()] = $case->getBackingValue();
+                }
+                $enums[$t] = $cases;
+            }
+            if (in_array($kind, ['enum', 'model'], true) && ! isset($sources[$t])) {
+                $sources[$t] = laraq_source($base, $t);
+            }
+        }
+    }
+}
+
+echo json_encode(['laravel' => $app->version(), 'jobs' => $jobs, 'enums' => $enums, 'kinds' => $kinds,
+                  'sources' => array_filter($sources)],
     JSON_UNESCAPED_SLASHES | JSON_UNESCAPED_UNICODE | JSON_PRESERVE_ZERO_FRACTION | JSON_PRETTY_PRINT), "\n";

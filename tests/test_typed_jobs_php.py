@@ -1,0 +1,127 @@
+"""Typed jobs (``laraq schema --python``, :mod:`laraq.bus.typed`) against live Laravel 8, 12 and 13:
+the generated class dispatched by :meth:`Dispatcher.dispatch` writes what PHP's ``dispatch()`` writes,
+byte for byte (ids and times aside); PHP runs it with the same values; a Python handler annotated with
+the class gets an instance holding what PHP dispatched.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from phpapp import PhpApp
+from test_schema_php import dispatcher, norm, pushed
+
+pytestmark = pytest.mark.php
+
+TYPED = "App\\Jobs\\TypedOrderJob"
+
+
+@pytest.fixture
+def app(laravel: str, redis_server: Any, tmp_path: Any) -> PhpApp:
+    php = PhpApp(redis_server.port, version=laravel, workdir=tmp_path)
+    conn = sqlite3.connect(php.db_path)
+    conn.executemany("INSERT INTO posts (id, title) VALUES (?, ?)", [(1, "first"), (2, "second")])
+    conn.commit()
+    conn.close()
+    return php
+
+
+def generate(app: PhpApp, tmp_path: Path, name: str) -> Any:
+    """``laraq schema --from APP --python`` into a fresh module, imported."""
+    from laraq.cli import main
+
+    out = tmp_path / f"{name}.py"
+    result = CliRunner().invoke(main, ["schema", "--from", str(app.path), "--class", TYPED, "--python", str(out)],
+                                env=app.env)
+    assert result.exit_code == 0, result.output
+    spec = importlib.util.spec_from_file_location(name, out)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_typed_instance_dispatch_is_phps_byte_for_byte(app: PhpApp, redis_client: Any, tmp_path: Path) -> None:
+    jobs = generate(app, tmp_path, f"typed_jobs_{app.version}")
+    order = jobs.TypedOrderJob(post=jobs.PostRef(1, "sqlite"), status=jobs.Status.Archived, quantity=3, ratio=1.5,
+                               note=None, tags=["a", "b"], ref="R-9", priority=jobs.Priority.High)
+    args = {"post": 1, "status": "archived", "quantity": 3, "ratio": 1.5, "tags": ["a", "b"], "ref": "R-9",
+            "priority": 10}
+    app.tool("dispatch", "typed-order", "--queue=pq", "--args=" + json.dumps(args))
+    d = dispatcher(app, redis_client, {})
+    result = d.dispatch(order, queue="lq", connection="redis")
+    (php_body,), (py_body,) = pushed(app, redis_client, "pq"), pushed(app, redis_client, "lq")
+    assert result.id and norm(py_body, "lq") == norm(php_body, "pq")
+    # an int ref, a rush flag and defaults left as PHP's (priority null): still PHP's bytes
+    app.tool("dispatch", "typed-order", "--queue=pq", "--args=" + json.dumps({"post": 2, "ref": 7, "rush": True,
+                                                                               "note": "n", "quantity": 1}))
+    d.dispatch(jobs.TypedOrderJob(post=jobs.PostRef(2, "sqlite"), status=jobs.Status.Active, quantity=1, ratio=0.5,
+                                  note="n", tags=[], ref=7, rush=True), queue="lq", connection="redis")
+    php_body, py_body = pushed(app, redis_client, "pq")[-1], pushed(app, redis_client, "lq")[-1]
+    assert norm(py_body, "lq") == norm(php_body, "pq")
+    # PHP runs laraq's dispatches with the values given
+    app.artisan("queue:work", "redis", "--queue=lq", "--stop-when-empty", "--sleep=0", check=True)
+    runs = [r for r in app.runs() if r.get("queue") == "lq"]
+    assert [(r["post"], r["status"], r["quantity"], r["ref"], r["rush"], r["priority"], r["channel"])
+            for r in runs] == [(1, "archived", 3, "R-9", False, 10, "web"), (2, "active", 1, 7, True, None, "web")]
+
+
+def test_a_typed_handler_gets_an_instance_of_what_php_dispatched(app: PhpApp, redis_client: Any, tmp_path: Path,
+                                                                  workers: list[Any],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from laraq.app import App
+    from laraq.cli.work import build_worker, default_params
+
+    jobs = generate(app, tmp_path, f"typed_recv_{app.version}")
+    monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
+    seen: list[Any] = []
+    py = App("typed")
+
+    def handle(order: Any, job: Any) -> None:
+        seen.append(order)
+
+    handle.__annotations__["order"] = jobs.TypedOrderJob  # as `order: TypedOrderJob` with the module imported
+
+    py.register(TYPED, handle)
+    assert py.typed_jobs == {TYPED: jobs.TypedOrderJob} and py.problems() == []
+    app.tool("dispatch", "typed-order", "--queue=lq", "--args=" + json.dumps(
+        {"post": 2, "status": "archived", "quantity": 4, "ratio": 2.5, "tags": {"k": "v"}, "ref": 11, "priority": 1}))
+    params = default_params(laravel=app.release, sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20, queue="lq")
+    worker = build_worker(params, env=app.env, app=py)
+    workers.append(worker)
+    assert worker.daemon() == 0
+    (order,) = seen
+    assert isinstance(order, jobs.TypedOrderJob)
+    assert (order.post.id, order.post.row["title"], order.status, order.quantity, order.ratio, order.note,
+            order.tags, order.ref, order.rush, order.priority, order.channel, order.tries) == (
+        2, "second", jobs.Status.Archived, 4, 2.5, None, {"k": "v"}, 11, False, jobs.Priority.Low, "web", 2)
+    assert redis_client.llen(app.prefix + "queues:lq") == 0
+
+
+def test_a_changed_php_class_is_reported(app: PhpApp, tmp_path: Path) -> None:
+    """The module records its sources' SHA-256: a change shows in ``App.problems`` (doctor, banner)."""
+    from laraq.app import App
+    from laraq.bus.typed import drift
+
+    jobs = generate(app, tmp_path, f"typed_drift_{app.version}")
+    assert drift([jobs.TypedOrderJob]) == []
+    path, _ = jobs.__laraq_sources__[TYPED]
+    jobs.__laraq_sources__[TYPED] = (path, "0" * 64)  # as if the file had been edited since
+    py = App("drift")
+
+    def handle(order: Any, job: Any) -> None:
+        pass
+
+    handle.__annotations__["order"] = jobs.TypedOrderJob
+
+    py.register(TYPED, handle)
+    (problem,) = py.problems()
+    assert TYPED in problem and "regenerate" in problem
