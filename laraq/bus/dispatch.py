@@ -43,10 +43,10 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import orjson
 
@@ -68,6 +68,7 @@ from laraq.protocol.payload import (
     log_context,
     new_uuid,
 )
+from laraq.protocol.phpjson import php_json_encode
 from laraq.protocol.queue import RedisQueue, _payload_id
 from laraq.protocol.routing import queue_name_of
 from laraq.protocol.serializer import ModelIdentifier, dumps
@@ -92,6 +93,8 @@ __all__ = [
 ]
 
 Delay = int | float | datetime | timedelta
+#: ``Queue::createPayloadUsing``'s callback: ``(connection, queue, payload) -> extra keys``
+PayloadHook = Callable[[str, str, Mapping[str, Any]], Mapping[str, Any] | None]
 
 
 # -- PHP serialize of the command --------------------------------------------------------------------
@@ -308,6 +311,36 @@ class Dispatcher:
     from the app's ``APP_KEY``) is needed for ``encrypt=True``.
     """
 
+    #: ``Queue::createPayloadUsing`` callbacks, shared by every dispatcher (see :meth:`create_payload_using`)
+    payload_hooks: ClassVar[list[PayloadHook]] = []
+
+    @classmethod
+    def create_payload_using(cls, callback: PayloadHook | None) -> None:
+        """Laravel's ``Queue::createPayloadUsing``: ``callback(connection, queue, payload)`` returns keys
+        added to every payload (where PHP merges them: after the job's keys, before ``id``/``attempts``);
+        ``None`` removes them all. A key the payload already has is refused (PHP would overwrite it).
+        :mod:`laraq.production.otel` uses it to carry the trace context."""
+        if callback is None:
+            cls.payload_hooks.clear()
+        else:
+            cls.payload_hooks.append(callback)
+
+    def _with_hooks(self, payload: str, queue: str | None) -> str:
+        if not self.payload_hooks:
+            return payload
+        decoded = orjson.loads(payload)
+        extra: dict[str, Any] = {}
+        for hook in list(self.payload_hooks):
+            extra.update(hook(self.queue.connection_name, queue or "default", {**decoded, **extra}) or {})
+        clash = sorted(set(extra) & set(decoded))
+        if clash:
+            raise ValueError(f"a payload hook sets {', '.join(clash)}, which the payload already has")
+        if not extra:
+            return payload
+        at = payload.rfind(',"id":')
+        text = "".join(f",{php_json_encode(str(k))}:{php_json_encode(v)}" for k, v in extra.items())
+        return payload[:at] + text + payload[at:] if at > 0 else payload[:-1] + text + "}"
+
     def __init__(
         self,
         queue: RedisQueue,
@@ -446,6 +479,7 @@ class Dispatcher:
             uuid=horizon_id,
             id=horizon_id,
         )
+        payload = self._with_hooks(payload, queue)
         if self.horizon is not None:
             if tags is None:
                 tags = _model_tags([properties, protected, private])
@@ -510,6 +544,7 @@ class Dispatcher:
             backoff=list(backoff) if isinstance(backoff, list | tuple) else backoff,
             timeout=timeout, delay=delay_seconds, now=now, uuid=horizon_id, id=horizon_id,
         )
+        payload = self._with_hooks(payload, queue)
         # Horizon prepares a string job with no tags, not silenced.
         payload = self._horizon_payload(payload, tags=(), silenced=False, class_name=None)
         return PreparedJob(payload.encode("utf-8"), self.queue.queue_name(queue), delay)

@@ -3,15 +3,19 @@
 :func:`attach_listeners` turns ``--heartbeat/--no-heartbeat``, ``--heartbeat-file``, ``--metrics-port``,
 ``--metrics-addr``, ``--metrics-interval`` and ``--metrics-dir`` into :class:`~laraq.production.heartbeat.Heartbeat` and
 :class:`~laraq.production.metrics.Metrics` listeners on a :class:`~laraq.worker.worker.Worker` (through the event seam,
-``worker.add_listener``). The listeners themselves live in their own modules.
+``worker.add_listener``). The listeners themselves live in their own modules. From the environment:
+``LARAQ_OTEL=1`` adds the OpenTelemetry span listener (:mod:`laraq.production.otel`, extra ``laraq[otel]``);
+an initialized Sentry or ``LARAQ_REPORT`` adds the error reporter (:mod:`laraq.production.reporting`).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from laraq.production.heartbeat import Heartbeat
 from laraq.production.multiproc import use_multiprocess_dir
+from laraq.production.reporting import ErrorReporter, sentry_active
 
 __all__ = ["attach_listeners", "build_listeners"]
 
@@ -34,6 +38,15 @@ def build_listeners(worker: Any, params: dict[str, Any]) -> list[Any]:
 
         listeners.append(Metrics(port=params["metrics_port"], addr=params.get("metrics_addr") or "0.0.0.0",
                                  sample_interval=float(params.get("metrics_interval") or 15.0)))
+    if params.get("otel") or os.environ.get("LARAQ_OTEL", "") not in ("", "0", "false"):
+        # optional dependency: opentelemetry (laraq[otel]) is imported only when tracing is asked for
+        from laraq.production.otel import OtelListener, instrument_dispatch
+
+        instrument_dispatch()
+        listeners.append(OtelListener())
+    report = params.get("report") or os.environ.get("LARAQ_REPORT", "")
+    if sentry_active() or report not in ("", "0", "false"):
+        listeners.append(ErrorReporter())
     return listeners
 
 

@@ -1,0 +1,92 @@
+"""Error reporting: a handler's exception reaches Sentry, or any logging-based reporter, with the job's
+class, id, queue and attempt attached (Laravel's ``ExceptionHandler::report`` of a job exception, which
+Sentry's Laravel SDK tags with the job).
+
+:class:`ErrorReporter` is a :class:`~laraq.worker.events.WorkerListener`. Each exception a job ends an
+attempt with (released after it, or failed by it, including timeouts and max attempts) is reported once:
+
+* to the ``laraq.report`` logger at ``ERROR``, with ``exc_info`` and ``extra``: ``job_class``, ``job_id``,
+  ``job_uuid``, ``queue``, ``connection``, ``attempt``, ``outcome`` (``released``/``failed``). Any
+  handler on that logger (a JSON formatter, a log shipper, Rollbar's or Bugsnag's logging handler) sees
+  them as record attributes;
+* to Sentry when ``sentry_sdk`` is installed and initialized (the extra ``laraq[sentry]``): one event per
+  exception, captured in a new scope with the tags ``job.class``, ``job.queue``, ``job.attempt``,
+  ``job.outcome`` and a ``job`` context (``id``, ``uuid``, ``connection``). Sentry's logging integration is
+  told to ignore ``laraq.report`` and the worker's own error line, so an exception is one event, not three.
+
+``laraq work`` attaches it when Sentry is initialized (by the handlers module, as Sentry asks) or when
+``LARAQ_REPORT`` is set (``log``: the logger only; see :mod:`laraq.production.listeners`). No payload,
+command or secret is put into a report.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import TYPE_CHECKING, Any
+
+from laraq.worker.events import WorkerListener
+
+if TYPE_CHECKING:
+    from laraq.bus.job import Job
+
+__all__ = ["ErrorReporter", "report_fields", "sentry_active"]
+
+log = logging.getLogger("laraq.report")
+#: the worker's own line for a handler exception (the lifecycle logs as laraq.worker.worker): as Sentry
+#: events they would repeat the tagged one
+_WORKER_LOGGERS = ("laraq.report", "laraq.worker.worker", "laraq.worker.lifecycle")
+
+
+def report_fields(job: Job, outcome: str) -> dict[str, Any]:
+    """The job's fields a report carries (never the payload or command)."""
+    return {"job_class": job.name, "job_id": job.id, "job_uuid": job.uuid, "queue": job.queue,
+            "connection": getattr(job, "connection_name", None) or "redis", "attempt": job.attempts,
+            "outcome": outcome}
+
+
+def sentry_active() -> bool:
+    """``sentry_sdk`` is imported and initialized (it is never imported here)."""
+    sdk = sys.modules.get("sentry_sdk")
+    return bool(sdk is not None and getattr(sdk, "is_initialized", lambda: False)())
+
+
+class ErrorReporter(WorkerListener):
+    """Reports job exceptions (see the module docstring); ``sentry``: None decides by :func:`sentry_active`."""
+
+    def __init__(self, *, sentry: bool | None = None) -> None:
+        self.sentry = sentry_active() if sentry is None else sentry
+        if self.sentry:
+            # optional dependency: sentry_sdk is only imported when the app initialized it
+            from sentry_sdk.integrations.logging import ignore_logger
+
+            for name in _WORKER_LOGGERS:
+                ignore_logger(name)
+
+    def _report(self, job: Job, exc: BaseException | None, outcome: str) -> None:
+        if exc is None:
+            return
+        fields = report_fields(job, outcome)
+        log.error("%s (id %s, attempt %d) %s: %s: %s", job.name, job.id, job.attempts, outcome,
+                  type(exc).__name__, str(exc)[:500], exc_info=(type(exc), exc, exc.__traceback__), extra=fields)
+        if self.sentry:
+            self._to_sentry(exc, fields)
+
+    @staticmethod
+    def _to_sentry(exc: BaseException, fields: dict[str, Any]) -> None:
+        import sentry_sdk  # optional dependency: present, since Sentry was initialized
+
+        with sentry_sdk.new_scope() as scope:
+            scope.set_tag("job.class", fields["job_class"])
+            scope.set_tag("job.queue", fields["queue"])
+            scope.set_tag("job.attempt", str(fields["attempt"]))
+            scope.set_tag("job.outcome", fields["outcome"])
+            scope.set_context("job", {k: fields[k] for k in ("job_class", "job_id", "job_uuid", "queue",
+                                                             "connection", "attempt")})
+            scope.capture_exception(exc)
+
+    def job_released(self, job: Job, delay: int, exc: BaseException | None) -> None:
+        self._report(job, exc, "released")
+
+    def job_failed(self, job: Job, exc: BaseException | None, runtime: float | None) -> None:
+        self._report(job, exc, "failed")
