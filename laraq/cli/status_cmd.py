@@ -23,6 +23,7 @@ import click
 
 from laraq.cli.common import Ops, emit_json, human_age, settings_options
 from laraq.cli.render import Column, print_table, stdout_stream
+from laraq.cli.reserved_view import show_reserved
 from laraq.ops.inspect import (
     ListMark,
     Pickups,
@@ -53,6 +54,8 @@ class Snapshot:
     pickups: dict[str, Pickups | None] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     max: int | None = None
+    #: queue -> its real Redis keys by state (ready, delayed, reserved): what an autoscaler reads
+    keys: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def alert(self, s: QueueStatus) -> bool:
         return self.max is not None and s.total >= self.max
@@ -82,6 +85,8 @@ class Snapshot:
             d["wait_seconds"] = None if (w := self.wait(s)) is None else round(w, 1)
             if self.max is not None:
                 d["alert"] = self.alert(s)
+            if s.queue in self.keys:
+                d["keys"] = self.keys[s.queue]
             queues.append(d)
         return {"prefix": self.prefix, "queues": queues, "failed_total": self.failed_total,
                 "max": self.max, "notes": self.notes}
@@ -142,6 +147,8 @@ def snapshot(ops: Ops, asked: list[str], marks: list[ListMark] | None, *, max_si
     pickups = pickups_since(ops.queue, [m for m in marks if m.queue in names]) if marks else {}
     statuses = [queue_status(ops.queue, name) for name in names]
     snap = Snapshot(ops.queue.prefix, statuses, pickups=pickups, max=max_size)
+    snap.keys = {n: {"ready": (k := ops.queue.keys(n)).list, "delayed": k.delayed, "reserved": k.reserved}
+                 for n in names}
     if names:
         _failed_counts(ops, names, snap)
         _paused(ops, names, snap)
@@ -204,13 +211,19 @@ def _is_tty() -> bool:
 @click.option("--frames", type=click.IntRange(1), default=None, metavar="N",
               help="With --watch: stop after N frames (default: run until Ctrl-C).")
 @click.option("--json", "as_json", is_flag=True, help="Print the counters as JSON (with --watch: one line per frame).")
+@click.option("--reserved", is_flag=True,
+              help="Show each reserved job instead: the worker holding it (by heartbeat), since when, its lease "
+                   "end, and orphans with how they come back.")
 def status_cmd(ops: Ops, queues: tuple[str, ...], sample: float, max_size: int | None, watch: bool,
-               interval: float, frames: int | None, as_json: bool) -> None:
+               interval: float, frames: int | None, as_json: bool, reserved: bool = False) -> None:
     """Sizes, ages, failed count, paused state, pickup rate and wait estimate of QUEUES (default: every
     queue found under the prefix, via SCAN), like queue:monitor.
 
     Exit codes: 0, or 1 when --max is given and a queue is at or over it."""
     asked = list(queues)
+    if reserved:
+        show_reserved(ops, asked, as_json)
+        return
     marks: list[ListMark] | None = None
     snap: Snapshot | None = None
     if not watch:

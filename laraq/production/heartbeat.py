@@ -6,7 +6,8 @@ it works on a Redis Cluster too):
 * ``laraq:{workers}`` - a sorted set of worker ids scored by their last beat (Redis ``TIME``, so hosts
   with skewed clocks still agree);
 * ``laraq:{workers}:<id>`` - a hash per worker (host, pid, supervisor pid, name, connection, queues,
-  Laravel profile, laraq version, started, last beat, jobs done/failed/released, in flight) with a TTL of
+  Laravel profile, laraq version, started, last beat, jobs done/failed/released, in flight, the job ids
+  it holds reserved with when it took them) with a TTL of
   a few beat intervals.
 
 Discovery never uses ``KEYS`` or ``SCAN``: :func:`live_workers` reads the sorted set, drops members
@@ -23,6 +24,7 @@ though its process is alive.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import secrets
@@ -189,6 +191,8 @@ class Heartbeat(WorkerListener):
         self.id = f"{self.host}:{self.pid}:{secrets.token_hex(3)}"
         self.done = self.failed = self.released = 0
         self._running: set[int] = set()
+        #: id(job) -> (payload id, when reserved): the reservations this worker holds (laraq status --reserved)
+        self._held: dict[int, tuple[str, float]] = {}
         self._static: dict[str, str] = {}
         self._looped = time.monotonic()
         self._stop = threading.Event()
@@ -221,6 +225,14 @@ class Heartbeat(WorkerListener):
     def worker_looping(self, worker: Any) -> None:
         self._looped = time.monotonic()
 
+    def job_reserved(self, job: Any) -> None:
+        with self._lock:
+            self._held[id(job)] = (str(job.id or ""), time.time())
+
+    def job_unhandled(self, job: Any, action: str, detail: str) -> None:
+        with self._lock:
+            self._held.pop(id(job), None)
+
     def job_processing(self, job: Any) -> None:
         with self._lock:
             self._running.add(id(job))
@@ -229,21 +241,25 @@ class Heartbeat(WorkerListener):
         with self._lock:
             self.done += 1
             self._running.discard(id(job))
+            self._held.pop(id(job), None)
 
     def job_released(self, job: Any, delay: int, exc: BaseException | None) -> None:
         with self._lock:
             self.released += 1
             if exc is not None:  # a handler's own release is followed by job_processed
                 self._running.discard(id(job))
+                self._held.pop(id(job), None)
 
     def job_failed(self, job: Any, exc: BaseException | None, runtime: float | None) -> None:
         with self._lock:
             self.failed += 1
             self._running.discard(id(job))
+            self._held.pop(id(job), None)
 
     def job_timed_out(self, job: Any) -> None:
         with self._lock:
             self._running.discard(id(job))
+            self._held.pop(id(job), None)
 
     @property
     def in_flight(self) -> int:
@@ -259,9 +275,11 @@ class Heartbeat(WorkerListener):
         with self._lock:
             counters = {"jobs_done": self.done, "jobs_failed": self.failed, "jobs_released": self.released,
                         "in_flight": self.in_flight}
+            holding = json.dumps(dict(self._held.values()))
         try:
             now = _redis_now(self.client)
-            fields = {**self._static, **{k: str(v) for k, v in counters.items()}, "beat": repr(now)}
+            fields = {**self._static, **{k: str(v) for k, v in counters.items()}, "beat": repr(now),
+                      "holding": holding}
             key = _record_key(self.prefix, self.id)
             pipe = self.client.pipeline(transaction=False)
             pipe.hset(key, mapping=fields)

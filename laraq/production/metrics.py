@@ -44,6 +44,7 @@ from prometheus_client import (
 
 from laraq.production.heartbeat import live_workers
 from laraq.production.multiproc import MULTIPROC_ENV, multiprocess_dir, use_multiprocess_dir
+from laraq.production.running import STATES, reserved_jobs, running_counts
 from laraq.worker.events import WorkerListener
 
 __all__ = ["Metrics", "QueueSampler", "sample_queues", "exposition", "multiprocess_dir", "use_multiprocess_dir",
@@ -127,6 +128,14 @@ class QueueSampler:
         self.oldest = Gauge("laraq_queue_oldest_pending_age_seconds",
                             "Age of the oldest pending job (from pushedAt/createdAt), sampled.",
                             ["queue"], registry=target, multiprocess_mode=mode)
+        self.length = Gauge("laraq_queue_length",
+                            "Jobs under each Redis key of a queue (state ready, delayed or reserved; key: the "
+                            "app's real key, prefix included), sampled.",
+                            ["queue", "state", "key"], registry=target, multiprocess_mode=mode)
+        self.reservations = Gauge("laraq_reserved_jobs",
+                                  "Reserved jobs by holder: held (a live laraq worker), unattributed (a PHP worker "
+                                  "or an orphan), expired (an orphan whose lease ended), sampled.",
+                                  ["queue", "state"], registry=target, multiprocess_mode=mode)
         self.sampled_at = Gauge("laraq_queue_sampled_timestamp_seconds",
                                 "When the queue gauges were last sampled.", registry=target, multiprocess_mode=mode)
 
@@ -136,6 +145,15 @@ class QueueSampler:
             for state in ("pending", "delayed", "reserved"):
                 self.size.labels(name, state).set(row[state])
             self.oldest.labels(name).set(row["oldest_pending_age"] or 0)
+            keys = redis_queue.keys(name)
+            for state, key, value in (("ready", keys.list, row["pending"]), ("delayed", keys.delayed, row["delayed"]),
+                                      ("reserved", keys.reserved, row["reserved"])):
+                self.length.labels(name, state, key).set(value)
+        counts = running_counts(reserved_jobs(redis_queue, list(found))) if any(
+            row["reserved"] for row in found.values()) else {}
+        for name in found:
+            for state in STATES:
+                self.reservations.labels(name, state).set(counts.get((name, state), 0))
         self.sampled_at.set(time.time())
         return found
 
