@@ -17,7 +17,7 @@ dispatch writes them while a span is current (:func:`instrument_dispatch`, a
 ``Dispatcher.create_payload_using`` hook); PHP writes them with one payload hook (Laravel merges the
 keys into every payload, and ignores them when it reads one)::
 
-    Queue::createPayloadUsing(fn () => ['traceparent' => /* the current span's W3C traceparent */]);
+    Queue::createPayloadUsing(function () { $carrier = []; TraceContextPropagator::getInstance()->inject($carrier); return $carrier; });
 
 The consumer span gets a *link* to that context, as the conventions ask for a batch-free consumer.
 
