@@ -18,6 +18,8 @@ from click.testing import CliRunner
 from phpapp import PhpApp
 from test_schema_php import dispatcher, norm, pushed
 
+from laraq.bus.dispatch import Dispatcher
+
 pytestmark = pytest.mark.php
 
 TYPED = "App\\Jobs\\TypedOrderJob"
@@ -125,3 +127,26 @@ def test_a_changed_php_class_is_reported(app: PhpApp, tmp_path: Path) -> None:
     py.register(TYPED, handle)
     (problem,) = py.problems()
     assert TYPED in problem and "regenerate" in problem
+
+
+def test_typed_dispatch_into_horizon_tags_the_models_as_horizon_does(php: str, redis_server: Any, redis_client: Any,
+                                                                    tmp_path: Path) -> None:
+    from horizon_support import horizon_app
+
+    from laraq.horizon import HorizonSettings
+    from laraq.protocol.queue import RedisQueue
+
+    hz = horizon_app("13", redis_server.port)
+    conn = sqlite3.connect(hz.db_path)
+    conn.executemany("INSERT INTO posts (id, title) VALUES (?, ?)", [(1, "first")])
+    conn.commit()
+    conn.close()
+    jobs = generate(hz, tmp_path, "typed_horizon")
+    hz.tool("dispatch", "typed-order", "--queue=pq", "--args=" + json.dumps({"post": 1, "ref": 3}))
+    d = Dispatcher(RedisQueue(redis_client, prefix=hz.prefix, version=hz.release), horizon=HorizonSettings())
+    d.dispatch(jobs.TypedOrderJob(post=jobs.PostRef(1, "sqlite"), status=jobs.Status.Active, quantity=1, ratio=0.5,
+                                  note=None, tags=[], ref=3), queue="lq", connection="redis")
+    (php_body,), (py_body,) = pushed(hz, redis_client, "pq"), pushed(hz, redis_client, "lq")
+    php_payload, py_payload = json.loads(php_body), json.loads(py_body)
+    assert py_payload["tags"] == php_payload["tags"] == ["App\\Models\\Post:1"]
+    assert list(py_payload) == list(php_payload)

@@ -71,7 +71,7 @@ from laraq.protocol.payload import (
 from laraq.protocol.phpjson import php_json_encode
 from laraq.protocol.queue import RedisQueue, _payload_id
 from laraq.protocol.routing import queue_name_of
-from laraq.protocol.serializer import ModelIdentifier, dumps
+from laraq.protocol.serializer import ModelIdentifier, dumps, is_model_identifier
 from laraq.protocol.versions import LaravelVersion
 
 if TYPE_CHECKING:
@@ -627,6 +627,8 @@ def _model_tags(groups: Sequence[Mapping[str, Any] | None]) -> list[str]:
     tags: list[str] = []
     for group in groups:
         for value in (group or {}).values():
+            if is_model_identifier(value):  # as a typed instance or a schema'd dispatch writes it
+                value = ModelIdentifier.from_php(value)
             if isinstance(value, ModelIdentifier):
                 keys = value.id if isinstance(value.id, list) else [value.id]
                 tags += [f"{value.class_name}:{key}" for key in keys]
