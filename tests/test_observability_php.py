@@ -25,7 +25,7 @@ from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
 from sentry_sdk.transport import Transport  # noqa: E402
 
 from laraq.bus.dispatch import Dispatcher  # noqa: E402
-from laraq.production.otel import OtelListener, instrument_dispatch, trace_context  # noqa: E402
+from laraq.production.otel import instrument_dispatch, trace_context  # noqa: E402
 
 pytestmark = pytest.mark.php
 
@@ -39,13 +39,20 @@ def app(laravel: str, redis_server: Any, tmp_path: Any, monkeypatch: pytest.Monk
     return php
 
 
+_EXPORTER = InMemorySpanExporter()
+_PROVIDER = TracerProvider()
+_PROVIDER.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+
+
 @pytest.fixture
 def tracing() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    """The SDK's provider as the global one (as an app's handlers module sets it), spans kept in memory."""
+    from opentelemetry import trace
+
+    trace.set_tracer_provider(_PROVIDER)  # once per process; later calls keep the first (the same provider)
+    _EXPORTER.clear()
     instrument_dispatch()
-    yield provider, exporter
+    yield _PROVIDER, _EXPORTER
     Dispatcher.create_payload_using(None)
 
 
@@ -87,7 +94,8 @@ def run_worker(app: PhpApp, workers: list[Any], handler: Any, *listeners: Any, t
 
 
 def test_consumer_spans_link_to_the_producer(app: PhpApp, redis_client: Any, workers: list[Any],
-                                             tracing: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+                                             tracing: tuple[TracerProvider, InMemorySpanExporter],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
     provider, exporter = tracing
     tracer = provider.get_tracer("test")
     d = dispatcher(app, redis_client, {})
@@ -102,7 +110,8 @@ def test_consumer_spans_link_to_the_producer(app: PhpApp, redis_client: Any, wor
         if command.mode == "fail":
             raise RuntimeError("card declined")
 
-    run_worker(app, workers, handle, OtelListener(provider))
+    monkeypatch.setenv("LARAQ_OTEL", "1")  # laraq work attaches the span listener itself
+    run_worker(app, workers, handle)
     spans = [s for s in exporter.get_finished_spans() if s.kind is SpanKind.CONSUMER]
     by_outcome = sorted((s.attributes["messaging.message.id"], s.attributes["laraq.job.outcome"],
                          s.attributes["laraq.job.attempt"]) for s in spans)

@@ -107,3 +107,11 @@ def test_a_handler_annotated_with_a_generated_class_is_found(module: Any) -> Non
     handle.__annotations__["order"] = module.ShipOrder
     assert typed_class_of(handle) is module.ShipOrder
     assert typed_class_of(lambda command, job: None) is None
+
+
+def test_an_annotation_that_does_not_resolve_is_said(caplog: pytest.LogCaptureFixture) -> None:
+    def handle(order: Any, job: Any) -> None: ...
+
+    handle.__annotations__["order"] = "phpjobs.NotImported"
+    assert typed_class_of(handle) is None
+    assert "cannot be resolved" in caplog.text and "NotImported" in caplog.text

@@ -46,6 +46,7 @@ import hashlib
 import inspect
 import json
 import keyword
+import logging
 import pprint
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -89,6 +90,8 @@ class _Unset:
     def __bool__(self) -> bool:
         return False
 
+
+log = logging.getLogger("laraq.bus.typed")
 
 #: Typed ``Any`` so that ``count: int | None = UNSET`` type-checks in a generated class.
 UNSET: Any = _Unset()
@@ -288,7 +291,10 @@ def typed_class_of(func: Callable[..., Any]) -> type[Any] | None:
     if isinstance(annotation, str):
         try:
             annotation = typing.get_type_hints(func).get(params[0].name)
-        except Exception:  # an annotation that does not resolve: not a typed handler
+        except Exception as exc:  # an annotation that does not resolve: said once, then not a typed handler
+            log.warning("handler %s: the annotation %r of its first parameter cannot be resolved (%s: %s); "
+                        "if it is a typed job class, import it at module level: the handler gets the PHP object "
+                        "as it is", getattr(func, "__qualname__", func), annotation, type(exc).__name__, exc)
             return None
     return annotation if is_typed_job(annotation) else None
 
