@@ -35,12 +35,13 @@ def app(laravel: str, redis_server: Any, tmp_path: Any) -> PhpApp:
     return php
 
 
-def generate(app: PhpApp, tmp_path: Path, name: str) -> Any:
+def generate(app: PhpApp, tmp_path: Path, name: str, *classes: str) -> Any:
     """``laraq schema --from APP --python`` into a fresh module, imported."""
     from laraq.cli import main
 
     out = tmp_path / f"{name}.py"
-    result = CliRunner().invoke(main, ["schema", "--from", str(app.path), "--class", TYPED, "--python", str(out)],
+    picked = [arg for c in (classes or (TYPED,)) for arg in ("--class", c)]
+    result = CliRunner().invoke(main, ["schema", "--from", str(app.path), *picked, "--python", str(out)],
                                 env=app.env)
     assert result.exit_code == 0, result.output
     spec = importlib.util.spec_from_file_location(name, out)
@@ -74,6 +75,24 @@ def test_typed_instance_dispatch_is_phps_byte_for_byte(app: PhpApp, redis_client
     runs = [r for r in app.runs() if r.get("queue") == "lq"]
     assert [(r["post"], r["status"], r["quantity"], r["ref"], r["rush"], r["priority"], r["channel"])
             for r in runs] == [(1, "archived", 3, "R-9", False, 10, "web"), (2, "active", 1, 7, True, None, "web")]
+
+
+def test_a_model_collection_in_an_untyped_property(app: PhpApp, redis_client: Any, tmp_path: Path) -> None:
+    """``PostJob`` (``SerializesModels``, untyped properties): a model, an enum and a collection of models."""
+    from laraq.bus.typed import ModelCollection
+
+    jobs = generate(app, tmp_path, f"typed_posts_{app.version}", "App\\Jobs\\PostJob")
+    conn = sqlite3.connect(app.db_path)
+    conn.execute("INSERT INTO posts (id, title) VALUES (3, 'third')")
+    conn.commit()
+    conn.close()
+    app.tool("dispatch", "post", "--queue=pq", "--args=" + json.dumps({"id": 1, "status": "archived", "others": [2, 3]}))
+    d = dispatcher(app, redis_client, {})
+    d.dispatch(jobs.PostJob(post=jobs.PostRef(1, "sqlite"), status=jobs.Status.Archived,
+                            others=ModelCollection("App\\Models\\Post", (2, 3), "sqlite")), queue="lq",
+               connection="redis")
+    (php_body,), (py_body,) = pushed(app, redis_client, "pq"), pushed(app, redis_client, "lq")
+    assert norm(py_body, "lq") == norm(php_body, "pq")
 
 
 def test_a_typed_handler_gets_an_instance_of_what_php_dispatched(app: PhpApp, redis_client: Any, tmp_path: Path,

@@ -130,6 +130,8 @@ class ModelCollection:
     ids: tuple[Any, ...]
     connection: str | None = None
     relations: tuple[str, ...] = ()
+    #: a custom collection class (9.26+ records it; None for Eloquent's own ``Collection``)
+    collection_class: str | None = None
     rows: tuple[Model, ...] = dataclasses.field(default=(), compare=False, repr=False)
 
 
@@ -209,11 +211,12 @@ def _incoming(value: Any, hint: Any, spec: Mapping[str, Any], job: str) -> Any:
     if kind == "collection":
         if isinstance(value, list):
             rows = tuple(r for r in value if isinstance(r, Model))
-            return ModelCollection(rows[0].class_name if rows else "", tuple(r.key for r in rows), None, (), rows)
+            return ModelCollection(rows[0].class_name if rows else "", tuple(r.key for r in rows), rows=rows)
         if is_model_identifier(value):
             mid = ModelIdentifier.from_php(value)
             ids = mid.id if isinstance(mid.id, list) else [mid.id]
-            return ModelCollection(mid.class_name, tuple(ids), mid.connection, tuple(mid.relations))
+            return ModelCollection(mid.class_name, tuple(ids), mid.connection, tuple(mid.relations),
+                                   mid.collection_class)
     if kind == "date" and isinstance(value, PHPObject) and value.class_name in DATE_CLASSES:
         return to_datetime(value)
     if kind == "array" and isinstance(value, dict):
@@ -266,8 +269,7 @@ def _outgoing(value: Any, spec: Mapping[str, Any], job: str, collection_class: b
             include_collection_class=collection_class)
     if isinstance(value, ModelCollection):
         return ModelIdentifier(value.class_name, list(value.ids), list(value.relations), value.connection,
-                               "Illuminate\\Database\\Eloquent\\Collection" if value.ids else None).to_php(
-            include_collection_class=collection_class)
+                               value.collection_class).to_php(include_collection_class=collection_class)
     if isinstance(value, datetime):
         names = [t for t in spec.get("php_types", []) if t in DATE_CLASSES]
         return from_datetime(value, names[0] if names else "Illuminate\\Support\\Carbon")

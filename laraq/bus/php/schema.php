@@ -75,6 +75,15 @@ function laraq_properties(ReflectionClass $class): array
                     }
                 }
             }
+            // an untyped property set from a typed constructor parameter of the same name takes its type
+            $declared = $type;
+            if ($type === null && ($ctor = $class->getConstructor())) {
+                foreach ($ctor->getParameters() as $param) {
+                    if ($param->getName() === $p->getName() && $param->getType() !== null) {
+                        $declared = $param->getType();
+                    }
+                }
+            }
             $out[] = [
                 'name' => $p->getName(),
                 'visibility' => $visibility,
@@ -83,8 +92,8 @@ function laraq_properties(ReflectionClass $class): array
                 'initialized' => $initialized,
                 'default' => $initialized ? base64_encode(serialize($p->getValue($blank))) : null,
                 // for typed classes (laraq schema --python): the type's names, where it comes from
-                'types' => laraq_type_names($type),
-                'nullable' => $type ? $type->allowsNull() : true,
+                'types' => laraq_type_names($declared),
+                'nullable' => $declared ? $declared->allowsNull() : true,
                 'promoted' => $promoted,
                 'ctor_default' => $ctorDefault,
                 'framework' => laraq_framework_trait($class, $p->getName()),
