@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sqlite3
 import sys
 from pathlib import Path
@@ -169,3 +170,22 @@ def test_typed_dispatch_into_horizon_tags_the_models_as_horizon_does(php: str, r
     php_payload, py_payload = json.loads(php_body), json.loads(py_body)
     assert py_payload["tags"] == php_payload["tags"] == ["App\\Models\\Post:1"]
     assert list(py_payload) == list(php_payload)
+
+
+def test_schema_check_says_when_the_module_is_stale(php: str, redis_server: Any, tmp_path: Path) -> None:
+    from conftest import require_laravel
+
+    from laraq.cli import main
+
+    require_laravel("13")  # one line is enough: the check compares the exporter's fingerprint
+    app = PhpApp(redis_server.port, version="13", workdir=tmp_path)
+    generate(app, tmp_path, "typed_check")
+    out = tmp_path / "typed_check.py"
+    args = ["schema", "--from", str(app.path), "--class", TYPED, "--python", str(out), "--check"]
+    ok = CliRunner().invoke(main, args, env=app.env)
+    assert ok.exit_code == 0 and "matches" in ok.output, ok.output
+    text = out.read_text()
+    out.write_text(re.sub(r"__laraq_fingerprint__ = '[0-9a-f]{64}'", "__laraq_fingerprint__ = '" + "0" * 64 + "'",
+                          text))
+    stale = CliRunner().invoke(main, args, env=app.env)
+    assert stale.exit_code == 1 and "out of date" in stale.output

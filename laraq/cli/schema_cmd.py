@@ -4,12 +4,14 @@ as JSON and, with ``--python``, as a module of typed classes (see :mod:`laraq.bu
 from __future__ import annotations
 
 import json
+import re
+import sys
 from pathlib import Path
 
 import click
 
 from laraq.bus.schema import SchemaError, export_schema
-from laraq.bus.typed import generate_module
+from laraq.bus.typed import fingerprint, generate_module
 
 
 @click.command("schema")
@@ -20,9 +22,11 @@ from laraq.bus.typed import generate_module
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the JSON here.")
 @click.option("--python", "python_out", type=click.Path(dir_okay=False), default=None,
               help="Also write a Python module of typed job classes (dataclasses) here.")
+@click.option("--check", is_flag=True,
+              help="With --python: write nothing; exit 1 when the module there no longer matches the PHP classes.")
 @click.option("--php", default="php", show_default=True, help="The PHP binary.")
 def schema_cmd(app_path: str, classes: tuple[str, ...], output: str | None, python_out: str | None,
-               php: str) -> None:
+               check: bool, php: str) -> None:
     """Export each job class's dispatch defaults and each backed enum by PHP reflection.
 
     Give the file to `laraq dispatch --schema` or `app.load_schema()`: Python's dispatch of those
@@ -37,6 +41,11 @@ def schema_cmd(app_path: str, classes: tuple[str, ...], output: str | None, pyth
     except SchemaError as exc:
         raise click.ClickException(str(exc)) from exc
     text = json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+    if check:
+        if not python_out:
+            raise click.UsageError("--check needs --python MODULE.py (the module to check)")
+        _check(Path(python_out), fingerprint(data))
+        return
     if python_out:
         Path(python_out).write_text(generate_module(data, source=str(Path(app_path).resolve())), encoding="utf-8")
         click.echo(f"{len(data.get('jobs') or {})} typed job classes -> {python_out}", err=True)
@@ -48,3 +57,17 @@ def schema_cmd(app_path: str, classes: tuple[str, ...], output: str | None, pyth
                    err=True)
     else:
         click.echo(text, nl=False)
+
+
+def _check(module: Path, now: str) -> None:
+    """Exit 1 when the module's recorded fingerprint is not the PHP classes' fingerprint now."""
+    try:
+        found = re.search(r"^__laraq_fingerprint__ = '([0-9a-f]{64})'$", module.read_text(encoding="utf-8"), re.M)
+    except OSError as exc:
+        raise click.ClickException(f"cannot read {module}: {exc}") from exc
+    if found is None:
+        raise click.ClickException(f"{module} is not a module laraq schema --python wrote")
+    if found.group(1) != now:
+        click.echo(f"{module} is out of date: the PHP classes changed; regenerate it with --python", err=True)
+        sys.exit(1)
+    click.echo(f"{module} matches the PHP classes")
