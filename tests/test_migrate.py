@@ -76,7 +76,7 @@ def test_cross_db_move_and_recovery_from_journal(redis_server):
     # simulate a kill after the source step of one member: it sits in the journal only
     member = ready[0]
     assert t._take(keys=["laravel_database_queues:default", "laravel_database_queues:default:notify",
-                         t.journal_key], args=["list", member, "h0", b"pending\n0\n" + member]) == b"h0:1"
+                         t.journal_key], args=["list", member, "h0", b"pending\n0\n" + member, t.meta]) == b"h0:1"
     assert member not in a.lrange("laravel_database_queues:default", 0, -1)
     summary = t.run()
     assert summary.recovered == 1 and summary.transferred == {"pending": 3, "delayed": 2}

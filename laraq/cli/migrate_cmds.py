@@ -13,16 +13,29 @@ from laraq.cli.common import (
     settings_options,
 )
 from laraq.cli.render import progress
-from laraq.ops.migrate import Transfer, export_jobs, import_jobs
+from laraq.ops.migrate import GIVE_SCRIPT, Transfer, TransferSummary, export_jobs, import_jobs
+from laraq.ops.move_checks import missing_source, spent_reserved
+from laraq.ops.transfers import (
+    DestinationError,
+    HeldElsewhere,
+    check_destination,
+    deliver_held,
+    destination_identity,
+    find_held,
+    return_to_source,
+)
 from laraq.protocol.queue import RedisQueue
 
 # -- migrate -------------------------------------------------------------------------------------------------
 
 def _target_queue(ops: Ops, url: str | None, prefix: str | None, laravel: str | None, cluster: bool) -> RedisQueue:
     version = laravel or str(ops.settings.version)
-    client = redis.Redis.from_url(url) if url else ops.queue.client
-    if cluster and url:
-        client = redis.RedisCluster.from_url(url)
+    try:
+        client = redis.Redis.from_url(url) if url else ops.queue.client
+        if cluster and url:
+            client = redis.RedisCluster.from_url(url)
+    except (ValueError, redis.RedisError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--to-url") from exc
     return RedisQueue(client, prefix=ops.queue.prefix if prefix is None else prefix, version=version,
                       connection_name=ops.queue.connection_name, default_queue=ops.queue.default_queue,
                       cluster=cluster)
@@ -35,19 +48,81 @@ def _allow_duplicates_option(move: bool) -> Any:
                         help="Copy jobs even when a job with the same uuid/id is already at the destination.")
 
 
+def _recover_options(move: bool) -> Any:
+    if not move:
+        return lambda f: f
+
+    def wrap(f: Any) -> Any:
+        f = click.option("--to-source", is_flag=True,
+                         help="With --recover: put the held jobs back in their source queue instead.")(f)
+        return click.option("--recover", is_flag=True,
+                            help="Finish every unfinished move of SOURCE (default: of every queue under the prefix): "
+                                 "deliver the jobs held in its journal on to the destination given by --to-url/"
+                                 "--to-prefix, or back to the source with --to-source.")(f)
+    return wrap
+
+
+def _recover(ops: Ops, source: str | None, dest: str | None, target: RedisQueue, to_url: str | None,
+             to_source: bool, as_json: bool) -> None:
+    base = ops.queue.keys(source).base if source else None
+    helds = find_held(ops.queue.client, ops.queue.prefix, source_base=base)
+    if not helds:
+        click.echo(f"no unfinished transfer under prefix {ops.queue.prefix!r}" + (f" for queue {source!r}" if source
+                                                                                else ""))
+        return
+    report = []
+    for held in helds:
+        name = held.source_queue(ops.queue.prefix)
+        if to_source:
+            counts = return_to_source(ops.queue, held)
+            where = f"back to {ops.queue.redacted_url()} {held.source_base}"
+        else:
+            ident = destination_identity(target)
+            dest_name = dest or held.meta.get("dest_queue") or name
+            dest_base = target.keys(dest_name).base
+            if held.meta.get("dest_ident") and (held.meta["dest_ident"], held.meta.get("dest_base")) != (ident,
+                                                                                                    dest_base):
+                raise click.ClickException(
+                    f"the journal {held.key} belongs to a move to {held.meta.get('dest_url')} {held.meta.get('dest_base')}, "
+                    f"not {target.redacted_url()} {dest_base}; nothing was recovered. Finish it: "
+                    f"{held.finish_command(ops.queue.prefix)}  or undo it: {held.undo_command(ops.queue.prefix)}")
+            if target.client is ops.queue.client and not to_url and dest_base == held.source_base:
+                raise click.UsageError("--recover needs the destination (--to-url/--to-prefix/DEST) or --to-source")
+            try:
+                check_destination(target, dest_base)
+                counts = deliver_held(ops.queue, held, target, dest_base, target.client.register_script(GIVE_SCRIPT))
+            except DestinationError as exc:
+                raise click.ClickException(str(exc)) from exc
+            except redis.RedisError as exc:
+                raise click.ClickException(f"the destination {target.redacted_url()} (--to-url) failed: {exc}; the "
+                                           f"jobs stay in {held.key}") from exc
+            where = f"on to {target.redacted_url()} {dest_base}"
+        report.append({"journal": held.key, "queue": name, "held": held.jobs, "delivered": counts,
+                       "to": "source" if to_source else "destination"})
+        if not as_json:
+            click.echo(f"recovered {sum(counts.values())} of {held.jobs} held job(s) of {name!r} {where}"
+                       + ("" if sum(counts.values()) == held.jobs else
+                          " (the others were already there: the destination had written them)"))
+    if as_json:
+        emit_json({"recovered": report})
+
+
 def _transfer_command(name: str, move: bool) -> click.Command:
     verb = "Move" if move else "Copy"
     extra = ("" if move else " Jobs whose uuid/id is already at the destination are skipped (so re-running a copy "
              "never duplicates), unless --allow-duplicates.")
+    held = (" The destination is checked first (connect, credentials, a write); a move to another server holds "
+            "each job in a journal on the source between the two writes: `laraq status` lists unfinished ones and "
+            "--recover finishes or undoes them." if move else "")
 
     @click.command(name, help=f"{verb} jobs from SOURCE queue to DEST queue (same or another prefix/db/server).\n\n"
                    "Ready jobs keep their order, delayed jobs their scores; bytes are never changed. "
                    "Safe to interrupt: re-run the same command to finish. The report counts what the destination "
-                   "wrote, by state, and checks it is there." + extra + "\n\n"
+                   "wrote, by state, and checks it is there." + extra + held + "\n\n"
                    "Reserved jobs are being run by workers: they are left in place unless --include-reserved "
                    "(a job still running may then run twice).")
     @settings_options
-    @click.argument("source")
+    @click.argument("source", required=False)
     @click.argument("dest", required=False)
     @click.option("--to-url", default=None, help="Destination Redis URL (default: the same connection).")
     @click.option("--to-prefix", default=None, help="Destination key prefix (default: the source prefix).")
@@ -57,13 +132,22 @@ def _transfer_command(name: str, move: bool) -> click.Command:
                   help="States to transfer (default: pending and delayed).")
     @click.option("--include-reserved", is_flag=True, help="Also take reserved jobs (same as --state reserved).")
     @_allow_duplicates_option(move)
+    @_recover_options(move)
     @click.option("--filter", "class_filter", default=None, help="Only jobs of this class (glob allowed).")
     @click.option("--dry-run", is_flag=True, help="Only count what would be transferred.")
     @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-    def command(ops: Ops, source: str, dest: str | None, to_url: str | None, to_prefix: str | None,
+    def command(ops: Ops, source: str | None, dest: str | None, to_url: str | None, to_prefix: str | None,
                 to_laravel: str | None, to_cluster: bool, states: tuple[str, ...], include_reserved: bool,
-                class_filter: str | None, dry_run: bool, as_json: bool, allow_duplicates: bool = False) -> None:
+                class_filter: str | None, dry_run: bool, as_json: bool, allow_duplicates: bool = False,
+                recover: bool = False, to_source: bool = False) -> None:
         target = _target_queue(ops, to_url, to_prefix, to_laravel, to_cluster)
+        if recover:
+            _recover(ops, source, dest, target, to_url, to_source, as_json)
+            return
+        if to_source:
+            raise click.UsageError("--to-source goes with --recover")
+        if source is None:
+            raise click.UsageError("missing argument SOURCE")
         dest_name = dest or source
         same = (target.client is ops.queue.client and target.keys(dest_name).base == ops.queue.keys(source).base)
         if same:
@@ -76,24 +160,40 @@ def _transfer_command(name: str, move: bool) -> click.Command:
                                 class_filter=class_filter, allow_duplicates=allow_duplicates)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from exc
-        refused = transfer.incompatible()
-        if refused:
-            shown = "\n  ".join(refused[:20]) + (f"\n  ... and {len(refused) - 20} more" if len(refused) > 20 else "")
-            raise click.ClickException(
-                f"refusing to {verb.lower()} to Laravel {target.version}: {len(refused)} job(s) it cannot run as "
-                f"dispatched; nothing was {'moved' if move else 'copied'} (--filter selects the classes to take):\n  {shown}")
-        total = transfer.count()
-        if dry_run:
-            summary = transfer.plan()
-        else:
-            with progress(total, "moving" if move else "copying", enabled=not as_json) as bar:
-                summary = transfer.run(progress=bar.update)
+        try:
+            transfer.preflight()
+            summary = _run_transfer(transfer, verb, move, dry_run, as_json)
+        except (DestinationError, HeldElsewhere) as exc:
+            raise click.ClickException(str(exc)) from exc
         if as_json:
             emit_json(summary.to_dict())
         else:
             click.echo(summary.describe(dry_run=dry_run))
 
     return command
+
+
+def _run_transfer(transfer: Transfer, verb: str, move: bool, dry_run: bool, as_json: bool) -> TransferSummary:
+    missing = missing_source(transfer)
+    if missing:
+        raise click.ClickException(missing)
+    refused = transfer.incompatible()
+    if refused:
+        shown = "\n  ".join(refused[:20]) + (f"\n  ... and {len(refused) - 20} more" if len(refused) > 20 else "")
+        raise click.ClickException(
+            f"refusing to {verb.lower()} to Laravel {transfer.dest.version}: {len(refused)} job(s) it cannot run as "
+            f"dispatched; nothing was {'moved' if move else 'copied'} (--filter selects the classes to take):\n  {shown}")
+    warnings = spent_reserved(transfer).warnings()
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)
+    total = transfer.count()
+    if dry_run:
+        summary = transfer.plan()
+    else:
+        with progress(total, "moving" if move else "copying", enabled=not as_json) as bar:
+            summary = transfer.run(progress=bar.update)
+    summary.warnings = warnings
+    return summary
 
 
 move_cmd = _transfer_command("move", True)

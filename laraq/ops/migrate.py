@@ -40,21 +40,33 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import redis
+
 from laraq.ops.inspect import JobView, _matches, list_members, scored_members
 from laraq.ops.jsonl import ImportLineError, export_jobs, import_jobs
+from laraq.ops.transfers import (
+    META,
+    SEQ,
+    TRANSFER_MARK,
+    DestinationError,
+    HeldElsewhere,
+    HeldTransfer,
+    check_destination,
+    deliver_held,
+    destination_identity,
+    find_held,
+)
 from laraq.protocol.queue import QueueKeys, RedisQueue
 from laraq.protocol.versions import LaravelVersion
 
-__all__ = ["TRANSFER_MARK", "ImportLineError", "Transfer", "TransferSummary", "export_jobs", "import_jobs",
-           "job_identity", "unsupported_by"]
-
-#: Infix of laraq's transfer bookkeeping keys (skipped by queue discovery).
-TRANSFER_MARK = ":laraq-transfer:"
+__all__ = ["GIVE_SCRIPT", "TRANSFER_MARK", "DestinationError", "HeldElsewhere", "ImportLineError", "Transfer", "TransferSummary",
+           "export_jobs", "import_jobs", "job_identity", "unsupported_by"]
 
 # Removes one member from the source (a list, with its wake-up token, or a sorted set); false when
 # it is no longer there (a worker took it, or an earlier run already moved it).
@@ -89,16 +101,17 @@ return 1
 """
 
 # Source side of a cross-server move. KEYS: 1 src, 2 src notify, 3 journal.
-# ARGV: 1 src kind, 2 member, 3 member hash, 4 journal value.
+# ARGV: 1 src kind, 2 member, 3 member hash, 4 journal value, 5 the transfer's description (#meta).
 # Returns the journal field, ``<hash>:<sequence>`` (so two identical members stay two entries), or false.
 _TAKE = _REMOVE_FROM_SOURCE + """\
 if not remove_from_source(ARGV[1], KEYS[1], KEYS[2], ARGV[2]) then return false end
+redis.call('HSETNX', KEYS[3], '#meta', ARGV[5])
 local token = ARGV[3] .. ':' .. redis.call('HINCRBY', KEYS[3], '#seq', 1)
 redis.call('HSET', KEYS[3], token, ARGV[4])
 return token
 """
 
-# Destination side. KEYS: 1 dst, 2 dst notify, 3 marker set. ARGV: 1 dst kind, 2 member, 3 score, 4 token.
+# Destination side (also used by ``move --recover``). KEYS: 1 dst, 2 dst notify, 3 marker set. ARGV: 1 dst kind, 2 member, 3 score, 4 token.
 _GIVE = """\
 if redis.call('SISMEMBER', KEYS[3], ARGV[4]) == 1 then return 0 end
 if ARGV[1] == 'list' then
@@ -110,9 +123,8 @@ end
 redis.call('SADD', KEYS[3], ARGV[4])
 return 1
 """
+GIVE_SCRIPT = _GIVE
 
-#: The journal hash's own counter field (not an entry).
-_SEQ = b"#seq"
 
 _UUID_HEAD = re.compile(rb'^\{"uuid":"([^"\\]{1,200})"')
 
@@ -195,13 +207,18 @@ class TransferSummary:
     #: ``Class uuid`` of the first reserved members left (at most 5), to name them.
     left_reserved_jobs: list[str] = field(default_factory=list)
     retry_after: int | None = None
+    #: of the jobs written but not found back, how many are reserved at the destination (measured)
+    running_there: int = 0
+    #: warnings given before the transfer (e.g. reserved jobs whose attempts are spent)
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "source": self.source, "destination": self.destination,
                 "transferred": self.transferred, "verified_at_destination": self.verified,
                 "skipped_by_filter": self.skipped, "already_at_destination": self.existing,
                 "left_reserved": self.left_reserved, "left_reserved_jobs": self.left_reserved_jobs,
-                "recovered": self.recovered}
+                "recovered": self.recovered, "reserved_at_destination": self.running_there,
+                "warnings": self.warnings}
 
     def describe(self, *, dry_run: bool = False) -> str:
         """One summary line, then one line per thing left undone and how to do it."""
@@ -213,8 +230,16 @@ class TransferSummary:
             if seen == done:
                 lines.append(f"  verified at the destination: {_parts(self.verified)}")
             else:
-                lines.append(f"  only {seen} of them are at the destination now ({_parts(self.verified)}); "
-                             f"{done - seen} were taken by workers there meanwhile, or lost")
+                gone = done - seen
+                line = f"  {seen} of them are in the destination's queue keys now ({_parts(self.verified)})"
+                if self.running_there:
+                    line += f"; {self.running_there} are reserved there (workers there took them and are running them)"
+                rest = gone - self.running_there
+                if rest > 0:
+                    line += (f"; {rest} were written and acknowledged by the destination and have left its ready "
+                             "and delayed keys since (taken by a worker or another client there: laraq did not "
+                             "remove them)")
+                lines.append(line)
         if self.recovered:
             lines.append(f"  {self.recovered} of them were recovered from an interrupted run")
         if _count(self.existing):
@@ -296,18 +321,30 @@ class Transfer:
         self.local = _same_connection(source.client, dest.client) and not (source.cluster or dest.cluster)
         if self.local and self.src_keys.base == self.dst_keys.base:
             raise ValueError("source and destination are the same queue")
+        # The id names the destination by where it really is (host resolved, port, db), never by the
+        # spelling of its URL, so a re-run with another spelling finds the same journal.
+        self.dest_ident = destination_identity(dest)
         ident = "|".join([
-            "move" if move else "copy", source.redacted_url(), self.src_keys.base, dest.redacted_url(),
+            "move" if move else "copy", self.src_keys.base, self.dest_ident,
             self.dst_keys.base, ",".join(self.states), class_filter or "",
         ])
         self.id = hashlib.sha1(ident.encode()).hexdigest()[:16]
+        self.meta = json.dumps({
+            "created": int(time.time()), "mode": "move" if move else "copy", "dest_url": dest.redacted_url(),
+            "dest_ident": self.dest_ident, "dest_base": self.dst_keys.base, "dest_prefix": dest.prefix,
+            "dest_queue": self.dest_name, "dest_version": str(dest.version), "dest_cluster": bool(dest.cluster),
+            "states": list(self.states), "filter": class_filter,
+        })
         self.journal_key = self.src_keys.base + TRANSFER_MARK + self.id + ":journal"
         self.marker_key = self.dst_keys.base + TRANSFER_MARK + self.id + ":done"
         self._local = source.client.register_script(_LOCAL)
         self._take = source.client.register_script(_TAKE)
         self._give = dest.client.register_script(_GIVE)
         self._arrived: Counter[tuple[str, str]] = Counter()
+        self._arrived_ident: dict[str, str] = {}
         self._dest_ids: set[str] | None = None
+        #: journals of this source queue left by runs to the same destination (another state set or filter)
+        self._adopted: list[HeldTransfer] = []
 
     # -- describing ------------------------------------------------------------------------------
 
@@ -320,8 +357,32 @@ class Transfer:
     def _journal_entries(self) -> dict[bytes, bytes]:
         # the queue's client never decodes replies (decode_responses=False): fields and values are bytes
         entries = cast(dict[bytes, bytes], self.source.client.hgetall(self.journal_key))
-        entries.pop(_SEQ, None)
+        entries.pop(SEQ, None)
+        entries.pop(META, None)
         return entries
+
+    def preflight(self) -> None:
+        """Before anything is taken: the destination must accept a scripted write, and no other
+        unfinished move may hold jobs of this source queue (:class:`HeldElsewhere` lists them).
+
+        Journals of the same source queue left by a run to this same destination (however its URL was
+        spelt) are adopted: :meth:`recover` delivers them under their own done-markers."""
+        if not self.local:
+            check_destination(self.dest, self.dst_keys.base)
+        if not self.move:
+            return
+        blocking = []
+        self._adopted = []
+        for held in find_held(self.source.client, source_base=self.src_keys.base):
+            if held.transfer_id == self.id:
+                continue
+            if (held.meta.get("dest_ident") == self.dest_ident and held.meta.get("dest_base") == self.dst_keys.base
+                    and not self.local):
+                self._adopted.append(held)
+            else:
+                blocking.append(held)
+        if blocking:
+            raise HeldElsewhere(blocking, self.source.prefix)
 
     def count(self) -> int:
         """How many members the selected states hold now (before filtering), plus unfinished journal entries."""
@@ -367,6 +428,10 @@ class Transfer:
             if len(chunk) < 1000:
                 return
             start += 1000
+
+    def members_of(self, state: str) -> Iterator[bytes]:
+        """The wanted members of one source state (after ``--filter``), head first."""
+        return (m for m in self._scan(self.source.client, self.src_keys, state) if self._wanted(m, state))
 
     def destination_ids(self) -> set[str]:
         """The identities (:func:`job_identity`) of every job at the destination, ready, delayed or reserved."""
@@ -439,6 +504,7 @@ class Transfer:
         self._arrived.clear()
         for state in self.states:
             summary.transferred[state] = summary.skipped[state] = summary.existing[state] = 0
+        self.preflight()
         summary.recovered = self.recover(summary)
         for state in self.states:
             occurrences: Counter[str] = Counter()
@@ -453,6 +519,8 @@ class Transfer:
         self._left_reserved(summary)
         if verify:
             summary.verified = self.verify()
+            if _count(summary.verified) < _count(summary.transferred):
+                summary.running_there = self.running_at_destination()
         return summary
 
     def _pass(self, state: str, progress: Callable[[int], Any] | None,
@@ -474,6 +542,7 @@ class Transfer:
                     if self._one(state, member, score, digest, occurrences[digest]):
                         moved += 1
                         self._arrived[(state, digest)] += 1
+                        self._arrived_ident[digest] = job_identity(member)
                         if self.dedupe:
                             self.destination_ids().add(job_identity(member))
                 if progress is not None:
@@ -496,31 +565,57 @@ class Transfer:
             ))
         if self.move:
             entry = f"{state}\n{score_arg}\n".encode() + member
-            taken = self._take(keys=[src_key, self.src_keys.notify, self.journal_key], args=[kind, member, digest, entry])
+            taken = self._take(keys=[src_key, self.src_keys.notify, self.journal_key],
+                               args=[kind, member, digest, entry, self.meta])
             if not taken:
                 return False
             token = taken.decode() if isinstance(taken, bytes) else str(taken)
-            delivered = self._deliver(state, member, score_arg, token)
+            delivered = self._deliver(state, member, score_arg, token, held=True)
             self.source.client.hdel(self.journal_key, token)
             return bool(delivered)
         return bool(self._deliver(state, member, score_arg, token))
 
-    def _deliver(self, state: str, member: bytes, score: Any, token: str) -> int:
-        return int(self._give(keys=[_key(self.dst_keys, state), self.dst_keys.notify, self.marker_key],
-                              args=[_kind(state), member, score, token]))
+    def _deliver(self, state: str, member: bytes, score: Any, token: str, *, held: bool = False) -> int:
+        try:
+            return int(self._give(keys=[_key(self.dst_keys, state), self.dst_keys.notify, self.marker_key],
+                                  args=[_kind(state), member, score, token]))
+        except redis.RedisError as exc:
+            raise self._destination_failed(exc, held) from exc
+
+    def _destination_failed(self, exc: Exception, held: bool) -> DestinationError:
+        message = f"the destination {self.dest.redacted_url()} (--to-url) failed: {type(exc).__name__}: {exc}"
+        if held or (self.move and self._journal_entries()):
+            source_prefix = self.source.prefix
+            message += (f"; the job(s) taken are held on the source in {self.journal_key} (no worker runs them "
+                        "there): re-run the same command once the destination is back, or `laraq move --recover "
+                        f"{self.source_name} --prefix {source_prefix} --to-source` to put them back")
+        return DestinationError(message)
 
     def recover(self, summary: TransferSummary | None = None) -> int:
-        """Deliver the members an interrupted run had taken from the source but not finished."""
+        """Deliver the members an interrupted run had taken from the source but not finished, including
+        those of journals :meth:`preflight` adopted (same source queue, same destination)."""
+        adopted = 0
+        for held in self._adopted:
+            try:
+                done = deliver_held(self.source, held, self.dest, self.dst_keys.base, self._give)
+            except redis.RedisError as exc:
+                raise self._destination_failed(exc, True) from exc
+            adopted += held.jobs
+            if summary is not None:
+                for state, n in done.items():
+                    summary.transferred[state] = summary.transferred.get(state, 0) + n
+        self._adopted = []
         entries = self._journal_entries()
         for token, entry in entries.items():
             state_b, score_b, member = entry.split(b"\n", 2)
             state = state_b.decode()
             if self._deliver(state, member, score_b.decode(), token.decode()):
                 self._arrived[(state, _hash(member))] += 1
+                self._arrived_ident[_hash(member)] = job_identity(member)
                 if summary is not None:
                     summary.transferred[state] = summary.transferred.get(state, 0) + 1
             self.source.client.hdel(self.journal_key, token)
-        return len(entries)
+        return len(entries) + adopted
 
     def finish(self) -> None:
         """Drop the bookkeeping keys once nothing is left in the journal."""
@@ -538,3 +633,12 @@ class Transfer:
         for state in self.states:
             found.setdefault(state, 0)
         return found
+
+    def running_at_destination(self) -> int:
+        """How many of the jobs this run wrote sit in the destination's reserved set now (by uuid/id):
+        workers there took them and are running them (measured, not guessed)."""
+        if not self._arrived_ident:
+            return 0
+        reserved = {job_identity(m) for m in self._scan(self.dest.client, self.dst_keys, "reserved")}
+        return sum(1 for (state, digest) in self._arrived if state != "reserved"
+                   and self._arrived_ident.get(digest) in reserved)
