@@ -203,14 +203,16 @@ def pickups_since(queue: RedisQueue, marks: list[ListMark]) -> dict[str, Pickups
 
     Every pop (Laravel's and laraq's) takes from the head and every push, release-to-ready and
     delayed migration adds at the tail, so the members in front of the marked tail member are the
-    jobs taken since: ``marked position - position now`` (``LPOS``, scanning at most the marked
-    length). ``None`` when the list was empty at the mark (nothing to measure against).
+    jobs taken since: ``marked position - position now``. The marked member is looked for from the
+    tail (``LPOS ... RANK -1``): a queue holding identical copies of it (an import run twice) would
+    otherwise match the first copy near the head and count every member between as taken.
+    ``None`` when the list was empty at the mark (nothing to measure against).
     """
     pipe = queue.client.pipeline(transaction=False)
     for mark in marks:
         if mark.tail is not None:
             # redis-py types LPOS's element as str; like every command's argument it takes bytes
-            pipe.lpos(queue.keys(mark.queue).list, mark.tail, maxlen=mark.length)  # type: ignore[arg-type]
+            pipe.lpos(queue.keys(mark.queue).list, mark.tail, rank=-1)  # type: ignore[arg-type]
     replies = iter(pipe.execute())
     now = queue.clock()
     out: dict[str, Pickups | None] = {}

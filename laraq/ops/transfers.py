@@ -33,6 +33,7 @@ import redis
 from laraq.protocol.queue import RedisQueue
 
 __all__ = ["META", "SEQ", "TRANSFER_MARK", "DestinationError", "HeldElsewhere", "HeldTransfer", "check_destination",
+           "held_findings",
            "deliver_held", "destination_identity", "find_held", "held_report", "return_to_source"]
 
 #: Infix of laraq's transfer bookkeeping keys (skipped by queue discovery).
@@ -257,3 +258,14 @@ def deliver_held(source: RedisQueue, held: HeldTransfer, dest: RedisQueue, dest_
         client.delete(held.key)
         dest.client.delete(marker)
     return counts
+
+
+def held_findings(client: Any, prefix: str) -> list[tuple[str, str, str, str]]:
+    """``(level, title, detail, fix)`` per unfinished transfer, for ``laraq doctor``."""
+    out = []
+    for held in find_held(client, prefix):
+        age = "unknown age" if held.age is None else f"started {int(held.age)} s ago"
+        out.append(("error", f"unfinished move holds {held.jobs} job(s) of queue {held.source_queue(prefix)!r}",
+                    f"{held.key} ({age}); no worker runs a held job",
+                    f"finish: {held.finish_command(prefix)}  or undo: {held.undo_command(prefix)}"))
+    return out
