@@ -98,7 +98,7 @@ def test_export_import_round_trip(redis_client):
     assert any("body_b64" in line for line in lines)
     dst = q(redis_client, prefix="new_")
     counts = import_jobs(dst, io.StringIO(out.getvalue()), reserved_as="pending")
-    assert counts == {"pending": 6, "delayed": 3, "reserved": 0, "skipped": 0}
+    assert counts == {"pending": 6, "delayed": 3, "reserved": 0, "skipped": 0, "existing": 0}
     assert redis_client.lrange("new_queues:mail", 0, 4) == ready[1:] + [b"\xff not utf-8"]
     assert discover_queues(redis_client, "new_") == ["mail"]
     with pytest.raises(ValueError):

@@ -1,4 +1,5 @@
-"""Moving jobs: ``move`` and ``copy`` (:class:`laraq.ops.migrate.Transfer`), ``export`` and ``import``."""
+"""Moving jobs: ``move`` (and ``move --recover``) and ``copy`` (:class:`laraq.ops.migrate.Transfer`), ``export``,
+``import`` and ``remove-exported``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from laraq.cli.common import (
     settings_options,
 )
 from laraq.cli.render import progress
+from laraq.ops.jsonl import remove_exported
 from laraq.ops.migrate import GIVE_SCRIPT, Transfer, TransferSummary, export_jobs, import_jobs
 from laraq.ops.move_checks import missing_source, spent_reserved
 from laraq.ops.transfers import (
@@ -208,12 +210,19 @@ copy_cmd = _transfer_command("copy", False)
 @click.option("--state", "states", multiple=True, type=click.Choice(["pending", "delayed", "reserved", "poison"]),
               help="States to export (repeatable; default: pending, delayed, reserved).")
 def export_cmd(ops: Ops, queues: tuple[str, ...], output: str, states: tuple[str, ...]) -> None:
-    """Write jobs as JSON Lines: {"queue", "state", "score", "body"} (body_b64 if not UTF-8)."""
+    """Write jobs as JSON Lines: {"queue", "state", "score", "body"} (body_b64 if not UTF-8).
+
+    A copy: the jobs stay in Redis and workers keep running them. Once the file is imported and
+    checked, `laraq remove-exported FILE` deletes exactly the exported jobs still here."""
     names = ops.queues(queues)
     stream = click.open_file(output, "w", encoding="utf-8")
     with stream:
         count = export_jobs(ops.queue, names, stream, states=tuple(states) or ("pending", "delayed", "reserved"))
-    click.echo(f"exported {count} jobs from {len(names)} queue(s)", err=True)
+    where = "standard output" if output == "-" else output
+    click.echo(f"exported {count} jobs from {len(names)} queue(s) to {where}. This is a copy: the jobs are still in "
+               "Redis and workers here keep running them. Once the file is imported and checked, remove exactly "
+               f"these jobs here with: laraq remove-exported {output if output != '-' else 'FILE'} --prefix "
+               f"{ops.queue.prefix}", err=True)
 
 
 @click.command("import")
@@ -222,11 +231,16 @@ def export_cmd(ops: Ops, queues: tuple[str, ...], output: str, states: tuple[str
 @click.option("--queue", "queue_override", default=None, help="Put every job on this queue.")
 @click.option("--reserved-as", type=click.Choice(["pending", "reserved", "skip"]), default="pending",
               show_default=True, help="Where exported reserved jobs go.")
-def import_cmd(ops: Ops, path: str, queue_override: str | None, reserved_as: str) -> None:
+@click.option("--allow-duplicates", is_flag=True,
+              help="Write every line, even jobs whose uuid/id is already here or was imported here before.")
+def import_cmd(ops: Ops, path: str, queue_override: str | None, reserved_as: str, allow_duplicates: bool) -> None:
     """Read JSON Lines written by export and push the jobs, bytes and scores unchanged.
 
     All or nothing: every line is checked first, and a bad one stops the import with its line number
-    and cause before anything is written; then the whole file goes in one MULTI/EXEC transaction."""
+    and cause before anything is written; then the whole file goes in one MULTI/EXEC transaction.
+    Each job once: a job whose uuid/id is already at the destination, or that an earlier import wrote to
+    that queue (remembered 30 days, so jobs a worker already ran are not imported again), is skipped,
+    unless --allow-duplicates. Re-running an import is safe."""
     lines = None
     if path != "-":
         with open(path, "rb") as fh:
@@ -234,8 +248,37 @@ def import_cmd(ops: Ops, path: str, queue_override: str | None, reserved_as: str
     with click.open_file(path, "rb") as stream, progress(lines, "importing") as bar:
         try:
             counts = import_jobs(ops.queue, stream, queue=queue_override, reserved_as=reserved_as,
-                                 progress=bar.update)
+                                 progress=bar.update, allow_duplicates=allow_duplicates)
         except ValueError as exc:
             raise click.ClickException(str(exc)) from exc
+    existing = counts.pop("existing")
     click.echo("imported " + ", ".join(f"{n} {state}" for state, n in counts.items() if n or state == "pending")
-               + (f" to prefix {ops.queue.prefix!r}" if counts else ""))
+               + f" to prefix {ops.queue.prefix!r}")
+    if existing:
+        click.echo(f"  {existing} skipped: a job with the same uuid/id is already here or was imported here before "
+                   "(--allow-duplicates writes them anyway)")
+
+
+@click.command("remove-exported")
+@settings_options
+@click.argument("path", type=click.Path(dir_okay=False, exists=True))
+@click.option("--force", is_flag=True, help="Do not ask for confirmation.")
+def remove_exported_cmd(ops: Ops, path: str, force: bool) -> None:
+    """Delete from this Redis the jobs of an export file that are still here, byte for byte.
+
+    For after `laraq export` + `laraq import` elsewhere, once the import is checked: only the exported
+    members are removed (jobs dispatched since stay); a job a worker took or ran since is not here any more."""
+    if not force:
+        click.confirm(f"delete the jobs of {path} from prefix {ops.queue.prefix!r} on {ops.queue.redacted_url()}?",
+                      abort=True)
+    with open(path, "rb") as stream:
+        try:
+            counts = remove_exported(ops.queue, stream)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from exc
+    click.echo(f"removed {counts['removed']} exported job(s); {counts['gone']} were no longer here "
+               "(taken by a worker, or changed since the export)")
+
+
+#: The commands of this module beyond move/copy/export/import (registered by :mod:`laraq.cli.ops`).
+MORE_COMMANDS: list[click.Command] = [remove_exported_cmd]

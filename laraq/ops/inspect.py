@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
+import json
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatchcase
@@ -41,6 +44,7 @@ __all__ = [
     "find_failed",
     "find_job",
     "iter_members",
+    "job_identity",
     "list_members",
     "list_jobs",
     "scored_members",
@@ -376,6 +380,27 @@ class JobView:
             except UnicodeDecodeError:
                 out["body_b64"] = base64.b64encode(self.raw).decode("ascii")
         return out
+
+
+_UUID_HEAD = re.compile(rb'^\{"uuid":"([^"\\]{1,200})"')
+
+
+def job_identity(member: bytes) -> str:
+    """What makes a member the same job: its payload ``uuid``, else its ``id``, else its bytes' SHA-1.
+
+    Laravel writes ``uuid`` first (8.x+), so the usual case is read without decoding the body."""
+    head = _UUID_HEAD.match(member)
+    if head:
+        return "uuid:" + head.group(1).decode("utf-8", "replace")
+    try:
+        data = json.loads(member)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        for name in ("uuid", "id"):
+            if isinstance(data.get(name), str | int) and data.get(name) not in ("", None):
+                return f"{name}:{data[name]}"
+    return "sha1:" + hashlib.sha1(member).hexdigest()
 
 
 def list_members(client: Any, key: str, start: int, end: int) -> list[bytes]:

@@ -48,7 +48,7 @@ from typing import Any, cast
 
 import redis
 
-from laraq.ops.inspect import JobView, _matches, list_members, scored_members
+from laraq.ops.inspect import JobView, _matches, job_identity, list_members, scored_members
 from laraq.ops.jsonl import ImportLineError, export_jobs, import_jobs
 from laraq.ops.transfers import (
     META,
@@ -126,7 +126,6 @@ return 1
 GIVE_SCRIPT = _GIVE
 
 
-_UUID_HEAD = re.compile(rb'^\{"uuid":"([^"\\]{1,200})"')
 
 
 def _kind(state: str) -> str:
@@ -145,24 +144,6 @@ def _range(client: Any, state: str, key: str, start: int, end: int) -> list[byte
 
 def _hash(member: bytes) -> str:
     return hashlib.sha1(member).hexdigest()
-
-
-def job_identity(member: bytes) -> str:
-    """What makes a member the same job: its payload ``uuid``, else its ``id``, else its bytes' SHA-1.
-
-    Laravel writes ``uuid`` first (8.x+), so the usual case is read without decoding the body."""
-    head = _UUID_HEAD.match(member)
-    if head:
-        return "uuid:" + head.group(1).decode("utf-8", "replace")
-    try:
-        data = json.loads(member)
-    except ValueError:
-        data = None
-    if isinstance(data, dict):
-        for name in ("uuid", "id"):
-            if isinstance(data.get(name), str | int) and data.get(name) not in ("", None):
-                return f"{name}:{data[name]}"
-    return "sha1:" + _hash(member)
 
 
 def _same_connection(a: Any, b: Any) -> bool:
