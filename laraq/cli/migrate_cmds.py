@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import click
@@ -14,6 +15,8 @@ from laraq.cli.common import (
     settings_options,
 )
 from laraq.cli.render import progress
+from laraq.config.settings import LaravelSettings, make_redis
+from laraq.ops.failed_move import move_failed
 from laraq.ops.jsonl import remove_exported
 from laraq.ops.migrate import GIVE_SCRIPT, Transfer, TransferSummary, export_jobs, import_jobs
 from laraq.ops.move_checks import missing_source, spent_reserved
@@ -27,6 +30,8 @@ from laraq.ops.transfers import (
     return_to_source,
 )
 from laraq.protocol.queue import RedisQueue
+from laraq.protocol.versions import LaravelVersion
+from laraq.stores.failed import make_failed_store
 
 # -- migrate -------------------------------------------------------------------------------------------------
 
@@ -280,5 +285,90 @@ def remove_exported_cmd(ops: Ops, path: str, force: bool) -> None:
                "(taken by a worker, or changed since the export)")
 
 
+def _dest_settings(ops: Ops, env_file: str | None, laravel: str | None, table: str | None) -> LaravelSettings:
+    settings = ops.settings
+    if env_file:
+        try:
+            # the .env alone describes the destination app: this process's environment is the source's
+            settings = LaravelSettings.from_env({}, env_file=env_file, version=laravel)
+        except (OSError, ValueError) as exc:
+            raise click.BadParameter(str(exc), param_hint="--to-env-file") from exc
+    elif laravel:
+        settings = dataclasses.replace(settings, version=LaravelVersion.parse(laravel))
+    if table:
+        settings = dataclasses.replace(settings, failed_table=table)
+    return settings
+
+
+@click.command("move-failed")
+@settings_options
+@click.option("--from-table", default=None, help="Source failed-jobs table (default: the app's).")
+@click.option("--to-env-file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="The destination app's .env: its failed-job store (and, with --retry, its queue connection).")
+@click.option("--to-table", default=None, help="Destination failed-jobs table (default: the destination app's).")
+@click.option("--to-laravel", default=None, help="Destination Laravel version.")
+@click.option("--retry", is_flag=True,
+              help="Retry them into the destination's Redis queue (as queue:retry there would) instead of "
+                   "keeping them failed.")
+@click.option("--to-url", default=None, help="With --retry: destination Redis URL (default: the destination app's).")
+@click.option("--to-prefix", default=None, help="With --retry: destination key prefix.")
+@click.option("--queue", "queues", multiple=True, help="Only failed jobs of this queue (repeatable).")
+@click.option("--filter", "class_filter", default=None, help="Only jobs of this class (glob allowed).")
+@click.option("--connection", default=None, help="Write the rows under this connection name (default: kept).")
+@click.option("--copy", is_flag=True, help="Leave the source rows in place.")
+@click.option("--dry-run", is_flag=True, help="Only count what would be moved.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def move_failed_cmd(ops: Ops, from_table: str | None, to_env_file: str | None, to_table: str | None,
+                    to_laravel: str | None, retry: bool, to_url: str | None, to_prefix: str | None,
+                    queues: tuple[str, ...], class_filter: str | None, connection: str | None, copy: bool,
+                    dry_run: bool, as_json: bool) -> None:
+    """Move failed jobs to another app's failed-job store (they stay failed: queue:retry there works),
+    or --retry them into its queue.
+
+    Any two stores laraq reads (database-uuids or database on SQLite, MySQL/MariaDB, PostgreSQL, any table;
+    the file store). Payloads move byte for byte; each job once, by uuid/id, so a re-run (or a run killed
+    half-way, then re-run) never duplicates; a source row is forgotten only once the destination has it."""
+    source_settings = dataclasses.replace(ops.settings, failed_table=from_table) if from_table else ops.settings
+    try:
+        source = make_failed_store(source_settings)
+    except (ValueError, NotImplementedError, ImportError) as exc:
+        raise click.ClickException(f"cannot open the source failed-job store: {exc}") from exc
+    dest_settings = _dest_settings(ops, to_env_file, to_laravel, to_table)
+    if not retry and not to_env_file and not to_table:
+        raise click.UsageError("give the destination: --to-env-file (its failed-job store) and/or --to-table, "
+                               "or --retry with --to-url/--to-env-file")
+    dest_store = dest_queue = None
+    if retry:
+        if to_url or to_prefix or not to_env_file:
+            dest_queue = _target_queue(ops, to_url, to_prefix, str(dest_settings.version), False)
+        else:
+            dest_queue = RedisQueue(make_redis(dest_settings, "default"), prefix=dest_settings.redis_prefix,
+                                    version=dest_settings.version, connection_name=dest_settings.connection_name,
+                                    default_queue=dest_settings.redis_queue)
+        try:
+            check_destination(dest_queue, dest_queue.prefix + "queues:failed-move",
+                              "--to-url" if to_url else "--to-env-file")
+        except DestinationError as exc:
+            raise click.ClickException(str(exc)) from exc
+        where = f"{dest_queue.redacted_url()} prefix {dest_queue.prefix!r}"
+    else:
+        try:
+            dest_store = make_failed_store(dest_settings)
+            if hasattr(dest_store, "ensure_table"):
+                dest_store.ensure_table()  # create table if not exists, as Laravel's migration would
+        except Exception as exc:
+            raise click.ClickException(f"cannot open the destination failed-job store "
+                                       f"({'--to-env-file' if to_env_file else '--to-table'}): {exc}") from exc
+        where = f"{dest_settings.failed_driver} table {dest_settings.failed_table!r}"
+    summary = move_failed(source, dest_store=dest_store, dest_queue=dest_queue, dest_version=dest_settings.version,
+                          source_name=f"{source_settings.failed_driver} table {source_settings.failed_table!r}",
+                          dest_name=where, queues=queues, class_filter=class_filter, copy=copy,
+                          connection=connection, dry_run=dry_run, encrypter=ops.encrypter)
+    if as_json:
+        emit_json(summary.to_dict())
+    else:
+        click.echo(summary.describe(dry_run=dry_run))
+
+
 #: The commands of this module beyond move/copy/export/import (registered by :mod:`laraq.cli.ops`).
-MORE_COMMANDS: list[click.Command] = [remove_exported_cmd]
+MORE_COMMANDS: list[click.Command] = [remove_exported_cmd, move_failed_cmd]
