@@ -9,6 +9,7 @@ from typing import Any
 import click
 import redis
 
+from laraq.bus.schema import SchemaError
 from laraq.cli.common import (
     Ops,
     emit_json,
@@ -17,9 +18,11 @@ from laraq.cli.common import (
 from laraq.cli.render import progress
 from laraq.config.settings import LaravelSettings, make_redis
 from laraq.ops.failed_move import move_failed
+from laraq.ops.inspect import discover_prefixes, discover_queues
 from laraq.ops.jsonl import remove_exported
 from laraq.ops.migrate import GIVE_SCRIPT, Transfer, TransferSummary, export_jobs, import_jobs
 from laraq.ops.move_checks import missing_source, spent_reserved
+from laraq.ops.stack import StackMove, known_classes
 from laraq.ops.transfers import (
     DestinationError,
     HeldElsewhere,
@@ -141,11 +144,20 @@ def _transfer_command(name: str, move: bool) -> click.Command:
     @_allow_duplicates_option(move)
     @_recover_options(move)
     @click.option("--filter", "class_filter", default=None, help="Only jobs of this class (glob allowed).")
+    @click.option("--all-queues", is_flag=True,
+                  help="Every queue under the prefix (SOURCE may also be a comma-separated list), one report.")
+    @click.option("--to-schema", type=click.Path(dir_okay=False, exists=True), default=None,
+                  help="A `laraq schema` export of the destination app: jobs of classes it lacks stay behind.")
+    @click.option("--to-app", type=click.Path(file_okay=False, exists=True), default=None,
+                  help="The destination app's directory (its classes are read by running PHP), like --to-schema.")
+    @click.option("--include-unknown", is_flag=True,
+                  help="With --to-schema/--to-app: take jobs of unknown classes too (they are still listed).")
     @click.option("--dry-run", is_flag=True, help="Only count what would be transferred.")
     @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
     def command(ops: Ops, source: str | None, dest: str | None, to_url: str | None, to_prefix: str | None,
                 to_laravel: str | None, to_cluster: bool, states: tuple[str, ...], include_reserved: bool,
-                class_filter: str | None, dry_run: bool, as_json: bool, allow_duplicates: bool = False,
+                class_filter: str | None, all_queues: bool, to_schema: str | None, to_app: str | None,
+                include_unknown: bool, dry_run: bool, as_json: bool, allow_duplicates: bool = False,
                 recover: bool = False, to_source: bool = False) -> None:
         target = _target_queue(ops, to_url, to_prefix, to_laravel, to_cluster)
         if recover:
@@ -153,15 +165,21 @@ def _transfer_command(name: str, move: bool) -> click.Command:
             return
         if to_source:
             raise click.UsageError("--to-source goes with --recover")
+        chosen = tuple(states) or ("pending", "delayed")
+        if include_reserved and "reserved" not in chosen:
+            chosen += ("reserved",)
+        names = [n for n in (source or "").split(",") if n]
+        if all_queues or len(names) > 1 or to_schema or to_app:
+            _stack(ops, target, names, dest, move=move, states=chosen, class_filter=class_filter,
+                   allow_duplicates=allow_duplicates, all_queues=all_queues, to_schema=to_schema, to_app=to_app,
+                   include_unknown=include_unknown, dry_run=dry_run, as_json=as_json)
+            return
         if source is None:
-            raise click.UsageError("missing argument SOURCE")
+            raise click.UsageError("missing argument SOURCE (or --all-queues)")
         dest_name = dest or source
         same = (target.client is ops.queue.client and target.keys(dest_name).base == ops.queue.keys(source).base)
         if same:
             raise click.UsageError("source and destination are the same queue")
-        chosen = tuple(states) or ("pending", "delayed")
-        if include_reserved and "reserved" not in chosen:
-            chosen += ("reserved",)
         try:
             transfer = Transfer(ops.queue, source, target, dest_name, move=move, states=chosen,
                                 class_filter=class_filter, allow_duplicates=allow_duplicates)
@@ -178,6 +196,63 @@ def _transfer_command(name: str, move: bool) -> click.Command:
             click.echo(summary.describe(dry_run=dry_run))
 
     return command
+
+
+def _stack(ops: Ops, target: RedisQueue, names: list[str], dest: str | None, *, move: bool, states: tuple[str, ...],
+           class_filter: str | None, allow_duplicates: bool, all_queues: bool, to_schema: str | None,
+           to_app: str | None, include_unknown: bool, dry_run: bool, as_json: bool) -> None:
+    """Several queues (or every queue under the prefix) in one command, checked together, one report."""
+    if dest:
+        raise click.UsageError("DEST goes with a single SOURCE queue: a stack move keeps each queue's name "
+                               "(--to-prefix/--to-url choose where)")
+    if all_queues:
+        if names:
+            raise click.UsageError("give SOURCE queues or --all-queues, not both")
+        names = discover_queues(ops.queue.client, ops.queue.prefix)
+        if not names and not find_held(ops.queue.client, ops.queue.prefix):
+            prefixes = sorted(p for p in discover_prefixes(ops.queue.client) if p != ops.queue.prefix)
+            raise click.ClickException(f"no queue under prefix {ops.queue.prefix!r} on {ops.queue.redacted_url()}; "
+                                       f"prefixes holding queues: {', '.join(map(repr, prefixes)) or 'none'}. "
+                                       "Nothing was moved")
+    if not names:
+        raise click.UsageError("missing argument SOURCE (or --all-queues)")
+    known = None
+    if to_schema or to_app:
+        try:
+            known = known_classes(schema_file=to_schema, app_path=to_app)
+        except (SchemaError, ValueError) as exc:
+            raise click.ClickException(f"cannot read the destination app's classes: {exc}") from exc
+    try:
+        stack = StackMove(ops.queue, target, names, move=move, states=states, class_filter=class_filter,
+                          allow_duplicates=allow_duplicates, known=known, include_unknown=include_unknown)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if not all_queues:
+        missing = [m for m in (missing_source(t) for t in stack.transfers) if m]
+        if missing:
+            raise click.ClickException("\n".join(missing))
+    try:
+        stack.preflight()
+    except (DestinationError, HeldElsewhere) as exc:
+        raise click.ClickException(str(exc)) from exc
+    refused = stack.incompatible()
+    if refused:
+        shown = "\n  ".join(refused[:20]) + (f"\n  ... and {len(refused) - 20} more" if len(refused) > 20 else "")
+        raise click.ClickException(f"refusing to move to Laravel {target.version}: {len(refused)} job(s) it cannot "
+                                   f"run as dispatched; nothing was moved:\n  {shown}")
+    for transfer in stack.transfers:
+        stack.report.warnings.extend(spent_reserved(transfer).warnings())
+    for warning in stack.report.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    try:
+        with progress(stack.count(), "moving" if move else "copying", enabled=not as_json and not dry_run) as bar:
+            report = stack.run(progress=bar.update, dry_run=dry_run)
+    except DestinationError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        click.echo(report.describe(dry_run=dry_run))
 
 
 def _run_transfer(transfer: Transfer, verb: str, move: bool, dry_run: bool, as_json: bool) -> TransferSummary:

@@ -228,7 +228,7 @@ class TransferSummary:
                          f"uuid/id is already at the destination ({_parts(self.existing)}); "
                          "--allow-duplicates copies them anyway")
         if _count(self.skipped):
-            lines.append(f"  {_count(self.skipped)} left in place by --filter")
+            lines.append(f"  {_count(self.skipped)} left in place (--filter, or a class the destination app lacks)")
         if self.left_reserved:
             wait = f"{self.retry_after} s" if self.retry_after is not None else "its timeout"
             named = ", ".join(self.left_reserved_jobs) + (", ..." if self.left_reserved > len(self.left_reserved_jobs)
@@ -295,6 +295,8 @@ class Transfer:
             if state not in ("pending", "delayed", "reserved"):
                 raise ValueError(f"cannot transfer state {state!r}")
         self.class_filter = class_filter
+        #: members this transfer leaves in the source whatever the filter says (e.g. classes the destination lacks)
+        self.keep: Callable[[bytes], bool] | None = None
         self.batch = batch
         self.dedupe = not move and not allow_duplicates
         self.src_keys = source.keys(self.source_name)
@@ -374,6 +376,8 @@ class Transfer:
         return total + len(self._journal_entries())
 
     def _wanted(self, member: bytes, state: str) -> bool:
+        if self.keep is not None and self.keep(member):
+            return False
         if not self.class_filter:
             return True
         return _matches(JobView.from_member(self.source_name, state, member, with_properties=False),
