@@ -168,3 +168,23 @@ def test_spent_reserved_jobs_are_named_before_they_move(redis_client, other_serv
     assert result.exit_code == 0, result.output
     assert "1 reserved job(s) have spent their attempts" in result.stderr and "(1/1)" in result.stderr
     assert json.loads(result.stdout)["warnings"]
+
+
+def test_killed_after_the_destination_wrote_is_not_delivered_twice(redis_client, other_server, env):  # noqa: F811
+    """Each step of a cross-server move, interrupted: after take (held), after give (written, still held)."""
+    seed(redis_client, delayed=0)
+    src = RedisQueue(redis_client, prefix=PREFIX, version="12.67")
+    dst = RedisQueue(other_server.client(), prefix=PREFIX, version="12.67")
+    t = Transfer(src, "default", dst)
+    member = redis_client.lindex(SRC, 0)
+    token = t._take(keys=[SRC, SRC + ":notify", t.journal_key], args=["list", member, "h", b"pending\n0\n" + member,
+                                                                      t.meta]).decode()
+    assert t._deliver("pending", member, 0, token) == 1  # the destination wrote it; the kill came before the HDEL
+    # a move of another state set to the same destination adopts that journal, and does not write it again
+    other = Transfer(src, "default", dst, states=("pending", "delayed", "reserved"))
+    assert other.id != t.id
+    summary = other.run()
+    assert summary.recovered == 1
+    dest = other_server.client()
+    assert dest.lrange(SRC, 0, -1).count(member) == 1 and dest.llen(SRC) == 5
+    assert list(redis_client.scan_iter("*laraq-transfer*")) == [] == list(dest.scan_iter("*laraq-transfer*"))
