@@ -111,6 +111,10 @@ def test_status_doctor_and_recover_on_to_the_destination(redis_client, other_ser
     assert "--recover" in held["finish"] and "--to-prefix new_" in held["finish"] and "--to-source" in held["undo"]
     text = invoke(env, "status", "--sample", "0").output
     assert "1 job(s) of queue 'default' held by an unfinished move" in text
+    uuid = json.loads(member)["uuid"]
+    [shown] = json.loads(invoke(env, "show", uuid, "--json", "--no-failed").stdout)
+    assert shown["state"] == "held" and shown["taken_from"] == "pending" and "--recover" in shown["finish"]
+    assert "held_in" in invoke(env, "show", uuid, "--no-failed").stdout
     findings = diagnose(src_settings(env), src)
     assert any("unfinished move" in f.title for f in findings)
     # another destination cannot start while the job is held for this one

@@ -13,6 +13,8 @@
   attempts, uuid, id, when available (delayed score) or when the reservation expires, the retry
   settings, and a readable view of the command's properties (decrypted when an Encrypter is given).
   A member that is not a job (not JSON, no ``attempts``) is shown with its error, never dropped.
+  :func:`find_job` also looks into the journals of unfinished moves (:mod:`laraq.ops.transfers`): a
+  job held there is shown in state ``held`` with the commands that finish or undo the move.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
+from laraq.ops.transfers import find_held, journal_members
 from laraq.protocol.payload import Payload, PayloadError
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.serializer import PHPEnum, PHPObject, PHPReference, PHPSerializeError, loads
@@ -485,7 +488,27 @@ def find_job(
                 if ident in (view.id, view.uuid):
                     found.append(JobView.from_member(name, state, member, score, index, encrypter=encrypter,
                                                      max_elements=max_elements))
+    found.extend(_find_held(queue, ident, needle, queues, encrypter, max_elements))
     return found
+
+
+def _find_held(queue: RedisQueue, ident: str, needle: bytes, queues: list[str] | None, encrypter: Any,
+               max_elements: int | None) -> list[JobView]:
+    """Jobs held by an unfinished ``move`` (state ``held``), with the commands that finish or undo it."""
+    out = []
+    for held in find_held(queue.client, queue.prefix):
+        name = held.source_queue(queue.prefix)
+        if queues is not None and name not in queues:
+            continue
+        for state, score, member in journal_members(queue.client, held.key):
+            if needle not in member:
+                continue
+            view = JobView.from_member(name, "held", member, score, encrypter=encrypter, max_elements=max_elements)
+            if ident in (view.id, view.uuid):
+                view.extra = {"held_in": held.key, "taken_from": state,
+                              "finish": held.finish_command(queue.prefix), "undo": held.undo_command(queue.prefix)}
+                out.append(view)
+    return out
 
 
 def find_failed(store: Any, ident: str, *, encrypter: Any = None, max_elements: int | None = None,

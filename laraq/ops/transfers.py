@@ -33,7 +33,7 @@ import redis
 from laraq.protocol.queue import RedisQueue
 
 __all__ = ["META", "SEQ", "TRANSFER_MARK", "DestinationError", "HeldElsewhere", "HeldTransfer", "check_destination",
-           "held_findings",
+           "held_findings", "journal_members",
            "deliver_held", "destination_identity", "find_held", "held_report", "return_to_source"]
 
 #: Infix of laraq's transfer bookkeeping keys (skipped by queue discovery).
@@ -210,6 +210,16 @@ def _entries(client: Any, key: str) -> dict[bytes, bytes]:
     entries.pop(SEQ, None)
     entries.pop(META, None)
     return entries
+
+
+def journal_members(client: Any, key: str) -> list[tuple[str, float | None, bytes]]:
+    """``(state it was taken from, score, member)`` of every job held in the journal at ``key``."""
+    out = []
+    for entry in _entries(client, key).values():
+        state_b, score_b, member = entry.split(b"\n", 2)
+        state = state_b.decode()
+        out.append((state, None if state == "pending" else float(score_b or 0), member))
+    return out
 
 
 def _drop_if_empty(client: Any, key: str) -> None:
