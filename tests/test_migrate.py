@@ -76,7 +76,7 @@ def test_cross_db_move_and_recovery_from_journal(redis_server):
     # simulate a kill after the source step of one member: it sits in the journal only
     member = ready[0]
     assert t._take(keys=["laravel_database_queues:default", "laravel_database_queues:default:notify",
-                         t.journal_key], args=["list", member, "h0", b"pending\n0\n" + member]) == b"h0:1"
+                         t.journal_key], args=["list", member, "h0", b"pending\n0\n" + member, t.meta]) == b"h0:1"
     assert member not in a.lrange("laravel_database_queues:default", 0, -1)
     summary = t.run()
     assert summary.recovered == 1 and summary.transferred == {"pending": 3, "delayed": 2}
@@ -98,7 +98,7 @@ def test_export_import_round_trip(redis_client):
     assert any("body_b64" in line for line in lines)
     dst = q(redis_client, prefix="new_")
     counts = import_jobs(dst, io.StringIO(out.getvalue()), reserved_as="pending")
-    assert counts == {"pending": 6, "delayed": 3, "reserved": 0, "skipped": 0}
+    assert counts == {"pending": 6, "delayed": 3, "reserved": 0, "skipped": 0, "existing": 0}
     assert redis_client.lrange("new_queues:mail", 0, 4) == ready[1:] + [b"\xff not utf-8"]
     assert discover_queues(redis_client, "new_") == ["mail"]
     with pytest.raises(ValueError):

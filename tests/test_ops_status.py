@@ -50,12 +50,16 @@ def test_status_json_has_failed_paused_rate_and_wait(env, redis_client):  # noqa
         store.log(connection, queue, json.dumps({"uuid": f"u-{n}", "job": "x", "data": {}}), "E")
     invoke(env, "pause", "default")
     doc = json.loads(invoke(env, "status", "--json", "--sample", "0.2").stdout)
-    [q] = doc["queues"]
+    [q, gone] = doc["queues"]  # 'gone' only has a failed job (issue 32: listed all the same)
+    assert (gone["queue"], gone["total"], gone["failed"], gone["pickups"]) == ("gone", 0, 1, None)
     assert (q["queue"], q["pending"], q["delayed"], q["failed"], q["paused"]) == ("default", 3, 2, 2, True)
     assert doc["failed_total"] == 4 and doc["notes"] == []
     assert q["pickups"]["taken"] == 0 and q["pickups"]["exact"] and q["wait_seconds"] is None  # nobody works it
     row = invoke(env, "status", "--sample", "0").stdout.splitlines()[2].split()
     assert row[:4] + row[5:] == ["default", "3", "2", "0", "0", "0", "0", "2", "yes", "-", "-"]  # [4]: the age
+    # measured over a window, nothing consumed: no rate and no wait, however the list looks
+    sampled = invoke(env, "status", "--sample", "0.2").stdout.splitlines()[2].split()
+    assert sampled[-2:] == ["-", "∞"]  # no rate; measured: nothing is taking them
     invoke(env, "resume", "default")
     assert json.loads(invoke(env, "status", "--json", "--sample", "0").stdout)["queues"][0]["paused"] is False
     # before 12.40 there is no pause: no value rather than a wrong one
@@ -98,3 +102,31 @@ def test_empty_prefix_names_where_the_queues_are(env, redis_client):  # noqa: F8
     Dispatcher(tagged).dispatch_job("App\\Jobs\\X", {}, queue="reports")
     note = invoke(env, "status", "reports", "--sample", "0").output
     assert "queue '{reports}' holds the keys of 'reports' (the 13.5+ cluster hash-tag layout)" in note
+
+
+def test_identical_members_do_not_fake_a_rate(env, redis_client):  # noqa: F811
+    """An import run twice leaves identical members: the marked tail's first copy is near the head."""
+    seed(redis_client, n=4, delayed=0)
+    members = redis_client.lrange("old_queues:default", 0, -1)
+    redis_client.rpush("old_queues:default", *members)  # the same four again
+    q = RedisQueue(redis_client, prefix="old_", version="12.67")
+    marks = mark_lists(q, ["default"])
+    assert pickups_since(q, marks)["default"].taken == 0
+    redis_client.lpop("old_queues:default")
+    assert pickups_since(q, marks)["default"].taken == 1
+
+
+def test_piped_tables_keep_every_column(env, redis_client):  # noqa: F811
+    """Outside a terminal and without $COLUMNS a table is not cut to 80 columns."""
+    name = "a-very-long-queue-name-" + "x" * 70
+    Dispatcher(RedisQueue(redis_client, prefix="old_", version="12.67")).dispatch_job("App\\Jobs\\X", {}, queue=name)
+    narrow = {k: v for k, v in env.items() if k != "COLUMNS"}
+    import os
+
+    saved = os.environ.pop("COLUMNS", None)
+    try:
+        lines = invoke(narrow, "status", "--sample", "0").stdout.splitlines()
+    finally:
+        if saved is not None:
+            os.environ["COLUMNS"] = saved
+    assert lines[0].split()[-1] == "wait" and any(line.startswith(name + " ") for line in lines)

@@ -1,28 +1,51 @@
-"""Moving jobs: ``move`` and ``copy`` (:class:`laraq.ops.migrate.Transfer`), ``export`` and ``import``."""
+"""Moving jobs: ``move`` (and ``move --recover``) and ``copy`` (:class:`laraq.ops.migrate.Transfer`), ``export``,
+``import`` and ``remove-exported``."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import click
 import redis
 
+from laraq.bus.schema import SchemaError
 from laraq.cli.common import (
     Ops,
     emit_json,
     settings_options,
 )
 from laraq.cli.render import progress
-from laraq.ops.migrate import Transfer, export_jobs, import_jobs
+from laraq.config.settings import LaravelSettings, make_redis
+from laraq.ops.failed_move import move_failed
+from laraq.ops.inspect import discover_prefixes, discover_queues
+from laraq.ops.jsonl import remove_exported
+from laraq.ops.migrate import GIVE_SCRIPT, Transfer, TransferSummary, export_jobs, import_jobs
+from laraq.ops.move_checks import missing_source, spent_reserved
+from laraq.ops.stack import StackMove, known_classes
+from laraq.ops.transfers import (
+    DestinationError,
+    HeldElsewhere,
+    check_destination,
+    deliver_held,
+    destination_identity,
+    find_held,
+    return_to_source,
+)
 from laraq.protocol.queue import RedisQueue
+from laraq.protocol.versions import LaravelVersion
+from laraq.stores.failed import make_failed_store
 
 # -- migrate -------------------------------------------------------------------------------------------------
 
 def _target_queue(ops: Ops, url: str | None, prefix: str | None, laravel: str | None, cluster: bool) -> RedisQueue:
     version = laravel or str(ops.settings.version)
-    client = redis.Redis.from_url(url) if url else ops.queue.client
-    if cluster and url:
-        client = redis.RedisCluster.from_url(url)
+    try:
+        client = redis.Redis.from_url(url) if url else ops.queue.client
+        if cluster and url:
+            client = redis.RedisCluster.from_url(url)
+    except (ValueError, redis.RedisError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--to-url") from exc
     return RedisQueue(client, prefix=ops.queue.prefix if prefix is None else prefix, version=version,
                       connection_name=ops.queue.connection_name, default_queue=ops.queue.default_queue,
                       cluster=cluster)
@@ -35,19 +58,81 @@ def _allow_duplicates_option(move: bool) -> Any:
                         help="Copy jobs even when a job with the same uuid/id is already at the destination.")
 
 
+def _recover_options(move: bool) -> Any:
+    if not move:
+        return lambda f: f
+
+    def wrap(f: Any) -> Any:
+        f = click.option("--to-source", is_flag=True,
+                         help="With --recover: put the held jobs back in their source queue instead.")(f)
+        return click.option("--recover", is_flag=True,
+                            help="Finish every unfinished move of SOURCE (default: of every queue under the prefix): "
+                                 "deliver the jobs held in its journal on to the destination given by --to-url/"
+                                 "--to-prefix, or back to the source with --to-source.")(f)
+    return wrap
+
+
+def _recover(ops: Ops, source: str | None, dest: str | None, target: RedisQueue, to_url: str | None,
+             to_source: bool, as_json: bool) -> None:
+    base = ops.queue.keys(source).base if source else None
+    helds = find_held(ops.queue.client, ops.queue.prefix, source_base=base)
+    if not helds:
+        click.echo(f"no unfinished transfer under prefix {ops.queue.prefix!r}" + (f" for queue {source!r}" if source
+                                                                                else ""))
+        return
+    report = []
+    for held in helds:
+        name = held.source_queue(ops.queue.prefix)
+        if to_source:
+            counts = return_to_source(ops.queue, held)
+            where = f"back to {ops.queue.redacted_url()} {held.source_base}"
+        else:
+            ident = destination_identity(target)
+            dest_name = dest or held.meta.get("dest_queue") or name
+            dest_base = target.keys(dest_name).base
+            if held.meta.get("dest_ident") and (held.meta["dest_ident"], held.meta.get("dest_base")) != (ident,
+                                                                                                    dest_base):
+                raise click.ClickException(
+                    f"the journal {held.key} belongs to a move to {held.meta.get('dest_url')} {held.meta.get('dest_base')}, "
+                    f"not {target.redacted_url()} {dest_base}; nothing was recovered. Finish it: "
+                    f"{held.finish_command(ops.queue.prefix)}  or undo it: {held.undo_command(ops.queue.prefix)}")
+            if target.client is ops.queue.client and not to_url and dest_base == held.source_base:
+                raise click.UsageError("--recover needs the destination (--to-url/--to-prefix/DEST) or --to-source")
+            try:
+                check_destination(target, dest_base)
+                counts = deliver_held(ops.queue, held, target, dest_base, target.client.register_script(GIVE_SCRIPT))
+            except DestinationError as exc:
+                raise click.ClickException(str(exc)) from exc
+            except redis.RedisError as exc:
+                raise click.ClickException(f"the destination {target.redacted_url()} (--to-url) failed: {exc}; the "
+                                           f"jobs stay in {held.key}") from exc
+            where = f"on to {target.redacted_url()} {dest_base}"
+        report.append({"journal": held.key, "queue": name, "held": held.jobs, "delivered": counts,
+                       "to": "source" if to_source else "destination"})
+        if not as_json:
+            click.echo(f"recovered {sum(counts.values())} of {held.jobs} held job(s) of {name!r} {where}"
+                       + ("" if sum(counts.values()) == held.jobs else
+                          " (the others were already there: the destination had written them)"))
+    if as_json:
+        emit_json({"recovered": report})
+
+
 def _transfer_command(name: str, move: bool) -> click.Command:
     verb = "Move" if move else "Copy"
     extra = ("" if move else " Jobs whose uuid/id is already at the destination are skipped (so re-running a copy "
              "never duplicates), unless --allow-duplicates.")
+    held = (" The destination is checked first (connect, credentials, a write); a move to another server holds "
+            "each job in a journal on the source between the two writes: `laraq status` lists unfinished ones and "
+            "--recover finishes or undoes them." if move else "")
 
     @click.command(name, help=f"{verb} jobs from SOURCE queue to DEST queue (same or another prefix/db/server).\n\n"
                    "Ready jobs keep their order, delayed jobs their scores; bytes are never changed. "
                    "Safe to interrupt: re-run the same command to finish. The report counts what the destination "
-                   "wrote, by state, and checks it is there." + extra + "\n\n"
+                   "wrote, by state, and checks it is there." + extra + held + "\n\n"
                    "Reserved jobs are being run by workers: they are left in place unless --include-reserved "
                    "(a job still running may then run twice).")
     @settings_options
-    @click.argument("source")
+    @click.argument("source", required=False)
     @click.argument("dest", required=False)
     @click.option("--to-url", default=None, help="Destination Redis URL (default: the same connection).")
     @click.option("--to-prefix", default=None, help="Destination key prefix (default: the source prefix).")
@@ -57,43 +142,140 @@ def _transfer_command(name: str, move: bool) -> click.Command:
                   help="States to transfer (default: pending and delayed).")
     @click.option("--include-reserved", is_flag=True, help="Also take reserved jobs (same as --state reserved).")
     @_allow_duplicates_option(move)
+    @_recover_options(move)
     @click.option("--filter", "class_filter", default=None, help="Only jobs of this class (glob allowed).")
+    @click.option("--all-queues", is_flag=True,
+                  help="Every queue under the prefix (SOURCE may also be a comma-separated list), one report.")
+    @click.option("--to-schema", type=click.Path(dir_okay=False, exists=True), default=None,
+                  help="A `laraq schema` export of the destination app: jobs of classes it lacks stay behind.")
+    @click.option("--to-app", type=click.Path(file_okay=False, exists=True), default=None,
+                  help="The destination app's directory (its classes are read by running PHP), like --to-schema.")
+    @click.option("--include-unknown", is_flag=True,
+                  help="With --to-schema/--to-app: take jobs of unknown classes too (they are still listed).")
     @click.option("--dry-run", is_flag=True, help="Only count what would be transferred.")
     @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-    def command(ops: Ops, source: str, dest: str | None, to_url: str | None, to_prefix: str | None,
+    def command(ops: Ops, source: str | None, dest: str | None, to_url: str | None, to_prefix: str | None,
                 to_laravel: str | None, to_cluster: bool, states: tuple[str, ...], include_reserved: bool,
-                class_filter: str | None, dry_run: bool, as_json: bool, allow_duplicates: bool = False) -> None:
+                class_filter: str | None, all_queues: bool, to_schema: str | None, to_app: str | None,
+                include_unknown: bool, dry_run: bool, as_json: bool, allow_duplicates: bool = False,
+                recover: bool = False, to_source: bool = False) -> None:
         target = _target_queue(ops, to_url, to_prefix, to_laravel, to_cluster)
+        if recover:
+            _recover(ops, source, dest, target, to_url, to_source, as_json)
+            return
+        if to_source:
+            raise click.UsageError("--to-source goes with --recover")
+        chosen = tuple(states) or ("pending", "delayed")
+        if include_reserved and "reserved" not in chosen:
+            chosen += ("reserved",)
+        names = [n for n in (source or "").split(",") if n]
+        if all_queues or len(names) > 1 or to_schema or to_app:
+            _stack(ops, target, names, dest, move=move, states=chosen, class_filter=class_filter,
+                   allow_duplicates=allow_duplicates, all_queues=all_queues, to_schema=to_schema, to_app=to_app,
+                   include_unknown=include_unknown, dry_run=dry_run, as_json=as_json)
+            return
+        if source is None:
+            raise click.UsageError("missing argument SOURCE (or --all-queues)")
         dest_name = dest or source
         same = (target.client is ops.queue.client and target.keys(dest_name).base == ops.queue.keys(source).base)
         if same:
             raise click.UsageError("source and destination are the same queue")
-        chosen = tuple(states) or ("pending", "delayed")
-        if include_reserved and "reserved" not in chosen:
-            chosen += ("reserved",)
         try:
             transfer = Transfer(ops.queue, source, target, dest_name, move=move, states=chosen,
                                 class_filter=class_filter, allow_duplicates=allow_duplicates)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from exc
-        refused = transfer.incompatible()
-        if refused:
-            shown = "\n  ".join(refused[:20]) + (f"\n  ... and {len(refused) - 20} more" if len(refused) > 20 else "")
-            raise click.ClickException(
-                f"refusing to {verb.lower()} to Laravel {target.version}: {len(refused)} job(s) it cannot run as "
-                f"dispatched; nothing was {'moved' if move else 'copied'} (--filter selects the classes to take):\n  {shown}")
-        total = transfer.count()
-        if dry_run:
-            summary = transfer.plan()
-        else:
-            with progress(total, "moving" if move else "copying", enabled=not as_json) as bar:
-                summary = transfer.run(progress=bar.update)
+        try:
+            transfer.preflight()
+            summary = _run_transfer(transfer, verb, move, dry_run, as_json)
+        except (DestinationError, HeldElsewhere) as exc:
+            raise click.ClickException(str(exc)) from exc
         if as_json:
             emit_json(summary.to_dict())
         else:
             click.echo(summary.describe(dry_run=dry_run))
 
     return command
+
+
+def _stack(ops: Ops, target: RedisQueue, names: list[str], dest: str | None, *, move: bool, states: tuple[str, ...],
+           class_filter: str | None, allow_duplicates: bool, all_queues: bool, to_schema: str | None,
+           to_app: str | None, include_unknown: bool, dry_run: bool, as_json: bool) -> None:
+    """Several queues (or every queue under the prefix) in one command, checked together, one report."""
+    if dest:
+        raise click.UsageError("DEST goes with a single SOURCE queue: a stack move keeps each queue's name "
+                               "(--to-prefix/--to-url choose where)")
+    if all_queues:
+        if names:
+            raise click.UsageError("give SOURCE queues or --all-queues, not both")
+        names = discover_queues(ops.queue.client, ops.queue.prefix)
+        if not names and not find_held(ops.queue.client, ops.queue.prefix):
+            prefixes = sorted(p for p in discover_prefixes(ops.queue.client) if p != ops.queue.prefix)
+            raise click.ClickException(f"no queue under prefix {ops.queue.prefix!r} on {ops.queue.redacted_url()}; "
+                                       f"prefixes holding queues: {', '.join(map(repr, prefixes)) or 'none'}. "
+                                       "Nothing was moved")
+    if not names:
+        raise click.UsageError("missing argument SOURCE (or --all-queues)")
+    known = None
+    if to_schema or to_app:
+        try:
+            known = known_classes(schema_file=to_schema, app_path=to_app)
+        except (SchemaError, ValueError) as exc:
+            raise click.ClickException(f"cannot read the destination app's classes: {exc}") from exc
+    try:
+        stack = StackMove(ops.queue, target, names, move=move, states=states, class_filter=class_filter,
+                          allow_duplicates=allow_duplicates, known=known, include_unknown=include_unknown)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if not all_queues:
+        missing = [m for m in (missing_source(t) for t in stack.transfers) if m]
+        if missing:
+            raise click.ClickException("\n".join(missing))
+    try:
+        stack.preflight()
+    except (DestinationError, HeldElsewhere) as exc:
+        raise click.ClickException(str(exc)) from exc
+    refused = stack.incompatible()
+    if refused:
+        shown = "\n  ".join(refused[:20]) + (f"\n  ... and {len(refused) - 20} more" if len(refused) > 20 else "")
+        raise click.ClickException(f"refusing to move to Laravel {target.version}: {len(refused)} job(s) it cannot "
+                                   f"run as dispatched; nothing was moved:\n  {shown}")
+    for transfer in stack.transfers:
+        stack.report.warnings.extend(spent_reserved(transfer).warnings())
+    for warning in stack.report.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    try:
+        with progress(stack.count(), "moving" if move else "copying", enabled=not as_json and not dry_run) as bar:
+            report = stack.run(progress=bar.update, dry_run=dry_run)
+    except DestinationError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        click.echo(report.describe(dry_run=dry_run))
+
+
+def _run_transfer(transfer: Transfer, verb: str, move: bool, dry_run: bool, as_json: bool) -> TransferSummary:
+    missing = missing_source(transfer)
+    if missing:
+        raise click.ClickException(missing)
+    refused = transfer.incompatible()
+    if refused:
+        shown = "\n  ".join(refused[:20]) + (f"\n  ... and {len(refused) - 20} more" if len(refused) > 20 else "")
+        raise click.ClickException(
+            f"refusing to {verb.lower()} to Laravel {transfer.dest.version}: {len(refused)} job(s) it cannot run as "
+            f"dispatched; nothing was {'moved' if move else 'copied'} (--filter selects the classes to take):\n  {shown}")
+    warnings = spent_reserved(transfer).warnings()
+    for warning in warnings:
+        click.echo(f"warning: {warning}", err=True)
+    total = transfer.count()
+    if dry_run:
+        summary = transfer.plan()
+    else:
+        with progress(total, "moving" if move else "copying", enabled=not as_json) as bar:
+            summary = transfer.run(progress=bar.update)
+    summary.warnings = warnings
+    return summary
 
 
 move_cmd = _transfer_command("move", True)
@@ -108,12 +290,19 @@ copy_cmd = _transfer_command("copy", False)
 @click.option("--state", "states", multiple=True, type=click.Choice(["pending", "delayed", "reserved", "poison"]),
               help="States to export (repeatable; default: pending, delayed, reserved).")
 def export_cmd(ops: Ops, queues: tuple[str, ...], output: str, states: tuple[str, ...]) -> None:
-    """Write jobs as JSON Lines: {"queue", "state", "score", "body"} (body_b64 if not UTF-8)."""
+    """Write jobs as JSON Lines: {"queue", "state", "score", "body"} (body_b64 if not UTF-8).
+
+    A copy: the jobs stay in Redis and workers keep running them. Once the file is imported and
+    checked, `laraq remove-exported FILE` deletes exactly the exported jobs still here."""
     names = ops.queues(queues)
     stream = click.open_file(output, "w", encoding="utf-8")
     with stream:
         count = export_jobs(ops.queue, names, stream, states=tuple(states) or ("pending", "delayed", "reserved"))
-    click.echo(f"exported {count} jobs from {len(names)} queue(s)", err=True)
+    where = "standard output" if output == "-" else output
+    click.echo(f"exported {count} jobs from {len(names)} queue(s) to {where}. This is a copy: the jobs are still in "
+               "Redis and workers here keep running them. Once the file is imported and checked, remove exactly "
+               f"these jobs here with: laraq remove-exported {output if output != '-' else 'FILE'} --prefix "
+               f"{ops.queue.prefix}", err=True)
 
 
 @click.command("import")
@@ -122,11 +311,16 @@ def export_cmd(ops: Ops, queues: tuple[str, ...], output: str, states: tuple[str
 @click.option("--queue", "queue_override", default=None, help="Put every job on this queue.")
 @click.option("--reserved-as", type=click.Choice(["pending", "reserved", "skip"]), default="pending",
               show_default=True, help="Where exported reserved jobs go.")
-def import_cmd(ops: Ops, path: str, queue_override: str | None, reserved_as: str) -> None:
+@click.option("--allow-duplicates", is_flag=True,
+              help="Write every line, even jobs whose uuid/id is already here or was imported here before.")
+def import_cmd(ops: Ops, path: str, queue_override: str | None, reserved_as: str, allow_duplicates: bool) -> None:
     """Read JSON Lines written by export and push the jobs, bytes and scores unchanged.
 
     All or nothing: every line is checked first, and a bad one stops the import with its line number
-    and cause before anything is written; then the whole file goes in one MULTI/EXEC transaction."""
+    and cause before anything is written; then the whole file goes in one MULTI/EXEC transaction.
+    Each job once: a job whose uuid/id is already at the destination, or that an earlier import wrote to
+    that queue (remembered 30 days, so jobs a worker already ran are not imported again), is skipped,
+    unless --allow-duplicates. Re-running an import is safe."""
     lines = None
     if path != "-":
         with open(path, "rb") as fh:
@@ -134,8 +328,122 @@ def import_cmd(ops: Ops, path: str, queue_override: str | None, reserved_as: str
     with click.open_file(path, "rb") as stream, progress(lines, "importing") as bar:
         try:
             counts = import_jobs(ops.queue, stream, queue=queue_override, reserved_as=reserved_as,
-                                 progress=bar.update)
+                                 progress=bar.update, allow_duplicates=allow_duplicates)
         except ValueError as exc:
             raise click.ClickException(str(exc)) from exc
+    existing = counts.pop("existing")
     click.echo("imported " + ", ".join(f"{n} {state}" for state, n in counts.items() if n or state == "pending")
-               + (f" to prefix {ops.queue.prefix!r}" if counts else ""))
+               + f" to prefix {ops.queue.prefix!r}")
+    if existing:
+        click.echo(f"  {existing} skipped: a job with the same uuid/id is already here or was imported here before "
+                   "(--allow-duplicates writes them anyway)")
+
+
+@click.command("remove-exported")
+@settings_options
+@click.argument("path", type=click.Path(dir_okay=False, exists=True))
+@click.option("--force", is_flag=True, help="Do not ask for confirmation.")
+def remove_exported_cmd(ops: Ops, path: str, force: bool) -> None:
+    """Delete from this Redis the jobs of an export file that are still here, byte for byte.
+
+    For after `laraq export` + `laraq import` elsewhere, once the import is checked: only the exported
+    members are removed (jobs dispatched since stay); a job a worker took or ran since is not here any more."""
+    if not force:
+        click.confirm(f"delete the jobs of {path} from prefix {ops.queue.prefix!r} on {ops.queue.redacted_url()}?",
+                      abort=True)
+    with open(path, "rb") as stream:
+        try:
+            counts = remove_exported(ops.queue, stream)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from exc
+    click.echo(f"removed {counts['removed']} exported job(s); {counts['gone']} were no longer here "
+               "(taken by a worker, or changed since the export)")
+
+
+def _dest_settings(ops: Ops, env_file: str | None, laravel: str | None, table: str | None) -> LaravelSettings:
+    settings = ops.settings
+    if env_file:
+        try:
+            # the .env alone describes the destination app: this process's environment is the source's
+            settings = LaravelSettings.from_env({}, env_file=env_file, version=laravel)
+        except (OSError, ValueError) as exc:
+            raise click.BadParameter(str(exc), param_hint="--to-env-file") from exc
+    elif laravel:
+        settings = dataclasses.replace(settings, version=LaravelVersion.parse(laravel))
+    if table:
+        settings = dataclasses.replace(settings, failed_table=table)
+    return settings
+
+
+@click.command("move-failed")
+@settings_options
+@click.option("--from-table", default=None, help="Source failed-jobs table (default: the app's).")
+@click.option("--to-env-file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="The destination app's .env: its failed-job store (and, with --retry, its queue connection).")
+@click.option("--to-table", default=None, help="Destination failed-jobs table (default: the destination app's).")
+@click.option("--to-laravel", default=None, help="Destination Laravel version.")
+@click.option("--retry", is_flag=True,
+              help="Retry them into the destination's Redis queue (as queue:retry there would) instead of "
+                   "keeping them failed.")
+@click.option("--to-url", default=None, help="With --retry: destination Redis URL (default: the destination app's).")
+@click.option("--to-prefix", default=None, help="With --retry: destination key prefix.")
+@click.option("--queue", "queues", multiple=True, help="Only failed jobs of this queue (repeatable).")
+@click.option("--filter", "class_filter", default=None, help="Only jobs of this class (glob allowed).")
+@click.option("--connection", default=None, help="Write the rows under this connection name (default: kept).")
+@click.option("--copy", is_flag=True, help="Leave the source rows in place.")
+@click.option("--dry-run", is_flag=True, help="Only count what would be moved.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def move_failed_cmd(ops: Ops, from_table: str | None, to_env_file: str | None, to_table: str | None,
+                    to_laravel: str | None, retry: bool, to_url: str | None, to_prefix: str | None,
+                    queues: tuple[str, ...], class_filter: str | None, connection: str | None, copy: bool,
+                    dry_run: bool, as_json: bool) -> None:
+    """Move failed jobs to another app's failed-job store (they stay failed: queue:retry there works),
+    or --retry them into its queue.
+
+    Any two stores laraq reads (database-uuids or database on SQLite, MySQL/MariaDB, PostgreSQL, any table;
+    the file store). Payloads move byte for byte; each job once, by uuid/id, so a re-run (or a run killed
+    half-way, then re-run) never duplicates; a source row is forgotten only once the destination has it."""
+    source_settings = dataclasses.replace(ops.settings, failed_table=from_table) if from_table else ops.settings
+    try:
+        source = make_failed_store(source_settings)
+    except (ValueError, NotImplementedError, ImportError) as exc:
+        raise click.ClickException(f"cannot open the source failed-job store: {exc}") from exc
+    dest_settings = _dest_settings(ops, to_env_file, to_laravel, to_table)
+    if not retry and not to_env_file and not to_table:
+        raise click.UsageError("give the destination: --to-env-file (its failed-job store) and/or --to-table, "
+                               "or --retry with --to-url/--to-env-file")
+    dest_store = dest_queue = None
+    if retry:
+        if to_url or to_prefix or not to_env_file:
+            dest_queue = _target_queue(ops, to_url, to_prefix, str(dest_settings.version), False)
+        else:
+            dest_queue = RedisQueue(make_redis(dest_settings, "default"), prefix=dest_settings.redis_prefix,
+                                    version=dest_settings.version, connection_name=dest_settings.connection_name,
+                                    default_queue=dest_settings.redis_queue)
+        try:
+            check_destination(dest_queue, dest_queue.prefix + "queues:failed-move",
+                              "--to-url" if to_url else "--to-env-file")
+        except DestinationError as exc:
+            raise click.ClickException(str(exc)) from exc
+        where = f"{dest_queue.redacted_url()} prefix {dest_queue.prefix!r}"
+    else:
+        try:
+            dest_store = make_failed_store(dest_settings)
+            if hasattr(dest_store, "ensure_table"):
+                dest_store.ensure_table()  # create table if not exists, as Laravel's migration would
+        except Exception as exc:
+            raise click.ClickException(f"cannot open the destination failed-job store "
+                                       f"({'--to-env-file' if to_env_file else '--to-table'}): {exc}") from exc
+        where = f"{dest_settings.failed_driver} table {dest_settings.failed_table!r}"
+    summary = move_failed(source, dest_store=dest_store, dest_queue=dest_queue, dest_version=dest_settings.version,
+                          source_name=f"{source_settings.failed_driver} table {source_settings.failed_table!r}",
+                          dest_name=where, queues=queues, class_filter=class_filter, copy=copy,
+                          connection=connection, dry_run=dry_run, encrypter=ops.encrypter)
+    if as_json:
+        emit_json(summary.to_dict())
+    else:
+        click.echo(summary.describe(dry_run=dry_run))
+
+
+#: The commands of this module beyond move/copy/export/import (registered by :mod:`laraq.cli.ops`).
+MORE_COMMANDS: list[click.Command] = [remove_exported_cmd, move_failed_cmd]

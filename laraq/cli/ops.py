@@ -27,7 +27,7 @@ from laraq.cli.dispatch_cmd import dispatch_cmd
 from laraq.cli.doctor_cmd import doctor_cmd
 from laraq.cli.failed_cmds import failed_cmd, flush_cmd, forget_cmd, prune_failed_cmd, retry_cmd
 from laraq.cli.inspect_cmds import list_cmd, peek_cmd, show_cmd
-from laraq.cli.migrate_cmds import copy_cmd, export_cmd, import_cmd, move_cmd
+from laraq.cli.migrate_cmds import MORE_COMMANDS, copy_cmd, export_cmd, import_cmd, move_cmd
 from laraq.cli.poison import poison_group
 from laraq.cli.repair import clear_cmd, pause_cmd, restart_cmd, resume_cmd
 from laraq.cli.status_cmd import status_cmd
@@ -37,5 +37,5 @@ __all__ = ["COMMANDS", "Ops", "emit_json", "parse_assignments", "parse_delay", "
 COMMANDS: list[click.Command] = [
     dispatch_cmd, status_cmd, peek_cmd, list_cmd, show_cmd, clear_cmd, restart_cmd, pause_cmd, resume_cmd,
     failed_cmd, retry_cmd, forget_cmd, flush_cmd, prune_failed_cmd, move_cmd, copy_cmd, export_cmd, import_cmd,
-    doctor_cmd, poison_group,
+    doctor_cmd, poison_group, *MORE_COMMANDS,
 ]

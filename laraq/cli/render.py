@@ -3,7 +3,8 @@
 * :func:`print_table` draws a :class:`rich.table.Table` (a header, a rule under it, no outer box) on
   standard output. Cells are plain text (never rich markup: a queue named ``[default]`` or a JSON
   value prints as is). Colours only on a terminal; piped output is plain text without trailing
-  blanks. The width is the terminal's, or ``$COLUMNS`` (rich's rule), which is how tests pin it.
+  blanks. The width is the terminal's; elsewhere ``$COLUMNS`` (how tests pin it), else unbounded, so a
+  pipe or a log gets every column whole (never cut to 80).
 * :func:`progress` is ``click.progressbar`` on standard error, drawn only when standard error is a
   terminal (so pipes, logs, ``--json`` and tests never see it), and redrawn at most four times a
   second however fast the items go (:class:`ThrottledBar`), plus once at the end.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -75,9 +77,18 @@ def print_renderable(renderable: RenderableType) -> None:
     click.echo(text, file=out, color=tty)
 
 
+#: The width of a table that is not drawn on a terminal (a pipe, a file, a log) and no ``$COLUMNS``:
+#: wide enough that no column is cut; trailing blanks are stripped, so narrow tables stay narrow.
+UNBOUNDED_WIDTH = 4000
+
+
 def _width() -> int:
-    """Rich's width rule for a non-terminal: ``$COLUMNS``, else the controlling terminal's, else 80."""
-    return Console(file=io.StringIO()).size.width
+    """A non-terminal's width: ``$COLUMNS`` when set (how tests pin it), else :data:`UNBOUNDED_WIDTH`,
+    so piped output keeps every column in full instead of rich's 80."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return UNBOUNDED_WIDTH
 
 
 def print_table(columns: Sequence[str | Column], rows: Sequence[Sequence[Any]]) -> None:

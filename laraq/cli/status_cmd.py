@@ -24,6 +24,7 @@ import click
 from laraq.cli.common import Ops, emit_json, human_age, settings_options
 from laraq.cli.render import Column, print_table, stdout_stream
 from laraq.cli.reserved_view import show_reserved
+from laraq.ops.failed_queues import failed_queue_names
 from laraq.ops.inspect import (
     ListMark,
     Pickups,
@@ -34,6 +35,7 @@ from laraq.ops.inspect import (
     pickups_since,
     queue_status,
 )
+from laraq.ops.transfers import find_held
 from laraq.protocol.versions import LaravelVersion
 
 __all__ = ["Snapshot", "status_cmd"]
@@ -56,6 +58,8 @@ class Snapshot:
     max: int | None = None
     #: queue -> its real Redis keys by state (ready, delayed, reserved): what an autoscaler reads
     keys: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: unfinished transfers holding jobs of these queues (:func:`laraq.ops.transfers.find_held`)
+    transfers: list[Any] = field(default_factory=list)
 
     def alert(self, s: QueueStatus) -> bool:
         return self.max is not None and s.total >= self.max
@@ -89,7 +93,8 @@ class Snapshot:
                 d["keys"] = self.keys[s.queue]
             queues.append(d)
         return {"prefix": self.prefix, "queues": queues, "failed_total": self.failed_total,
-                "max": self.max, "notes": self.notes}
+                "max": self.max, "notes": self.notes,
+                "transfers": [h.to_dict(self.prefix) for h in self.transfers]}
 
 
 def _failed_counts(ops: Ops, names: list[str], snap: Snapshot) -> None:
@@ -141,9 +146,20 @@ def _elsewhere(ops: Ops, asked: list[str], statuses: list[QueueStatus]) -> list[
     return hints
 
 
+def _with_failed_only(ops: Ops, names: list[str]) -> list[str]:
+    """Add the queues that only have failed jobs (no Redis keys) to the discovered ``names``."""
+    try:
+        failed = failed_queue_names(ops.failed_store(), ops.settings.connection_name)
+    except Exception:  # reported by _failed_counts when the store cannot be read
+        return names
+    return sorted(set(names) | set(failed))
+
+
 def snapshot(ops: Ops, asked: list[str], marks: list[ListMark] | None, *, max_size: int | None) -> Snapshot:
     """One frame: counters now, pickups since ``marks`` (when given), failed counts and paused state."""
     names = ops.queues(asked)
+    if not asked:
+        names = _with_failed_only(ops, names)
     pickups = pickups_since(ops.queue, [m for m in marks if m.queue in names]) if marks else {}
     statuses = [queue_status(ops.queue, name) for name in names]
     snap = Snapshot(ops.queue.prefix, statuses, pickups=pickups, max=max_size)
@@ -153,12 +169,14 @@ def snapshot(ops: Ops, asked: list[str], marks: list[ListMark] | None, *, max_si
         _failed_counts(ops, names, snap)
         _paused(ops, names, snap)
     snap.notes.extend(_elsewhere(ops, asked, statuses))
+    held = find_held(ops.queue.client, ops.queue.prefix)
+    snap.transfers = [h for h in held if not asked or h.source_queue(ops.queue.prefix) in asked]
     return snap
 
 
 def _rate(pick: Pickups | None) -> str:
-    if pick is None:
-        return "-"
+    if pick is None or pick.taken <= 0:
+        return "-"  # nothing measured as consumed in the window: no rate is shown
     return ("" if pick.exact else "≥") + (f"{pick.rate:.1f}/s" if pick.rate < 100 else f"{pick.rate:.0f}/s")
 
 
@@ -186,6 +204,10 @@ def render(snap: Snapshot) -> None:
                    "rate", "wait"] + (["status"] if snap.max is not None else [])
         print_table([Column("queue", overflow="fold"), *(Column(h, justify="right", no_wrap=True) for h in headers)],
                     rows)
+    if snap.transfers:
+        click.echo("unfinished transfers (no worker runs a held job):")
+        for held in snap.transfers:
+            click.echo(f"  {held.describe(snap.prefix)}")
     for note in snap.notes:
         click.echo(f"note: {note}", err=True)
 

@@ -30,6 +30,7 @@ from laraq.bus.handoff import is_continuation
 from laraq.bus.middleware import limiter_names, unsupported_names
 from laraq.config.settings import LaravelSettings
 from laraq.ops.inspect import discover_prefixes, discover_queues, iter_members, queue_status
+from laraq.ops.transfers import held_findings
 from laraq.protocol.payload import Payload, PayloadError
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.serializer import loads
@@ -196,6 +197,8 @@ def diagnose(
             "set REDIS_PREFIX (or --prefix) to the prefix your PHP app uses; to move jobs across a prefix "
             "change (e.g. Laravel 12 → 13's 'laravel-database-'), run: laraq move QUEUE --to-prefix NEW",
         ))
+
+    out.extend(Finding(*held) for held in held_findings(client, queue.prefix))  # moves holding jobs (issue 32)
 
     # -- members
     hints: dict[str, int] = {}

@@ -13,18 +13,24 @@
   attempts, uuid, id, when available (delayed score) or when the reservation expires, the retry
   settings, and a readable view of the command's properties (decrypted when an Encrypter is given).
   A member that is not a job (not JSON, no ``attempts``) is shown with its error, never dropped.
+  :func:`find_job` also looks into the journals of unfinished moves (:mod:`laraq.ops.transfers`): a
+  job held there is shown in state ``held`` with the commands that finish or undo the move.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
+import json
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
+from laraq.ops.transfers import find_held, journal_members
 from laraq.protocol.payload import Payload, PayloadError
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.serializer import PHPEnum, PHPObject, PHPReference, PHPSerializeError, loads
@@ -41,6 +47,7 @@ __all__ = [
     "find_failed",
     "find_job",
     "iter_members",
+    "job_identity",
     "list_members",
     "list_jobs",
     "scored_members",
@@ -203,14 +210,16 @@ def pickups_since(queue: RedisQueue, marks: list[ListMark]) -> dict[str, Pickups
 
     Every pop (Laravel's and laraq's) takes from the head and every push, release-to-ready and
     delayed migration adds at the tail, so the members in front of the marked tail member are the
-    jobs taken since: ``marked position - position now`` (``LPOS``, scanning at most the marked
-    length). ``None`` when the list was empty at the mark (nothing to measure against).
+    jobs taken since: ``marked position - position now``. The marked member is looked for from the
+    tail (``LPOS ... RANK -1``): a queue holding identical copies of it (an import run twice) would
+    otherwise match the first copy near the head and count every member between as taken.
+    ``None`` when the list was empty at the mark (nothing to measure against).
     """
     pipe = queue.client.pipeline(transaction=False)
     for mark in marks:
         if mark.tail is not None:
             # redis-py types LPOS's element as str; like every command's argument it takes bytes
-            pipe.lpos(queue.keys(mark.queue).list, mark.tail, maxlen=mark.length)  # type: ignore[arg-type]
+            pipe.lpos(queue.keys(mark.queue).list, mark.tail, rank=-1)  # type: ignore[arg-type]
     replies = iter(pipe.execute())
     now = queue.clock()
     out: dict[str, Pickups | None] = {}
@@ -376,6 +385,27 @@ class JobView:
         return out
 
 
+_UUID_HEAD = re.compile(rb'^\{"uuid":"([^"\\]{1,200})"')
+
+
+def job_identity(member: bytes) -> str:
+    """What makes a member the same job: its payload ``uuid``, else its ``id``, else its bytes' SHA-1.
+
+    Laravel writes ``uuid`` first (8.x+), so the usual case is read without decoding the body."""
+    head = _UUID_HEAD.match(member)
+    if head:
+        return "uuid:" + head.group(1).decode("utf-8", "replace")
+    try:
+        data = json.loads(member)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        for name in ("uuid", "id"):
+            if isinstance(data.get(name), str | int) and data.get(name) not in ("", None):
+                return f"{name}:{data[name]}"
+    return "sha1:" + hashlib.sha1(member).hexdigest()
+
+
 def list_members(client: Any, key: str, start: int, end: int) -> list[bytes]:
     """``LRANGE``: the queue's client never decodes replies (``decode_responses=False``), so members are bytes."""
     members: list[bytes] = client.lrange(key, start, end)
@@ -458,7 +488,27 @@ def find_job(
                 if ident in (view.id, view.uuid):
                     found.append(JobView.from_member(name, state, member, score, index, encrypter=encrypter,
                                                      max_elements=max_elements))
+    found.extend(_find_held(queue, ident, needle, queues, encrypter, max_elements))
     return found
+
+
+def _find_held(queue: RedisQueue, ident: str, needle: bytes, queues: list[str] | None, encrypter: Any,
+               max_elements: int | None) -> list[JobView]:
+    """Jobs held by an unfinished ``move`` (state ``held``), with the commands that finish or undo it."""
+    out = []
+    for held in find_held(queue.client, queue.prefix):
+        name = held.source_queue(queue.prefix)
+        if queues is not None and name not in queues:
+            continue
+        for state, score, member in journal_members(queue.client, held.key):
+            if needle not in member:
+                continue
+            view = JobView.from_member(name, "held", member, score, encrypter=encrypter, max_elements=max_elements)
+            if ident in (view.id, view.uuid):
+                view.extra = {"held_in": held.key, "taken_from": state,
+                              "finish": held.finish_command(queue.prefix), "undo": held.undo_command(queue.prefix)}
+                out.append(view)
+    return out
 
 
 def find_failed(store: Any, ident: str, *, encrypter: Any = None, max_elements: int | None = None,

@@ -3,7 +3,9 @@
 One object per line: ``{"queue", "state", "score", "body"}`` (``body_b64`` when a member is not UTF-8),
 the member's bytes unchanged. :func:`export_jobs` writes the members of some queues and states;
 :func:`import_jobs` checks every line before it writes anything (a bad line is an
-:class:`ImportLineError` with its number), then writes the file in one ``MULTI``/``EXEC``.
+:class:`ImportLineError` with its number), then writes the file in one ``MULTI``/``EXEC``, each job
+once (by uuid/id, remembered per queue, so re-running an import never duplicates).
+:func:`remove_exported` deletes from the source what an export copied, once it is safe.
 """
 
 from __future__ import annotations
@@ -14,10 +16,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import IO, Any
 
-from laraq.ops.inspect import iter_members
+import redis
+
+from laraq.ops.inspect import iter_members, job_identity, list_members, scored_members
+from laraq.ops.transfers import TRANSFER_MARK
 from laraq.protocol.queue import RedisQueue
 
-__all__ = ["ImportLineError", "export_jobs", "import_jobs"]
+__all__ = ["REMEMBER_SECONDS", "ImportLineError", "export_jobs", "import_jobs", "remove_exported"]
+
+#: How long an import remembers the jobs it wrote to a queue (so a re-run skips those a worker ran).
+REMEMBER_SECONDS = 30 * 86400
 
 
 def _line(queue: str, state: str, score: float | None, member: bytes) -> dict[str, Any]:
@@ -64,7 +72,8 @@ class _Entry:
     score: int | float | None
 
 
-def _parse_line(number: int, text: str | bytes, queue: str | None, reserved_as: str) -> _Entry | None:
+def _parse_line(number: int, text: str | bytes, queue: str | None, reserved_as: str, *,
+                keep_poison: bool = False) -> _Entry | None:
     try:
         line = json.loads(text)
     except ValueError as exc:
@@ -93,22 +102,54 @@ def _parse_line(number: int, text: str | bytes, queue: str | None, reserved_as: 
         if reserved_as == "skip":
             return None
         state = "pending"
-    if state == "poison":
+    if state == "poison" and not keep_poison:
         state = "pending"
-    return _Entry(state, name, member, _score(score) if state != "pending" else None)
+    return _Entry(state, name, member, _score(score) if state not in ("pending", "poison") else None)
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+
+
+def _remembered_key(target: RedisQueue, queue: str) -> str:
+    """The set of identities an import wrote to ``queue`` (skipped by queue discovery and ``status``)."""
+    return target.keys(queue).base + TRANSFER_MARK + "imported"
+
+
+def _present(target: RedisQueue, queue: str) -> set[str]:
+    keys = target.keys(queue)
+    found: set[str] = set()
+    for key, kind in ((keys.list, "list"), (keys.delayed, "zset"), (keys.reserved, "zset")):
+        start = 0
+        while True:
+            chunk = (list_members(target.client, key, start, start + 999) if kind == "list"
+                     else [m for m, _ in scored_members(target.client, key, start, start + 999)])
+            found.update(job_identity(m) for m in chunk)
+            if len(chunk) < 1000:
+                break
+            start += 1000
+    return found
 
 
 def import_jobs(target: RedisQueue, stream: Iterable[str | bytes], *, queue: str | None = None,
-                reserved_as: str = "pending", progress: Callable[[int], Any] | None = None) -> dict[str, int]:
-    """Push the jobs of an export, all or nothing.
+                reserved_as: str = "pending", progress: Callable[[int], Any] | None = None,
+                allow_duplicates: bool = False, remember: int = REMEMBER_SECONDS) -> dict[str, int]:
+    """Push the jobs of an export, all or nothing, each job once.
 
     Every line is read and checked first; a bad line raises :class:`ImportLineError` (its number and
     cause) before anything is written. Then the jobs go to Redis in one ``MULTI``/``EXEC`` transaction
     (one per queue on a cluster, where a queue's keys share a hash slot): pending to the list
     (+ ``:notify``), delayed and reserved with their scores. ``queue`` overrides every line's queue;
     ``reserved_as`` is ``pending`` (the job runs again soon, the usual choice when the old workers are
-    gone), ``reserved`` or ``skip``. ``progress(1)`` is called for every line read."""
-    counts = {"pending": 0, "delayed": 0, "reserved": 0, "skipped": 0}
+    gone), ``reserved`` or ``skip``. ``progress(1)`` is called for every line read.
+
+    Idempotent, like ``copy``: a job whose uuid/id (:func:`~laraq.ops.inspect.job_identity`) is at the
+    destination in any state, or was written by an earlier import into that queue (remembered in
+    ``<queue>:laraq-transfer:imported`` for ``remember`` seconds, so a job a worker already ran is not
+    imported again), or comes twice in the file, is counted in ``existing`` and not written, unless
+    ``allow_duplicates``. The remembered set is written in the same transaction as the jobs and
+    WATCHed, so two imports at once cannot both write a job."""
+    counts = {"pending": 0, "delayed": 0, "reserved": 0, "skipped": 0, "existing": 0}
     entries: list[_Entry] = []
     for number, text in enumerate(stream, 1):
         if progress is not None:
@@ -124,16 +165,86 @@ def import_jobs(target: RedisQueue, stream: Iterable[str | bytes], *, queue: str
     for entry in entries:
         groups.setdefault(entry.queue if target.cluster else None, []).append(entry)
     for group in groups.values():
-        pipe = target.client.pipeline(transaction=True)
-        for entry in group:
-            keys = target.keys(entry.queue)
-            if entry.state == "pending":
-                pipe.rpush(keys.list, entry.member)
-                pipe.rpush(keys.notify, 1)
-            else:
-                assert entry.score is not None  # _parse_line gives every delayed and reserved job its score
-                pipe.zadd(keys.delayed if entry.state == "delayed" else keys.reserved, {entry.member: entry.score})
-        pipe.execute()
-    for entry in entries:
-        counts[entry.state] += 1
+        written = _write_group(target, group, allow_duplicates, remember)
+        for entry in written:
+            counts[entry.state] += 1
+        counts["existing"] += len(group) - len(written)
     return counts
+
+
+def _write_group(target: RedisQueue, group: list[_Entry], allow_duplicates: bool, remember: int) -> list[_Entry]:
+    queues = list(dict.fromkeys(e.queue for e in group))
+    marks = {name: _remembered_key(target, name) for name in queues}
+    while True:
+        with target.client.pipeline(transaction=True) as pipe:
+            try:
+                if not allow_duplicates:
+                    pipe.watch(*marks.values())
+                chosen: list[tuple[_Entry, str]] = []
+                if allow_duplicates:
+                    chosen = [(e, "") for e in group]
+                else:
+                    seen = {name: _present(target, name) | {_text(m) for m in target.client.smembers(marks[name])} for name in queues}
+                    for entry in group:
+                        ident = job_identity(entry.member)
+                        if ident in seen[entry.queue]:
+                            continue
+                        seen[entry.queue].add(ident)
+                        chosen.append((entry, ident))
+                pipe.multi()
+                for entry, ident in chosen:
+                    keys = target.keys(entry.queue)
+                    if entry.state == "pending":
+                        pipe.rpush(keys.list, entry.member)
+                        pipe.rpush(keys.notify, 1)
+                    else:
+                        assert entry.score is not None  # _parse_line gives every delayed and reserved job its score
+                        pipe.zadd(keys.delayed if entry.state == "delayed" else keys.reserved,
+                                  {entry.member: entry.score})
+                    if ident:
+                        pipe.sadd(marks[entry.queue], ident)
+                if not allow_duplicates:
+                    for name in queues:
+                        if any(e.queue == name for e, _ in chosen):
+                            pipe.expire(marks[name], remember)
+                pipe.execute()
+                return [e for e, _ in chosen]
+            except redis.WatchError:
+                continue  # another import wrote to the same queue meanwhile: read again
+
+
+def remove_exported(source: RedisQueue, stream: Iterable[str | bytes]) -> dict[str, int]:
+    """Delete from ``source`` the members of an export file that are still there, byte for byte
+    (``LREM`` one copy each with its wake-up token, or ``ZREM``): what ``export`` copied, once the
+    import is checked. Members a worker took or changed since are not there and are counted as ``gone``.
+    Every line is checked first, as for an import."""
+    entries = []
+    for number, text in enumerate(stream, 1):
+        if text.strip():
+            entry = _parse_line(number, text, None, "reserved", keep_poison=True)
+            if entry is not None:
+                entries.append(entry)
+    counts = {"removed": 0, "gone": 0}
+    script = source.client.register_script(_REMOVE)
+    for entry in entries:
+        keys = source.keys(entry.queue)
+        key = {"pending": keys.list, "delayed": keys.delayed, "reserved": keys.reserved,
+               "poison": keys.poison}[entry.state]
+        kind = "list" if entry.state in ("pending", "poison") else "zset"
+        notify = keys.notify if entry.state == "pending" else ""
+        if script(keys=[key, notify or key], args=[kind, entry.member, "1" if notify else "0"]):
+            counts["removed"] += 1
+        else:
+            counts["gone"] += 1
+    return counts
+
+
+# KEYS: 1 list or zset, 2 notify. ARGV: 1 kind, 2 member, 3 pop a wake-up token (1|0).
+_REMOVE = """\
+if ARGV[1] == 'list' then
+  if redis.call('LREM', KEYS[1], 1, ARGV[2]) == 0 then return 0 end
+  if ARGV[3] == '1' then redis.call('LPOP', KEYS[2]) end
+  return 1
+end
+return redis.call('ZREM', KEYS[1], ARGV[2])
+"""

@@ -20,6 +20,9 @@ the work. Every step is atomic:
   replays the journal, so a member killed between (1) and (2) is delivered once; one killed between
   (2) and (3) is not delivered twice. While a member is in the journal no worker can run it, so a
   move never runs a job twice. The journal and the marker set are deleted when a run completes.
+  Before taking anything, :meth:`Transfer.preflight` checks the destination (credentials, a scripted
+  write) and every journal of the source queue (:mod:`laraq.ops.transfers`): one left for the same
+  destination, however its URL was spelt, is replayed; one for another destination stops the move.
 
 ``copy`` leaves the source alone. By default it skips a job whose uuid (else payload id) is already
 at the destination in any state (:func:`job_identity`), so re-running a copy never duplicates;
@@ -29,8 +32,9 @@ the destination's tail in source order. The transfer id is derived from the sour
 mode, states and filter, so re-running the same command line resumes the same transfer.
 
 What a run reports is what the destination acknowledged writing, per state; :meth:`Transfer.verify`
-then reads the destination back and counts those members there. Reserved members (jobs workers are
-running) are only taken when asked; otherwise the summary says how many were left.
+then reads the destination back and counts those members there (the report,
+:class:`~laraq.ops.transfer_report.TransferSummary`, says only what was measured). Reserved members (jobs
+workers are running) are only taken when asked; otherwise the summary says how many were left.
 
 Export and import as JSON Lines live in :mod:`laraq.ops.jsonl` (their names are importable from here too).
 """
@@ -40,21 +44,33 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any, cast
 
-from laraq.ops.inspect import JobView, _matches, list_members, scored_members
+import redis
+
+from laraq.ops.inspect import JobView, _matches, job_identity, list_members, scored_members
 from laraq.ops.jsonl import ImportLineError, export_jobs, import_jobs
+from laraq.ops.transfer_report import TransferSummary, _count
+from laraq.ops.transfers import (
+    META,
+    SEQ,
+    TRANSFER_MARK,
+    DestinationError,
+    HeldElsewhere,
+    HeldTransfer,
+    check_destination,
+    deliver_held,
+    destination_identity,
+    find_held,
+)
 from laraq.protocol.queue import QueueKeys, RedisQueue
 from laraq.protocol.versions import LaravelVersion
 
-__all__ = ["TRANSFER_MARK", "ImportLineError", "Transfer", "TransferSummary", "export_jobs", "import_jobs",
-           "job_identity", "unsupported_by"]
-
-#: Infix of laraq's transfer bookkeeping keys (skipped by queue discovery).
-TRANSFER_MARK = ":laraq-transfer:"
+__all__ = ["GIVE_SCRIPT", "TRANSFER_MARK", "DestinationError", "HeldElsewhere", "ImportLineError", "Transfer", "TransferSummary",
+           "export_jobs", "import_jobs", "job_identity", "unsupported_by"]
 
 # Removes one member from the source (a list, with its wake-up token, or a sorted set); false when
 # it is no longer there (a worker took it, or an earlier run already moved it).
@@ -89,16 +105,17 @@ return 1
 """
 
 # Source side of a cross-server move. KEYS: 1 src, 2 src notify, 3 journal.
-# ARGV: 1 src kind, 2 member, 3 member hash, 4 journal value.
+# ARGV: 1 src kind, 2 member, 3 member hash, 4 journal value, 5 the transfer's description (#meta).
 # Returns the journal field, ``<hash>:<sequence>`` (so two identical members stay two entries), or false.
 _TAKE = _REMOVE_FROM_SOURCE + """\
 if not remove_from_source(ARGV[1], KEYS[1], KEYS[2], ARGV[2]) then return false end
+redis.call('HSETNX', KEYS[3], '#meta', ARGV[5])
 local token = ARGV[3] .. ':' .. redis.call('HINCRBY', KEYS[3], '#seq', 1)
 redis.call('HSET', KEYS[3], token, ARGV[4])
 return token
 """
 
-# Destination side. KEYS: 1 dst, 2 dst notify, 3 marker set. ARGV: 1 dst kind, 2 member, 3 score, 4 token.
+# Destination side (also used by ``move --recover``). KEYS: 1 dst, 2 dst notify, 3 marker set. ARGV: 1 dst kind, 2 member, 3 score, 4 token.
 _GIVE = """\
 if redis.call('SISMEMBER', KEYS[3], ARGV[4]) == 1 then return 0 end
 if ARGV[1] == 'list' then
@@ -110,11 +127,9 @@ end
 redis.call('SADD', KEYS[3], ARGV[4])
 return 1
 """
+GIVE_SCRIPT = _GIVE
 
-#: The journal hash's own counter field (not an entry).
-_SEQ = b"#seq"
 
-_UUID_HEAD = re.compile(rb'^\{"uuid":"([^"\\]{1,200})"')
 
 
 def _kind(state: str) -> str:
@@ -135,24 +150,6 @@ def _hash(member: bytes) -> str:
     return hashlib.sha1(member).hexdigest()
 
 
-def job_identity(member: bytes) -> str:
-    """What makes a member the same job: its payload ``uuid``, else its ``id``, else its bytes' SHA-1.
-
-    Laravel writes ``uuid`` first (8.x+), so the usual case is read without decoding the body."""
-    head = _UUID_HEAD.match(member)
-    if head:
-        return "uuid:" + head.group(1).decode("utf-8", "replace")
-    try:
-        data = json.loads(member)
-    except ValueError:
-        data = None
-    if isinstance(data, dict):
-        for name in ("uuid", "id"):
-            if isinstance(data.get(name), str | int) and data.get(name) not in ("", None):
-                return f"{name}:{data[name]}"
-    return "sha1:" + _hash(member)
-
-
 def _same_connection(a: Any, b: Any) -> bool:
     if a is b:
         return True
@@ -162,75 +159,6 @@ def _same_connection(a: Any, b: Any) -> bool:
         return False
     fields = ("host", "port", "db", "path", "username")
     return all(ka.get(f) == kb.get(f) for f in fields)
-
-
-def _count(counts: dict[str, int]) -> int:
-    return sum(counts.values())
-
-
-def _parts(counts: dict[str, int]) -> str:
-    return ", ".join(f"{n} {state}" for state, n in counts.items() if n) or "nothing"
-
-
-@dataclass
-class TransferSummary:
-    """What a transfer did (or, for a dry run, would do), per state.
-
-    ``transferred`` counts the members the destination acknowledged writing (its script returned 1);
-    ``verified`` counts those found at the destination when the run ended (fewer only when workers
-    there took some meanwhile). ``existing`` counts members a copy skipped because a job with the same
-    uuid/id already sits at the destination; ``left_reserved`` the reserved members left in the source
-    because ``reserved`` was not asked for.
-    """
-
-    mode: str
-    source: str
-    destination: str
-    transferred: dict[str, int] = field(default_factory=dict)
-    skipped: dict[str, int] = field(default_factory=dict)
-    recovered: int = 0
-    existing: dict[str, int] = field(default_factory=dict)
-    verified: dict[str, int] | None = None
-    left_reserved: int = 0
-    #: ``Class uuid`` of the first reserved members left (at most 5), to name them.
-    left_reserved_jobs: list[str] = field(default_factory=list)
-    retry_after: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "source": self.source, "destination": self.destination,
-                "transferred": self.transferred, "verified_at_destination": self.verified,
-                "skipped_by_filter": self.skipped, "already_at_destination": self.existing,
-                "left_reserved": self.left_reserved, "left_reserved_jobs": self.left_reserved_jobs,
-                "recovered": self.recovered}
-
-    def describe(self, *, dry_run: bool = False) -> str:
-        """One summary line, then one line per thing left undone and how to do it."""
-        done = _count(self.transferred)
-        verb = ("would " + self.mode) if dry_run else ("copied" if self.mode == "copy" else "moved")
-        lines = [f"{verb} {done} jobs ({_parts(self.transferred)}) from {self.source} to {self.destination}"]
-        if self.verified is not None and done:
-            seen = _count(self.verified)
-            if seen == done:
-                lines.append(f"  verified at the destination: {_parts(self.verified)}")
-            else:
-                lines.append(f"  only {seen} of them are at the destination now ({_parts(self.verified)}); "
-                             f"{done - seen} were taken by workers there meanwhile, or lost")
-        if self.recovered:
-            lines.append(f"  {self.recovered} of them were recovered from an interrupted run")
-        if _count(self.existing):
-            lines.append(f"  {_count(self.existing)} {'would be' if dry_run else 'were'} skipped: a job with the same "
-                         f"uuid/id is already at the destination ({_parts(self.existing)}); "
-                         "--allow-duplicates copies them anyway")
-        if _count(self.skipped):
-            lines.append(f"  {_count(self.skipped)} left in place by --filter")
-        if self.left_reserved:
-            wait = f"{self.retry_after} s" if self.retry_after is not None else "its timeout"
-            named = ", ".join(self.left_reserved_jobs) + (", ..." if self.left_reserved > len(self.left_reserved_jobs)
-                                                          else "")
-            lines.append(f"  {self.left_reserved} reserved jobs left in the source (workers are running them: "
-                         f"{named}): --include-reserved takes them too, or re-run after retry_after ({wait}), "
-                         "when the unfinished ones are back in the queue")
-        return "\n".join(lines)
 
 
 #: A non-empty ``debounceOwner`` in a serialized command (as it appears inside the JSON payload).
@@ -289,6 +217,8 @@ class Transfer:
             if state not in ("pending", "delayed", "reserved"):
                 raise ValueError(f"cannot transfer state {state!r}")
         self.class_filter = class_filter
+        #: members this transfer leaves in the source whatever the filter says (e.g. classes the destination lacks)
+        self.keep: Callable[[bytes], bool] | None = None
         self.batch = batch
         self.dedupe = not move and not allow_duplicates
         self.src_keys = source.keys(self.source_name)
@@ -296,18 +226,30 @@ class Transfer:
         self.local = _same_connection(source.client, dest.client) and not (source.cluster or dest.cluster)
         if self.local and self.src_keys.base == self.dst_keys.base:
             raise ValueError("source and destination are the same queue")
+        # The id names the destination by where it really is (host resolved, port, db), never by the
+        # spelling of its URL, so a re-run with another spelling finds the same journal.
+        self.dest_ident = destination_identity(dest)
         ident = "|".join([
-            "move" if move else "copy", source.redacted_url(), self.src_keys.base, dest.redacted_url(),
+            "move" if move else "copy", self.src_keys.base, self.dest_ident,
             self.dst_keys.base, ",".join(self.states), class_filter or "",
         ])
         self.id = hashlib.sha1(ident.encode()).hexdigest()[:16]
+        self.meta = json.dumps({
+            "created": int(time.time()), "mode": "move" if move else "copy", "dest_url": dest.redacted_url(),
+            "dest_ident": self.dest_ident, "dest_base": self.dst_keys.base, "dest_prefix": dest.prefix,
+            "dest_queue": self.dest_name, "dest_version": str(dest.version), "dest_cluster": bool(dest.cluster),
+            "states": list(self.states), "filter": class_filter,
+        })
         self.journal_key = self.src_keys.base + TRANSFER_MARK + self.id + ":journal"
         self.marker_key = self.dst_keys.base + TRANSFER_MARK + self.id + ":done"
         self._local = source.client.register_script(_LOCAL)
         self._take = source.client.register_script(_TAKE)
         self._give = dest.client.register_script(_GIVE)
         self._arrived: Counter[tuple[str, str]] = Counter()
+        self._arrived_ident: dict[str, str] = {}
         self._dest_ids: set[str] | None = None
+        #: journals of this source queue left by runs to the same destination (another state set or filter)
+        self._adopted: list[HeldTransfer] = []
 
     # -- describing ------------------------------------------------------------------------------
 
@@ -320,8 +262,32 @@ class Transfer:
     def _journal_entries(self) -> dict[bytes, bytes]:
         # the queue's client never decodes replies (decode_responses=False): fields and values are bytes
         entries = cast(dict[bytes, bytes], self.source.client.hgetall(self.journal_key))
-        entries.pop(_SEQ, None)
+        entries.pop(SEQ, None)
+        entries.pop(META, None)
         return entries
+
+    def preflight(self) -> None:
+        """Before anything is taken: the destination must accept a scripted write, and no other
+        unfinished move may hold jobs of this source queue (:class:`HeldElsewhere` lists them).
+
+        Journals of the same source queue left by a run to this same destination (however its URL was
+        spelt) are adopted: :meth:`recover` delivers them under their own done-markers."""
+        if not self.local:
+            check_destination(self.dest, self.dst_keys.base)
+        if not self.move:
+            return
+        blocking = []
+        self._adopted = []
+        for held in find_held(self.source.client, source_base=self.src_keys.base):
+            if held.transfer_id == self.id:
+                continue
+            if (held.meta.get("dest_ident") == self.dest_ident and held.meta.get("dest_base") == self.dst_keys.base
+                    and not self.local):
+                self._adopted.append(held)
+            else:
+                blocking.append(held)
+        if blocking:
+            raise HeldElsewhere(blocking, self.source.prefix)
 
     def count(self) -> int:
         """How many members the selected states hold now (before filtering), plus unfinished journal entries."""
@@ -332,6 +298,8 @@ class Transfer:
         return total + len(self._journal_entries())
 
     def _wanted(self, member: bytes, state: str) -> bool:
+        if self.keep is not None and self.keep(member):
+            return False
         if not self.class_filter:
             return True
         return _matches(JobView.from_member(self.source_name, state, member, with_properties=False),
@@ -367,6 +335,10 @@ class Transfer:
             if len(chunk) < 1000:
                 return
             start += 1000
+
+    def members_of(self, state: str) -> Iterator[bytes]:
+        """The wanted members of one source state (after ``--filter``), head first."""
+        return (m for m in self._scan(self.source.client, self.src_keys, state) if self._wanted(m, state))
 
     def destination_ids(self) -> set[str]:
         """The identities (:func:`job_identity`) of every job at the destination, ready, delayed or reserved."""
@@ -439,6 +411,7 @@ class Transfer:
         self._arrived.clear()
         for state in self.states:
             summary.transferred[state] = summary.skipped[state] = summary.existing[state] = 0
+        self.preflight()
         summary.recovered = self.recover(summary)
         for state in self.states:
             occurrences: Counter[str] = Counter()
@@ -453,6 +426,8 @@ class Transfer:
         self._left_reserved(summary)
         if verify:
             summary.verified = self.verify()
+            if _count(summary.verified) < _count(summary.transferred):
+                summary.running_there = self.running_at_destination()
         return summary
 
     def _pass(self, state: str, progress: Callable[[int], Any] | None,
@@ -474,6 +449,7 @@ class Transfer:
                     if self._one(state, member, score, digest, occurrences[digest]):
                         moved += 1
                         self._arrived[(state, digest)] += 1
+                        self._arrived_ident[digest] = job_identity(member)
                         if self.dedupe:
                             self.destination_ids().add(job_identity(member))
                 if progress is not None:
@@ -496,31 +472,57 @@ class Transfer:
             ))
         if self.move:
             entry = f"{state}\n{score_arg}\n".encode() + member
-            taken = self._take(keys=[src_key, self.src_keys.notify, self.journal_key], args=[kind, member, digest, entry])
+            taken = self._take(keys=[src_key, self.src_keys.notify, self.journal_key],
+                               args=[kind, member, digest, entry, self.meta])
             if not taken:
                 return False
             token = taken.decode() if isinstance(taken, bytes) else str(taken)
-            delivered = self._deliver(state, member, score_arg, token)
+            delivered = self._deliver(state, member, score_arg, token, held=True)
             self.source.client.hdel(self.journal_key, token)
             return bool(delivered)
         return bool(self._deliver(state, member, score_arg, token))
 
-    def _deliver(self, state: str, member: bytes, score: Any, token: str) -> int:
-        return int(self._give(keys=[_key(self.dst_keys, state), self.dst_keys.notify, self.marker_key],
-                              args=[_kind(state), member, score, token]))
+    def _deliver(self, state: str, member: bytes, score: Any, token: str, *, held: bool = False) -> int:
+        try:
+            return int(self._give(keys=[_key(self.dst_keys, state), self.dst_keys.notify, self.marker_key],
+                                  args=[_kind(state), member, score, token]))
+        except redis.RedisError as exc:
+            raise self._destination_failed(exc, held) from exc
+
+    def _destination_failed(self, exc: Exception, held: bool) -> DestinationError:
+        message = f"the destination {self.dest.redacted_url()} (--to-url) failed: {type(exc).__name__}: {exc}"
+        if held or (self.move and self._journal_entries()):
+            source_prefix = self.source.prefix
+            message += (f"; the job(s) taken are held on the source in {self.journal_key} (no worker runs them "
+                        "there): re-run the same command once the destination is back, or `laraq move --recover "
+                        f"{self.source_name} --prefix {source_prefix} --to-source` to put them back")
+        return DestinationError(message)
 
     def recover(self, summary: TransferSummary | None = None) -> int:
-        """Deliver the members an interrupted run had taken from the source but not finished."""
+        """Deliver the members an interrupted run had taken from the source but not finished, including
+        those of journals :meth:`preflight` adopted (same source queue, same destination)."""
+        adopted = 0
+        for held in self._adopted:
+            try:
+                done = deliver_held(self.source, held, self.dest, self.dst_keys.base, self._give)
+            except redis.RedisError as exc:
+                raise self._destination_failed(exc, True) from exc
+            adopted += held.jobs
+            if summary is not None:
+                for state, n in done.items():
+                    summary.transferred[state] = summary.transferred.get(state, 0) + n
+        self._adopted = []
         entries = self._journal_entries()
         for token, entry in entries.items():
             state_b, score_b, member = entry.split(b"\n", 2)
             state = state_b.decode()
             if self._deliver(state, member, score_b.decode(), token.decode()):
                 self._arrived[(state, _hash(member))] += 1
+                self._arrived_ident[_hash(member)] = job_identity(member)
                 if summary is not None:
                     summary.transferred[state] = summary.transferred.get(state, 0) + 1
             self.source.client.hdel(self.journal_key, token)
-        return len(entries)
+        return len(entries) + adopted
 
     def finish(self) -> None:
         """Drop the bookkeeping keys once nothing is left in the journal."""
@@ -538,3 +540,12 @@ class Transfer:
         for state in self.states:
             found.setdefault(state, 0)
         return found
+
+    def running_at_destination(self) -> int:
+        """How many of the jobs this run wrote sit in the destination's reserved set now (by uuid/id):
+        workers there took them and are running them (measured, not guessed)."""
+        if not self._arrived_ident:
+            return 0
+        reserved = {job_identity(m) for m in self._scan(self.dest.client, self.dst_keys, "reserved")}
+        return sum(1 for (state, digest) in self._arrived if state != "reserved"
+                   and self._arrived_ident.get(digest) in reserved)
