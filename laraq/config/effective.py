@@ -25,7 +25,7 @@ from laraq.config.provenance import env_provenance
 from laraq.config.settings import LaravelSettings
 from laraq.protocol.versions import LaravelVersion
 
-__all__ = ["effective_settings", "apply_app_config", "queue_connection_name"]
+__all__ = ["apply_app_config", "effective_settings", "queue_connection_name", "with_flags"]
 
 
 def effective_settings(
@@ -223,5 +223,33 @@ def apply_app_config(base: LaravelSettings, config: AppConfig, *, connection: st
             put("horizon.prefix", "horizon_prefix", text(config.get("horizon.prefix")) or "")
         put("horizon.use", "horizon_use", str(config.get("horizon.use") or "default"))
 
-    return dataclasses.replace(base, **changes, provenance=prov, app_config_source=config.label,
-                               config_notes=tuple(notes))
+    merged = dataclasses.replace(base, **changes, provenance=prov, app_config_source=config.label,
+                                 config_notes=tuple(notes))
+    try:  # --redis-url keeps the cache connection's database, as it keeps REDIS_CACHE_DB
+        if merged.cache_store_driver() == "redis":
+            merged = dataclasses.replace(
+                merged, redis_cache_db=merged.redis_connection(merged.redis_cache_connection).database)
+    except ValueError as exc:
+        merged = dataclasses.replace(merged, config_notes=(*merged.config_notes, f"cache store: {exc}"))
+    return merged
+
+
+def with_flags(settings: LaravelSettings, *, prefix: str | None = None, connection: str | None = None,
+               queue: str | None = None, retry_after: Any = None, block_for: Any = None,
+               redis_url: str | None = None) -> LaravelSettings:
+    """``settings`` with the command line's overrides: ``--prefix`` replaces the Redis prefix (every
+    connection, as ``laraq work --prefix`` always has); the others are applied by the command and only
+    labelled here, so the banner says the value came from the command line."""
+    prov = dict(settings.provenance)
+    changes: dict[str, Any] = {}
+    if prefix is not None:
+        changes["redis_prefix"] = prefix
+        prov["redis.prefix"] = "--prefix"
+    for key, value, label in (("queue.connection", connection, "connection argument"), ("queue.queue", queue, "--queue"),
+                              ("queue.retry_after", retry_after, "--retry-after"),
+                              ("queue.block_for", block_for, "--block-for"), ("redis.queue", redis_url, "--redis-url")):
+        if value is not None:
+            prov[key] = label
+    if connection is not None:
+        changes["connection_name"] = connection
+    return dataclasses.replace(settings, **changes, provenance=prov)
