@@ -19,8 +19,8 @@ from conftest import require
 from laraq.config.appconfig import (
     BOOTED,
     CACHED,
-    EXPORTED,
     EXPORT_FORMAT,
+    EXPORTED,
     AppConfig,
     AppConfigError,
     find_app_path,
