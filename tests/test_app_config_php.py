@@ -240,3 +240,28 @@ def test_max_exceptions_counted_in_the_cache_stores_database(app: PhpApp) -> Non
     assert [r["runner"] for r in app.runs()] == ["php", "python"]
     assert cache.get(counter) is None  # maxExceptions reached: failed, counter forgotten
     assert [r["queue"] for r in failed_rows(app)] == [QUEUE]
+
+
+# -- Dispatcher.from_app: the README's example --------------------------------------------------------------
+
+def test_readme_dispatch_example_runs_under_artisan(app: PhpApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    from laraq import Dispatcher
+
+    for name in list(os.environ):
+        if name.startswith(("REDIS_", "DB_", "APP_", "CACHE_", "QUEUE_", "LARAQ_")):
+            monkeypatch.delenv(name)
+    # as the README writes it, with this app's .env
+    dispatcher = Dispatcher.from_app(env_file=str(app.path / ".env"))
+    dispatcher.dispatch_job("App\\Jobs\\GenerateReport", {"document": "q3.pdf", "options": {"pages": 12}},
+                            protected={"owner": "ops"}, queue="python")
+    # and PHP's own dispatch of the same job
+    app.tool("dispatch", "report", f"--connection={CONNECTION}", "--queue=python",
+             "--args=" + json.dumps({"document": "q3.pdf", "options": {"pages": 12}}))
+    client = app_redis(app)
+    assert client.llen(f"{PREFIX}queues:python") == 2
+    python_payload, php_payload = (json.loads(m) for m in client.lrange(f"{PREFIX}queues:python", 0, -1))
+    assert python_payload["data"]["command"] == php_payload["data"]["command"]
+    for _ in range(2):
+        app.artisan("queue:work", "--once", "--queue=python", check=True)
+    runs = [(r["runner"], r["document"], r["options"], r["owner"]) for r in app.runs()]
+    assert runs == [("php", "q3.pdf", {"pages": 12}, "ops")] * 2

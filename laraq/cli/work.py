@@ -35,6 +35,7 @@ import redis
 from laraq.app import App, load_app
 from laraq.bus.models import ModelLoader
 from laraq.config.effective import effective_settings, with_flags
+from laraq.config.phpworkers import shared_queue_warnings
 from laraq.config.settings import make_redis, parse_redis_url
 from laraq.production.listeners import attach_listeners
 from laraq.production.logs import JobLogListener, configure_logging, json_logging_active
@@ -403,6 +404,7 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
     warnings += app.problems(settings.version)
     if checks:
         warnings += queue_warnings(client, settings.redis_prefix, names)
+        warnings += shared_queue_warnings(client, settings, connection_name, names)
         warnings += limiter_warnings(client, settings.redis_prefix, names, app)
     info = describe_setup(
         settings, redis_url=shown_url, prefix=settings.redis_prefix, queues=names, retry_after=retry_after,
