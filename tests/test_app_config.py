@@ -289,3 +289,31 @@ def test_an_explicit_app_path_must_be_an_app(tmp_path: Path) -> None:
     with pytest.raises(AppConfigError, match="is not a Laravel app"):
         find_app_path(None, tmp_path, {})
     assert find_app_path(tmp_path / ".env", None, {}) is None
+
+
+# -- the README's banner sample -----------------------------------------------------------------------------
+
+def test_readme_banner_sample_is_the_real_banner(redis_server: Any, tmp_path: Path) -> None:
+    """``bash scripts/run``'s first banner (no app, Redis on its default port): the README shows it as is."""
+    import os
+    import re
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text()
+    sample = re.search(r"```\n(laraq \d[^\n]*\n  Laravel profile.*?)```", readme, re.S)
+    assert sample, "the README has no banner sample"
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "PYTHONPATH": str(root),
+           "REDIS_PORT": str(redis_server.port)}
+    proc = subprocess.run([sys.executable, "-m", "laraq.cli", "config", "--app", "examples.handlers:app"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    banner = proc.stdout.split("\nsettings (value, where it came from):")[0] + "\n"
+    # the test's Redis port stands for the default one (scripts/run sets no REDIS_PORT), its HOME for /root
+    banner = (banner.replace(f":{redis_server.port}/", ":6379/").replace("[environment REDIS_PORT]", "[assumed]")
+              .replace(str(tmp_path), "/root"))
+    from laraq.worker.startup import console_lines_path, unserialize_path
+
+    expected = sample.group(1)
+    expected = expected.replace("C (laraq._speedups)\n  console", unserialize_path() + "\n  console")
+    expected = re.sub(r"(console lines    )[^\n]*", lambda m: m.group(1) + console_lines_path(), expected)
+    assert banner == expected

@@ -260,7 +260,10 @@ def test_readme_dispatch_example_runs_under_artisan(app: PhpApp, monkeypatch: py
     client = app_redis(app)
     assert client.llen(f"{PREFIX}queues:python") == 2
     python_payload, php_payload = (json.loads(m) for m in client.lrange(f"{PREFIX}queues:python", 0, -1))
-    assert python_payload["data"]["command"] == php_payload["data"]["command"]
+    for key in ("displayName", "maxTries", "backoff", "timeout", "data.commandName"):
+        first, _, second = key.partition(".")
+        assert (python_payload[first][second] if second else python_payload[first]) == \
+            (php_payload[first][second] if second else php_payload[first]), key
     for _ in range(2):
         app.artisan("queue:work", "--once", "--queue=python", check=True)
     runs = [(r["runner"], r["document"], r["options"], r["owner"]) for r in app.runs()]
