@@ -25,6 +25,7 @@ from laraq.cli.common import APP_CONFIG_HELP, APP_PATH_HELP
 from laraq.cli.errors import LaraqError
 from laraq.cli.work import default_params, prepare
 from laraq.config.appconfig import AppConfigError, export_app_config, find_app_path
+from laraq.config.phpworkers import shared_queue_warnings
 from laraq.worker.startup import StartupError, check_redis, queue_warnings, render_setup
 
 __all__ = ["config_cmd"]
@@ -66,6 +67,8 @@ def config_cmd(app_spec: str | None, queue: str | None, env_file: str | None, ap
     try:
         check_redis(prepared.queue.client, info["redis"])
         info["warnings"] += queue_warnings(prepared.queue.client, info["prefix"], info["queues"])
+        info["warnings"] += shared_queue_warnings(prepared.queue.client, prepared.settings,
+                                                  prepared.queue.connection_name, info["queues"])
     except StartupError as exc:
         failure = exc
         info["warnings"].append(exc.message)
