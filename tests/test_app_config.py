@@ -317,3 +317,16 @@ def test_readme_banner_sample_is_the_real_banner(redis_server: Any, tmp_path: Pa
     expected = expected.replace("C (laraq._speedups)\n  console", unserialize_path() + "\n  console")
     expected = re.sub(r"(console lines    )[^\n]*", lambda m: m.group(1) + console_lines_path(), expected)
     assert banner == expected
+
+
+def test_doctor_says_where_the_config_came_from_and_what_was_assumed() -> None:
+    from laraq.ops.doctor import config_findings
+
+    stock = config_findings(base({"UNRELATED": "1"}))
+    assert stock[0].level == "warn" and "was not read" in stock[0].title and "--app-path" in stock[0].fix
+    assert any(f.level == "info" and "assumed" in f.title and "redis.prefix" in f.title for f in stock)
+    read = config_findings(apply_app_config(base(), custom()))
+    assert read[0].level == "ok" and "booted app (/srv/app)" in read[0].title
+    assert "failed.table = 'acme_failed_jobs' (booted app)" in read[0].detail
+    noted = config_findings(apply_app_config(base(), AppConfig(CUSTOM, BOOTED, "/srv/app", ("boot failed: x",))))
+    assert any(f.level == "warn" and f.detail == "boot failed: x" for f in noted)

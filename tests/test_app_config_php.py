@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -245,15 +246,14 @@ def test_max_exceptions_counted_in_the_cache_stores_database(app: PhpApp) -> Non
 # -- Dispatcher.from_app: the README's example --------------------------------------------------------------
 
 def test_readme_dispatch_example_runs_under_artisan(app: PhpApp, monkeypatch: pytest.MonkeyPatch) -> None:
-    from laraq import Dispatcher
-
     for name in list(os.environ):
         if name.startswith(("REDIS_", "DB_", "APP_", "CACHE_", "QUEUE_", "LARAQ_")):
             monkeypatch.delenv(name)
-    # as the README writes it, with this app's .env
-    dispatcher = Dispatcher.from_app(env_file=str(app.path / ".env"))
-    dispatcher.dispatch_job("App\\Jobs\\GenerateReport", {"document": "q3.pdf", "options": {"pages": 12}},
-                            protected={"owner": "ops"}, queue="python")
+    # the README's example as written, with this app's .env in place of /var/www/app/.env
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"```python\n(from laraq import Dispatcher\n.*?Dispatcher\.from_app.*?)```", readme, re.S)
+    assert block, "the README's Dispatcher.from_app example is gone"
+    exec(block.group(1).replace('"/var/www/app/.env"', repr(str(app.path / ".env"))), {})  # noqa: S102
     # and PHP's own dispatch of the same job
     app.tool("dispatch", "report", f"--connection={CONNECTION}", "--queue=python",
              "--args=" + json.dumps({"document": "q3.pdf", "options": {"pages": 12}}))
@@ -268,3 +268,27 @@ def test_readme_dispatch_example_runs_under_artisan(app: PhpApp, monkeypatch: py
         app.artisan("queue:work", "--once", "--queue=python", check=True)
     runs = [(r["runner"], r["document"], r["options"], r["owner"]) for r in app.runs()]
     assert runs == [("php", "q3.pdf", {"pages": 12}, "ops")] * 2
+
+
+# -- an exported file, on a host without the app ------------------------------------------------------------
+
+def test_exported_config_serves_a_host_without_the_app(app: PhpApp, tmp_path: Any) -> None:
+    exported = tmp_path / "laraq-config.json"
+    proc = laraq(app, "--from", str(app.path), "-o", str(exported), command="config")
+    assert proc.returncode == 0, proc.stderr
+    assert oct(exported.stat().st_mode & 0o777) == "0o600"
+    # elsewhere: no .env, no app, only the file
+    cmd = [sys.executable, "-c", "from laraq.cli import main; main()"]
+    env = clean_env(app)
+    info = json.loads(subprocess.run([*cmd, "config", "--json", "--app-config", str(exported)], env=env,
+                                     cwd=tmp_path, capture_output=True, text=True, timeout=120).stdout)
+    facts = {f["setting"]: f for f in info["settings"]}
+    assert info["config"] == f"exported file ({exported})"
+    assert (facts["redis.prefix"]["value"], facts["queue.queue"]["value"]) == (PREFIX, QUEUE)
+    assert facts["failed.table"]["source"] == "exported file"
+    dispatch_echo(app, "fail", tries=1)
+    run = subprocess.run([*cmd, "work", "--app", "test_worker_support:app", "--sleep", "0", "--once",
+                          "--app-config", str(exported)], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert [(r["connection"], r["queue"]) for r in failed_rows(app)] == [(CONNECTION, QUEUE)]
