@@ -293,7 +293,7 @@ def test_an_explicit_app_path_must_be_an_app(tmp_path: Path) -> None:
 
 # -- the README's banner sample -----------------------------------------------------------------------------
 
-def test_readme_banner_sample_is_the_real_banner(redis_server: Any, tmp_path: Path) -> None:
+def test_readme_banner_sample_is_the_real_banner(redis_client: Any, redis_server: Any, tmp_path: Path) -> None:
     """``bash scripts/run``'s first banner (no app, Redis on its default port): the README shows it as is."""
     import os
     import re
@@ -323,7 +323,7 @@ def test_doctor_says_where_the_config_came_from_and_what_was_assumed() -> None:
     from laraq.ops.doctor import config_findings
 
     stock = config_findings(base({"UNRELATED": "1"}))
-    assert stock[0].level == "warn" and "was not read" in stock[0].title and "--app-path" in stock[0].fix
+    assert stock[0].level == "info" and "was not read" in stock[0].title and "--app-path" in stock[0].fix
     assert any(f.level == "info" and "assumed" in f.title and "redis.prefix" in f.title for f in stock)
     read = config_findings(apply_app_config(base(), custom()))
     assert read[0].level == "ok" and "booted app (/srv/app)" in read[0].title

@@ -354,7 +354,7 @@ def config_findings(settings: LaravelSettings) -> list[Finding]:
         out.append(Finding("ok", f"the app's configuration was read: {settings.app_config_source}", listing))
     else:
         out.append(Finding(
-            "warn", "the app's config/*.php was not read: values come from .env, the environment and defaults",
+            "info", "the app's config/*.php was not read: values come from .env, the environment and defaults",
             listing, "give laraq the app: --env-file inside the app (beside artisan), --app-path, or, where PHP "
             "or the app is not on this host, --app-config FILE from `laraq config --from APP -o FILE`"))
     assumed = [f["setting"] for f in facts if f["assumed"]]
