@@ -26,7 +26,7 @@ MAX_DEPTH = 64
 _WS = re.compile(r"\s*")
 _NUMBER = re.compile(r"-?(?:\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|\d+)")
 _WORD = re.compile(r"-?[A-Za-z_\\][A-Za-z0-9_\\]*")
-_HEAD = re.compile(r"\A(?:\xef\xbb\xbf)?\s*<\?php\s+return\s+", re.IGNORECASE)
+_HEAD = re.compile(r"\A\ufeff?\s*<\?php\s+return\s+", re.IGNORECASE)
 _DQ_ESCAPES = {"0": "\0", "n": "\n", "r": "\r", "t": "\t", "\\": "\\", '"': '"', "$": "$", "v": "\v",
                "f": "\f", "e": "\x1b"}
 
