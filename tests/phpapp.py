@@ -68,6 +68,35 @@ def app_path(version: str) -> Path:
     return path
 
 
+def materialize_app(version: str, variant: str, dest: Path) -> Path:
+    """A private copy of ``fixtures/laravel{version}-{variant}`` at ``dest``: its own ``bootstrap/cache``
+    (for ``config:cache``), ``storage`` and ``.env``; ``config``/``database``/``routes`` link to the fixture."""
+    src = FIXTURES / f"laravel{version}-{variant}"
+    if not src.is_dir():
+        raise ValueError(f"no fixture app {src.name}")
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("config", "database", "routes", "composer.json"):
+        if (src / name).exists():
+            (dest / name).symlink_to(src / name)
+    shutil.copyfile(src / "artisan", dest / "artisan")
+    (dest / "bootstrap" / "cache").mkdir(parents=True)
+    for name in ("app.php", "providers.php"):
+        if (src / "bootstrap" / name).exists():
+            shutil.copyfile(src / "bootstrap" / name, dest / "bootstrap" / name)
+    autoload = (src / "bootstrap" / "autoload.php").read_text()
+    autoload = (autoload.replace("__DIR__.'/../vendor/autoload.php'", repr(str(dest / "vendor" / "autoload.php")))
+                .replace("__DIR__.'/../../common/autoload.php'", repr(str(FIXTURES / "common" / "autoload.php")))
+                .replace("dirname(__DIR__, 2)", repr(str(FIXTURES))))
+    (dest / "bootstrap" / "autoload.php").write_text(autoload)
+    (dest / "tool.php").write_text("<?php\ndefine('LARAQ_FIXTURE_BASE', __DIR__);\n"
+                                   f"require {str(FIXTURES / 'common' / 'tool.php')!r};\n")
+    for sub in ("framework/cache/data", "framework/sessions", "framework/views", "logs", "app"):
+        (dest / "storage" / sub).mkdir(parents=True, exist_ok=True)
+    if version != "8":
+        (dest / "vendor").symlink_to((live_root() / version / "vendor").resolve())
+    return dest
+
+
 _templates: dict[tuple[str, str], Path] = {}
 _templates_lock = threading.Lock()
 
@@ -92,17 +121,20 @@ class PhpApp:
         app_key: str = TEST_APP_KEY,
         workdir: Path | None = None,
         extra_env: dict[str, str] | None = None,
+        variant: str | None = None,
     ) -> None:
         if version not in VERSIONS:
             raise ValueError(f"no fixture app for Laravel {version!r} (have {', '.join(VERSIONS)})")
         self.version = version
         #: The exact release, as laraq's version profiles take it.
         self.release = RELEASES[version]
-        self.path = app_path(version)
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="laraq-php-"))
         if workdir is None:
             # Our own temporary directory: remove it when this handle goes away.
             weakref.finalize(self, shutil.rmtree, str(self.workdir), True)
+        #: ``variant="custom"``: a private copy of ``fixtures/laravel{version}-custom`` (:func:`materialize_app`)
+        self.variant = variant
+        self.path = materialize_app(version, variant, self.workdir / "app") if variant else app_path(version)
         self.storage = self.workdir / "storage"
         for sub in ("framework/cache/data", "framework/sessions", "framework/views", "logs", "app"):
             (self.storage / sub).mkdir(parents=True, exist_ok=True)
@@ -143,11 +175,16 @@ class PhpApp:
             "DB_DATABASE": str(self.db_path),
             "QUEUE_CONNECTION": "redis",
         })
+        if variant:  # the private copy's own bootstrap/cache, where config:cache writes as in a real app
+            for name in ("SERVICES", "PACKAGES", "CONFIG", "ROUTES", "EVENTS"):
+                env.pop(f"APP_{name}_CACHE")
         if horizon:
             env["LARAQ_HORIZON"] = "1"
         if extra_env:
             env.update(extra_env)
         self.env = env
+        if variant:
+            (self.path / ".env").write_text("".join(f"{k}={v}\n" for k, v in sorted(self.laravel_env.items())))
         self._migrate()
 
     def _migrate(self) -> None:

@@ -362,6 +362,33 @@ class Dispatcher:
         #: the app's cache (:class:`laraq.stores.cache.LaravelCache`), where a unique class's lock is taken
         self.cache = cache
 
+    @classmethod
+    def from_app(cls, env_file: str | None = None, app_path: str | None = None, connection: str | None = None,
+                 *, app_config: str | None = None, horizon: PushMonitor | None = None,
+                 env: Mapping[str, str] | None = None) -> Dispatcher:
+        """A dispatcher onto the app's queue connection (its default, or ``connection``), with the app's
+        ``APP_KEY`` and cache store, from the app's own configuration as ``laraq work`` reads it
+        (:func:`laraq.config.effective.effective_settings`). For a Horizon app pass ``horizon=``."""
+        # start-up: the settings machinery is loaded only by a dispatcher made from the app
+        from laraq.config.effective import effective_settings
+        from laraq.config.settings import make_redis  # start-up: as above
+        from laraq.protocol.encryption import Encrypter  # start-up: as above
+        from laraq.stores.cache import make_cache  # start-up: as above
+
+        settings = effective_settings(env, env_file=env_file, app_path=app_path, app_config=app_config,
+                                      connection=connection)
+        queue = RedisQueue(make_redis(settings, settings.redis_queue_connection),
+                           connection_name=connection or settings.connection_name,
+                           default_queue=settings.redis_queue, prefix=settings.redis_prefix,
+                           retry_after=settings.retry_after, version=settings.version)
+        encrypter = (Encrypter.from_app_key(settings.app_key, previous_keys=settings.app_previous_keys)
+                     if settings.app_key else None)
+        try:
+            cache = make_cache(settings)
+        except Exception:  # a store laraq cannot open: only unique jobs need it, and they say so
+            cache = None
+        return cls(queue, encrypter=encrypter, horizon=horizon, cache=cache)
+
     def _horizon_payload(self, payload: str, *, tags: Sequence[str] | None,
                          silenced: bool, class_name: str | None) -> str:
         if self.horizon is None:

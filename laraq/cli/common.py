@@ -5,7 +5,6 @@ output and the parsing of delays and ``NAME=JSON`` assignments.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from typing import Any
 import click
 import redis
 
+from laraq.config.effective import effective_settings, with_flags
 from laraq.config.settings import LaravelSettings, make_redis
 from laraq.ops.inspect import discover_queues
 from laraq.protocol.encryption import Encrypter
@@ -36,20 +36,27 @@ class Ops:
 
     @classmethod
     def load(cls, env_file: str | None, laravel: str | None, prefix: str | None,
-             redis_url: str | None = None) -> Ops:
+             redis_url: str | None = None, *, app_path: str | None = None, app_config: str | None = None,
+             connection: str | None = None) -> Ops:
+        """The app's effective settings (:func:`laraq.config.effective.effective_settings`: its own config
+        over ``.env``) with the command line's overrides, and the queue they describe."""
         try:
-            settings = LaravelSettings.from_env(env_file=env_file, version=laravel)
+            settings = effective_settings(env_file=env_file, version=laravel, app_path=app_path,
+                                          app_config=app_config, connection=connection)
         except (OSError, ValueError) as exc:
             raise click.ClickException(str(exc)) from exc
-        if prefix is not None:  # REDIS_PREFIX for every connection, as `laraq work --prefix` (cache keys too)
-            settings = dataclasses.replace(settings, redis_prefix=prefix)
+        # --prefix: REDIS_PREFIX for every connection, as `laraq work --prefix` (cache keys too)
+        settings = with_flags(settings, prefix=prefix, connection=connection, redis_url=redis_url)
         if redis_url:
             try:
                 client = redis.Redis.from_url(redis_url)
             except ValueError as exc:
                 raise click.BadParameter(f"{exc}", param_hint="--redis-url") from exc
         else:
-            client = make_redis(settings, "default")
+            try:
+                client = make_redis(settings, settings.redis_queue_connection)
+            except ValueError as exc:
+                raise click.ClickException(f"the queue's Redis connection: {exc}") from exc
         queue = RedisQueue(
             client,
             connection_name=settings.connection_name,
@@ -58,6 +65,7 @@ class Ops:
             retry_after=settings.retry_after,
             version=settings.version,
             forwards=settings.env.get("LARAQ_QUEUE_FORWARD"),
+            migration_batch_size=settings.migration_batch_size,
         )
         encrypter = None
         if settings.app_key:
@@ -84,18 +92,26 @@ class Ops:
         return list(names) or discover_queues(self.queue.client, self.queue.prefix)
 
 
+APP_PATH_HELP = ("The Laravel app's directory, whose config laraq reads (default: LARAQ_APP_PATH, else the "
+                 "--env-file's directory when artisan is there).")
+APP_CONFIG_HELP = "The app's config exported by `laraq config --from APP -o FILE` (default: LARAQ_APP_CONFIG)."
+
+
 def settings_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """``--env-file``, ``--laravel``, ``--prefix`` and ``--redis-url``; the command receives an :class:`Ops`
-    as ``ops``."""
+    """``--env-file``, ``--app-path``, ``--app-config``, ``--laravel``, ``--prefix`` and ``--redis-url``; the
+    command receives an :class:`Ops` as ``ops``."""
 
     @click.option("--env-file", type=click.Path(dir_okay=False), default=None, help="The Laravel app's .env file.")
+    @click.option("--app-path", type=click.Path(file_okay=False), default=None, help=APP_PATH_HELP)
+    @click.option("--app-config", type=click.Path(dir_okay=False), default=None, help=APP_CONFIG_HELP)
     @click.option("--laravel", "laravel", default=None, help="Laravel version of the app (e.g. 8, 12.45, 13).")
     @click.option("--prefix", default=None, help="Redis key prefix (default: REDIS_PREFIX or the version's).")
     @click.option("--redis-url", default=None, metavar="URL",
                   help="Queue Redis URL, e.g. redis://:secret@host:6379/0 (overrides REDIS_URL/REDIS_HOST/...).")
-    def wrapper(env_file: str | None, laravel: str | None, prefix: str | None, redis_url: str | None,
-                **kwargs: Any) -> Any:
-        return func(Ops.load(env_file, laravel, prefix, redis_url), **kwargs)
+    def wrapper(env_file: str | None, app_path: str | None, app_config: str | None, laravel: str | None,
+                prefix: str | None, redis_url: str | None, **kwargs: Any) -> Any:
+        return func(Ops.load(env_file, laravel, prefix, redis_url, app_path=app_path, app_config=app_config),
+                    **kwargs)
 
     wrapper.__name__ = func.__name__
     wrapper.__doc__ = func.__doc__

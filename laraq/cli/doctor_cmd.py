@@ -25,10 +25,13 @@ LEVEL_STYLES = {"ok": "green", "info": "cyan", "warn": "yellow", "error": "bold 
 @click.option("--app", "app_ref", default=None, help="module:app of your laraq handlers (checks coverage).")
 @click.option("--timeout", "worker_timeout", type=int, default=60, show_default=True,
               help="The worker --timeout you run with (checked against retry_after).")
+@click.option("--queue", "queue_names", default=None,
+              help="Only these queues (comma list), e.g. the ones laraq work --queue takes.")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
-def doctor_cmd(ops: Ops, app_ref: str | None, worker_timeout: int, as_json: bool) -> None:
+def doctor_cmd(ops: Ops, app_ref: str | None, worker_timeout: int, queue_names: str | None, as_json: bool) -> None:
     """Diagnose the queue set-up and print each finding with its fix."""
-    findings = diagnose(ops.settings, ops.queue, app_ref=app_ref, worker_timeout=worker_timeout)
+    queues = [q for q in (queue_names or "").split(",") if q] or None
+    findings = diagnose(ops.settings, ops.queue, app_ref=app_ref, worker_timeout=worker_timeout, queues=queues)
     if as_json:
         emit_json([f.to_dict() for f in findings])
     else:

@@ -34,7 +34,9 @@ import redis
 
 from laraq.app import App, load_app
 from laraq.bus.models import ModelLoader
-from laraq.config.settings import LaravelSettings, make_redis, parse_redis_url
+from laraq.config.effective import effective_settings, with_flags
+from laraq.config.phpworkers import shared_queue_warnings
+from laraq.config.settings import make_redis, parse_redis_url
 from laraq.production.listeners import attach_listeners
 from laraq.production.logs import JobLogListener, configure_logging, json_logging_active
 from laraq.production.multiproc import use_multiprocess_dir
@@ -99,6 +101,11 @@ _BANNER_ENV = "LARAQ_BANNER"
               help="A logging config file (.json dictConfig, .ini fileConfig) used as is.")
 @click.option("--env-file", type=click.Path(dir_okay=False), default=None, help="The Laravel app's .env file.")
 @click.option("--laravel", default=None, help="Laravel version profile (default: detected, else 13).")
+@click.option("--app-path", type=click.Path(file_okay=False), default=None,
+              help="The Laravel app's directory, whose config laraq reads (default: LARAQ_APP_PATH, else the "
+                   "--env-file's directory when artisan is there).")
+@click.option("--app-config", type=click.Path(dir_okay=False), default=None,
+              help="The app's config exported by `laraq config --from APP -o FILE` (default: LARAQ_APP_CONFIG).")
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=1, show_default=True,
               help="Jobs run at once by this worker.")
 @click.option("--batch", type=click.IntRange(1, 1000), default=100, show_default=True,
@@ -330,11 +337,14 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
     ``strict=False`` (``laraq config``) reports a store or APP_KEY fault as a warning instead.
     """
     try:
-        settings = LaravelSettings.from_env(env, env_file=params.get("env_file"), version=params.get("laravel"))
+        settings = effective_settings(env, env_file=params.get("env_file"), version=params.get("laravel"),
+                                      app_path=params.get("app_path"), app_config=params.get("app_config"),
+                                      connection=params.get("connection"))
     except (OSError, ValueError) as exc:
         raise click.UsageError(f"cannot read the Laravel settings: {exc}") from exc
-    if params.get("prefix") is not None:
-        settings = dataclasses.replace(settings, redis_prefix=params["prefix"])
+    settings = with_flags(settings, prefix=params.get("prefix"), connection=params.get("connection"),
+                          queue=params.get("queue"), retry_after=params.get("retry_after"),
+                          block_for=params.get("block_for"), redis_url=params.get("redis_url"))
     if params.get("stop_when_empty_for") and not settings.version.has_stop_when_empty_for:
         raise click.UsageError(f"--stop-when-empty-for does not exist in Laravel {settings.version} "
                                "(added in 11.53, 12.60 and 13.10)")
@@ -344,8 +354,11 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
         log.warning("the App %s has no handlers: every job will get the --unhandled policy", params["app_spec"])
 
     url = params.get("redis_url")
-    client = redis.Redis.from_url(url) if url else make_redis(settings, "default")
-    shown_url = _mask_url(url) if url else settings.redis_url_for("default", mask=True)
+    try:
+        client = redis.Redis.from_url(url) if url else make_redis(settings, settings.redis_queue_connection)
+        shown_url = _mask_url(url) if url else settings.redis_url_for(settings.redis_queue_connection, mask=True)
+    except ValueError as exc:
+        raise click.UsageError(f"the queue's Redis connection: {exc}") from exc
     if checks:
         check_redis(client, shown_url)
     retry_after: int | None = settings.retry_after
@@ -361,7 +374,7 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
     queue = RedisQueue(
         client, connection_name=connection_name, default_queue=settings.redis_queue,
         prefix=settings.redis_prefix, retry_after=retry_after, block_for=block_for, version=settings.version,
-        forwards=forwards,
+        forwards=forwards, migration_batch_size=settings.migration_batch_size,
     )
     faults: list[str] = []
 
@@ -391,6 +404,7 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
     warnings += app.problems(settings.version)
     if checks:
         warnings += queue_warnings(client, settings.redis_prefix, names)
+        warnings += shared_queue_warnings(client, settings, connection_name, names)
         warnings += limiter_warnings(client, settings.redis_prefix, names, app)
     info = describe_setup(
         settings, redis_url=shown_url, prefix=settings.redis_prefix, queues=names, retry_after=retry_after,
@@ -476,16 +490,19 @@ def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any
     from laraq.horizon.supervisors import NO_SIGNAL_PID  # start-up: as the line above
 
     hs = HorizonSettings.from_app(settings.env, settings.base_path)
+    if settings.horizon_prefix is not None:  # read from the app's own config (laraq.config.effective)
+        hs = dataclasses.replace(hs, prefix=settings.horizon_prefix, use=settings.horizon_use)
     if params.get("horizon_signals", True):
         signal_pid = params.get("horizon_signal_pid") or None
     else:
         signal_pid = NO_SIGNAL_PID
     horizon_client = client
-    if hs.use == "cache" and not params.get("redis_url"):
-        horizon_client = make_redis(settings, "cache")
-    elif hs.use not in ("default", "cache"):
-        log.warning("horizon: config/horizon.php uses Redis connection %r, which laraq does not know; "
-                    "writing Horizon's records on the queue's connection", hs.use)
+    if hs.use != settings.redis_queue_connection and not params.get("redis_url"):
+        try:
+            horizon_client = make_redis(settings, hs.use)
+        except ValueError as exc:
+            log.warning("horizon: config/horizon.php uses Redis connection %r (%s); "
+                        "writing Horizon's records on the queue's connection", hs.use, exc)
     log.info("horizon: writing Horizon's records under prefix %r", hs.prefix)
     return HorizonListener(horizon_client, hs, signal_pid=signal_pid)
 

@@ -185,7 +185,7 @@ class LaravelSettings:
     connection_name: str = "redis"
     redis_queue_connection: str = "default"
     redis_queue: str = "default"
-    retry_after: int = 90
+    retry_after: int | None = 90
     block_for: int | None = None
     after_commit: bool = False
     db_queue_connection: str | None = None
@@ -226,6 +226,29 @@ class LaravelSettings:
     version_warning: str | None = field(default=None, compare=False)
     # the merged variables that were read (not shown, not compared)
     env: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False, hash=False)
+    #: the names of :attr:`env` that came from the ``.env`` file (the rest are the process environment)
+    env_file_keys: frozenset[str] = field(default=frozenset(), repr=False, compare=False, hash=False)
+    # -- read from the app's own configuration (:mod:`laraq.config.effective`); None = not read --------
+    #: ``config('database.redis')`` (connections, ``options``, ``clusters``)
+    redis_config: Mapping[str, Any] | None = field(default=None, repr=False, compare=False, hash=False)
+    #: ``config('database.connections')``
+    db_connections: Mapping[str, Any] | None = field(default=None, repr=False, compare=False, hash=False)
+    #: ``config('cache.stores')``
+    cache_stores: Mapping[str, Any] | None = field(default=None, repr=False, compare=False, hash=False)
+    #: the queue connection's ``migration_batch_size`` (-1: all at once) and ``after_commit``
+    migration_batch_size: int = -1
+    #: ``queue.batching``: connection (None = the default) and table
+    batch_database: str | None = None
+    batch_table: str = "job_batches"
+    #: Horizon's ``horizon.prefix`` and ``horizon.use`` when read from the app (None: Horizon's own reading)
+    horizon_prefix: str | None = None
+    horizon_use: str = "default"
+    #: setting -> where its value came from (:mod:`laraq.config.provenance`)
+    provenance: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False, hash=False)
+    #: where the app's configuration was read ("cached config (/app/bootstrap/cache/config.php)"), if it was
+    app_config_source: str | None = field(default=None, compare=False)
+    #: notes from reading it (a failed boot, an unused --app-config file)
+    config_notes: tuple[str, ...] = field(default=(), compare=False)
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -246,11 +269,13 @@ class LaravelSettings:
         real = dict(os.environ if env is None else env)
         base_path: Path | None = None
         merged = dict(real)
+        file_keys: frozenset[str] = frozenset()
         if env_file is not None:
             env_path = Path(env_file)
             base_path = env_path.resolve().parent
             file_values = parse_env_file(env_path, real)
             merged = {**file_values, **real}
+            file_keys = frozenset(k for k in file_values if k not in real)
         elif real.get("LARAQ_BASE_PATH"):
             base_path = Path(real["LARAQ_BASE_PATH"]).resolve()
         e = Env(merged)
@@ -400,6 +425,7 @@ class LaravelSettings:
             maintenance_driver=maintenance_driver,
             maintenance_store=maintenance_store,
             env=merged,
+            env_file_keys=file_keys,
             version_source=version_source,
             version_warning=version_warning,
         )
@@ -423,23 +449,44 @@ class LaravelSettings:
         return self.maintenance_store or self.cache_store
 
     def redis_connection(self, connection: str = "default") -> RedisConnectionSettings:
-        """Resolve one Redis connection of the stock ``database.redis`` block (``default`` or ``cache``).
+        """Resolve one Redis connection of ``database.redis`` by name.
 
-        As in Laravel, components present in ``REDIS_URL`` (including a ``/db`` path) override
-        ``REDIS_HOST``/``REDIS_PORT``/``REDIS_DB``/``REDIS_CACHE_DB``/``REDIS_PASSWORD``/``REDIS_USERNAME``.
+        With the app's configuration read (:attr:`redis_config`) any connection it defines is resolved
+        from it; otherwise the stock ``default`` and ``cache`` blocks from ``REDIS_*``. As in Laravel,
+        components present in the connection's ``url`` (``REDIS_URL``, including a ``/db`` path) override
+        its host, port, database, username and password.
         """
-        if connection not in ("default", "cache"):
-            raise ValueError(f"unknown Redis connection {connection!r} (stock apps define default and cache)")
-        cfg: dict[str, Any] = {
-            "host": self.redis_host,
-            "port": self.redis_port,
-            "username": self.redis_username,
-            "password": self.redis_password,
-            "database": self.redis_db if connection == "default" else self.redis_cache_db,
-            "scheme": self.redis_scheme or "tcp",
-        }
-        if self.redis_url:
-            cfg.update(parse_redis_url(self.redis_url))
+        if self.redis_config is not None:
+            conn = self.redis_config.get(connection)
+            if connection in ("client", "options", "clusters") or not isinstance(conn, Mapping):
+                have = ", ".join(k for k, v in self.redis_config.items()
+                                 if isinstance(v, Mapping) and k not in ("options", "clusters"))
+                raise ValueError(f"the app's config('database.redis') has no connection {connection!r} "
+                                 f"(it has: {have or 'none'})")
+            cfg: dict[str, Any] = {
+                "host": conn.get("host") or "127.0.0.1",
+                "port": conn.get("port") or 6379,
+                "username": conn.get("username"),
+                "password": conn.get("password"),
+                "database": conn.get("database") or 0,
+                "scheme": conn.get("scheme") or "tcp",
+            }
+            url = conn.get("url")
+        else:
+            if connection not in ("default", "cache"):
+                raise ValueError(f"unknown Redis connection {connection!r} (stock apps define default and cache; "
+                                 "give laraq the app (--app-path) to read its own connections)")
+            cfg = {
+                "host": self.redis_host,
+                "port": self.redis_port,
+                "username": self.redis_username,
+                "password": self.redis_password,
+                "database": self.redis_db if connection == "default" else self.redis_cache_db,
+                "scheme": self.redis_scheme or "tcp",
+            }
+            url = self.redis_url
+        if url:
+            cfg.update(parse_redis_url(str(url)))
         return RedisConnectionSettings(
             name=connection,
             host=str(cfg["host"]),
@@ -451,22 +498,52 @@ class LaravelSettings:
             prefix=self.redis_prefix,
         )
 
+    def redis_cluster_nodes(self, connection: str) -> list[tuple[str, int]] | None:
+        """The seed nodes of ``config('database.redis.clusters.<connection>')``, when the app defines it."""
+        clusters = (self.redis_config or {}).get("clusters")
+        nodes = clusters.get(connection) if isinstance(clusters, Mapping) else None
+        if not isinstance(nodes, (list, Mapping)):
+            return None
+        out = []
+        for node in (nodes.values() if isinstance(nodes, Mapping) else nodes):
+            if isinstance(node, Mapping) and node.get("host") is not None:
+                out.append((str(node.get("host")), int(node.get("port") or 6379)))
+        return out or None
+
     def redis_url_for(self, connection: str = "default", *, mask: bool = False) -> str:
         """A redis-py URL for the ``default`` (queue) or ``cache`` connection."""
         return self.redis_connection(connection).url(mask=mask)
 
     @property
     def cache_uses_redis(self) -> bool:
-        return self.cache_store == "redis"
+        return self.cache_store_driver() == "redis"
+
+    def cache_store_driver(self, store: str | None = None) -> str:
+        """The driver of a cache store (``config('cache.stores.<name>.driver')``; stock stores are named after
+        their driver)."""
+        name = store or self.cache_store
+        conf = (self.cache_stores or {}).get(name)
+        return str(conf.get("driver") or name) if isinstance(conf, Mapping) else name
 
     def database(self, connection: str | None = None) -> DatabaseSettings:
         """The resolved database connection (``DB_*``, with ``DB_URL``/``DATABASE_URL`` overriding)."""
         name = connection or self.db_connection
         driver = _DB_DRIVERS.get(name, name)
         host, port, database = self.db_host, self.db_port, self.db_database
-        username, password = self.db_username, self.db_password
-        if self.db_url:
-            parts = urlsplit(re.sub(r"^(sqlite3?):///", r"\1://null/", self.db_url))
+        username, password, socket = self.db_username, self.db_password, self.db_socket
+        db_url = self.db_url
+        conf = (self.db_connections or {}).get(name)
+        if isinstance(conf, Mapping):  # config('database.connections.<name>') of the app
+            driver = str(conf.get("driver") or driver)
+            host = None if conf.get("host") is None else str(conf.get("host"))
+            port = int(conf["port"]) if str(conf.get("port") or "").isdigit() else None
+            database = None if conf.get("database") is None else str(conf.get("database"))
+            username = None if conf.get("username") is None else str(conf.get("username"))
+            password = None if conf.get("password") is None else str(conf.get("password"))
+            socket = conf.get("unix_socket") or None
+            db_url = conf.get("url") or None
+        if db_url:
+            parts = urlsplit(re.sub(r"^(sqlite3?):///", r"\1://null/", db_url))
             scheme = (parts.scheme or "").lower()
             if scheme:
                 driver = _DB_URL_ALIASES.get(scheme, scheme)
@@ -480,7 +557,7 @@ class LaravelSettings:
                 password = unquote(parts.password)
             if parts.path and parts.path != "/":
                 database = unquote(parts.path[1:])
-        return DatabaseSettings(name, driver, host, port, database, username, password or None, self.db_socket)
+        return DatabaseSettings(name, driver, host, port, database, username, password or None, socket)
 
     # -- display --------------------------------------------------------------------------------------
 
@@ -491,8 +568,8 @@ class LaravelSettings:
             f"project dir: {self.base_path or '(unknown)'}",
             f"APP_KEY: {'set' if self.app_key else 'not set'}"
             + (f" (+{len(self.app_previous_keys)} previous)" if self.app_previous_keys else ""),
-            f"redis default: {self.redis_url_for('default', mask=True)} prefix {self.redis_prefix!r}",
-            f"redis cache:   {self.redis_url_for('cache', mask=True)}",
+            f"redis queue:   {self._shown_redis(self.redis_queue_connection)} prefix {self.redis_prefix!r}",
+            f"redis cache:   {self._shown_redis(self.redis_cache_connection)}",
             f"queue: connection {self.connection_name!r}, queue {self.redis_queue!r}, "
             f"retry_after {self.retry_after}, block_for {self.block_for}",
             f"cache: store {self.cache_store!r}, prefix {self.cache_prefix!r}"
@@ -505,6 +582,12 @@ class LaravelSettings:
             + (f", store {self.maintenance_cache_store!r}" if self.maintenance_driver == "cache" else ""),
         ]
         return "\n".join(lines)
+
+    def _shown_redis(self, name: str) -> str:
+        try:
+            return f"{name} {self.redis_url_for(name, mask=True)}"
+        except ValueError as exc:
+            return f"{name} (unusable: {exc})"
 
     def __repr__(self) -> str:
         shown = []
@@ -536,7 +619,7 @@ def make_redis(settings: LaravelSettings, which: str = "default", **kwargs: Any)
     if sentinel is not None:
         return sentinel_master(sentinel, db=conn.database, username=conn.username, password=conn.password,
                                ssl=conn.tls, **kwargs)
-    nodes = cluster_nodes(settings.env, (conn.host, conn.port), which)
+    nodes = settings.redis_cluster_nodes(which) or cluster_nodes(settings.env, (conn.host, conn.port), which)
     if nodes is not None:
         return cluster_client(nodes, username=conn.username, password=conn.password, ssl=conn.tls, **kwargs)
     return redis.Redis(

@@ -15,7 +15,12 @@ Checks (all with ``SCAN`` and bounded samples, never ``KEYS``):
   does not declare (``app.rate_limiter``); jobs with a handler that carry middleware laraq
   does not run (they go back to PHP), or chains/batches that laraq hands to PHP (continuations), and
   continuation jobs waiting for a PHP worker;
-* Horizon keys (run ``laraq work`` with Horizon's records so Horizon sees laraq's work).
+* Horizon keys (run ``laraq work`` with Horizon's records so Horizon sees laraq's work), and PHP workers
+  (Horizon supervisors) on a queue laraq takes Python jobs from (:mod:`laraq.config.phpworkers`);
+* the configuration: where it was read (the app's cached config, the booted app, an exported file, or only
+  ``.env``), each value with its source, and the values laraq assumed.
+
+``queues`` (``doctor --queue``) limits the queue checks to those queues.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from typing import Any
 from laraq.app import load_app
 from laraq.bus.handoff import is_continuation
 from laraq.bus.middleware import limiter_names, unsupported_names
+from laraq.config.phpworkers import shared_queue_warnings
+from laraq.config.provenance import setting_facts
 from laraq.config.settings import LaravelSettings
 from laraq.ops.inspect import discover_prefixes, discover_queues, iter_members, queue_status
 from laraq.ops.transfers import held_findings
@@ -166,9 +173,10 @@ def diagnose(
     *,
     app_ref: str | None = None,
     worker_timeout: int = 60,
+    queues: list[str] | None = None,
 ) -> list[Finding]:
     """Run every check; findings come in the order of the module docstring."""
-    out: list[Finding] = []
+    out: list[Finding] = config_findings(settings)
     client = queue.client
     try:
         client.ping()
@@ -179,6 +187,12 @@ def diagnose(
 
     # -- prefixes and queues
     names = discover_queues(client, queue.prefix)
+    if queues:
+        missing = [q for q in queues if q not in names]
+        if missing:
+            out.append(Finding("info", f"no keys for queue(s) {', '.join(missing)} under prefix {queue.prefix!r}",
+                               "an empty queue has no keys"))
+        names = [q for q in queues if q in names]
     prefixes = {p: n for p, n in discover_prefixes(client).items() if p != queue.prefix}
     if names:
         out.append(Finding("ok", f"{len(names)} queue(s) under prefix {queue.prefix!r}: {', '.join(names[:20])}"))
@@ -326,4 +340,32 @@ def diagnose(
             "laraq's jobs as pending. Horizon payloads (id = uuid, escaped unicode) are read fine "
             "(compat-docs/horizon.md)",
         ))
+    laraq_queues = queues or [settings.redis_queue]
+    for warning in shared_queue_warnings(client, settings, queue.connection_name, laraq_queues):
+        out.append(Finding("warn", "PHP workers share a queue laraq takes Python jobs from", warning,
+                           "run Python jobs on a queue only laraq works (laraq work --queue python), and make "
+                           "the PHP class route itself there (compat-docs/config.md)"))
+    return out
+
+
+def config_findings(settings: LaravelSettings) -> list[Finding]:
+    """Where the configuration was read, each value with its source, and what was assumed."""
+    out: list[Finding] = []
+    facts = setting_facts(settings)
+    listing = "\n".join(f"{f['setting']} = {f['value']!r} ({f['source']})" for f in facts)
+    if settings.app_config_source:
+        out.append(Finding("ok", f"the app's configuration was read: {settings.app_config_source}", listing))
+    else:
+        out.append(Finding(
+            "info", "the app's config/*.php was not read: values come from .env, the environment and defaults",
+            listing, "give laraq the app: --env-file inside the app (beside artisan), --app-path, or, where PHP "
+            "or the app is not on this host, --app-config FILE from `laraq config --from APP -o FILE`"))
+    assumed = [f["setting"] for f in facts if f["assumed"]]
+    if assumed:
+        out.append(Finding("info", f"{len(assumed)} value(s) assumed, not read: {', '.join(assumed)}",
+                           "laraq uses the Laravel default for these",
+                           "set them in the app's config (or the LARAQ_* variable) if the default is wrong"))
+    for note in settings.config_notes:
+        out.append(Finding("warn", "reading the app's configuration", note,
+                           "fix the cause, or export the config with laraq config --from APP -o FILE"))
     return out

@@ -108,11 +108,11 @@ class LaravelCache(CacheStore):
     def from_settings(cls, settings: LaravelSettings, **redis_kwargs: Any) -> LaravelCache:
         """A cache over the stock Redis ``cache`` connection (db 1) and ``default`` lock connection."""
         return cls(
-            make_redis(settings, "cache", **redis_kwargs),
+            make_redis(settings, settings.redis_cache_connection, **redis_kwargs),
             version=settings.version,
             redis_prefix=settings.redis_prefix,
             cache_prefix=settings.cache_prefix,
-            lock_client=make_redis(settings, "default", **redis_kwargs),
+            lock_client=make_redis(settings, settings.redis_cache_lock_connection, **redis_kwargs),
             store_name=settings.cache_store if settings.cache_uses_redis else "redis",
         )
 
@@ -218,7 +218,7 @@ def make_cache(settings: LaravelSettings, store: str | None = None, *, redis_url
     ``database``: :class:`~laraq.stores.cache_stores.DatabaseCache` on ``DB_CACHE_CONNECTION``/``DB_CONNECTION``
     (``conn`` replaces the connection laraq would open). Stock store names are their driver names.
     """
-    name = store or settings.cache_store
+    name = settings.cache_store_driver(store or settings.cache_store)  # a store's driver (stock: its name)
     version = settings.version
     if name == "redis":
         if redis_url:

@@ -32,6 +32,7 @@ from typing import Any
 
 from laraq._version import __version__
 from laraq.bus.middleware import limiter_names
+from laraq.config.provenance import setting_facts
 from laraq.config.settings import LaravelSettings
 from laraq.protocol import phparray
 from laraq.protocol.encryption import Encrypter
@@ -101,15 +102,17 @@ def _sqlite_missing(settings: LaravelSettings, connection: str | None) -> str | 
 
 def open_cache(settings: LaravelSettings, *, redis_url: str | None = None) -> OpenedStore:
     """The app's default cache store, read once; see the module docstring for what happens on failure."""
-    name = settings.cache_store
+    name = settings.cache_store_driver()
     no_project = settings.base_path is None
+    store = "" if settings.cache_store == name else f"{settings.cache_store!r}: "
     where = name
     if name == "database":
-        where = f"database ({settings.db_cache_table!r} table on {settings.database(settings.db_cache_connection).describe()})"
+        where = f"database ({store}{settings.db_cache_table!r} table on {settings.database(settings.db_cache_connection).describe()})"
     elif name == "file":
-        where = f"file ({settings.cache_path})"
+        where = f"file ({store}{settings.cache_path})"
     elif name == "redis":
-        where = "redis (the 'cache' connection)"
+        where = (f"redis ({store}connection {settings.redis_cache_connection!r}, locks on "
+                 f"{settings.redis_cache_lock_connection!r}, prefix {settings.cache_prefix!r})")
     try:
         missing = _sqlite_missing(settings, settings.db_cache_connection) if name == "database" else None
         if missing:
@@ -300,8 +303,25 @@ def describe_setup(settings: LaravelSettings, *, redis_url: str, prefix: str, qu
         "app_key": "set" if settings.app_key else "not set",
         "unserialize": unserialize_path(),
         "console_lines": console_lines_path(),
-        "warnings": warnings,
+        # where the app's config was read (None: .env and the environment only), and each value's source
+        "config": settings.app_config_source,
+        "settings": setting_facts(settings),
+        "warnings": [*settings.config_notes, *warnings],
     }
+
+
+def _src(info: dict[str, Any], *keys: str) -> str:
+    """`` [source]`` of a banner row (``[assumed]`` when laraq guessed it), from ``info['settings']``."""
+    facts = {f["setting"]: f for f in info.get("settings") or ()}
+    labels = []
+    for key in keys:
+        fact = facts.get(key)
+        if fact is None:
+            continue
+        label = "assumed" if fact["assumed"] else fact["source"]
+        if label not in labels:
+            labels.append(label)
+    return f"   [{', '.join(labels)}]" if labels else ""
 
 
 def _c_path(in_use: bool, built: bool) -> str:
@@ -333,15 +353,22 @@ def render_setup(info: dict[str, Any]) -> str:
         shown_handlers = f"{len(handlers)} from {info['app']}: " + ", ".join(handlers)
     else:
         shown_handlers = f"none in {info['app']} (every job gets the --unhandled policy)"
+    facts = {f["setting"]: f for f in info.get("settings") or ()}
+    connection = facts["queue.connection"]["value"] if "queue.connection" in facts else None
     rows = [
         ("Laravel profile", f"{info['laravel']} ({info['laravel_source']})"),
         ("project", info["project"] or "(none)"),
-        ("Redis", info["redis"]),
-        ("prefix", repr(info["prefix"])),
-        ("queues", ", ".join(info["queues"])),
-        ("retry_after", f"{info['retry_after']}   block_for: {info['block_for']}"),
-        ("cache store", info["cache_store"]),
-        ("failed store", info["failed_store"]),
+        ("config", info.get("config") or ".env and the environment (the app's config/*.php not read)"),
+        ("Redis", info["redis"] + _src(info, "redis.queue")),
+        ("prefix", repr(info["prefix"]) + _src(info, "redis.prefix")),
+        ("queues", ", ".join(info["queues"]) + (f" on connection {connection!r}" if connection else "")
+         + _src(info, "queue.queue")),
+        ("retry_after", f"{info['retry_after']}   block_for: {info['block_for']}"
+         + _src(info, "queue.retry_after", "queue.block_for")),
+        ("cache store", info["cache_store"] + _src(info, "cache.store", "cache.prefix", "cache.connection")),
+        ("failed store", info["failed_store"] + _src(info, "failed.driver", "failed.table")),
+        ("timezone", (facts["app.timezone"]["value"] if "app.timezone" in facts else "UTC")
+         + _src(info, "app.timezone")),
         ("APP_KEY", info["app_key"]),
         ("handlers", shown_handlers),
         ("unserialize", info.get("unserialize") or unserialize_path()),

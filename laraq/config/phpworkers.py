@@ -1,0 +1,102 @@
+"""PHP workers on laraq's queues: the Horizon supervisors that work a queue laraq takes Python jobs from.
+
+Horizon's ``RedisSupervisorRepository`` keeps one hash per live supervisor (``<horizon prefix>supervisor:<name>``,
+listed in the ``supervisors`` sorted set, scored by its last update and expiring 30 s after it) whose
+``processes`` field maps ``"<connection>:<queue[,queue]>"`` to a process count and whose ``options`` hold the
+supervisor's ``connection`` and ``queue``. A PHP worker popping a job meant for a Python handler runs the PHP
+class's ``handle()`` (often empty) and deletes the job: the Python handler never runs. The banner and
+``laraq doctor`` say so when such a supervisor shares one of laraq's queues. laraq's own supervisors
+(``<master>:laraq-<name>``) are not PHP workers. Plain ``php artisan queue:work`` processes leave no record
+in Redis and cannot be seen.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from laraq.protocol.versions import _slug
+
+if TYPE_CHECKING:
+    from laraq.config.settings import LaravelSettings
+
+__all__ = ["PhpSupervisor", "horizon_prefix", "php_supervisors", "shared_queue_warnings"]
+
+#: Horizon reads supervisors updated within this many seconds as alive (their hashes expire after 30 s).
+ALIVE = 30
+
+
+@dataclass(frozen=True)
+class PhpSupervisor:
+    """A live Horizon supervisor and the ``(connection, queue)`` pairs it works."""
+
+    name: str
+    queues: tuple[tuple[str, str], ...]
+
+
+def horizon_prefix(settings: LaravelSettings) -> str:
+    """Horizon's key prefix: the app's ``horizon.prefix`` when read, else ``HORIZON_PREFIX``, else
+    Horizon's default (``slug(APP_NAME, '_')_horizon:``)."""
+    if settings.horizon_prefix is not None:
+        return settings.horizon_prefix
+    return settings.env.get("HORIZON_PREFIX") or _slug(settings.env.get("APP_NAME") or "laravel", "_") + "_horizon:"
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def php_supervisors(client: Any, prefix: str, *, now: float | None = None) -> list[PhpSupervisor]:
+    """The live PHP (not laraq) Horizon supervisors under Horizon's ``prefix``."""
+    now = time.time() if now is None else now
+    out = []
+    for raw in client.zrangebyscore(f"{prefix}supervisors", now - ALIVE, "+inf"):
+        name = _text(raw)
+        if name.rsplit(":", 1)[-1].startswith("laraq-"):
+            continue
+        record = client.hgetall(f"{prefix}supervisor:{name}")
+        if not record:
+            continue
+        fields = {_text(k): _text(v) for k, v in record.items()}
+        pairs: set[tuple[str, str]] = set()
+        try:
+            processes = json.loads(fields.get("processes") or "{}")
+        except ValueError:
+            processes = {}
+        for key in processes if isinstance(processes, dict) else ():
+            connection, _, queues = str(key).partition(":")
+            pairs.update((connection, q) for q in queues.split(",") if q)
+        try:
+            options = json.loads(fields.get("options") or "{}")
+        except ValueError:
+            options = {}
+        if isinstance(options, dict) and options.get("queue"):
+            queue_opt = options["queue"]
+            names = queue_opt if isinstance(queue_opt, list) else str(queue_opt).split(",")
+            pairs.update((str(options.get("connection") or "redis"), str(q)) for q in names if q)
+        out.append(PhpSupervisor(name, tuple(sorted(pairs))))
+    return out
+
+
+def shared_queue_warnings(client: Any, settings: LaravelSettings, connection: str,
+                          queues: Iterable[str]) -> list[str]:
+    """One warning per PHP supervisor that works one of ``queues`` on ``connection`` (none when Horizon's
+    records cannot be read)."""
+    wanted = set(queues)
+    try:
+        supervisors = php_supervisors(client, horizon_prefix(settings))
+    except Exception:  # no Horizon, another server, a cluster without that slot: nothing to say
+        return []
+    out = []
+    for sup in supervisors:
+        shared = sorted(q for c, q in sup.queues if c == connection and q in wanted)
+        if shared:
+            out.append(
+                f"PHP workers (Horizon supervisor {sup.name}) work queue(s) {', '.join(shared)} that laraq takes "
+                "Python jobs from: a PHP worker that pops a Python job runs the PHP class's handle() and the "
+                "Python handler never runs. Give Python jobs their own queue (compat-docs/config.md, Sharing a "
+                "queue with PHP workers)")
+    return out
