@@ -38,6 +38,7 @@ QUEUE = "acme-work"
 CONNECTION = "jobs"
 FAILED_TABLE = "acme_failed_jobs"
 CACHE_DB = 3
+CACHE_REDIS_PREFIX = "acme_c:"  # the cache-store connection's own options.prefix
 TZ = ZoneInfo("Europe/Paris")
 
 
@@ -167,7 +168,7 @@ def test_queue_restart_stops_laraq(app: PhpApp) -> None:
         if worker.poll() is None:
             worker.kill()
             worker.wait()
-    stamp = app_redis(app, CACHE_DB).get(f"{PREFIX}{cache_prefix(app)}illuminate:queue:restart")
+    stamp = app_redis(app, CACHE_DB).get(f"{CACHE_REDIS_PREFIX}{cache_prefix(app)}illuminate:queue:restart")
     assert stamp is not None  # where Laravel wrote it: the cache store's database and prefixes
 
 
@@ -232,7 +233,7 @@ def test_failed_rows_in_the_renamed_table_in_the_apps_timezone(app: PhpApp) -> N
 
 def test_max_exceptions_counted_in_the_cache_stores_database(app: PhpApp) -> None:
     uuid = dispatch_echo(app, "fail", tries=10, maxExceptions=2)
-    counter = f"{PREFIX}{cache_prefix(app)}job-exceptions:{uuid}"
+    counter = f"{CACHE_REDIS_PREFIX}{cache_prefix(app)}job-exceptions:{uuid}"
     cache = app_redis(app, CACHE_DB)
     app.artisan("queue:work", "--once", check=True)  # exception 1: released
     assert cache.get(counter) == b"1"

@@ -22,7 +22,7 @@ from typing import Any
 
 from laraq.config.appconfig import AppConfig, find_app_path, load_app_config
 from laraq.config.provenance import env_provenance
-from laraq.config.settings import LaravelSettings
+from laraq.config.settings import LaravelSettings, connection_prefix
 from laraq.protocol.versions import LaravelVersion
 
 __all__ = ["apply_app_config", "effective_settings", "queue_connection_name", "with_flags"]
@@ -82,18 +82,6 @@ def queue_connection_name(config: AppConfig, wanted: str | None) -> str | None:
     if is_redis("redis"):
         return "redis"
     return next((str(n) for n in conns if is_redis(n)), None)
-
-
-def _redis_prefix(redis_config: Mapping[str, Any], connection: str) -> str | None:
-    """``RedisManager``: the connection's ``options.prefix`` over the global ``options.prefix``."""
-    conn = redis_config.get(connection)
-    own = conn.get("options") if isinstance(conn, Mapping) else None
-    if isinstance(own, Mapping) and own.get("prefix") is not None:
-        return str(own["prefix"])
-    glob = redis_config.get("options")
-    if isinstance(glob, Mapping) and "prefix" in glob:
-        return "" if glob["prefix"] is None else str(glob["prefix"])
-    return None
 
 
 def apply_app_config(base: LaravelSettings, config: AppConfig, *, connection: str | None = None) -> LaravelSettings:
@@ -167,7 +155,7 @@ def apply_app_config(base: LaravelSettings, config: AppConfig, *, connection: st
         if qc.get("migration_batch_size") is not None:
             put("queue.migration_batch_size", "migration_batch_size", int(qc["migration_batch_size"]))
         if isinstance(redis_config, Mapping):
-            prefix = _redis_prefix(redis_config, redis_conn)
+            prefix = connection_prefix(redis_config, redis_conn)
             if prefix is not None:
                 put("redis.prefix", "redis_prefix", prefix, "LARAQ_REDIS_PREFIX")
             if isinstance(redis_config.get(redis_conn), Mapping) or redis_conn in (redis_config.get("clusters") or {}):

@@ -98,6 +98,18 @@ def parse_redis_url(url: str) -> dict[str, Any]:
 # -- settings objects ------------------------------------------------------------------------------
 
 
+def connection_prefix(redis_config: Mapping[str, Any], connection: str) -> str | None:
+    """``RedisManager``: a connection's ``options.prefix`` over the global ``options.prefix`` (None: neither)."""
+    conn = redis_config.get(connection)
+    own = conn.get("options") if isinstance(conn, Mapping) else None
+    if isinstance(own, Mapping) and own.get("prefix") is not None:
+        return str(own["prefix"])
+    glob = redis_config.get("options")
+    if isinstance(glob, Mapping) and "prefix" in glob:
+        return "" if glob["prefix"] is None else str(glob["prefix"])
+    return None
+
+
 @dataclass(frozen=True)
 class RedisConnectionSettings:
     """One resolved Redis connection of ``config/database.php`` (``default`` or ``cache``)."""
@@ -495,8 +507,17 @@ class LaravelSettings:
             username=None if cfg.get("username") in (None, "") else str(cfg["username"]),
             password=None if cfg.get("password") in (None, "") else str(cfg["password"]),
             scheme="tls" if str(cfg.get("scheme") or "tcp").lower() in ("tls", "rediss", "ssl") else "tcp",
-            prefix=self.redis_prefix,
+            prefix=self._connection_prefix(connection),
         )
+
+    def _connection_prefix(self, connection: str) -> str:
+        """The key prefix phpredis applies on ``connection``: the queue connection's is :attr:`redis_prefix`
+        (``LARAQ_REDIS_PREFIX`` included); another connection of the app's config has its own
+        ``options.prefix`` over the global one (``RedisManager`` merges them); stock apps share one."""
+        if self.redis_config is None or connection == self.redis_queue_connection:
+            return self.redis_prefix
+        own = connection_prefix(self.redis_config, connection)
+        return self.redis_prefix if own is None else own
 
     def redis_cluster_nodes(self, connection: str) -> list[tuple[str, int]] | None:
         """The seed nodes of ``config('database.redis.clusters.<connection>')``, when the app defines it."""

@@ -96,6 +96,7 @@ class LaravelCache(CacheStore):
         cache_prefix: str | None = None,
         lock_client: redis.Redis | None = None,
         store_name: str = "redis",
+        lock_redis_prefix: str | None = None,
     ) -> None:
         self.client = client
         self.lock_client = lock_client if lock_client is not None else client
@@ -103,6 +104,8 @@ class LaravelCache(CacheStore):
         self.redis_prefix = self.version.default_redis_prefix() if redis_prefix is None else redis_prefix
         self.cache_prefix = self.version.default_cache_prefix() if cache_prefix is None else cache_prefix
         self.store_name = store_name
+        #: the lock connection's own key prefix (phpredis applies each connection's ``options.prefix``)
+        self.lock_redis_prefix = self.redis_prefix if lock_redis_prefix is None else lock_redis_prefix
 
     @classmethod
     def from_settings(cls, settings: LaravelSettings, **redis_kwargs: Any) -> LaravelCache:
@@ -110,10 +113,11 @@ class LaravelCache(CacheStore):
         return cls(
             make_redis(settings, settings.redis_cache_connection, **redis_kwargs),
             version=settings.version,
-            redis_prefix=settings.redis_prefix,
+            redis_prefix=settings.redis_connection(settings.redis_cache_connection).prefix,
             cache_prefix=settings.cache_prefix,
             lock_client=make_redis(settings, settings.redis_cache_lock_connection, **redis_kwargs),
             store_name=settings.cache_store if settings.cache_uses_redis else "redis",
+            lock_redis_prefix=settings.redis_connection(settings.redis_cache_lock_connection).prefix,
         )
 
     # -- keys ------------------------------------------------------------------------------------
@@ -121,6 +125,10 @@ class LaravelCache(CacheStore):
     def key(self, key: str) -> str:
         """The full Redis key of a cache key (both prefixes applied)."""
         return self.redis_prefix + self.version.cache_key(self.cache_prefix, key)
+
+    def lock_key(self, key: str) -> str:
+        """The full Redis key of a lock on the lock connection (its own connection prefix)."""
+        return self.lock_redis_prefix + self.version.cache_key(self.cache_prefix, key)
 
     @staticmethod
     def encode(value: Any) -> bytes:
@@ -177,7 +185,7 @@ class LaravelCache(CacheStore):
 
     def unique_lock_key(self, job_class: str, unique_id: str, display_name: str | None = None) -> str:
         """The full Redis key of a ``ShouldBeUnique`` lock (in the lock connection's database)."""
-        return self.key(self.version.unique_lock_key(job_class, unique_id, display_name))
+        return self.lock_key(self.version.unique_lock_key(job_class, unique_id, display_name))
 
     def unique_lock_acquire(self, job_class: str, unique_id: str, display_name: str | None, seconds: int,
                             owner: str) -> bool:
@@ -197,7 +205,7 @@ class LaravelCache(CacheStore):
     def release_lock(self, name: str, *, owner: str | None = None) -> bool:
         """Release the cache lock ``name`` (before prefixes): owner-checked when ``owner`` is given
         (``RedisLock::release``), else ``forceRelease``."""
-        key = self.key(name)
+        key = self.lock_key(name)
         if owner:
             script = ("if redis.call('get',KEYS[1]) == ARGV[1] then return redis.call('del',KEYS[1]) "
                       "else return 0 end")
