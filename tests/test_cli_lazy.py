@@ -22,7 +22,7 @@ import laraq
 from laraq.cli import COMMANDS, LazyGroup, main
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("redis", "laraq.worker", "laraq.protocol.queue", "laraq.protocol.serializer", "laraq.app", "asyncio",
+HEAVY = ("redis", "laraq.worker.worker", "laraq.protocol.queue", "laraq.protocol.serializer", "laraq.app", "asyncio",
          "cryptography", "laraq.cli.work", "laraq.cli.common")
 
 
@@ -91,3 +91,22 @@ def test_top_level_names_resolve_lazily_to_their_modules() -> None:
         assert "NoSuchName" in str(exc)
     else:
         raise AssertionError("an unknown name must raise AttributeError")
+
+
+def test_laraq_work_parses_and_execs_without_importing_the_worker() -> None:
+    """Until it becomes the supervisor, ``laraq work`` has imported its options and prefork, nothing heavier."""
+    code = ("from laraq.cli import main\nimport click\nmain.get_command(click.Context(main), 'work')\n"
+            "from laraq.worker import prefork")
+    modules = modules_after(code)
+    assert "laraq.cli.work_command" in modules and "laraq.worker.prefork" in modules
+    assert heavy(modules) == []
+    from laraq.cli.work import work_cmd
+    from laraq.cli.work_command import work_cmd as light
+
+    assert work_cmd is light
+
+
+def test_the_command_and_the_worker_agree_on_the_config_variable() -> None:
+    from laraq.cli import work, work_command
+
+    assert work._CONFIG_ENV == work_command._CONFIG_ENV

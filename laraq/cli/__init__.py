@@ -78,7 +78,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
               'Find a job by payload id or uuid in every queue and state, and in failed_jobs (by its id or uuid), and show it.'),
     'status': ('status_cmd', 'status_cmd',
                 'Sizes, ages, failed count, paused state, pickup rate and wait estimate of QUEUES (default: every queue found under the prefix, via SCAN), like queue:monitor.'),
-    'work': ('work', 'work_cmd',
+    'work': ('work_command', 'work_cmd',
               'Process jobs on the queue (php artisan queue:work), running them with Python handlers.'),
     'workers': ('production', 'workers_cmd',
                  'List the running laraq workers (their heartbeat records in Redis).'),
