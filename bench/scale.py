@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -32,6 +33,17 @@ __all__ = ["ECHO", "PREFIX", "Laraq", "Php", "RedisServer", "Fleet", "Sides", "f
 
 _DUE = 1111111111
 _UUID = "00000000-0000-4000-8000-000000000000"
+
+
+def laraq_script() -> str:
+    """The ``laraq`` console script of this interpreter, never a version manager's shim: pyenv's
+    ``shims/laraq`` is a bash script that runs several processes before Python starts (0.1-1.5 s here),
+    which a production install does not have. Empty: use ``python -m laraq.cli``."""
+    beside = Path(sys.executable).parent / "laraq"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("laraq") or ""
+    return "" if "/shims/" in found else found
 
 
 def loadavg() -> str:
@@ -63,6 +75,7 @@ class Sides:
             and Path("/usr/share/php/Illuminate/autoload.php").exists()
         self.php = Php(self.server, workdir) if have_php else None
         self.laraq = Laraq(self.server, workdir)
+        self.laraq.laraq_bin = laraq_script()
         if self.php is not None:
             self.laraq.db_path = self.php.app.db_path
         else:

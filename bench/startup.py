@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -50,10 +51,14 @@ def children(pid: int) -> list[int]:
     return [int(x) for x in out.split()]
 
 
-def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
+def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + sys of the whole process tree, which the run waits for)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def cli_times(sides: Sides, rounds: int) -> dict[str, Any]:
@@ -67,12 +72,19 @@ def cli_times(sides: Sides, rounds: int) -> dict[str, Any]:
     if sides.php is not None:
         cmds["php artisan --version"] = ["php", str(sides.php.app_dir / "artisan"), "--version"]
     runs: dict[str, list[float]] = {k: [] for k in cmds}
+    cpu: dict[str, list[float]] = {k: [] for k in cmds}
     for _ in range(rounds):
         for name, cmd in cmds.items():
-            runs[name].append(timed(cmd, env, sides.workdir))
+            wall, used = timed(cmd, env, sides.workdir)
+            runs[name].append(wall)
+            cpu[name].append(used)
     bare = statistics.median(runs["bare python"])
+    bare_cpu = statistics.median(cpu["bare python"])
+    own = ("--", "status", "peek")
     return {name: {"median_s": round(statistics.median(v), 3), "best_s": round(min(v), 3),
-                   "own_s": round(statistics.median(v) - bare, 3) if name.startswith(("--", "status", "peek")) else None}
+                   "own_s": round(statistics.median(v) - bare, 3) if name.startswith(own) else None,
+                   "cpu_s": round(statistics.median(cpu[name]), 3),
+                   "own_cpu_s": round(statistics.median(cpu[name]) - bare_cpu, 3) if name.startswith(own) else None}
             for name, v in runs.items()}
 
 
@@ -89,7 +101,7 @@ def _side(sides: Sides, side: str, queue: str, log_path: Path | None, extra: lis
     return [*cmd, *(extra or [])], sides.php.env(log_path=log_path), sides.php.app_dir
 
 
-def first_job(sides: Sides, side: str, n: int) -> float:
+def first_job(sides: Sides, side: str, n: int) -> tuple[float, float]:
     """Seconds from just before exec to the job's handle()."""
     queue = f"first-{side}-{n}"
     log_path = sides.workdir / f"{queue}.jsonl"
@@ -101,20 +113,21 @@ def first_job(sides: Sides, side: str, n: int) -> float:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if log_path.exists() and log_path.read_text().strip():
-                return float(json.loads(log_path.read_text().splitlines()[0])["t"]) - t0
+                return float(json.loads(log_path.read_text().splitlines()[0])["t"]) - t0, float("nan")
             time.sleep(0.005)
-        return float("nan")
+        return float("nan"), float("nan")
     finally:
         fleet.stop()
 
 
-def once(sides: Sides, side: str, n: int) -> float:
+def once(sides: Sides, side: str, n: int) -> tuple[float, float]:
+    """``--once`` with one job waiting: exec to exit, wall and CPU seconds."""
     queue = f"once-{side}-{n}"
     fill_list(sides.client, sides.keys(queue).list, sides.template(queue), 1)
     cmd, env, cwd = _side(sides, side, queue, None, ["--once"])
-    t = timed(cmd, env, cwd)
+    wall, used = timed(cmd, env, cwd)
     left = sides.client.llen(sides.keys(queue).list)
-    return t if left == 0 else float("nan")
+    return (wall, used) if left == 0 else (float("nan"), used)
 
 
 def memory(sides: Sides, side: str, deep: int, idle_s: float) -> dict[str, Any]:
@@ -124,13 +137,22 @@ def memory(sides: Sides, side: str, deep: int, idle_s: float) -> dict[str, Any]:
     fleet = Fleet([cmd], env, cwd, sides.workdir, queue)
     proc = fleet.procs[0]
     try:
-        time.sleep(idle_s)
         def sample() -> dict[str, int]:
             kids = children(proc.pid)
             if side == "laraq" and kids:
                 return {"worker_kb": max(rss_kb(k) for k in kids), "supervisor_kb": rss_kb(proc.pid)}
             return {"worker_kb": rss_kb(proc.pid)}
-        idle = sample()
+
+        # idle: once the worker's RSS has held still for idle_s (it has booted and sleeps), at most 60 s
+        started = time.monotonic()
+        last, still_since = sample(), time.monotonic()
+        while time.monotonic() - started < 60 and time.monotonic() - still_since < idle_s:
+            time.sleep(0.5)
+            now = sample()
+            if abs(now["worker_kb"] - last["worker_kb"]) > 256:
+                still_since = time.monotonic()
+            last = now
+        idle = last
         fill_list(sides.client, keys.list, sides.template(queue), deep)
         t0 = time.monotonic()
         peak = 0
@@ -177,11 +199,13 @@ def main(argv: list[str] | None = None) -> int:
         for what, fn in (("first", first_job), ("once", once)):
             if what not in only:
                 continue
-            runs: dict[str, list[float]] = {n: [] for n in names}
+            runs: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
             for i in range(rounds):
                 for name in (names if i % 2 == 0 else names[::-1]):
-                    runs[name].append(fn(sides, name, i))
-            res[what] = {n: {"median_s": round(statistics.median(v), 3), "runs_s": [round(x, 3) for x in v]}
+                    runs[name].append(fn(sides, name, i))  # type: ignore[operator]
+            res[what] = {n: {"median_s": round(statistics.median(w for w, _ in v), 3),
+                             "runs_s": [round(w, 3) for w, _ in v],
+                             "median_cpu_s": round(statistics.median(c for _, c in v), 3)}
                          for n, v in runs.items()}
             print(f"[startup] {what}", json.dumps(res[what]), file=sys.stderr)
         if "memory" in only:
