@@ -101,6 +101,47 @@ def run_side(sides: Sides, side: str, dues: list[int], args: argparse.Namespace,
     return out
 
 
+def _duration_us(client: Any, call: Any) -> int:
+    """Redis' own execution time of one call (SLOWLOG at 0 µs): what it cost, not the round trip."""
+    client.config_set("slowlog-log-slower-than", 0)
+    client.slowlog_reset()
+    call()
+    entries = [e for e in client.slowlog_get(10) if (e.get("command") or b"").upper().startswith((b"EVAL", b"FCALL"))]
+    client.config_set("slowlog-log-slower-than", 1000)
+    return max((e["duration"] for e in entries), default=0)
+
+
+def script_costs(sides: Sides, jobs: int, repeat: int) -> dict[str, Any]:
+    """The scripts of a burst measured alone, the fastest of ``repeat`` runs each (a run the host
+    preempted only reads longer, so the fastest is what the command itself costs): laraq's reserve
+    call (100 jobs, the migrate bounded inside it), laraq's bounded migrate command, and Laravel 8's
+    migrate of every due job, on ``:delayed`` holding ``jobs`` due members."""
+    from run import LARAVEL_MIGRATE
+    from scale import fill_delayed
+
+    from laraq.protocol.queue import MIGRATE_BOUND
+
+    client = sides.client
+    queue = sides.laraq.queue
+    name = "script-costs"
+    keys = sides.keys(name)
+    template = sides.template(name)
+    now = int(time.time())
+    out: dict[str, list[int]] = {"laraq reserve (100 jobs)": [], "laraq migrate command": [], "Laravel 8 migrate (all due)": []}
+    for _ in range(repeat):
+        client.delete(keys.list, keys.delayed, keys.reserved, keys.notify)
+        fill_delayed(client, keys.delayed, template, [now - 1] * jobs)
+        out["laraq reserve (100 jobs)"].append(_duration_us(client, lambda: queue.reserve_batch(name, 100)))
+        out["laraq migrate command"].append(_duration_us(client, lambda: queue.scripts.migrate(
+            keys.delayed, keys.list, keys.notify, now, MIGRATE_BOUND)))
+        if len(out["Laravel 8 migrate (all due)"]) < 3:
+            out["Laravel 8 migrate (all due)"].append(_duration_us(client, lambda: client.eval(
+                LARAVEL_MIGRATE, 3, keys.delayed, keys.list, keys.notify, now)))
+    client.delete(keys.list, keys.delayed, keys.reserved, keys.notify)
+    return {k: {"fastest_ms": round(min(v) / 1000, 2), "median_ms": round(sorted(v)[len(v) // 2] / 1000, 2)}
+            for k, v in out.items() if v} | {"due_jobs": jobs, "runs": repeat}
+
+
 def dues_for(jobs: int, over: float, burst: bool, lead: float) -> list[int]:
     start = int(time.time() + lead) + 1
     if burst:
@@ -158,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
                   f" from {time.strftime('%H:%M:%S', time.localtime(dues[0]))}, load {loadavg()}", file=sys.stderr)
             res["runs"].append(run_side(sides, side, dues, args, res["shape"]))
             print(render({"runs": res["runs"][-1:]}).splitlines()[-1], file=sys.stderr)
+        if args.burst:
+            res["script_costs"] = script_costs(sides, args.jobs, 5 if args.quick else 10)
+            print("[timers] script costs", json.dumps(res["script_costs"]), file=sys.stderr)
     finally:
         sides.stop()
         if not args.keep:
@@ -165,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"[timers] kept {tmp}", file=sys.stderr)
     print(render(res))
+    if "script_costs" in res:
+        print(json.dumps(res["script_costs"], indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))
     return 0

@@ -48,11 +48,11 @@ __all__ = [
     "redact_url",
 ]
 
-#: The most due members one migrate command moves (about 2-4 ms of Redis time), however many are due.
+#: The most due members one migrate command moves (1-2 ms of Redis time on an idle host), however many are due.
 #: Laravel 8.0-9.22 (and 9.23+ with ``migration_batch_size`` -1) move every due member in one script;
 #: laraq moves them in commands of at most this many until none is left, with the same end state and
 #: order (see ``compat-docs/performance.md``), so Redis is never held for long by one of them.
-MIGRATE_BOUND = 1000
+MIGRATE_BOUND = 500
 
 #: The most due members the worker's reserve script moves per call (at least the jobs it reserves,
 #: so the list fills as fast as it drains): keeps one reserve call near 1 ms.
