@@ -183,3 +183,42 @@ def test_reserve_limit_follows_the_configured_batch_size(redis_client: redis.Red
     q = queue(redis_client, Clock(NOW), version="11", migration_batch_size=configured)
     assert q.reserve_migrate_limit(1) == expected
     assert queue(redis_client, Clock(NOW), version="9.22", migration_batch_size=7).reserve_migrate_limit(1) == 100
+
+
+# -- the worker wakes for a job PHP delayed ----------------------------------------------------------
+
+@pytest.mark.php
+def test_worker_with_a_long_sleep_runs_a_php_delayed_job_when_it_is_due(
+    laravel: str, redis_client: redis.Redis, redis_server: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PHP dispatches a job delayed by 2 s; a laraq worker that found nothing sleeps with --sleep=600.
+    With the timer it wakes when the job is due, runs it (never before its score) and stops at
+    --max-jobs 1; without it, the thread would still be asleep when the join gives up."""
+    import threading
+
+    import test_worker_support as support
+    from phpapp import PhpApp
+
+    from laraq.cli.work import build_worker, default_params
+
+    php = PhpApp(redis_server.port, version=laravel)  # type: ignore[attr-defined]
+    monkeypatch.setenv("LARAQ_LOG", str(php.log_path))
+    params = default_params(laravel=php.release, sleep=600, max_jobs=1, quiet=True, memory=1 << 20, queue="later")
+    worker = build_worker(params, env=php.env, app=support.app)
+    try:
+        php.tool("dispatch", "python", "--queue=later", "--delay=2", "--args=" + json.dumps({"n": 1}))
+        assert redis_client.zcard(php.prefix + "queues:later:delayed") == 1
+        done: list[int] = []
+        thread = threading.Thread(target=lambda: done.append(worker.daemon()), daemon=True)
+        thread.start()
+        thread.join(120)
+        if thread.is_alive():
+            worker.signals.quit()
+            pytest.fail("the worker slept through a due delayed job (--sleep=600)")
+        assert done == [0]
+        runs = [r for r in php.runs() if r["runner"] == "python"]
+        assert len(runs) == 1 and runs[0]["attempts"] == 1
+        assert redis_client.zcard(php.prefix + "queues:later:delayed") == 0
+        assert redis_client.llen(php.prefix + "queues:later") == 0
+    finally:
+        worker.close()
