@@ -12,9 +12,6 @@ from typing import Any
 
 import click
 
-from laraq.worker.exitcodes import explain
-from laraq.worker.startup import StartupError
-
 __all__ = ["LaraqGroup", "LaraqError"]
 
 
@@ -35,9 +32,12 @@ class LaraqGroup(click.Group):
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
-        except StartupError as exc:
-            raise LaraqError(exc.message, exc.exit_code) from exc
         except Exception as exc:
+            # start-up: the worker package is imported only when a command failed (laraq --version needs none of it)
+            from laraq.worker.exitcodes import explain  # start-up: as above
+            from laraq.worker.startup import StartupError  # start-up: as above
+            if isinstance(exc, StartupError):
+                raise LaraqError(exc.message, exc.exit_code) from exc
             explained = explain(exc)
             if explained is None:
                 raise

@@ -34,12 +34,12 @@ import redis
 
 from laraq.app import App, load_app
 from laraq.bus.models import ModelLoader
+from laraq.cli.work_command import work_cmd
 from laraq.config.effective import effective_settings, with_flags
 from laraq.config.phpworkers import shared_queue_warnings
 from laraq.config.settings import make_redis, parse_redis_url
 from laraq.production.listeners import attach_listeners
 from laraq.production.logs import JobLogListener, configure_logging, json_logging_active
-from laraq.production.multiproc import use_multiprocess_dir
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.routing import QueueForwards
 from laraq.stores.cache import MaintenanceMode
@@ -61,110 +61,14 @@ from laraq.worker.startup import (
 )
 from laraq.worker.worker import EXIT_ERROR, EXIT_USAGE, Worker, WorkerOptions
 
+# ``work_cmd`` (the options and the exec into the supervisor) is in laraq.cli.work_command, which imports
+# nothing heavy: the ``laraq work`` process does not import this module before it becomes the supervisor.
 __all__ = ["work_cmd", "build_worker", "child_main", "default_params"]
 
 log = logging.getLogger("laraq.work")
 
 _CONFIG_ENV = "LARAQ_WORKER_CONFIG"
 _BANNER_ENV = "LARAQ_BANNER"
-
-
-@click.command("work")
-@click.argument("connection", required=False)
-@click.option("--app", "app_spec", required=True, metavar="MODULE:ATTR",
-              help="The laraq.App holding your handlers, e.g. myproject.jobs:app.")
-@click.option("--queue", default=None, help="Queues to work, in priority order (e.g. high,default).")
-@click.option("--once", is_flag=True, help="Process one job, then exit.")
-@click.option("--stop-when-empty", is_flag=True, help="Exit when the queues are empty.")
-@click.option("--stop-when-empty-for", type=click.IntRange(0), default=0, show_default=True, metavar="SECONDS",
-              help="Exit once the queues have been empty for this many seconds (Laravel 11.53/12.60/13.10+).")
-@click.option("--max-jobs", type=int, default=0, show_default=True, help="Exit after this many jobs (0 = no limit).")
-@click.option("--max-time", type=int, default=0, show_default=True, help="Exit after this many seconds (0 = none).")
-@click.option("--memory", type=int, default=128, show_default=True, help="Exit with code 12 above this RSS (MB).")
-@click.option("--sleep", type=float, default=3, show_default=True, help="Seconds to sleep when no job is available.")
-@click.option("--rest", type=float, default=0, show_default=True, help="Seconds to rest after each job.")
-@click.option("--timeout", type=int, default=60, show_default=True, help="Seconds a job may run (0 = no limit).")
-@click.option("--tries", type=int, default=1, show_default=True, help="Attempts before failing (0 = unlimited).")
-@click.option("--backoff", default="0", show_default=True, help="Seconds before retrying; a comma list per attempt.")
-@click.option("--delay", type=int, default=None, hidden=True, help="Deprecated by Laravel; ignored.")
-@click.option("--daemon", is_flag=True, hidden=True, help="Deprecated by Laravel; ignored.")
-@click.option("--force", is_flag=True, help="Work even in maintenance mode.")
-@click.option("--name", default="default", show_default=True, help="The worker's name.")
-@click.option("--json", "json_mode", is_flag=True, help="One JSON object per job event.")
-@click.option("-q", "--quiet", is_flag=True, help="No job output.")
-@click.option("-v", "--verbose", count=True, help="More output (-v job ids, -vv debug logs).")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error", "critical"]), default=None,
-              help="Log level (default: info, so handlers' log.info lines show; -vv = debug).")
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="text, or json: one JSON object per line (job fields, traceback) - job lines included.")
-@click.option("--log-config", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="A logging config file (.json dictConfig, .ini fileConfig) used as is.")
-@click.option("--env-file", type=click.Path(dir_okay=False), default=None, help="The Laravel app's .env file.")
-@click.option("--laravel", default=None, help="Laravel version profile (default: detected, else 13).")
-@click.option("--app-path", type=click.Path(file_okay=False), default=None,
-              help="The Laravel app's directory, whose config laraq reads (default: LARAQ_APP_PATH, else the "
-                   "--env-file's directory when artisan is there).")
-@click.option("--app-config", type=click.Path(dir_okay=False), default=None,
-              help="The app's config exported by `laraq config --from APP -o FILE` (default: LARAQ_APP_CONFIG).")
-@click.option("--concurrency", type=click.IntRange(1, 1024), default=1, show_default=True,
-              help="Jobs run at once by this worker.")
-@click.option("--batch", type=click.IntRange(1, 1000), default=100, show_default=True,
-              help="Most jobs one reserve call takes (acks, migrate and pops in one Lua call). "
-                   "1 = the classic loop: artisan's calls, one job at a time.")
-@click.option("--prefetch/--no-prefetch", default=True, show_default=True,
-              help="Reserve up to ~1 s of measured work beyond the free slots (leases renewed while "
-                   "buffered, handed back on shutdown).")
-@click.option("--unhandled", type=click.Choice(["requeue", "release", "fail"]), default="requeue", show_default=True,
-              help="What to do with a job that has no Python handler.")
-@click.option("--unhandled-delay", type=click.IntRange(1), default=10, show_default=True,
-              help="Delay before an unhandled job is visible again (requeue/release).")
-@click.option("--php-queue", default=None,
-              help="A queue PHP workers serve: laraq hands chain steps, batch bookkeeping, uniqueId() locks "
-                   "and PHP failed() there (default: the connection's default queue).")
-@click.option("--redis-url", default=None, help="Queue Redis URL (overrides REDIS_HOST/PORT/...).")
-@click.option("--prefix", default=None, help="Redis key prefix (default: REDIS_PREFIX or the version's).")
-@click.option("--retry-after", default=None, help="Override the connection's retry_after (seconds, or 'null').")
-@click.option("--block-for", type=float, default=None, help="Override the connection's block_for (seconds).")
-@click.option("--schedule", is_flag=True, help="Also run the app's schedule entries (laraq.schedule.scheduler) in a thread.")
-@click.option("--supervise/--no-supervise", default=True, show_default=True,
-              help="Run the worker in a child process that is restarted after a hard timeout.")
-@click.option("--processes", type=click.IntRange(1, 256), default=1, show_default=True,
-              help="Worker processes under the one supervisor (prefork: use every core; each runs "
-                   "--concurrency jobs).")
-@click.option("--horizon/--no-horizon", default=None,
-              help="Write Laravel Horizon's records (default: when the app uses Horizon; see compat-docs/horizon.md).")
-@click.option("--horizon-signals/--no-horizon-signals", default=True, show_default=True,
-              help="Let horizon:pause/continue/terminate signal this process (off: they reach it only "
-                   "through Horizon's command lists; for containers sharing a hostname).")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
-              help="Serve Prometheus metrics on this port (see compat-docs/production.md).")
-@click.option("--metrics-addr", default="0.0.0.0", show_default=True, help="Address for --metrics-port.")
-@click.option("--metrics-interval", type=click.FloatRange(0.1), default=15.0, show_default=True, metavar="SECONDS",
-              help="How often the queue-size gauges are sampled (one pipelined round per queue).")
-@click.option("--metrics-dir", type=click.Path(file_okay=False), default=None, envvar="PROMETHEUS_MULTIPROC_DIR",
-              help="Multiprocess dir shared by the workers of a host: the port serves their sum.")
-@click.option("--heartbeat-file", type=click.Path(dir_okay=False), default=None,
-              help="Write this worker's heartbeat id here (for laraq health --id-file).")
-@click.option("--heartbeat/--no-heartbeat", default=True, show_default=True,
-              help="Keep a heartbeat record in Redis (laraq workers / laraq health).")
-def work_cmd(**params: Any) -> None:
-    """Process jobs on the queue (php artisan queue:work), running them with Python handlers.
-
-    Exit codes: 0 stopped normally, 12 memory limit, 1 error, 2 usage error, 3 Redis unreachable,
-    4 Redis refused the credentials, 5 database fault, 6 bad settings (APP_KEY).
-    """
-    params.pop("delay", None)
-    params.pop("daemon", None)
-    if params.get("metrics_dir"):  # before prometheus_client is imported, here and in the child
-        use_multiprocess_dir(params["metrics_dir"])
-    processes = params.pop("processes")
-    if params.pop("supervise"):
-        if processes > 1 and params["once"]:
-            raise click.UsageError("--once runs one job: it cannot be combined with --processes")
-        _exec_supervisor(params, processes)
-    if processes > 1:
-        raise click.UsageError("--processes needs the supervisor: drop --no-supervise")
-    sys.exit(_run_worker(params))
 
 
 def _exit_ignoring_quit_signals(code: int) -> None:
@@ -178,16 +82,6 @@ def _exit_ignoring_quit_signals(code: int) -> None:
         with contextlib.suppress(ValueError, OSError):
             signal.signal(sig, signal.SIG_IGN)
     sys.exit(code)
-
-
-def _exec_supervisor(params: dict[str, Any], processes: int) -> None:
-    """Become the small supervisor of :mod:`laraq.worker.prefork` (this process image is replaced)."""
-    os.environ[_CONFIG_ENV] = json.dumps(params)
-    argv = prefork.spawn_argv(processes, once=bool(params["once"]), max_jobs=params["max_jobs"] or 0,
-                              max_time=params["max_time"] or 0, json_logs=params.get("log_format") == "json")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execv(argv[0], argv)
 
 
 def child_main() -> None:

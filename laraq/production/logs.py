@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
-import logging.config
 import sys
 import time
 import traceback
@@ -116,11 +115,13 @@ def configure_logging(*, level: str | None = None, fmt: str = "text", config_fil
                       verbose: int = 0, quiet: bool = False) -> str:
     """Set up logging for ``laraq work``; returns how (``"config-file"``, ``"app"`` or ``"laraq"``)."""
     if config_file:
+        import logging.config as logging_config  # start-up: logging.config pulls in logging.handlers and pickle (~2 MB resident)
+
         path = Path(config_file)
         if path.suffix == ".json":
-            logging.config.dictConfig(json.loads(path.read_text(encoding="utf-8")))
+            logging_config.dictConfig(json.loads(path.read_text(encoding="utf-8")))
         else:
-            logging.config.fileConfig(path, disable_existing_loggers=False)
+            logging_config.fileConfig(path, disable_existing_loggers=False)
         _attach_filter()
         return "config-file"
     root = logging.getLogger()

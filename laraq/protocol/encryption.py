@@ -25,11 +25,6 @@ import json
 import os
 from collections.abc import Sequence
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import padding
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
 __all__ = ["DecryptError", "EncryptError", "Encrypter", "SUPPORTED_CIPHERS", "parse_app_key"]
 
 #: cipher name → (key length in bytes, is AEAD)
@@ -145,6 +140,10 @@ class Encrypter:
         if serialize:
             plaintext = php_serialize_string(plaintext)
         iv = os.urandom(self.iv_length)
+        # start-up: cryptography's ciphers (~6 MB resident) load only when a payload is encrypted or decrypted
+        from cryptography.hazmat.primitives import padding  # start-up: as above
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes  # start-up: as above
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # start-up: as above
         if self._aead:
             sealed = AESGCM(self._key).encrypt(iv, plaintext, None)
             ciphertext, tag = sealed[:-_TAG_LENGTH], sealed[-_TAG_LENGTH:]
@@ -223,6 +222,9 @@ class Encrypter:
     def _decrypt_cbc(key: bytes, iv: bytes, ciphertext: bytes) -> bytes:
         if not ciphertext or len(ciphertext) % 16:
             raise DecryptError("Could not decrypt the data.")
+        # start-up: cryptography's ciphers (~6 MB resident) load only when a payload is decrypted
+        from cryptography.hazmat.primitives import padding  # start-up: as above
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes  # start-up: as above
         decryptor = Cipher(algorithms.AES(key), modes.CBC(iv)).decryptor()
         padded = decryptor.update(ciphertext) + decryptor.finalize()
         unpadder = padding.PKCS7(128).unpadder()
@@ -232,6 +234,9 @@ class Encrypter:
             raise DecryptError("Could not decrypt the data.") from None
 
     def _decrypt_gcm(self, iv: bytes, ciphertext: bytes, tag: bytes) -> bytes:
+        # start-up: cryptography's ciphers (~6 MB resident) load only when a payload is decrypted
+        from cryptography.exceptions import InvalidTag  # start-up: as above
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # start-up: as above
         for key in self._all_keys:
             try:
                 return AESGCM(key).decrypt(iv, ciphertext + tag, None)

@@ -48,6 +48,16 @@ __all__ = [
     "redact_url",
 ]
 
+#: The most due members one migrate command moves (1-2 ms of Redis time on an idle host), however many are due.
+#: Laravel 8.0-9.22 (and 9.23+ with ``migration_batch_size`` -1) move every due member in one script;
+#: laraq moves them in commands of at most this many until none is left, with the same end state and
+#: order (see ``compat-docs/performance.md``), so Redis is never held for long by one of them.
+MIGRATE_BOUND = 500
+
+#: The most due members the worker's reserve script moves per call (at least the jobs it reserves,
+#: so the list fills as fast as it drains): keeps one reserve call near 1 ms.
+RESERVE_MIGRATE_BOUND = 100
+
 
 # -- key names -----------------------------------------------------------------------------------
 
@@ -508,7 +518,7 @@ class RedisQueue:
         keys = self.keys(name)
         now = self.current_time()
         expiry = now if self.retry_after is None else now + int(self.retry_after)
-        limit = self.migration_batch_size if self.version.migrate_has_limit else -1
+        limit = self.reserve_migrate_limit(count)
         options = {"expires_at": expiry, "count": count, "now": now, "migrate_limit": limit,
                    "migrate_reserved": self.retry_after is not None, "acks": acks}
         return name, keys, now, (keys.list, keys.reserved, keys.notify, keys.poison, keys.delayed), options
@@ -567,13 +577,30 @@ class RedisQueue:
     def migrate_expired_jobs(self, from_key: str, to_key: str, notify_key: str | None = None) -> list[bytes]:
         """``migrateExpiredJobs``: move members of ``from_key`` scored <= now to ``to_key``.
 
-        Keys are full Redis keys (prefix included). 9.23+ passes ``migration_batch_size`` as the
-        limit; older versions run the script without one.
+        Keys are full Redis keys (prefix included). 9.23+ moves at most ``migration_batch_size`` (when
+        set); older versions, and -1, move every due member. Either way the members go in commands of at
+        most :data:`MIGRATE_BOUND`, all at the same ``now``, until the amount is reached or none is due.
         """
-        limit = self.migration_batch_size if self.version.migrate_has_limit else None
-        return self.scripts.migrate(
-            from_key, to_key, notify_key or f"{to_key}:notify", self.current_time(), limit
-        )
+        configured = self.migration_batch_size if self.version.migrate_has_limit else -1
+        notify = notify_key or f"{to_key}:notify"
+        now = self.current_time()
+        moved: list[bytes] = []
+        while True:  # the version's one unbounded (or large) migrate, as bounded commands at the same `now`
+            want = MIGRATE_BOUND if configured < 0 else min(MIGRATE_BOUND, configured - len(moved))
+            if want <= 0:
+                return moved
+            chunk = self.scripts.migrate(from_key, to_key, notify, now, want)
+            moved.extend(chunk)
+            if len(chunk) < want:
+                return moved
+
+    def reserve_migrate_limit(self, count: int) -> int:
+        """The migrate ``LIMIT`` inside one reserve call: this version's ``migration_batch_size`` (9.23+,
+        when set), never more than :data:`RESERVE_MIGRATE_BOUND` or ``count`` (whichever is larger).
+        Due jobs left over move on the next calls, which come at once while jobs keep coming."""
+        bound = max(int(count), RESERVE_MIGRATE_BOUND)
+        configured = self.migration_batch_size if self.version.migrate_has_limit else -1
+        return bound if configured < 0 else min(configured, bound)
 
     # -- finishing a job -----------------------------------------------------------------------------
 

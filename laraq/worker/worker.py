@@ -58,6 +58,7 @@ from laraq.worker.lifecycle import Lifecycle
 from laraq.worker.output import Output
 from laraq.worker.reservation import Reservation
 from laraq.worker.running import Running
+from laraq.worker.timers import Timers
 
 __all__ = [
     "EXIT_ERROR",
@@ -180,6 +181,7 @@ class Worker:
         self.app = app
         self.queue = queue
         self.queues = names
+        self.timers = Timers(queue, names)  # the idle sleep ends when the next delayed job is due
         self.options = options
         self.connection_name = connection_name
         self.version = version
@@ -334,7 +336,7 @@ class Worker:
                 jobs_processed += 1
                 self._last_job_at = time.monotonic()
             else:
-                self.sleep(reservation.reconnect_delay or opts.sleep)
+                self.sleep(reservation.reconnect_delay or self.timers.sleep_for(opts.sleep))
             status = self.stop_status(last_restart, started, jobs_processed, popped=popped)
             if status is not None:
                 return self._stop(status)
@@ -528,7 +530,7 @@ class Worker:
                 elif reservation.block_for_job(jobs_processed, executor.active):
                     jobs_processed += reservation.took_unreadable  # a batch that came along with a timed-out wait
                 else:
-                    await executor.idle(opts.sleep)
+                    await executor.idle(self.timers.sleep_for(opts.sleep))
                 continue
             if executor.fresh:
                 # one pass of the loop runs the tasks that suspended; the ones that finished are
