@@ -24,8 +24,16 @@ The rule, in one place:
   runs once on the original payload (lock, batch, catch callbacks, ``failed()``), after laraq wrote
   the ``failed_jobs`` row.
 
-Everything handed to PHP needs ``APP_KEY`` (the continuation is a signed closure). Without it, a job
-that needs PHP is not run at all: it goes back to PHP untouched (see :meth:`CallQueued.unsupported`).
+Where PHP's part runs (see ``compat-docs/worker.md``, "The job model"):
+
+* **in-process PHP** - when the app is on the worker's host (:func:`laraq.bus.phpprocess.app_on_host`), the
+  worker's :class:`~laraq.bus.phpprocess.PhpProcess` runs those ``CallQueuedHandler`` steps synchronously,
+  at artisan's moment: before the handler, right after success and right after the failure, before the
+  worker takes its next job. Nothing is queued for PHP and ``APP_KEY`` is not needed.
+* **hand-off** - otherwise the steps go as a continuation job (:mod:`laraq.bus.handoff`) to the PHP queue,
+  which must be a queue laraq does not work (:func:`continuation_conflict` refuses the rest at start).
+  A continuation is a signed closure, so it needs ``APP_KEY``; without it a job that needs PHP is not run
+  at all: it goes back to PHP untouched (see :meth:`CallQueued.unsupported`).
 """
 
 from __future__ import annotations
@@ -34,16 +42,17 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from laraq.bus.handoff import FAILURE_CODE, SUCCESS_CODE, continuation_payload
+from laraq.bus.handoff import FAILURE_CODE, SUCCESS_CODE, continuation_payload, continuation_title
 from laraq.protocol.serializer import PHPObject, PHPSerializeError, deref, loads
 from laraq.stores.failed import php_class_name
 
 if TYPE_CHECKING:
     from laraq.bus.job import Job
+    from laraq.bus.phpprocess import PhpProcess
     from laraq.protocol.queue import RedisQueue
     from laraq.protocol.versions import LaravelVersion
 
-__all__ = ["CallQueued"]
+__all__ = ["CallQueued", "continuation_conflict"]
 
 log = logging.getLogger("laraq.worker.worker")
 
@@ -110,6 +119,19 @@ class CallQueued:
         self.connection_name = connection_name
         #: Where continuations go: a queue PHP workers serve (default: the connection's default queue).
         self.php_queue = php_queue
+        #: The app's own CallQueuedHandler in a PHP process on this host (None: hand-off by continuation).
+        self.php: PhpProcess | None = None
+
+    def use_php(self, process: PhpProcess | None) -> None:
+        """Run PHP's steps in ``process`` (synchronously), not as continuations."""
+        self.php = process
+
+    @property
+    def path(self) -> str:
+        """Which path PHP's steps take: ``in-process PHP`` or ``hand-off on queue X``."""
+        if self.php is not None:
+            return f"in-process PHP ({self.php.base_path})"
+        return f"hand-off on queue {self.php_queue or self.queue.default_queue}"
 
     # -- what a job needs ----------------------------------------------------------------------------
 
@@ -170,7 +192,7 @@ class CallQueued:
 
     def unsupported(self, job: Job) -> str | None:
         """Why this job cannot be run by Python now (it then goes back to PHP untouched), or None."""
-        if self.signing_key is not None:
+        if self.signing_key is not None or self.php is not None:
             return None
         needs = [what for what, yes in (
             ("a chain", self.chained(job) or self.has_catch_callbacks(job)),
@@ -190,7 +212,7 @@ class CallQueued:
         if self._unique_known(job):
             self.release_unique(job)
         else:
-            self._push(job, SUCCESS_CODE, {"steps": ["unique-now"]}, "unique lock")
+            self._php_steps(job, ["unique-now"])
 
     def after_success(self, job: Job) -> None:
         """After a handler returned (and the job did not release itself): lock, chain, batch."""
@@ -205,11 +227,13 @@ class CallQueued:
         elif "unique" not in steps:
             self._release_context_lock(job)
         if steps:
-            self._push(job, SUCCESS_CODE, {"steps": steps}, " + ".join(steps))
+            self._php_steps(job, steps)
 
     def after_failure(self, job: Job, exc: BaseException) -> None:
         """After ``failed_jobs`` was written: PHP's ``failed()`` side, or the lock when Python knows it."""
-        if self.needs_php_on_failure(job) and self.signing_key is not None:
+        if self.needs_php_on_failure(job) and self.php is not None:
+            self.php.failed(job.body, self.connection_name, job.queue, job.uuid or "", php_class_name(exc), str(exc))
+        elif self.needs_php_on_failure(job) and self.signing_key is not None:
             self._push(job, FAILURE_CODE, {"uuid": job.uuid or "", "class": php_class_name(exc),
                                            "message": str(exc)}, "failed")
         elif self._unique_known(job) and self._unique_mode(job) != "until_processing":
@@ -251,6 +275,20 @@ class CallQueued:
         except Exception as exc:
             log.warning("could not release the unique lock of %s: %s", job.name, exc)
 
+    def _php_steps(self, job: Job, steps: list[str]) -> None:
+        """Run the success-side steps now in the PHP process, else hand them to PHP by continuation."""
+        if self.php is not None:
+            self.php.success(job.body, self.connection_name, job.queue, steps)
+            return
+        self._push(job, SUCCESS_CODE, {"steps": steps}, self._label(job, steps))
+
+    def _label(self, job: Job, steps: list[str]) -> str:
+        """What the continuation does, for its Horizon name: a speculative ``unique`` step (PHP checks
+        ``ShouldBeUnique`` itself) is not named unless the handler declares the job unique."""
+        named = [("unique lock" if s == "unique-now" else s) for s in steps
+                 if s != "unique" or self._unique_mode(job)]
+        return " + ".join(named) or "unique lock"
+
     def _push(self, job: Job, code: str, use: dict[str, Any], about: str) -> None:
         if self.signing_key is None:
             log.error("%s (uuid %s) needs PHP for %s but APP_KEY is not set: not handed over",
@@ -259,11 +297,28 @@ class CallQueued:
         data = job.payload.decoded.get("data")
         variables = {"data": data if isinstance(data, dict) else {}, "body": job.body,
                      "connection": self.connection_name, "queue": job.queue, **use}
-        body = continuation_payload(self.version, self.signing_key, code=code, use=variables,
-                                    about=f"{about} of {job.name} {job.uuid}")
+        body = continuation_payload(self.version, self.signing_key, code=code, use=variables, about=about)
         target = self.php_queue or self.queue.default_queue
         self.queue.push_raw(body, target)
-        log.info("%s (uuid %s): %s handed to PHP on queue %s", job.name, job.uuid, about, target)
+        log.info("%s (uuid %s): %s handed to PHP on queue %s as %r", job.name, job.uuid, about, target,
+                 continuation_title(about))
+
+
+def continuation_conflict(queues: list[str], php_queue: str | None, default_queue: str, *,
+                          in_process: bool, signing_key: bool) -> str | None:
+    """Why continuations could land where this worker takes them (bounce or starve), else None.
+
+    Nothing is handed off when the PHP steps run in-process, or without ``APP_KEY`` (such jobs are not run).
+    """
+    if in_process or not signing_key:
+        return None
+    target = php_queue or default_queue
+    if target not in queues:
+        return None
+    how = "--php-queue" if php_queue else "the connection's default queue (no --php-queue)"
+    return (f"chain steps, batch bookkeeping and PHP failed() would be handed to PHP on queue {target!r} ({how}), "
+            f"which this worker takes itself: set --php-queue to a queue only PHP workers serve, or run where "
+            f"the app is (--php-app PATH, or --env-file inside the app) so PHP runs them in-process")
 
 
 def context_lock(payload: dict[str, Any]) -> tuple[str, str | None, str | None] | None:

@@ -38,11 +38,16 @@ from laraq.protocol.payload import build_object_payload
 from laraq.protocol.serializer import PHPObject, dumps
 from laraq.protocol.versions import LaravelVersion
 
-__all__ = ["CLOSURE_CLASS", "CONTINUATION_TAG", "continuation_payload", "is_continuation", "signed_closure"]
+__all__ = ["CLOSURE_CLASS", "CONTINUATION_TAG", "continuation_payload", "continuation_title", "is_continuation",
+           "signed_closure"]
 
 CLOSURE_CLASS = "Illuminate\\Queue\\CallQueuedClosure"
 #: The ``displayName`` of every continuation starts with this (so laraq and humans can tell them apart).
-CONTINUATION_TAG = "Closure (laraq continuation"
+#: The rest is the kind only (``chain``, ``batch``, ``chain + batch``, ``unique lock``, ``failed``): Horizon
+#: keys its metrics by this name, so it is stable per kind and never carries a job's uuid.
+CONTINUATION_TAG = "laraq continuation"
+#: What continuations were called before (``Closure (laraq continuation: … <uuid>)``); still recognised.
+_OLD_TAG = "Closure (laraq continuation"
 
 _NATIVE = "Laravel\\SerializableClosure\\Serializers\\Native"
 _SIGNED = "Laravel\\SerializableClosure\\Serializers\\Signed"
@@ -105,7 +110,8 @@ def continuation_payload(
     use: dict[str, Any],
     about: str,
 ) -> bytes:
-    """The body of a ``CallQueuedClosure`` job running ``code`` in ``CallQueuedHandler``'s scope.
+    """The body of a ``CallQueuedClosure`` job running ``code`` in ``CallQueuedHandler``'s scope; ``about``
+    is the continuation's kind (its name is :func:`continuation_title`).
 
     Retried 5 times (10 s, 30 s, 60 s, 120 s apart) so a passing outage of the database or of Redis on
     the PHP side does not lose it; after that it is in ``failed_jobs`` with PHP's own exception.
@@ -113,10 +119,16 @@ def continuation_payload(
     closure = signed_closure(code, use, key, scope=_HANDLER)
     command = dumps(PHPObject.build(CLOSURE_CLASS, {"closure": closure})).decode("utf-8")
     return build_object_payload(
-        version, command_name=CLOSURE_CLASS, command=command, display_name=f"{CONTINUATION_TAG}: {about})",
+        version, command_name=CLOSURE_CLASS, command=command, display_name=continuation_title(about),
         max_tries=5, backoff="10,30,60,120",
     ).encode("utf-8")
 
 
+def continuation_title(kind: str) -> str:
+    """The ``displayName`` (Horizon's job name) of a continuation of this kind."""
+    return f"{CONTINUATION_TAG}: {kind}"
+
+
 def is_continuation(display_name: str | None) -> bool:
-    return bool(display_name) and str(display_name).startswith(CONTINUATION_TAG)
+    text = str(display_name or "")
+    return text.startswith(CONTINUATION_TAG) or text.startswith(_OLD_TAG)

@@ -33,7 +33,9 @@ import click
 import redis
 
 from laraq.app import App, load_app
+from laraq.bus.callqueued import continuation_conflict
 from laraq.bus.models import ModelLoader
+from laraq.bus.phpprocess import PhpProcess, app_on_host
 from laraq.config.settings import LaravelSettings, make_redis, parse_redis_url
 from laraq.production.listeners import attach_listeners
 from laraq.production.logs import JobLogListener, configure_logging, json_logging_active
@@ -114,6 +116,9 @@ _BANNER_ENV = "LARAQ_BANNER"
 @click.option("--php-queue", default=None,
               help="A queue PHP workers serve: laraq hands chain steps, batch bookkeeping, uniqueId() locks "
                    "and PHP failed() there (default: the connection's default queue).")
+@click.option("--php-app", default=None, type=click.Path(file_okay=False),
+              help="The Laravel app on this host: PHP runs chain steps, batch bookkeeping, unique locks and "
+                   "failed() in-process, at artisan's moment (default: the --env-file's directory if it has artisan).")
 @click.option("--redis-url", default=None, help="Queue Redis URL (overrides REDIS_HOST/PORT/...).")
 @click.option("--prefix", default=None, help="Redis key prefix (default: REDIS_PREFIX or the version's).")
 @click.option("--retry-after", default=None, help="Override the connection's retry_after (seconds, or 'null').")
@@ -223,6 +228,7 @@ def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None) -> int:
         _setup_logging(params)
         prepared = prepare(params, app=app)
         worker = build_worker(params, on_jobs_popped=on_jobs_popped, prepared=prepared)
+        _check_continuations(worker, params)
     except click.UsageError as exc:
         click.echo(f"laraq work: {exc.message}", err=True)
         return EXIT_USAGE
@@ -456,11 +462,31 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
         on_jobs_popped=on_jobs_popped, listeners=[JobLogListener(job_lines=json_logs)],
         model_loader=ModelLoader(lambda name: connect_database(settings.database(name)), p.app.model_schemas),
     )
+    _use_php(worker, params, settings, env)
     horizon = _horizon_listener(params, settings, p.queue.client)
     if horizon is not None:
         worker.add_listener(horizon)
     attach_listeners(worker, params)
     return worker
+
+
+def _use_php(worker: Worker, params: dict[str, Any], settings: Any, env: Mapping[str, str] | None) -> None:
+    """The in-process PHP of :mod:`laraq.bus.phpprocess` when the app is on this host."""
+    try:
+        base = app_on_host(params.get("php_app"), params.get("env_file"))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if base is not None:
+        worker.callqueued.use_php(PhpProcess(base, env=env))
+
+
+def _check_continuations(worker: Worker, params: dict[str, Any]) -> None:
+    """At start: refuse a hand-off whose continuations this worker would take itself (bounce or starve)."""
+    problem = continuation_conflict(worker.queues, params.get("php_queue"), worker.queue.default_queue,
+                                    in_process=worker.callqueued.php is not None,
+                                    signing_key=worker.encrypter is not None)
+    if problem is not None:
+        raise click.UsageError(problem)
 
 
 def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any:
