@@ -151,7 +151,7 @@ def test_batch(app: PhpApp, redis_client: Any, workers: list[Worker], modes: tup
         # the failure was recorded and the batch cancelled before item 3 ran: item 3 saw cancelled()
         assert pq["items"] == [(1, False), (2, False), (3, True)]
         assert pq["cancelled"] and pq["failed"] == pq["failed_ids"] == 1
-        assert pq["callbacks"] == ["catch"]
+        assert pq["callbacks"] == ["catch", "finally"]
     else:
         assert pq["callbacks"] == ["then", "finally"] and pq["finished"] and pq["pending"] == 0
 

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from laraq.bus.handoff import FAILURE_CODE, SUCCESS_CODE, continuation_payload, continuation_title
 from laraq.protocol.serializer import PHPObject, PHPSerializeError, deref, loads
+from laraq.stores import batches
 from laraq.stores.failed import php_class_name
 
 if TYPE_CHECKING:
@@ -227,15 +228,17 @@ class CallQueued:
         elif "unique" not in steps:
             self._release_context_lock(job)
         if steps:
-            self._php_steps(job, steps)
+            counts = self._batch_data(job, success=True) if "batch" in steps else None
+            self._php_steps(job, steps, counts)
 
     def after_failure(self, job: Job, exc: BaseException) -> None:
         """After ``failed_jobs`` was written: PHP's ``failed()`` side, or the lock when Python knows it."""
         if self.needs_php_on_failure(job) and self.php is not None:
             self.php.failed(job.body, self.connection_name, job.queue, job.uuid or "", php_class_name(exc), str(exc))
         elif self.needs_php_on_failure(job) and self.signing_key is not None:
+            counts = self._batch_data(job, success=False)
             self._push(job, FAILURE_CODE, {"uuid": job.uuid or "", "class": php_class_name(exc),
-                                           "message": str(exc)}, "failed")
+                                           "message": str(exc), "counts": counts}, "failed")
         elif self._unique_known(job) and self._unique_mode(job) != "until_processing":
             self.release_unique(job)
         else:
@@ -275,12 +278,29 @@ class CallQueued:
         except Exception as exc:
             log.warning("could not release the unique lock of %s: %s", job.name, exc)
 
-    def _php_steps(self, job: Job, steps: list[str]) -> None:
+    def _php_steps(self, job: Job, steps: list[str], counts: list[int] | None = None) -> None:
         """Run the success-side steps now in the PHP process, else hand them to PHP by continuation."""
         if self.php is not None:
             self.php.success(job.body, self.connection_name, job.queue, steps)
             return
-        self._push(job, SUCCESS_CODE, {"steps": steps}, self._label(job, steps))
+        self._push(job, SUCCESS_CODE, {"steps": steps, "counts": counts}, self._label(job, steps))
+
+    def _batch_data(self, job: Job, *, success: bool) -> list[int] | None:
+        """Data-only path (no PHP on this host): the batch row's counts, ``failed_job_ids`` and cancel,
+        written now (:mod:`laraq.stores.batches`); the continuation then runs only the PHP part with
+        these counts. None when the job has no batch, no database, or the row is not there."""
+        batch = self.batch_id(job)
+        db = job.app_db
+        if batch is None or db is None or not job.uuid or not hasattr(db, "connection"):
+            return None
+        try:
+            record = batches.record_success if success else batches.record_failure
+            counts = record(db, batch, job.uuid)
+        except Exception as exc:
+            log.warning("%s (uuid %s): could not record it in batch %s (%s): PHP records it later", job.name,
+                        job.uuid, batch, " ".join(str(exc).split())[:300])
+            return None
+        return None if counts is None else [counts.pending_jobs, counts.failed_jobs]
 
     def _label(self, job: Job, steps: list[str]) -> str:
         """What the continuation does, for its Horizon name: a speculative ``unique`` step (PHP checks
@@ -296,7 +316,7 @@ class CallQueued:
             return
         data = job.payload.decoded.get("data")
         variables = {"data": data if isinstance(data, dict) else {}, "body": job.body,
-                     "connection": self.connection_name, "queue": job.queue, **use}
+                     "connection": self.connection_name, "queue": job.queue, "counts": None, **use}
         body = continuation_payload(self.version, self.signing_key, code=code, use=variables, about=about)
         target = self.php_queue or self.queue.default_queue
         self.queue.push_raw(body, target)

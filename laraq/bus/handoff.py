@@ -55,13 +55,54 @@ _SERIALIZABLE = "Laravel\\SerializableClosure\\SerializableClosure"
 _HANDLER = "Illuminate\\Queue\\CallQueuedHandler"
 
 # The closures' PHP source. They run with CallQueuedHandler's class scope (protected methods reachable).
+#
+# $counts (null, or [pendingJobs, failedJobs]): laraq already wrote the batch row's counts at the job's
+# moment (laraq.stores.batches), so for this one step the app's BatchRepository is a DatabaseBatchRepository
+# whose decrementPendingJobs/incrementFailedJobs return those counts instead of counting again; the rest
+# of Batch::recordSuccessfulJob/recordFailedJob (cancel, events, progress/then/catch/finally) is the app's own.
+_REPLAY = (
+    "    $real = $replay = null;\n"
+    "    if (is_array($counts)) {\n"
+    "        $real = app(\\Illuminate\\Bus\\BatchRepository::class);\n"
+    "        if ($real instanceof \\Illuminate\\Bus\\DatabaseBatchRepository) {\n"
+    "            $replay = (function () use ($counts) {\n"
+    "                return new class($this->factory, $this->connection, $this->table, $counts)"
+    " extends \\Illuminate\\Bus\\DatabaseBatchRepository {\n"
+    "                    private $laraqCounts;\n"
+    "                    public function __construct($factory, $connection, $table, $counts) {\n"
+    "                        parent::__construct($factory, $connection, $table);\n"
+    "                        $this->laraqCounts = $counts;\n"
+    "                    }\n"
+    "                    public function decrementPendingJobs(string $batchId, string $jobId) {\n"
+    "                        return new \\Illuminate\\Bus\\UpdatedBatchJobCounts("
+    "(int) $this->laraqCounts[0], (int) $this->laraqCounts[1]);\n"
+    "                    }\n"
+    "                    public function incrementFailedJobs(string $batchId, string $jobId) {\n"
+    "                        return new \\Illuminate\\Bus\\UpdatedBatchJobCounts("
+    "(int) $this->laraqCounts[0], (int) $this->laraqCounts[1]);\n"
+    "                    }\n"
+    "                };\n"
+    "            })->call($real);\n"
+    "            app()->instance(\\Illuminate\\Bus\\BatchRepository::class, $replay);\n"
+    "        }\n"
+    "    }\n"
+    "    try {\n"
+)
+_RESTORE = (
+    "    } finally {\n"
+    "        if ($replay !== null) {\n"
+    "            app()->instance(\\Illuminate\\Bus\\BatchRepository::class, $real);\n"
+    "        }\n"
+    "    }\n"
+)
 _JOB = ("$job = new \\Illuminate\\Queue\\Jobs\\RedisJob(app(), app('queue')->connection($connection), "
         "$body, $body, $connection, $queue);")
 
 SUCCESS_CODE = (
-    "function () use ($data, $body, $connection, $queue, $steps) {\n"
+    "function () use ($data, $body, $connection, $queue, $steps, $counts) {\n"
     "    $handler = app(\\Illuminate\\Queue\\CallQueuedHandler::class);\n"
     f"    {_JOB}\n"
+    + _REPLAY +
     "    $command = $handler->setJobInstanceIfNecessary($job, $handler->getCommand($data));\n"
     "    $untilProcessing = $command instanceof \\Illuminate\\Contracts\\Queue\\ShouldBeUniqueUntilProcessing;\n"
     "    if (in_array('unique-now', $steps, true)\n"
@@ -74,13 +115,15 @@ SUCCESS_CODE = (
     "    if (in_array('batch', $steps, true)) {\n"
     "        $handler->ensureSuccessfulBatchJobIsRecorded($command);\n"
     "    }\n"
+    + _RESTORE +
     "}"
 )
 
 FAILURE_CODE = (
-    "function () use ($data, $body, $connection, $queue, $uuid, $class, $message) {\n"
+    "function () use ($data, $body, $connection, $queue, $uuid, $class, $message, $counts) {\n"
     "    $handler = app(\\Illuminate\\Queue\\CallQueuedHandler::class);\n"
     f"    {_JOB}\n"
+    + _REPLAY +
     "    try {\n"
     "        $e = class_exists($class) && is_subclass_of($class, \\Throwable::class)\n"
     "            ? new $class($message) : new \\RuntimeException($message);\n"
@@ -88,6 +131,7 @@ FAILURE_CODE = (
     "        $e = new \\RuntimeException($message);\n"
     "    }\n"
     "    $handler->failed($data, $e, $uuid, $job);\n"
+    + _RESTORE +
     "}"
 )
 
