@@ -110,3 +110,25 @@ def test_a_hand_off_laraq_would_take_itself_is_refused_at_start(app: PhpApp) -> 
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("laraq work:")]
     assert len(lines) == 1 and "--php-queue" in lines[0] and "'default'" in lines[0]
+
+
+def test_a_job_only_php_can_run_goes_to_the_php_queue_once(app: PhpApp, redis_client: Any, workers: list[Worker],
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """Middleware laraq does not know, on a queue only laraq works: moved untouched to ``--php-queue``
+    once (attempts not burned, one log line), and PHP runs it there; it never comes back."""
+    app.tool("dispatch", "echo", "--queue=lq", "--rate-limited=backups", "--args=" + json.dumps({"args": {"q": "lq"}}))
+    (body,) = redis_client.lrange(app.prefix + "queues:lq", 0, -1)
+    laraq_drain(app, workers, "lq")
+    assert redis_client.lrange(app.prefix + "queues:php", 0, -1) == [body]  # byte for byte
+    assert pending_all(app, redis_client, "lq") == 0
+    moved = [r for r in caplog.records if "moved untouched to queue php" in r.getMessage()]
+    assert len(moved) == 1 and "RateLimited" in moved[0].getMessage()
+    artisan_drain(app, "php")
+    laraq_drain(app, workers, "lq")  # nothing comes back to laraq
+    assert [(r["runner"], r["queue"]) for r in app.runs() if r.get("class") == "App\\Jobs\\EchoJob"] == [("php", "php")]
+    assert pending_all(app, redis_client, "php") == pending_all(app, redis_client, "lq") == 0
+
+
+def pending_all(app: PhpApp, redis_client: Any, queue: str) -> int:
+    key = app.prefix + "queues:" + queue
+    return redis_client.llen(key) + sum(redis_client.zcard(key + s) for s in (":delayed", ":reserved"))

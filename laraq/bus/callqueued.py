@@ -127,6 +127,21 @@ class CallQueued:
         """Run PHP's steps in ``process`` (synchronously), not as continuations."""
         self.php = process
 
+    def send_to_php(self, job: Job, reason: str, worked: list[str]) -> bool:
+        """A job only PHP can run (middleware laraq does not know, debounce, an enum with no Python twin):
+        moved once, untouched (attempts not burned), to ``--php-queue`` when that is a queue this worker
+        does not take, with one log line; False when there is no such queue (the caller puts it back on
+        its own queue for the PHP workers there). Pushed before the reservation goes: a crash in between
+        leaves it twice, never lost."""
+        target = self.php_queue
+        if not target or target in worked or target == job.queue:
+            return False
+        self.queue.push_raw(job.body, target)
+        self.queue.delete_reserved(job.reserved_job)
+        log.warning("%s (id %s on %s): moved untouched to queue %s for PHP: %s", job.name, job.id, job.queue,
+                    target, reason)
+        return True
+
     @property
     def path(self) -> str:
         """Which path PHP's steps take: ``in-process PHP`` or ``hand-off on queue X``."""
