@@ -266,3 +266,36 @@ def test_continuation_name_is_stable_per_kind() -> None:
     assert names == {"laraq continuation: chain"}
     assert is_continuation("laraq continuation: chain")
     assert is_continuation("Closure (laraq continuation: batch of X 2c5496be)")  # queued by an older laraq
+
+
+def test_stock_flags_env_file_inside_the_app(app: PhpApp, redis_client: Any, tmp_path: Any) -> None:
+    """The issue's command line: ``laraq work --app ... --env-file APP/.env --queue=default`` and nothing else.
+    The app is found from the ``.env``'s directory; the chain and the batch finish in laraq's pass alone."""
+    import os
+    import subprocess
+    import sys
+
+    root = tmp_path / "app"
+    root.mkdir()
+    for entry in os.listdir(app.path):  # the fixture app, with a .env of its own
+        if entry != ".env":
+            (root / entry).symlink_to(app.path / entry)
+    (root / ".env").write_text("".join(f"{k}={v}\n" for k, v in app.laravel_env.items()))
+    chain(app, "default", ["ok", "ok", "ok"])
+    steps = [{"args": {"q": "default", "n": i + 1}, "mode": m, "settings": {"tries": 1}}
+             for i, m in enumerate(["ok", "fail", "ok"])]
+    batch_id = app.tool("batch-callbacks", "--queue=default", "--steps=" + json.dumps(steps))["id"]
+    env = {**app.env, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run([sys.executable, "-m", "laraq", "work", "--app", "test_jobmodel_inprocess:handlers",
+                           "--env-file", str(root / ".env"), "--queue=default", "--no-supervise",
+                           "--stop-when-empty", "--sleep=0"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "in the app's PHP" in proc.stderr
+    key = app.prefix + "queues:default"
+    left = [*redis_client.lrange(key, 0, -1), *redis_client.zrange(key + ":delayed", 0, -1),
+            *redis_client.zrange(key + ":reserved", 0, -1)]
+    assert left == [], (left, proc.stderr[-3000:])
+    assert chain_side(app, "default")["steps"] == [(1, 1), (2, 1), (3, 1)]
+    state = batch_side(app, "default", batch_id)
+    assert state["items"] == [(1, False), (2, False), (3, True)] and state["callbacks"] == ["catch", "finally"]
+    assert {r["runner"] for r in app.runs() if r.get("args", {}).get("q") == "default"} == {"python"}

@@ -35,7 +35,7 @@ import redis
 from laraq.app import App, load_app
 from laraq.bus.callqueued import continuation_conflict
 from laraq.bus.models import ModelLoader
-from laraq.bus.phpprocess import PhpProcess, app_on_host
+from laraq.bus.phpprocess import PhpProcess, PhpStepError, app_on_host
 from laraq.config.settings import LaravelSettings, make_redis, parse_redis_url
 from laraq.production.listeners import attach_listeners
 from laraq.production.logs import JobLogListener, configure_logging, json_logging_active
@@ -481,7 +481,16 @@ def _use_php(worker: Worker, params: dict[str, Any], settings: Any, env: Mapping
 
 
 def _check_continuations(worker: Worker, params: dict[str, Any]) -> None:
-    """At start: refuse a hand-off whose continuations this worker would take itself (bounce or starve)."""
+    """At start: boot the in-process PHP (a broken app is said now, and the worker hands off instead);
+    refuse a hand-off whose continuations this worker would take itself (bounce or starve)."""
+    php = worker.callqueued.php
+    if php is not None:
+        try:
+            php.ping()
+        except PhpStepError as exc:
+            log.error("the app at %s cannot be booted by PHP (%s): chain steps, batches, unique locks and PHP "
+                      "failed() are handed to PHP by continuation instead", php.base_path, exc)
+            worker.callqueued.use_php(None)
     problem = continuation_conflict(worker.queues, params.get("php_queue"), worker.queue.default_queue,
                                     in_process=worker.callqueued.php is not None,
                                     signing_key=worker.encrypter is not None)
