@@ -104,12 +104,18 @@ def test_batch_data_at_artisans_moment(app: PhpApp, redis_client: Any, workers: 
 
 def test_a_hand_off_laraq_would_take_itself_is_refused_at_start(app: PhpApp) -> None:
     env = {**app.env, "PYTHONPATH": ":".join(sys.path)}
-    proc = subprocess.run([sys.executable, "-m", "laraq", "work", "--app", "test_worker_support:app", "--queue=default",
-                           "--no-supervise", "--stop-when-empty", "--laravel", app.release, "--quiet"],
+    proc = subprocess.run([sys.executable, "-m", "laraq", "work", "--app", "test_worker_support:app", "--queue=lq,php",
+                           "--php-queue=php", "--no-supervise", "--stop-when-empty", "--laravel", app.release, "--quiet"],
                           env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("laraq work:")]
-    assert len(lines) == 1 and "--php-queue" in lines[0] and "'default'" in lines[0]
+    assert len(lines) == 1 and "--php-queue" in lines[0] and "'php'" in lines[0]
+    # the shared-queue topology (continuations on the default queue, which PHP workers also serve): one warning
+    proc = subprocess.run([sys.executable, "-m", "laraq", "work", "--app", "test_worker_support:app", "--queue=default",
+                           "--no-supervise", "--stop-when-empty", "--laravel", app.release, "--quiet"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert sum("keep a PHP worker on it" in line for line in proc.stderr.splitlines()) == 1
 
 
 def test_a_job_only_php_can_run_goes_to_the_php_queue_once(app: PhpApp, redis_client: Any, workers: list[Worker],

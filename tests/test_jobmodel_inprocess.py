@@ -252,11 +252,13 @@ def test_app_on_host(app: PhpApp, tmp_path: Any) -> None:
 # -- hand-off: never where laraq takes it, a stable name -----------------------------------------------
 
 def test_a_hand_off_laraq_would_take_itself_is_refused() -> None:
-    problem = continuation_conflict(["default"], None, "default", in_process=False, signing_key=True)
-    assert problem is not None and "--php-queue" in problem and "--php-app" in problem
+    refused = continuation_conflict(["lq", "php"], "php", "default", in_process=False, signing_key=True)
+    assert refused is not None and refused[0] == "refuse" and "--php-queue" in refused[1] and "--php-app" in refused[1]
+    shared = continuation_conflict(["default"], None, "default", in_process=False, signing_key=True)
+    assert shared is not None and shared[0] == "warn"  # the shared-queue topology: PHP workers there take them
     assert continuation_conflict(["default"], "php", "default", in_process=False, signing_key=True) is None
-    assert continuation_conflict(["lq", "php"], "php", "default", in_process=False, signing_key=True) is not None
-    assert continuation_conflict(["default"], None, "default", in_process=True, signing_key=True) is None
+    assert continuation_conflict(["lq", "php"], "php", "default", in_process=True, signing_key=True) is None
+    assert continuation_conflict(["lq", "php"], "php", "default", in_process=False, signing_key=False) is None
 
 
 def test_continuation_name_is_stable_per_kind() -> None:

@@ -340,20 +340,27 @@ class CallQueued:
 
 
 def continuation_conflict(queues: list[str], php_queue: str | None, default_queue: str, *,
-                          in_process: bool, signing_key: bool) -> str | None:
-    """Why continuations could land where this worker takes them (bounce or starve), else None.
+                          in_process: bool, signing_key: bool) -> tuple[str, str] | None:
+    """``("refuse" | "warn", one line)`` when continuations could land where this worker takes them, else None.
 
-    Nothing is handed off when the PHP steps run in-process, or without ``APP_KEY`` (such jobs are not run).
+    Nothing is handed off when the PHP steps run in-process, or without ``APP_KEY`` (such jobs are not
+    run). ``--php-queue`` naming a queue this worker works is refused: its continuations would bounce.
+    The connection's default queue (no ``--php-queue``) among the worked queues is the shared-queue
+    topology (PHP workers on the same queue take the continuations), so it is only warned about: with
+    no PHP worker there, the continuations would wait.
     """
     if in_process or not signing_key:
         return None
     target = php_queue or default_queue
     if target not in queues:
         return None
-    how = "--php-queue" if php_queue else "the connection's default queue (no --php-queue)"
-    return (f"chain steps, batch bookkeeping and PHP failed() would be handed to PHP on queue {target!r} ({how}), "
-            f"which this worker takes itself: set --php-queue to a queue only PHP workers serve, or run where "
-            f"the app is (--php-app PATH, or --env-file inside the app) so PHP runs them in-process")
+    what = f"chain steps, batch callbacks and PHP failed() are handed to PHP on queue {target!r}"
+    fix = ("set --php-queue to a queue only PHP workers serve, or run where the app is (--php-app PATH, or "
+           "--env-file inside the app) so PHP runs them in-process")
+    if php_queue:
+        return "refuse", f"{what} (--php-queue), which this worker takes itself: {fix}"
+    return "warn", f"{what} (the connection's default queue), which this worker also takes: keep a PHP worker " \
+                   f"on it, or {fix}"
 
 
 def context_lock(payload: dict[str, Any]) -> tuple[str, str | None, str | None] | None:

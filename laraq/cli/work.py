@@ -494,8 +494,10 @@ def _check_continuations(worker: Worker, params: dict[str, Any]) -> None:
     problem = continuation_conflict(worker.queues, params.get("php_queue"), worker.queue.default_queue,
                                     in_process=worker.callqueued.php is not None,
                                     signing_key=worker.encrypter is not None)
+    if problem is not None and problem[0] == "refuse":
+        raise click.UsageError(problem[1])
     if problem is not None:
-        raise click.UsageError(problem)
+        log.warning("%s", problem[1])
 
 
 def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any:
