@@ -301,3 +301,16 @@ def test_stock_flags_env_file_inside_the_app(app: PhpApp, redis_client: Any, tmp
     state = batch_side(app, "default", batch_id)
     assert state["items"] == [(1, False), (2, False), (3, True)] and state["callbacks"] == ["catch", "finally"]
     assert {r["runner"] for r in app.runs() if r.get("args", {}).get("q") == "default"} == {"python"}
+
+
+def test_failure_of_a_class_the_app_does_not_have(app: PhpApp) -> None:
+    """In-process, ``CallQueuedHandler::failed`` is asked for every object job; a class only Python knows
+    has no PHP failure steps (Laravel 8 would throw on the incomplete object): answered, not an error."""
+    body = json.dumps({"uuid": "u-1", "displayName": "App\\Jobs\\Nothing", "job": "Illuminate\\Queue\\CallQueuedHandler@call",
+                       "maxTries": None, "attempts": 0,
+                       "data": {"commandName": "App\\Jobs\\Nothing", "command": 'O:16:"App\\Jobs\\Nothing":1:{s:1:"a";i:1;}'}})
+    process = PhpProcess(app.path, env=app.env)
+    try:
+        process.failed(body.encode(), "redis", "default", "u-1", "RuntimeException", "boom")
+    finally:
+        process.close()

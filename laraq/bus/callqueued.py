@@ -19,10 +19,10 @@ The rule, in one place:
   (row lock, counts, ``then``/``finally``/``progress`` callbacks in PHP); after a failure,
   ``CallQueuedHandler::failed`` records it (``failed_job_ids``, cancel unless ``allowFailures``,
   ``catch``/``finally``).
-* **Failure**: when the job has chain ``catch`` callbacks, a batch, a PHP-side unique key, or the
-  handler asks for its PHP ``failed()`` method (``php_failed=True``), PHP's ``CallQueuedHandler::failed``
-  runs once on the original payload (lock, batch, catch callbacks, ``failed()``), after laraq wrote
-  the ``failed_jobs`` row.
+* **Failure**: PHP's ``CallQueuedHandler::failed`` runs once on the original payload (lock, batch, catch
+  callbacks, the class's ``failed()``), after laraq wrote the ``failed_jobs`` row: in-process for every
+  object job, as artisan does; by hand-off when the job has chain ``catch`` callbacks, a batch, a
+  PHP-side unique key, or the handler asks for its PHP ``failed()`` method (``php_failed=True``).
 
 Where PHP's part runs (see ``compat-docs/worker.md``, "The job model"):
 
@@ -202,6 +202,10 @@ class CallQueued:
         return steps
 
     def needs_php_on_failure(self, job: Job) -> bool:
+        """Does ``CallQueuedHandler::failed`` have work on this failure? In-process: for every object job,
+        as artisan calls it (the class's own ``failed()`` included); by hand-off: only when the job says so."""
+        if self.php is not None and self._command(job) is not None:
+            return True
         handler = job.handler
         return (self.has_catch_callbacks(job) or self.batch_id(job) is not None or self._unique_for_php(job)
                 or bool(handler is not None and getattr(handler, "php_failed", False)))

@@ -38,6 +38,13 @@ function laraq_run(array $req): void
     $payload = json_decode($req['raw'], true);
     $data = is_array($payload['data'] ?? null) ? $payload['data'] : [];
     if ($req['op'] === 'failed') {
+        // a class the app does not have (a job only Python knows): PHP has no failure steps for it
+        $command = (function () use ($data) {
+            return $this->getCommand($data);
+        })->call($handler);
+        if ($command instanceof __PHP_Incomplete_Class) {
+            return;
+        }
         $class = (string) ($req['class'] ?? '');
         $message = (string) ($req['message'] ?? '');
         try {
