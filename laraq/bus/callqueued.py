@@ -247,7 +247,7 @@ class CallQueued:
         elif "unique" not in steps:
             self._release_context_lock(job)
         if steps:
-            counts = self._batch_data(job, success=True) if "batch" in steps else None
+            counts = self._batch_data(job, success=True) if "batch" in steps and self.php is None else None
             self._php_steps(job, steps, counts)
 
     def after_failure(self, job: Job, exc: BaseException) -> None:
@@ -310,7 +310,7 @@ class CallQueued:
         these counts. None when the job has no batch, no database, or the row is not there."""
         batch = self.batch_id(job)
         db = job.app_db
-        if batch is None or db is None or not job.uuid or not hasattr(db, "connection"):
+        if self.php is not None or batch is None or db is None or not job.uuid or not hasattr(db, "connection"):
             return None
         try:
             record = batches.record_success if success else batches.record_failure
