@@ -80,10 +80,10 @@ def dispatch(app: PhpApp, case: str, queue: str, n: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer jobs per case")
+    parser.add_argument("--quick", action="store_true", help="fewer jobs per case (300)")
     parser.add_argument("--json", help="also write the numbers here")
     args = parser.parse_args()
-    n = 150 if args.quick else 400
+    n = 300 if args.quick else 800
     rounds = 2 if args.quick else 3
     with tempfile.TemporaryDirectory(prefix="laraq-bench-jm-") as tmp:
         server = RedisServer(Path(tmp))
