@@ -19,13 +19,21 @@ The rule, in one place:
   (row lock, counts, ``then``/``finally``/``progress`` callbacks in PHP); after a failure,
   ``CallQueuedHandler::failed`` records it (``failed_job_ids``, cancel unless ``allowFailures``,
   ``catch``/``finally``).
-* **Failure**: when the job has chain ``catch`` callbacks, a batch, a PHP-side unique key, or the
-  handler asks for its PHP ``failed()`` method (``php_failed=True``), PHP's ``CallQueuedHandler::failed``
-  runs once on the original payload (lock, batch, catch callbacks, ``failed()``), after laraq wrote
-  the ``failed_jobs`` row.
+* **Failure**: PHP's ``CallQueuedHandler::failed`` runs once on the original payload (lock, batch, catch
+  callbacks, the class's ``failed()``), after laraq wrote the ``failed_jobs`` row: in-process for every
+  object job, as artisan does; by hand-off when the job has chain ``catch`` callbacks, a batch, a
+  PHP-side unique key, or the handler asks for its PHP ``failed()`` method (``php_failed=True``).
 
-Everything handed to PHP needs ``APP_KEY`` (the continuation is a signed closure). Without it, a job
-that needs PHP is not run at all: it goes back to PHP untouched (see :meth:`CallQueued.unsupported`).
+Where PHP's part runs (see ``compat-docs/worker.md``, "The job model"):
+
+* **in-process PHP** - when the app is on the worker's host (:func:`laraq.bus.phpprocess.app_on_host`), the
+  worker's :class:`~laraq.bus.phpprocess.PhpProcess` runs those ``CallQueuedHandler`` steps synchronously,
+  at artisan's moment: before the handler, right after success and right after the failure, before the
+  worker takes its next job. Nothing is queued for PHP and ``APP_KEY`` is not needed.
+* **hand-off** - otherwise the steps go as a continuation job (:mod:`laraq.bus.handoff`) to the PHP queue,
+  which must be a queue laraq does not work (:func:`continuation_conflict` refuses the rest at start).
+  A continuation is a signed closure, so it needs ``APP_KEY``; without it a job that needs PHP is not run
+  at all: it goes back to PHP untouched (see :meth:`CallQueued.unsupported`).
 """
 
 from __future__ import annotations
@@ -34,16 +42,18 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from laraq.bus.handoff import FAILURE_CODE, SUCCESS_CODE, continuation_payload
+from laraq.bus.handoff import FAILURE_CODE, SUCCESS_CODE, continuation_payload, continuation_title
 from laraq.protocol.serializer import PHPObject, PHPSerializeError, deref, loads
+from laraq.stores import batches
 from laraq.stores.failed import php_class_name
 
 if TYPE_CHECKING:
     from laraq.bus.job import Job
+    from laraq.bus.phpprocess import PhpProcess
     from laraq.protocol.queue import RedisQueue
     from laraq.protocol.versions import LaravelVersion
 
-__all__ = ["CallQueued"]
+__all__ = ["CallQueued", "continuation_conflict"]
 
 log = logging.getLogger("laraq.worker.worker")
 
@@ -110,6 +120,34 @@ class CallQueued:
         self.connection_name = connection_name
         #: Where continuations go: a queue PHP workers serve (default: the connection's default queue).
         self.php_queue = php_queue
+        #: The app's own CallQueuedHandler in a PHP process on this host (None: hand-off by continuation).
+        self.php: PhpProcess | None = None
+
+    def use_php(self, process: PhpProcess | None) -> None:
+        """Run PHP's steps in ``process`` (synchronously), not as continuations."""
+        self.php = process
+
+    def send_to_php(self, job: Job, reason: str, worked: list[str]) -> bool:
+        """A job only PHP can run (middleware laraq does not know, debounce, an enum with no Python twin):
+        moved once, untouched (attempts not burned), to ``--php-queue`` when that is a queue this worker
+        does not take, with one log line; False when there is no such queue (the caller puts it back on
+        its own queue for the PHP workers there). Pushed before the reservation goes: a crash in between
+        leaves it twice, never lost."""
+        target = self.php_queue
+        if not target or target in worked or target == job.queue:
+            return False
+        self.queue.push_raw(job.body, target)
+        self.queue.delete_reserved(job.reserved_job)
+        log.warning("%s (id %s on %s): moved untouched to queue %s for PHP: %s", job.name, job.id, job.queue,
+                    target, reason)
+        return True
+
+    @property
+    def path(self) -> str:
+        """Which path PHP's steps take: ``in-process PHP`` or ``hand-off on queue X``."""
+        if self.php is not None:
+            return f"in-process PHP ({self.php.base_path})"
+        return f"hand-off on queue {self.php_queue or self.queue.default_queue}"
 
     # -- what a job needs ----------------------------------------------------------------------------
 
@@ -164,13 +202,17 @@ class CallQueued:
         return steps
 
     def needs_php_on_failure(self, job: Job) -> bool:
+        """Does ``CallQueuedHandler::failed`` have work on this failure? In-process: for every object job,
+        as artisan calls it (the class's own ``failed()`` included); by hand-off: only when the job says so."""
+        if self.php is not None and self._command(job) is not None:
+            return True
         handler = job.handler
         return (self.has_catch_callbacks(job) or self.batch_id(job) is not None or self._unique_for_php(job)
                 or bool(handler is not None and getattr(handler, "php_failed", False)))
 
     def unsupported(self, job: Job) -> str | None:
         """Why this job cannot be run by Python now (it then goes back to PHP untouched), or None."""
-        if self.signing_key is not None:
+        if self.signing_key is not None or self.php is not None:
             return None
         needs = [what for what, yes in (
             ("a chain", self.chained(job) or self.has_catch_callbacks(job)),
@@ -190,7 +232,7 @@ class CallQueued:
         if self._unique_known(job):
             self.release_unique(job)
         else:
-            self._push(job, SUCCESS_CODE, {"steps": ["unique-now"]}, "unique lock")
+            self._php_steps(job, ["unique-now"])
 
     def after_success(self, job: Job) -> None:
         """After a handler returned (and the job did not release itself): lock, chain, batch."""
@@ -205,13 +247,17 @@ class CallQueued:
         elif "unique" not in steps:
             self._release_context_lock(job)
         if steps:
-            self._push(job, SUCCESS_CODE, {"steps": steps}, " + ".join(steps))
+            counts = self._batch_data(job, success=True) if "batch" in steps and self.php is None else None
+            self._php_steps(job, steps, counts)
 
     def after_failure(self, job: Job, exc: BaseException) -> None:
         """After ``failed_jobs`` was written: PHP's ``failed()`` side, or the lock when Python knows it."""
-        if self.needs_php_on_failure(job) and self.signing_key is not None:
+        if self.needs_php_on_failure(job) and self.php is not None:
+            self.php.failed(job.body, self.connection_name, job.queue, job.uuid or "", php_class_name(exc), str(exc))
+        elif self.needs_php_on_failure(job) and self.signing_key is not None:
+            counts = self._batch_data(job, success=False)
             self._push(job, FAILURE_CODE, {"uuid": job.uuid or "", "class": php_class_name(exc),
-                                           "message": str(exc)}, "failed")
+                                           "message": str(exc), "counts": counts}, "failed")
         elif self._unique_known(job) and self._unique_mode(job) != "until_processing":
             self.release_unique(job)
         else:
@@ -251,6 +297,37 @@ class CallQueued:
         except Exception as exc:
             log.warning("could not release the unique lock of %s: %s", job.name, exc)
 
+    def _php_steps(self, job: Job, steps: list[str], counts: list[int] | None = None) -> None:
+        """Run the success-side steps now in the PHP process, else hand them to PHP by continuation."""
+        if self.php is not None:
+            self.php.success(job.body, self.connection_name, job.queue, steps)
+            return
+        self._push(job, SUCCESS_CODE, {"steps": steps, "counts": counts}, self._label(job, steps))
+
+    def _batch_data(self, job: Job, *, success: bool) -> list[int] | None:
+        """Data-only path (no PHP on this host): the batch row's counts, ``failed_job_ids`` and cancel,
+        written now (:mod:`laraq.stores.batches`); the continuation then runs only the PHP part with
+        these counts. None when the job has no batch, no database, or the row is not there."""
+        batch = self.batch_id(job)
+        db = job.app_db
+        if self.php is not None or batch is None or db is None or not job.uuid or not hasattr(db, "connection"):
+            return None
+        try:
+            record = batches.record_success if success else batches.record_failure
+            counts = record(db, batch, job.uuid)
+        except Exception as exc:
+            log.warning("%s (uuid %s): could not record it in batch %s (%s): PHP records it later", job.name,
+                        job.uuid, batch, " ".join(str(exc).split())[:300])
+            return None
+        return None if counts is None else [counts.pending_jobs, counts.failed_jobs]
+
+    def _label(self, job: Job, steps: list[str]) -> str:
+        """What the continuation does, for its Horizon name: a speculative ``unique`` step (PHP checks
+        ``ShouldBeUnique`` itself) is not named unless the handler declares the job unique."""
+        named = [("unique lock" if s == "unique-now" else s) for s in steps
+                 if s != "unique" or self._unique_mode(job)]
+        return " + ".join(named) or "unique lock"
+
     def _push(self, job: Job, code: str, use: dict[str, Any], about: str) -> None:
         if self.signing_key is None:
             log.error("%s (uuid %s) needs PHP for %s but APP_KEY is not set: not handed over",
@@ -258,12 +335,36 @@ class CallQueued:
             return
         data = job.payload.decoded.get("data")
         variables = {"data": data if isinstance(data, dict) else {}, "body": job.body,
-                     "connection": self.connection_name, "queue": job.queue, **use}
-        body = continuation_payload(self.version, self.signing_key, code=code, use=variables,
-                                    about=f"{about} of {job.name} {job.uuid}")
+                     "connection": self.connection_name, "queue": job.queue, "counts": None, **use}
+        body = continuation_payload(self.version, self.signing_key, code=code, use=variables, about=about)
         target = self.php_queue or self.queue.default_queue
         self.queue.push_raw(body, target)
-        log.info("%s (uuid %s): %s handed to PHP on queue %s", job.name, job.uuid, about, target)
+        log.info("%s (uuid %s): %s handed to PHP on queue %s as %r", job.name, job.uuid, about, target,
+                 continuation_title(about))
+
+
+def continuation_conflict(queues: list[str], php_queue: str | None, default_queue: str, *,
+                          in_process: bool, signing_key: bool) -> tuple[str, str] | None:
+    """``("refuse" | "warn", one line)`` when continuations could land where this worker takes them, else None.
+
+    Nothing is handed off when the PHP steps run in-process, or without ``APP_KEY`` (such jobs are not
+    run). ``--php-queue`` naming a queue this worker works is refused: its continuations would bounce.
+    The connection's default queue (no ``--php-queue``) among the worked queues is the shared-queue
+    topology (PHP workers on the same queue take the continuations), so it is only warned about: with
+    no PHP worker there, the continuations would wait.
+    """
+    if in_process or not signing_key:
+        return None
+    target = php_queue or default_queue
+    if target not in queues:
+        return None
+    what = f"chain steps, batch callbacks and PHP failed() are handed to PHP on queue {target!r}"
+    fix = ("set --php-queue to a queue only PHP workers serve, or run where the app is (--php-app PATH, or "
+           "--env-file inside the app) so PHP runs them in-process")
+    if php_queue:
+        return "refuse", f"{what} (--php-queue), which this worker takes itself: {fix}"
+    return "warn", f"{what} (the connection's default queue), which this worker also takes: keep a PHP worker " \
+                   f"on it, or {fix}"
 
 
 def context_lock(payload: dict[str, Any]) -> tuple[str, str | None, str | None] | None:

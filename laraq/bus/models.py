@@ -181,6 +181,10 @@ class ModelLoader:
                 entry = self._conns[name] = (self._connect(name), threading.Lock())
             return entry
 
+    def connection(self, name: str | None) -> tuple[Any, threading.Lock]:
+        """The DB-API connection of a Laravel connection name and the lock that serializes its use."""
+        return self._conn(name)
+
     def select(self, connection: str | None, table: str, column: str, values: list[Any]) -> list[dict[str, Any]]:
         """``SELECT * FROM table WHERE column IN (values)`` on a Laravel connection (None: the default)."""
         conn, lock = self._conn(connection)

@@ -33,7 +33,9 @@ import click
 import redis
 
 from laraq.app import App, load_app
+from laraq.bus.callqueued import continuation_conflict
 from laraq.bus.models import ModelLoader
+from laraq.bus.phpprocess import PhpProcess, PhpStepError, app_on_host
 from laraq.cli.work_command import work_cmd
 from laraq.config.effective import effective_settings, with_flags
 from laraq.config.phpworkers import shared_queue_warnings
@@ -124,6 +126,7 @@ def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None) -> int:
         _setup_logging(params)
         prepared = prepare(params, app=app)
         worker = build_worker(params, on_jobs_popped=on_jobs_popped, prepared=prepared)
+        _check_continuations(worker, params)
     except click.UsageError as exc:
         click.echo(f"laraq work: {exc.message}", err=True)
         return EXIT_USAGE
@@ -364,11 +367,42 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
         on_jobs_popped=on_jobs_popped, listeners=[JobLogListener(job_lines=json_logs)],
         model_loader=ModelLoader(lambda name: connect_database(settings.database(name)), p.app.model_schemas),
     )
+    _use_php(worker, params, settings, env)
     horizon = _horizon_listener(params, settings, p.queue.client)
     if horizon is not None:
         worker.add_listener(horizon)
     attach_listeners(worker, params)
     return worker
+
+
+def _use_php(worker: Worker, params: dict[str, Any], settings: Any, env: Mapping[str, str] | None) -> None:
+    """The in-process PHP of :mod:`laraq.bus.phpprocess` when the app is on this host."""
+    try:
+        base = app_on_host(params.get("php_app") or params.get("app_path"), params.get("env_file"))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if base is not None:
+        worker.callqueued.use_php(PhpProcess(base, env=env))
+
+
+def _check_continuations(worker: Worker, params: dict[str, Any]) -> None:
+    """At start: boot the in-process PHP (a broken app is said now, and the worker hands off instead);
+    refuse a hand-off whose continuations this worker would take itself (bounce or starve)."""
+    php = worker.callqueued.php
+    if php is not None:
+        try:
+            php.ping()
+        except PhpStepError as exc:
+            log.error("the app at %s cannot be booted by PHP (%s): chain steps, batches, unique locks and PHP "
+                      "failed() are handed to PHP by continuation instead", php.base_path, exc)
+            worker.callqueued.use_php(None)
+    problem = continuation_conflict(worker.queues, params.get("php_queue"), worker.queue.default_queue,
+                                    in_process=worker.callqueued.php is not None,
+                                    signing_key=worker.encrypter is not None)
+    if problem is not None and problem[0] == "refuse":
+        raise click.UsageError(problem[1])
+    if problem is not None:
+        log.warning("%s", problem[1])
 
 
 def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any:

@@ -76,6 +76,9 @@ _CONFIG_ENV = "LARAQ_WORKER_CONFIG"
 @click.option("--php-queue", default=None,
               help="A queue PHP workers serve: laraq hands chain steps, batch bookkeeping, uniqueId() locks "
                    "and PHP failed() there (default: the connection's default queue).")
+@click.option("--php-app", default=None, type=click.Path(file_okay=False),
+              help="The Laravel app on this host: PHP runs chain steps, batch bookkeeping, unique locks and "
+                   "failed() in-process, at artisan's moment (default: the --env-file's directory if it has artisan).")
 @click.option("--redis-url", default=None, help="Queue Redis URL (overrides REDIS_HOST/PORT/...).")
 @click.option("--prefix", default=None, help="Redis key prefix (default: REDIS_PREFIX or the version's).")
 @click.option("--retry-after", default=None, help="Override the connection's retry_after (seconds, or 'null').")

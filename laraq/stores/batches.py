@@ -3,19 +3,33 @@
 Laravel's ``DatabaseBatchRepository`` keeps a batch in the ``job_batches`` table of the app's default
 database connection (``queue.batching.database``/``table``, stock: ``DB_CONNECTION`` and
 ``job_batches``); a cancelled batch has ``cancelled_at`` set. laraq reads it through the same
-connections it loads models with (:class:`laraq.bus.models.ModelLoader`). The bookkeeping itself (counts,
-callbacks) stays PHP's: see :mod:`laraq.bus.callqueued`. ``SkipIfBatchCancelled`` uses this check in
-:mod:`laraq.bus.middleware`.
+connections it loads models with (:class:`laraq.bus.models.ModelLoader`). ``SkipIfBatchCancelled`` uses
+this check in :mod:`laraq.bus.middleware`.
+
+When PHP is not on the worker's host, :func:`record_success` and :func:`record_failure` do the data half
+of ``Batch::recordSuccessfulJob`` / ``recordFailedJob`` at artisan's moment, as
+``DatabaseBatchRepository::updateAtomicValues`` does it (the row read ``FOR UPDATE`` in a transaction):
+``pending_jobs``, ``failed_jobs``, ``failed_job_ids``, ``finished_at`` and, on a first failure of a batch
+that does not allow failures, ``cancelled_at``. The callbacks (PHP closures) are PHP's: see
+:mod:`laraq.bus.callqueued`.
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from laraq.protocol.serializer import PHPSerializeError, loads
+from laraq.stores.database import dialect_of, locked_cursor
 
 if TYPE_CHECKING:
     from laraq.bus.job import Job
 
-__all__ = ["batch_id", "batch_cancelled"]
+__all__ = ["BatchCounts", "batch_cancelled", "batch_id", "record_failure", "record_success"]
 
 TABLE = "job_batches"
 
@@ -45,3 +59,106 @@ def batch_cancelled(job: Job) -> bool:
                            "configured for this worker (DB_*)")
     rows = db.select(None, TABLE, "id", [bid])
     return bool(rows) and rows[0].get("cancelled_at") is not None
+
+
+# -- the data half of Batch::recordSuccessfulJob / recordFailedJob (no PHP on this host) ---------------
+
+@dataclass(frozen=True, slots=True)
+class BatchCounts:
+    """``UpdatedBatchJobCounts``: the row's counts right after laraq's update."""
+
+    pending_jobs: int
+    failed_jobs: int
+
+    @property
+    def all_ran_exactly_once(self) -> bool:
+        return self.pending_jobs - self.failed_jobs == 0
+
+
+def _options(raw: Any) -> dict[Any, Any]:
+    """The batch's ``options`` column (PHP-serialized; base64 on PostgreSQL 9+), {} when unreadable."""
+    if isinstance(raw, memoryview | bytearray):
+        raw = bytes(raw)
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8")
+    if not isinstance(raw, bytes) or not raw:
+        return {}
+    if b":" not in raw or b";" not in raw:  # DatabaseBatchRepository::unserialize: base64 on pgsql
+        try:
+            raw = base64.b64decode(raw, validate=True)
+        except ValueError:
+            return {}
+    try:
+        value = loads(raw)
+    except PHPSerializeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _atomic(db: Any, batch: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any] | None:
+    """``DatabaseBatchRepository::updateAtomicValues``: read the row under its lock (``FOR UPDATE``;
+    SQLite's write lock), write ``change(row)``, commit. None when the row is gone."""
+    conn, lock = db.connection(None)
+    dialect = dialect_of(conn)
+
+    def q(ident: str) -> str:
+        return "`" + ident + "`" if dialect == "mysql" else '"' + ident + '"'
+
+    ph = "?" if dialect == "sqlite" else "%s"
+    suffix = "" if dialect == "sqlite" else " FOR UPDATE"
+    with locked_cursor(conn, lock, sqlite_immediate=dialect == "sqlite") as cur:
+        cur.execute(f"SELECT * FROM {q(TABLE)} WHERE {q('id')} = {ph}{suffix}", [batch])
+        found = cur.fetchone()
+        if found is None:
+            return None
+        row = dict(zip([d[0] for d in cur.description], found, strict=True))
+        values = change(row)
+        sets = ", ".join(f"{q(k)} = {ph}" for k in values)
+        cur.execute(f"UPDATE {q(TABLE)} SET {sets} WHERE {q('id')} = {ph}", [*values.values(), batch])
+        return {**row, **values}
+
+
+def _ids(raw: Any) -> list[Any]:
+    try:
+        value = json.loads(raw or "[]")
+    except (TypeError, ValueError):
+        return []
+    return value if isinstance(value, list) else []
+
+
+def _json(ids: list[Any]) -> str:
+    return json.dumps(ids, separators=(",", ":")).replace("/", "\\/")  # PHP's json_encode escapes slashes
+
+
+def record_success(db: Any, batch: str, job_uuid: str) -> BatchCounts | None:
+    """``decrementPendingJobs`` (and ``markAsFinished`` at zero), under the row lock; None if no row."""
+
+    def change(row: dict[str, Any]) -> dict[str, Any]:
+        pending = int(row["pending_jobs"]) - 1
+        values: dict[str, Any] = {"pending_jobs": pending, "failed_jobs": int(row["failed_jobs"]),
+                                  "failed_job_ids": _json([i for i in _ids(row["failed_job_ids"]) if i != job_uuid])}
+        if pending == 0:
+            values["finished_at"] = int(time.time())
+        return values
+
+    row = _atomic(db, batch, change)
+    return None if row is None else BatchCounts(int(row["pending_jobs"]), int(row["failed_jobs"]))
+
+
+def record_failure(db: Any, batch: str, job_uuid: str) -> BatchCounts | None:
+    """``incrementFailedJobs``, and the batch's cancel on its first failure unless it allows failures,
+    under the row lock; None if no row."""
+
+    def change(row: dict[str, Any]) -> dict[str, Any]:
+        ids = _ids(row["failed_job_ids"])
+        failed = int(row["failed_jobs"]) + 1
+        values: dict[str, Any] = {"pending_jobs": int(row["pending_jobs"]), "failed_jobs": failed,
+                                  "failed_job_ids": _json(ids if job_uuid in ids else [*ids, job_uuid])}
+        if failed == 1 and not _options(row.get("options")).get("allowFailures"):
+            now = int(time.time())
+            values["cancelled_at"] = now
+            values["finished_at"] = now
+        return values
+
+    row = _atomic(db, batch, change)
+    return None if row is None else BatchCounts(int(row["pending_jobs"]), int(row["failed_jobs"]))

@@ -252,6 +252,9 @@ class Lifecycle:
                                     or bool(handler.unique))
         if reason is None:
             return False
+        if self.retrying(lambda: self.callqueued.send_to_php(job, reason, self.context.queues)):
+            self.events.emit("job_unhandled", job, "requeue", f"moved to the PHP queue: {reason}")
+            return True
         delay = max(1, int(self.options.unhandled_delay))
         self.retrying(lambda: self.put_back(job, delay))
         detail = f"requeued untouched in {delay}s for PHP: {reason}"
@@ -430,6 +433,9 @@ class Lifecycle:
         reason = self.php_only(job) or f"No Python handler registered for {name}"
         policy = self.options.unhandled
         delay = max(1, int(self.options.unhandled_delay))
+        if self.php_only(job) and self.retrying(lambda: self.callqueued.send_to_php(job, reason, self.context.queues)):
+            self.events.emit("job_unhandled", job, "requeue", f"moved to the PHP queue: {reason}")
+            return
         if policy == "fail":
             self.events.emit("job_unhandled", job, "fail", reason)
             job.fail(UnhandledJobError(reason))

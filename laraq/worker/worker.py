@@ -247,7 +247,10 @@ class Worker:
 
     def _starting(self) -> None:
         """``WorkerStarting``: settings resolved, the first pop comes next."""
-        if self.encrypter is None:
+        if self.callqueued.php is not None:
+            log.info("chain steps, batch bookkeeping, uniqueId() locks and PHP failed() run in the app's PHP: %s",
+                     self.callqueued.path)
+        elif self.encrypter is None:
             log.warning("APP_KEY is not set: jobs in a chain or a batch, or with a uniqueId() method, cannot be "
                         "finished by PHP and are sent back to PHP untouched")
         else:

@@ -1,0 +1,213 @@
+"""One persistent PHP process per worker process that runs the PHP half of a job in the app itself, at
+the moment ``queue:work`` runs it (Laravel's ``Illuminate\\Queue\\CallQueuedHandler``).
+
+:class:`PhpProcess` starts ``php laraq/bus/php/lifecycle.php APP`` in the app's directory, which boots
+the app once (its autoloader, ``bootstrap/app.php``, the console kernel) and then answers one JSON
+request per line on its stdin with one JSON line on its stdout. On request it calls, on the command it
+unserializes from the job's original payload, the app's own ``CallQueuedHandler`` methods:
+
+* ``ensureUniqueJobLockIsReleased`` (before the handler for ``ShouldBeUniqueUntilProcessing``, after a
+  success otherwise),
+* ``ensureNextJobInChainIsDispatched`` (the next chain step, queued by the app's own dispatcher),
+* ``ensureSuccessfulBatchJobIsRecorded`` (``Batch::recordSuccessfulJob``: counts under the
+  repository's row lock, ``progress``/``then``/``finally``),
+* ``failed`` (unique lock, ``Batch::recordFailedJob`` with the cancel, chain ``catch`` callbacks, the
+  command's own ``failed()``).
+
+It never calls ``handle()``. The process is started on first use, restarted on the next request if it
+died (a request that was in flight when it died is reported as failed, never replayed: it may have
+half run), and a request that takes longer than ``timeout`` seconds kills it. Requests are serialized
+(one lock), so a worker with ``--concurrency`` > 1 shares its one process.
+
+:func:`app_on_host` is where a worker decides the app is on its host (``--php-app``, or an ``--env-file``
+inside a directory with ``artisan``); the configuration reader may later replace it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import selectors
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SCRIPT", "PhpProcess", "PhpStepError", "app_on_host"]
+
+log = logging.getLogger("laraq.worker.worker")
+
+SCRIPT = Path(__file__).resolve().parent / "php" / "lifecycle.php"
+
+
+class PhpStepError(RuntimeError):
+    """A ``CallQueuedHandler`` step could not be run by the in-process PHP (the message says why)."""
+
+
+def app_on_host(php_app: str | os.PathLike[str] | None, env_file: str | os.PathLike[str] | None,
+                *, php: str = "php") -> Path | None:
+    """The Laravel app directory this worker's host can boot, or None.
+
+    ``--php-app PATH`` names it (an error when it has no ``artisan``); otherwise the directory of
+    ``--env-file`` is the app when it holds ``artisan`` and ``bootstrap/app.php``. PHP must be on PATH.
+    """
+    if php_app:
+        path = Path(php_app).resolve()
+        if not (path / "artisan").is_file() or not (path / "bootstrap" / "app.php").is_file():
+            raise ValueError(f"--php-app {php_app}: not a Laravel app (no artisan or bootstrap/app.php there)")
+        if shutil.which(php) is None:
+            raise ValueError(f"--php-app {php_app}: the php binary is not on PATH")
+        return path
+    if env_file:
+        path = Path(env_file).resolve().parent
+        if (path / "artisan").is_file() and (path / "bootstrap" / "app.php").is_file() and shutil.which(php):
+            return path
+    return None
+
+
+class PhpProcess:
+    """The app's ``CallQueuedHandler`` in a PHP process of its own, driven over a pipe (JSON lines)."""
+
+    def __init__(self, base_path: str | os.PathLike[str], *, env: Mapping[str, str] | None = None,
+                 php: str = "php", timeout: float = 120.0, boot_timeout: float = 60.0) -> None:
+        self.base_path = Path(base_path)
+        self.env = dict(env) if env is not None else None
+        self.php = php
+        self.timeout = timeout
+        self.boot_timeout = boot_timeout
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+        self._buffer = b""
+        #: The app's ``app()->version()`` as the process reported it at boot.
+        self.laravel: str | None = None
+        #: How many times the process was started (1 after the first request).
+        self.starts = 0
+
+    def __repr__(self) -> str:
+        return f"<PhpProcess {self.base_path} pid={self.pid}>"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    # -- the steps ------------------------------------------------------------------------------------
+
+    def success(self, body: bytes, connection: str, queue: str, steps: list[str]) -> None:
+        """``ensureUniqueJobLockIsReleased`` / ``ensureNextJobInChainIsDispatched`` /
+        ``ensureSuccessfulBatchJobIsRecorded`` as ``steps`` say (``unique-now``, ``unique``, ``chain``, ``batch``)."""
+        self.request({"op": "success", "body": base64.b64encode(body).decode("ascii"), "connection": connection,
+                      "queue": queue, "steps": steps})
+
+    def failed(self, body: bytes, connection: str, queue: str, uuid: str, exc_class: str, message: str) -> None:
+        """``CallQueuedHandler::failed``: unique lock, batch failure record and cancel, chain catch, ``failed()``."""
+        self.request({"op": "failed", "body": base64.b64encode(body).decode("ascii"), "connection": connection,
+                      "queue": queue, "uuid": uuid, "class": exc_class, "message": message})
+
+    def ping(self) -> None:
+        """Boot the process now (the worker does it at start, so a broken app is said at once)."""
+        self.request({"op": "ping"})
+
+    # -- the process --------------------------------------------------------------------------------
+
+    def request(self, message: dict[str, Any]) -> None:
+        """Send one request and wait for its answer; raises :class:`PhpStepError` on any failure."""
+        line = json.dumps(message, separators=(",", ":")).encode("utf-8") + b"\n"
+        with self._lock:
+            proc = self._ensure_started()
+            assert proc.stdin is not None
+            try:
+                proc.stdin.write(line)
+                proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                # it died between two requests: nothing of this request ran, so start a new one and send again
+                self._stop()
+                proc = self._ensure_started()
+                assert proc.stdin is not None
+                try:
+                    proc.stdin.write(line)
+                    proc.stdin.flush()
+                except (BrokenPipeError, OSError) as exc:
+                    self._stop()
+                    raise PhpStepError(f"the PHP process of {self.base_path} cannot be written to: {exc}") from exc
+            reply = self._read_reply(self.timeout, what=str(message.get("op")))
+        if not reply.get("ok"):
+            raise PhpStepError(str(reply.get("error") or "the PHP step failed without a message"))
+
+    def _ensure_started(self) -> subprocess.Popen[bytes]:
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            return proc
+        if proc is not None:
+            log.warning("the PHP process of %s exited (status %s): starting a new one", self.base_path,
+                        proc.returncode)
+            self._stop()
+        env = None if self.env is None else {**os.environ, **self.env}
+        try:
+            proc = subprocess.Popen([self.php, str(SCRIPT), str(self.base_path)], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, cwd=self.base_path, env=env)
+        except OSError as exc:
+            raise PhpStepError(f"cannot start {self.php} for the app at {self.base_path}: {exc}") from exc
+        self._proc, self._buffer = proc, b""
+        self.starts += 1
+        ready = self._read_reply(self.boot_timeout, what="boot")
+        self.laravel = str(ready.get("laravel") or "") or None
+        log.info("PHP process %d booted the app at %s (Laravel %s)", proc.pid, self.base_path, self.laravel)
+        return proc
+
+    def _read_reply(self, timeout: float, *, what: str) -> dict[str, Any]:
+        """The next JSON object line on the process' stdout (other lines are the app's own output)."""
+        proc = self._proc
+        assert proc is not None and proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        fd = proc.stdout.fileno()
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while True:
+                newline = self._buffer.find(b"\n")
+                if newline >= 0:
+                    line, self._buffer = self._buffer[:newline], self._buffer[newline + 1:]
+                    try:
+                        reply = json.loads(line)
+                    except ValueError:
+                        reply = None
+                    if isinstance(reply, dict):
+                        return reply
+                    if line.strip():
+                        log.info("php: %s", line.decode("utf-8", "replace")[:500])
+                    continue
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    self._stop()
+                    raise PhpStepError(f"the PHP process of {self.base_path} did not answer {what} within "
+                                       f"{timeout:g}s: stopped")
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    status = proc.wait()
+                    self._proc = None
+                    raise PhpStepError(f"the PHP process of {self.base_path} exited (status {status}) during "
+                                       f"{what}; see its error output above")
+                self._buffer += chunk
+
+    def _stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+    def close(self) -> None:
+        """Stop the process (it also ends by itself when the worker's end of the pipe closes)."""
+        with self._lock:
+            self._stop()
