@@ -16,17 +16,22 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import click
 import pytest
+from click.testing import CliRunner
 import test_worker_support as support
 from phpapp import PhpApp
 from test_worker_support import wait_for
 
+from laraq.cli.ops import COMMANDS
 from laraq.cli.work import build_worker, default_params
 from laraq.stores.failed import DatabaseUuidFailedJobStore
 from laraq.stores.parked import parked_summary
 from laraq.worker.worker import Worker
 
 pytestmark = pytest.mark.php
+
+cli = click.Group("laraq", commands={c.name: c for c in COMMANDS})
 
 
 @pytest.fixture
@@ -96,6 +101,11 @@ def test_sqlite_unwritable_parks_the_failure_and_the_next_start_writes_it(
     assert list(summary) == ["f"] and summary["f"]["count"] == 1
     assert summary["f"]["newest_exception"].startswith("RuntimeError: echo job failed on purpose")
     assert python_runs(php) == [uuid]
+    # status and doctor say so
+    status = CliRunner().invoke(cli, ["status", "--json", "--sample", "0", "f"], env={**php.env, "LARAQ_LARAVEL_VERSION": php.release}, catch_exceptions=False)
+    assert json.loads(status.stdout)["parked_failures"]["f"]["count"] == 1, status.output
+    doctor = CliRunner().invoke(cli, ["doctor", "--json"], env={**php.env, "LARAQ_LARAVEL_VERSION": php.release}, catch_exceptions=False)
+    assert "1 failed job(s) parked" in doctor.output
 
     conn.execute("ALTER TABLE failed_jobs_gone RENAME TO failed_jobs")
     conn.commit()

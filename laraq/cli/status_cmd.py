@@ -34,6 +34,7 @@ from laraq.ops.inspect import (
     queue_status,
 )
 from laraq.protocol.versions import LaravelVersion
+from laraq.stores.parked import parked_summary
 
 __all__ = ["Snapshot", "status_cmd"]
 
@@ -53,6 +54,8 @@ class Snapshot:
     pickups: dict[str, Pickups | None] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     max: int | None = None
+    #: failures waiting for the failed-job store (laraq.stores.parked), per queue
+    parked: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def alert(self, s: QueueStatus) -> bool:
         return self.max is not None and s.total >= self.max
@@ -84,7 +87,7 @@ class Snapshot:
                 d["alert"] = self.alert(s)
             queues.append(d)
         return {"prefix": self.prefix, "queues": queues, "failed_total": self.failed_total,
-                "max": self.max, "notes": self.notes}
+                "max": self.max, "notes": self.notes, "parked_failures": self.parked}
 
 
 def _failed_counts(ops: Ops, names: list[str], snap: Snapshot) -> None:
@@ -145,6 +148,9 @@ def snapshot(ops: Ops, asked: list[str], marks: list[ListMark] | None, *, max_si
     if names:
         _failed_counts(ops, names, snap)
         _paused(ops, names, snap)
+        snap.parked = parked_summary(ops.queue, names)
+        snap.notes.extend(f"queue {n!r}: {p['count']} failed job(s) parked until the failed-job store takes their "
+                          "rows (kept in Redis, not run again)" for n, p in snap.parked.items())
     snap.notes.extend(_elsewhere(ops, asked, statuses))
     return snap
 
