@@ -18,8 +18,8 @@ from typing import Any
 
 import click
 import pytest
-from click.testing import CliRunner
 import test_worker_support as support
+from click.testing import CliRunner
 from phpapp import PhpApp
 from test_worker_support import wait_for
 

@@ -443,6 +443,9 @@ class Reservation:
         """Wrap a reservation; a body Python cannot read is failed (or put back) with a clear reason."""
         try:
             payload = Payload.parse(reserved.body, version=self.version)
+            unrunnable = payload.unrunnable()  # what PHP's Job::fire fails before any handler (no 'job')
+            if unrunnable is not None:
+                raise unrunnable
         except PayloadError as exc:
             self._reject_unreadable(reserved, exc)
             return None
@@ -453,7 +456,8 @@ class Reservation:
         return job
 
     def _reject_unreadable(self, reserved: ReservedJob, exc: PayloadError) -> None:
-        error = PayloadError(f"laraq cannot read the job payload on queue {reserved.queue}: {exc}")
+        error = exc if hasattr(exc, "php_class") else \
+            PayloadError(f"laraq cannot read the job payload on queue {reserved.queue}: {exc}")
         try:
             self.failures.log_failed(self.connection_name, reserved.queue, reserved.body, format_exception(error))
             self.queue.delete_reserved(reserved)
