@@ -1,0 +1,53 @@
+"""redis-py's command retry, minus refused logins: :func:`fail_fast_on_auth` installs it on a client.
+
+redis-py (8.x) retries a command that hit a ``ConnectionError`` ten times with a backoff, and its
+``AuthenticationError`` is a ``ConnectionError``: when the password changes under a running worker and
+the connections are killed, every command spent seconds reconnecting with a password Redis has already
+refused, and the worker's own bounded retry of refused credentials took minutes instead of the
+documented ~15 s. A refused login is an answer, not a lost connection: :class:`AuthFailFastRetry` keeps
+redis-py's retry for everything else and raises a refused login at once (after dropping the connection).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import redis
+from redis.retry import Retry
+
+__all__ = ["AuthFailFastRetry", "fail_fast_on_auth"]
+
+T = TypeVar("T")
+
+
+class AuthFailFastRetry(Retry):
+    """redis-py's ``Retry``, except that a refused login (``AuthenticationError``) is never retried."""
+
+    def call_with_retry(self, do: Callable[[], T], fail: Any, is_retryable: Callable[[Exception], bool] | None = None,
+                        with_failure_count: bool = False) -> T:
+        def retryable(error: Exception) -> bool:
+            if isinstance(error, redis.AuthenticationError):
+                with contextlib.suppress(Exception):  # redis-py's handler drops the connection (and re-raises)
+                    fail(error, 0) if with_failure_count else fail(error)
+                return False
+            return is_retryable is None or is_retryable(error)
+
+        return super().call_with_retry(do, fail, retryable, with_failure_count)
+
+
+def fail_fast_on_auth(client: Any) -> None:
+    """Install :class:`AuthFailFastRetry` on a ``redis.Redis`` client, keeping its backoff and retry count
+    (a cluster client, or anything else, is left as it is)."""
+    if type(client) is not redis.Redis and not isinstance(client, redis.Redis):
+        return
+    current = client.get_retry()
+    if current is None or isinstance(current, AuthFailFastRetry):
+        return
+    backoff = getattr(current, "_backoff", None)
+    retries = getattr(current, "_retries", None)
+    errors = getattr(current, "_supported_errors", None)
+    if backoff is None or retries is None or errors is None:
+        return
+    client.set_retry(AuthFailFastRetry(backoff, retries, errors))
