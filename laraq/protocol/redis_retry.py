@@ -22,25 +22,44 @@ __all__ = ["AuthFailFastRetry", "fail_fast_on_auth"]
 T = TypeVar("T")
 
 
+class _Refused(Exception):
+    """Carries a refused login past ``Retry`` (not one of its retried errors)."""
+
+    def __init__(self, error: redis.AuthenticationError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class AuthFailFastRetry(Retry):
-    """redis-py's ``Retry``, except that a refused login (``AuthenticationError``) is never retried."""
+    """redis-py's ``Retry``, except that a refused login (``AuthenticationError``) is never retried.
 
-    def call_with_retry(self, do: Callable[[], T], fail: Any, is_retryable: Callable[[Exception], bool] | None = None,
-                        with_failure_count: bool = False) -> T:
-        def retryable(error: Exception) -> bool:
-            if isinstance(error, redis.AuthenticationError):
-                with contextlib.suppress(Exception):  # redis-py's handler drops the connection (and re-raises)
-                    fail(error, 0) if with_failure_count else fail(error)
-                return False
-            return is_retryable is None or is_retryable(error)
+    Works with the ``call_with_retry`` of every redis-py from 5.0 (whose signature grew over time): the
+    refused login is carried out of the retry loop, the connection is dropped through redis-py's own
+    failure handler, and the original error is raised.
+    """
 
-        return super().call_with_retry(do, fail, retryable, with_failure_count)
+    def call_with_retry(self, do: Callable[[], T], fail: Any, *args: Any, **kwargs: Any) -> T:
+        def guarded() -> T:
+            try:
+                return do()
+            except redis.AuthenticationError as exc:
+                raise _Refused(exc) from exc
+
+        try:
+            return super().call_with_retry(guarded, fail, *args, **kwargs)
+        except _Refused as refused:
+            with contextlib.suppress(Exception):  # redis-py's handler drops the connection (and re-raises)
+                try:
+                    fail(refused.error)
+                except TypeError:  # a handler that also takes the failure count
+                    fail(refused.error, 1)
+            raise refused.error from None
 
 
 def fail_fast_on_auth(client: Any) -> None:
     """Install :class:`AuthFailFastRetry` on a ``redis.Redis`` client, keeping its backoff and retry count
     (a cluster client, or anything else, is left as it is)."""
-    if type(client) is not redis.Redis and not isinstance(client, redis.Redis):
+    if not isinstance(client, redis.Redis) or not hasattr(client, "set_retry"):
         return
     current = client.get_retry()
     if current is None or isinstance(current, AuthFailFastRetry):
