@@ -7,7 +7,7 @@ itself, delete unless released/deleted/failed), a handler's exception (fail if t
 attempt or ``maxExceptions`` is reached - the shared cache counter ``job-exceptions:<uuid>``, so PHP
 and Python count together - else release with the backoff), failing (``Job::fail``'s ``JobFailed``
 side: Python ``failed`` callback, ShouldBeUnique lock release, a ``failed_jobs`` row with the original
-body, or the body put back if that row cannot be written), and jobs without a Python handler
+body, or the job parked in Redis until that row can be written: laraq.stores.parked), and jobs without a Python handler
 (``--unhandled``: requeued untouched, released, or failed). Every outcome is announced once through
 the worker's :mod:`laraq.worker.events` listeners.
 

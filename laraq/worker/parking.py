@@ -20,12 +20,14 @@ from laraq.worker.events import WorkerListener
 if TYPE_CHECKING:
     from laraq.bus.job import Job
 
-__all__ = ["FLUSH_EVERY", "ParkingListener"]
+__all__ = ["FLUSH_EVERY", "STOP_WAIT", "ParkingListener"]
 
 log = logging.getLogger("laraq.worker.worker")
 
 #: seconds between two attempts to write the parked rows (the first is at start)
 FLUSH_EVERY = 15.0
+#: how long a stopping worker waits for a flush in progress (a hanging database must not hold the exit)
+STOP_WAIT = 5.0
 
 
 class ParkingListener(WorkerListener):
@@ -62,6 +64,12 @@ class ParkingListener(WorkerListener):
     def worker_looping(self, worker: Any) -> None:
         if time.monotonic() >= self._next:
             self._flush_soon()
+
+    def worker_stopping(self, worker: Any, status: int) -> None:
+        # a short-lived worker (--once, --stop-when-empty) lets the flush it started at start finish
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            thread.join(STOP_WAIT)
 
     def _flush_soon(self) -> None:
         self._next = time.monotonic() + self.every
