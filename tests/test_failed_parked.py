@@ -177,3 +177,25 @@ def test_database_restarted_under_a_running_worker(
     assert status == [0]
     runs = python_runs(php)
     assert len(runs) == len(set(runs)) == 3  # one run per job: none ran again while its row waited
+
+
+def test_a_row_written_before_a_lost_hdel_is_not_written_twice(redis_client: Any, tmp_path: Any) -> None:
+    # the flush writes the row, then removes the record; if the removal was lost, the next flush finds the
+    # uuid in failed_jobs and only removes the record
+    from laraq.protocol.queue import RedisQueue
+    from laraq.stores.parked import ParkedFailures
+
+    conn = sqlite3.connect(tmp_path / "db.sqlite", check_same_thread=False)
+    store = DatabaseUuidFailedJobStore(conn, dialect="sqlite")
+    store.ensure_table()
+    queue = RedisQueue(redis_client, prefix="p_", version="12.0")
+    parked = ParkedFailures(queue, store)
+    body = json.dumps({"uuid": "u-1", "job": "X@y", "data": {}, "attempts": 1}).encode()
+    parked.park("redis", "default", body, "RuntimeError: boom", uuid="u-1", failed_at=1_700_000_000)
+    store.log("redis", "default", body, "RuntimeError: boom")  # the row, as if the HDEL after it was lost
+    assert parked.flush(["default"]) == (1, 0)
+    assert store.count() == 1 and redis_client.hlen("p_queues:default:failed-parked") == 0
+    parked.park("redis", "default", body.replace(b"u-1", b"u-2"), "E", uuid="u-2", failed_at=1_700_000_000)
+    assert parked.flush(["default"]) == (1, 0)
+    (row,) = [j for j in store.all() if j.uuid == "u-2"]
+    assert row.failed_at == "2023-11-14 22:13:20"  # the time it failed, not the time it was written

@@ -59,7 +59,7 @@ class ParkedFailure:
     name: str | None = None
 
     def to_json(self) -> str:
-        return json.dumps(self.__dict__, ensure_ascii=False)
+        return json.dumps(self.__dict__)  # ASCII: a body that is not UTF-8 survives (surrogate escapes)
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> ParkedFailure:
