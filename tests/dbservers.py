@@ -4,7 +4,9 @@ Each server gets a fresh data directory under ``/tmp``, listens on a free loopba
 and deleted at the end of the session. When running as root, the server runs as an unprivileged
 account (``mysql`` / ``postgres``, else ``nobody``) because PostgreSQL refuses to run as root.
 :func:`mariadb_unavailable` / :func:`postgres_unavailable` return a human reason when the binaries are
-not installed, so the tests can skip visibly instead of failing.
+not installed: the ``mariadb``/``postgres`` fixtures then skip locally and fail under CI (``.ci/run``
+installs both). ``pause()``/``resume()`` restart a server on the same port with the same data, for the
+tests of a database restarted under a running worker.
 """
 
 from __future__ import annotations
@@ -65,6 +67,17 @@ def _run_as(owner: pwd.struct_passwd | None, workdir: Path | None = None) -> dic
     return {"user": owner.pw_uid, "group": owner.pw_gid, "extra_groups": [], **extra}
 
 
+def _terminate(proc: subprocess.Popen[bytes], signal: int) -> None:
+    """Stop a server process with ``signal`` (SIGKILL after 30 s) and reap it."""
+    if proc.poll() is None:
+        proc.send_signal(signal)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
 def _log_tail(path: Path) -> str:
     try:
         return path.read_text(errors="replace")[-2000:]
@@ -119,7 +132,12 @@ class MariaDBServer:
         if install.returncode != 0:
             self.cleanup()
             raise RuntimeError(f"{installer} failed:\n{install.stdout}\n{install.stderr}")
-        with open(self.log, "wb") as log:
+        self._server, self._user_args = server, user_args
+        self._start(create=True)
+
+    def _start(self, *, create: bool = False) -> None:
+        server, user_args = self._server, self._user_args
+        with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [server, "--no-defaults", f"--datadir={self.data}", f"--socket={self.socket}",
                  f"--port={self.port}", "--bind-address=127.0.0.1", "--skip-grant-tables",
@@ -132,10 +150,11 @@ class MariaDBServer:
         while True:
             try:
                 conn = self._connect(None)
-                with conn.cursor() as cur:
-                    cur.execute(f"create database if not exists `{self.database}` "
-                                "character set utf8mb4 collate utf8mb4_unicode_ci")
-                conn.commit()
+                if create:
+                    with conn.cursor() as cur:
+                        cur.execute(f"create database if not exists `{self.database}` "
+                                    "character set utf8mb4 collate utf8mb4_unicode_ci")
+                    conn.commit()
                 conn.close()
                 break
             except Exception as exc:
@@ -143,6 +162,14 @@ class MariaDBServer:
                     self.stop()
                     raise RuntimeError(f"mariadbd did not start: {exc}\n{_log_tail(self.log)}") from None
                 time.sleep(0.2)
+
+    def pause(self) -> None:
+        """Stop the server, keeping its data and port (a database restart: :meth:`resume` brings it back)."""
+        _terminate(self.proc, 15)
+
+    def resume(self) -> None:
+        """Start the paused server again on the same port with the same data."""
+        self._start()
 
     def _connect(self, database: str | None) -> Any:
         import pymysql
@@ -161,13 +188,8 @@ class MariaDBServer:
 
     def stop(self) -> None:
         proc = getattr(self, "proc", None)
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        if proc is not None:
+            _terminate(proc, 15)
         self.cleanup()
 
     def cleanup(self) -> None:
@@ -220,7 +242,12 @@ class PostgresServer:
         if init.returncode != 0:
             self.cleanup()
             raise RuntimeError(f"initdb failed:\n{init.stdout}\n{init.stderr}")
-        with open(self.log, "wb") as log:
+        self._bindir = bindir
+        self._start(create=True)
+
+    def _start(self, *, create: bool = False) -> None:
+        bindir = self._bindir
+        with open(self.log, "ab") as log:
             if self.owner is not None:
                 os.chown(self.log, self.owner.pw_uid, self.owner.pw_gid)
             self.proc = subprocess.Popen(
@@ -235,13 +262,22 @@ class PostgresServer:
 
                 with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres", dbname="postgres",
                                      autocommit=True, connect_timeout=2) as conn:
-                    conn.execute(f'create database "{self.database}"')
+                    if create:
+                        conn.execute(f'create database "{self.database}"')
                 break
             except Exception as exc:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     self.stop()
                     raise RuntimeError(f"postgres did not start: {exc}\n{_log_tail(self.log)}") from None
                 time.sleep(0.2)
+
+    def pause(self) -> None:
+        """Stop the server (fast shutdown: open connections are cut), keeping its data and port."""
+        _terminate(self.proc, 2)
+
+    def resume(self) -> None:
+        """Start the paused server again on the same port with the same data."""
+        self._start()
 
     def connect(self) -> Any:
         import psycopg
@@ -255,13 +291,8 @@ class PostgresServer:
 
     def stop(self) -> None:
         proc = getattr(self, "proc", None)
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(2)  # SIGINT: fast shutdown
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        if proc is not None:
+            _terminate(proc, 2)  # SIGINT: fast shutdown
         self.cleanup()
 
     def cleanup(self) -> None:

@@ -243,10 +243,10 @@ def test_failed_hook_runs_once_when_the_failed_store_was_down(redis_server: Redi
             worker.close()
 
     run_once()
-    assert calls == []  # not failed yet: the row could not be written
-    delayed = redis_client.zrange("laravel_database_queues:default:delayed", 0, -1)
-    assert delayed == [body]  # kept, byte for byte
-    redis_client.zadd("laravel_database_queues:default:delayed", {body: 0})  # due now
+    assert len(calls) == 1  # the failure is real: its hook runs once; only the row waits (parked)
+    parked = redis_client.hvals("laravel_database_queues:default:failed-parked")
+    assert [json.loads(p)["payload"].encode() for p in parked] == [body]  # kept, byte for byte
+    assert not redis_client.exists("laravel_database_queues:default:delayed")  # not run again
 
     db_path.parent.mkdir()
     conn = sqlite3.connect(db_path)

@@ -30,6 +30,11 @@ def worker_like(queues=("default",), name="default"):
                            version="12.67")
 
 
+def _redis_seconds(client) -> float:
+    seconds, micros = client.time()
+    return int(seconds) + int(micros) / 1e6
+
+
 def wait_until(predicate, timeout=15.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -77,28 +82,50 @@ def test_each_worker_has_its_own_record_and_stopping_removes_only_its_own(redis_
 
 
 def test_a_killed_worker_expires_and_is_cleaned_from_the_registry(redis_client):
+    # No waiting on the clock: the beat is written by hand, Redis's own expiry is checked as the TTL it
+    # set, and its effect (the hash gone) is applied by hand; the registry is then read as live_workers does.
     hb = Heartbeat(redis_client, PREFIX, interval=0.2, ttl=1)
-    hb.worker_starting(worker_like())
-    assert wait_until(lambda: live_workers(redis_client, PREFIX, ttl=1))
-    hb._stop.set()  # the process "dies": no more beats, no clean-up
-    assert wait_until(lambda: live_workers(redis_client, PREFIX, ttl=1) == [])
+    hb._static.update({"started": "0", "queues": "default", "name": "default"})
+    assert hb.beat()
+    record = f"{registry_key(PREFIX)}:{hb.id}"
+    assert 0 < redis_client.pttl(record) <= 1000  # the record expires by itself within its ttl
+    assert [r.id for r in live_workers(redis_client, PREFIX, ttl=1)] == [hb.id]
+    redis_client.delete(record)  # what Redis does at the TTL when the process died and stopped beating
+    assert live_workers(redis_client, PREFIX, ttl=60) == []
+    assert redis_client.zcard(registry_key(PREFIX)) == 0  # the dead id is cleaned from the registry
+    # and an id whose beat is older than the ttl is dropped even while its hash is still there
+    assert hb.beat()
+    beat = float(redis_client.hget(record, "beat"))
+    redis_client.zadd(registry_key(PREFIX), {hb.id: beat - 5})
+    assert live_workers(redis_client, PREFIX, ttl=1) == []
     assert redis_client.zcard(registry_key(PREFIX)) == 0
-    assert redis_client.keys(f"{registry_key(PREFIX)}:*") == []
+    assert redis_client.keys(f"{registry_key(PREFIX)}:*") == [record.encode()]
 
 
-def test_a_wedged_loop_stops_beating(redis_client):
-    hb = Heartbeat(redis_client, PREFIX, interval=0.1, ttl=1, stall_after=0.3)
+def test_a_wedged_loop_stops_beating(redis_client, caplog):
+    # Events, not sleeps: the beat thread logs "not beating" on each pass once the loop is stalled, so after
+    # the first such line no beat is in flight, and three more lines are three passes without a beat.
+    hb = Heartbeat(redis_client, PREFIX, interval=0.05, ttl=60, stall_after=0.3)
     hb.worker_starting(worker_like())
+
+    def stalled_passes() -> int:
+        return sum("not beating" in r.getMessage() for r in caplog.records)
+
     try:
-        assert wait_until(lambda: live_workers(redis_client, PREFIX))
-        first = live_workers(redis_client, PREFIX)[0].beat
-        assert wait_until(lambda: live_workers(redis_client, PREFIX, ttl=60)[0].beat > first)
-        hb._looped -= 10  # the loop has not reported for 10 s
-        time.sleep(0.3)
-        frozen = live_workers(redis_client, PREFIX, ttl=60)[0].beat
-        time.sleep(0.5)
-        assert live_workers(redis_client, PREFIX, ttl=60)[0].beat == frozen
-        assert not check_health(redis_client, PREFIX, within=0.4)[0]
+        with caplog.at_level("WARNING", logger="laraq.production.heartbeat"):
+            assert wait_until(lambda: live_workers(redis_client, PREFIX))
+            first = live_workers(redis_client, PREFIX)[0].beat
+            assert wait_until(lambda: live_workers(redis_client, PREFIX, ttl=60)[0].beat > first)
+            hb._looped -= 10  # the loop has not reported for 10 s
+            assert wait_until(lambda: stalled_passes() >= 1)
+            frozen = live_workers(redis_client, PREFIX, ttl=60)[0].beat
+            seen = stalled_passes()
+            assert wait_until(lambda: stalled_passes() >= seen + 3)
+            assert live_workers(redis_client, PREFIX, ttl=60)[0].beat == frozen
+            # unhealthy once Redis's clock is past the last beat by more than `within`
+            assert wait_until(lambda: _redis_seconds(redis_client) > frozen + 0.5)
+            assert not check_health(redis_client, PREFIX, within=0.4)[0]
+            assert check_health(redis_client, PREFIX, within=3600)[0]
     finally:
         hb.stop()
 

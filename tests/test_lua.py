@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from conftest import corpus_dir, dump_redis
+from conftest import corpus_dir, dump_redis, require
 
 from laraq.protocol.lua import ACK_CHUNK, MIGRATE_CHUNK, POISON_SKIPS_PER_CALL, SCRIPT_TEXTS, Scripts
 
@@ -35,8 +35,7 @@ def scripts(redis_client: redis.Redis) -> Scripts:
 
 def laravel_script(name: str) -> str:
     """One of Laravel 8.83's scripts, read from the installed framework (never stored in laraq)."""
-    if not LARAVEL_LUA.exists():
-        pytest.skip("Debian's Laravel 8 is not installed; no reference scripts to compare with")
+    require(LARAVEL_LUA.exists(), "Debian's Laravel 8 is not installed; no reference scripts to compare with")
     m = re.search(r"function " + name + r"\(\).*?<<<'LUA'\n(.*?)\nLUA;", LARAVEL_LUA.read_text(), re.S)
     assert m, name
     return m.group(1)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import RedisServer, dump_redis
+from conftest import RedisServer, dump_redis, require
 
 from laraq.protocol.queue import QueueKeys, RedisQueue, ReservedJob, has_hash_tag, redact_url
 from laraq.protocol.versions import LaravelVersion
@@ -533,7 +533,8 @@ def test_tls_url(tmp_path: Path, clock: Clock) -> None:
                              "--tls-key-file", str(key), "--tls-ca-cert-file", str(ca),
                              "--tls-auth-clients", "no")
     except RuntimeError:
-        pytest.skip("redis-server does not start with --tls-port (built without TLS support?)")
+        require(False, "redis-server does not start with --tls-port (built without TLS support?)")
+        raise
     server.client().config_set("requirepass", "pw")
     try:
         url = f"rediss://:pw@127.0.0.1:{tls_port}/0?ssl_ca_certs={ca}"
@@ -558,7 +559,7 @@ def _start_cluster(tmp_path: Path) -> RedisServer:
     while b"cluster_state:ok" not in admin.execute_command("CLUSTER", "INFO"):
         if time.monotonic() > deadline:
             server.stop()
-            pytest.skip("single-node cluster did not become ready")
+            require(False, "single-node cluster did not become ready")
         time.sleep(0.05)
     return server
 

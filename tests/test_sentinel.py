@@ -4,7 +4,8 @@
 A producer keeps pushing ``Track`` jobs through the sentinels (as a Laravel app would) before, during and
 after the failover; only pushes the server acknowledged count. At the end every acknowledged job must
 have run, except those Redis's asynchronous replication dropped: jobs the old master acknowledged but had
-not yet sent to the replica when it died. Those can only be jobs pushed just before the kill. The numbers
+not yet sent to the replica when it died. Replication is in order, so those can only be a tail of the
+pushes before the kill: every job pushed before the first lost one ran (asserted, with no clock in it). The numbers
 are printed (``pytest -s``) and recorded in ``compat-docs/production.md``.
 """
 
@@ -135,8 +136,16 @@ def test_laraq_follows_a_failover_and_counts_what_replication_lost(sentinel_grou
     print(f"\nsentinel failover: pushed+acknowledged {len(acked)} ({before_kill} before the kill), "
           f"push errors during failover {push_errors}, ran {len(ran)} distinct, re-run {duplicates}, "
           f"lost by asynchronous replication {len(lost)}, failover took {promoted_at - killed_at:.1f}s")
-    # Only jobs the dead master acknowledged can be lost; everything pushed after the promotion ran.
-    assert all(acked[n] <= promoted_at for n in lost)
+    # Only the last pushes the dead master acknowledged can be lost: replication sends writes in order, so
+    # what the replica missed is a tail of the pushes before the kill (one producer: ``n`` is the push
+    # order). Every job pushed before the first lost one ran, every lost one was acknowledged before the
+    # kill, and everything pushed after the promotion ran (the drain above waited for it).
+    if lost:
+        assert all(acked[n] <= killed_at for n in lost), "a job acknowledged after the kill was lost"
+        missing_before = [n for n in range(lost[0]) if n in acked and n not in ran]
+        assert not missing_before, f"lost jobs are not a tail of the pushes before the kill: {missing_before[:10]}"
+        tail = [n for n in acked if n >= lost[0] and acked[n] <= killed_at]
+        print(f"lost {len(lost)} of the last {len(tail)} pushes before the kill")
     assert not (ran - set(acked)), "a job ran that was never acknowledged"
     worker_log = out.read_text()
     # loud, not silent: the outage and the recovery are logged (no password, the sentinel address)

@@ -37,6 +37,7 @@ from laraq.ops.inspect import (
 )
 from laraq.ops.transfers import find_held
 from laraq.protocol.versions import LaravelVersion
+from laraq.stores.parked import parked_summary
 
 __all__ = ["Snapshot", "status_cmd"]
 
@@ -60,6 +61,8 @@ class Snapshot:
     keys: dict[str, dict[str, str]] = field(default_factory=dict)
     #: unfinished transfers holding jobs of these queues (:func:`laraq.ops.transfers.find_held`)
     transfers: list[Any] = field(default_factory=list)
+    #: failures waiting for the failed-job store (laraq.stores.parked), per queue
+    parked: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def alert(self, s: QueueStatus) -> bool:
         return self.max is not None and s.total >= self.max
@@ -93,7 +96,7 @@ class Snapshot:
                 d["keys"] = self.keys[s.queue]
             queues.append(d)
         return {"prefix": self.prefix, "queues": queues, "failed_total": self.failed_total,
-                "max": self.max, "notes": self.notes,
+                "max": self.max, "notes": self.notes, "parked_failures": self.parked,
                 "transfers": [h.to_dict(self.prefix) for h in self.transfers]}
 
 
@@ -168,6 +171,9 @@ def snapshot(ops: Ops, asked: list[str], marks: list[ListMark] | None, *, max_si
     if names:
         _failed_counts(ops, names, snap)
         _paused(ops, names, snap)
+        snap.parked = parked_summary(ops.queue, names)
+        snap.notes.extend(f"queue {n!r}: {p['count']} failed job(s) parked until the failed-job store takes their "
+                          "rows (kept in Redis, not run again)" for n, p in snap.parked.items())
     snap.notes.extend(_elsewhere(ops, asked, statuses))
     held = find_held(ops.queue.client, ops.queue.prefix)
     snap.transfers = [h for h in held if not asked or h.source_queue(ops.queue.prefix) in asked]

@@ -41,6 +41,7 @@ from laraq.ops.transfers import held_findings
 from laraq.protocol.payload import Payload, PayloadError
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.serializer import loads
+from laraq.stores.parked import parked_key, parked_summary
 
 __all__ = ["Finding", "diagnose"]
 
@@ -251,6 +252,14 @@ def diagnose(
                 f"{queue.keys(name).poison} holds members the pop script could not reserve",
                 f"look at them: laraq list {name} --state poison --json --raw; delete with laraq clear {name} "
                 "--poison once handled",
+            ))
+        for parked in parked_summary(queue, [name]).values():
+            out.append(Finding(
+                "warn", f"queue {name!r}: {parked['count']} failed job(s) parked: their failed_jobs row is not "
+                "written yet", f"the failed-job store refused their rows; they are kept in {parked_key(queue, name)} "
+                f"and not run again (latest: {str(parked['newest_exception'])[:200]})",
+                "bring the failed-job database back: a running laraq worker on this queue writes the rows "
+                "within 15 s, or at its next start",
             ))
         if status.expired_reserved:
             out.append(Finding(

@@ -38,6 +38,7 @@ __all__ = [
     "CALL_QUEUED_HANDLER",
     "Payload",
     "PayloadError",
+    "UndefinedKeyError",
     "build_object_payload",
     "build_string_payload",
     "horizon_prepare",
@@ -75,6 +76,21 @@ def _loads_fast(raw: bytes) -> Any:
 
 class PayloadError(ValueError):
     """A job body that Laravel could not use (not JSON, not an object, bad ``attempts``, ...)."""
+
+
+class UndefinedKeyError(PayloadError):
+    """A payload without a key ``Illuminate\\Queue\\Jobs\\Job::fire`` reads (``job``, ``data``).
+
+    PHP reads ``$payload['job']`` unchecked; the warning becomes an ``ErrorException`` with the message
+    ``Undefined array key "job"`` (Laravel's error handler), and the job fails. Shown in ``failed_jobs``
+    as PHP names it.
+    """
+
+    php_class = "ErrorException"
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f'Undefined array key "{key}"')
+        self.key = key
 
 
 # -- small PHP semantics helpers ------------------------------------------------------------------
@@ -223,6 +239,25 @@ class Payload:
         if not isinstance(value, str) or not value:
             raise PayloadError("job payload has no 'job' handler string")
         return value
+
+    def unrunnable(self) -> PayloadError | None:
+        """Why PHP's ``Job::fire`` would fail this payload before any handler runs, or ``None``.
+
+        ``fire`` reads ``$payload['job']`` and ``$payload['data']`` and resolves the class named before
+        ``@``: a missing key fails with ``ErrorException: Undefined array key "job"`` (or ``"data"``), a
+        ``job`` that is not a non-empty string names no class the container can build. The worker fails
+        such a job instead of running it (``compat-docs/protocol.md``).
+        """
+        decoded = self.decoded
+        if "job" not in decoded:
+            return UndefinedKeyError("job")
+        job = decoded["job"]
+        if not isinstance(job, str) or not job or job.startswith("@"):
+            return PayloadError(f"the payload's 'job' ({json.dumps(job)[:80]}) names no handler class: PHP's "
+                                "Job::fire cannot resolve it")
+        if "data" not in decoded:
+            return UndefinedKeyError("data")
+        return None
 
     @property
     def job_class(self) -> str:

@@ -26,13 +26,12 @@ the same for users.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from laraq.protocol.phpread import BAIL, decode, enum_token, float_token, object_token
 from laraq.protocol.phpvalues import (
-    DEFAULT_MAX_BYTES,
     DEFAULT_MAX_DEPTH,
-    DEFAULT_MAX_ELEMENTS,
     PHPObject,
     PHPReference,
 )
@@ -121,25 +120,41 @@ def php_arrays(value: Any) -> Any:
     return root
 
 
-def loads_php_arrays(data: bytes) -> Any:
+def loads_php_arrays(data: bytes, *, max_bytes: int | None = None, max_elements: int | None = None) -> Any:
     """``php_arrays(loads(data))`` in one pass: every PHP array is built as a :class:`PHPArray` while
     parsing instead of converted afterwards; the same value either way.
+
+    This is how the worker reads a job's command. PHP's ``unserialize()`` has no size or element limit,
+    so by default neither has this (``None``); what it allocates stays bounded by the input anyway:
+    declared lengths and counts are checked against the bytes that remain before anything is built.
+    ``max_bytes``/``max_elements`` set limits (the environment variables ``LARAQ_MAX_COMMAND_BYTES`` /
+    ``LARAQ_MAX_COMMAND_ELEMENTS`` give the worker's defaults); over one, ``PHPSerializeError``.
 
     With the C build (``laraq._speedups``) the usual command (no references) is read in C; whatever it
     steps aside from (references, ``C:`` objects, anything malformed) goes to the reference reader,
     which decides and reports as before. Without it, the pure-Python readers of
     :mod:`laraq.protocol.phpread` do the same work.
     """
-    if _c_pairs_loads is not None and type(data) is bytes and 0 < len(data) <= _C_MAX_BYTES:
+    max_bytes = COMMAND_MAX_BYTES if max_bytes is None else max_bytes
+    max_elements = COMMAND_MAX_ELEMENTS if max_elements is None else max_elements
+    size = len(data)
+    if _c_pairs_loads is not None and type(data) is bytes and 0 < size <= max_bytes and size <= max_elements:
         value = _c_pairs_loads(data, DEFAULT_MAX_DEPTH)
         if value is not BAIL:
             return value
-        return decode(data, array=PHPArray, fast=False)  # the C subset covers the Python fast reader's
-    return decode(data, array=PHPArray)
+        return decode(data, array=PHPArray, fast=False, max_bytes=max_bytes, max_elements=max_elements)
+    return decode(data, array=PHPArray, max_bytes=max_bytes, max_elements=max_elements)
 
 
-#: Inputs the C reader is given: up to the element limit, so that no limit but the depth can be hit
-_C_MAX_BYTES = min(DEFAULT_MAX_BYTES, DEFAULT_MAX_ELEMENTS)
+def _limit(name: str) -> int:
+    """A positive integer from the environment, else no limit (PHP has none)."""
+    raw = os.environ.get(name, "").strip().replace("_", "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else sys.maxsize
+
+
+#: the worker's limits on a job's command (bytes, values): none unless set in the environment
+COMMAND_MAX_BYTES: int = _limit("LARAQ_MAX_COMMAND_BYTES")
+COMMAND_MAX_ELEMENTS: int = _limit("LARAQ_MAX_COMMAND_ELEMENTS")
 
 
 def _c_build() -> Any:

@@ -49,7 +49,7 @@ __all__ = ["BAIL", "decode", "enum_token", "float_token", "loads", "object_token
 BAIL: Final = object()
 
 _UINT_RE = re.compile(rb"[0-9]{1,20}")
-_INT_RE = re.compile(rb"[+-]?[0-9]{1,25}")
+_INT_RE = re.compile(rb"([+-]?)0*([0-9]+)")
 _FLOAT_RE = re.compile(
     rb"(?:[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|NAN|-?INF)(?=;)", re.ASCII
 )
@@ -104,19 +104,24 @@ def _read_uint(data: bytes, pos: int, what: str, term: bytes) -> tuple[int, int]
 
 
 def _read_int(data: bytes, pos: int) -> tuple[int, int]:
-    """``pos`` is just after ``i:``; returns the value and the offset after ``;``."""
+    """``pos`` is just after ``i:``; returns the value and the offset after ``;``.
+
+    Any number of digits, as PHP 8.2's ``unserialize()``; a value outside the 64-bit range is clamped
+    to ``PHP_INT_MAX``/``PHP_INT_MIN`` as PHP does (with a warning there). Digits past the 19 that fit
+    are never converted, so a 5,000-digit integer costs no more than its scan.
+    """
     m = _INT_RE.match(data, pos)
     if m is None:
         raise _err(f"expected an integer, found {_describe(data, pos)}", pos)
     end = m.end()
     if data[end : end + 1] != b";":
-        if data[end : end + 1].isdigit():
-            raise _err("integer has too many digits", pos)
         raise _err(f"expected ';' after integer, found {_describe(data, end)}", end)
-    value = int(m.group())
-    if value > PHP_INT_MAX or value < PHP_INT_MIN:
-        raise _err("integer out of PHP's 64-bit range", pos)
-    return value, end + 1
+    negative = m.group(1) == b"-"
+    digits = m.group(2).lstrip(b"0") or b"0"
+    if len(digits) > 19:
+        return (PHP_INT_MIN if negative else PHP_INT_MAX), end + 1
+    value = -int(digits) if negative else int(digits)
+    return min(max(value, PHP_INT_MIN), PHP_INT_MAX), end + 1
 
 
 def _read_str(data: bytes, pos: int, end_of_data: int, what: str = "string") -> tuple[bytes, int]:

@@ -32,6 +32,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import redis
 
 from laraq.protocol.lua import PendingCall, Scripts, blocking
+from laraq.protocol.redis_retry import fail_fast_on_auth
 from laraq.protocol.routing import QueueForwards, queue_name_of
 from laraq.protocol.versions import DEFAULT_VERSION, LaravelVersion
 
@@ -282,6 +283,7 @@ class RedisQueue:
         else:
             self._url = None
             self.client = client
+        fail_fast_on_auth(self.client)  # a refused login is raised at once, not retried for seconds
         self.connection_name = connection_name
         self.default_queue = default_queue
         self.prefix = self.version.default_redis_prefix(app_name) if prefix is None else prefix

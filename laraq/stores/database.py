@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from laraq.config.settings import DatabaseSettings
 
-__all__ = ["connect_database", "dialect_of", "locked_cursor"]
+__all__ = ["connect_database", "connection_lost", "dialect_of", "locked_cursor", "revive"]
 
 
 def dialect_of(conn: Any) -> str:
@@ -59,6 +59,56 @@ def locked_cursor(conn: Any, lock: AbstractContextManager[Any], *, sqlite_immedi
         finally:
             with contextlib.suppress(Exception):
                 cur.close()
+
+
+#: pymysql/MySQL client error codes of a connection that is gone (0: the server closed it, e.g. restarted;
+#: 2006: server has gone away; 2013: lost connection during query; 2003: cannot connect; 2055: lost, with a reason)
+_MYSQL_GONE = {0, 2003, 2006, 2013, 2055}
+
+
+def connection_lost(exc: BaseException, conn: Any) -> bool:
+    """Did ``exc`` (raised by a unit of work on ``conn``) come from a lost connection, not from the SQL?
+
+    MySQL/MariaDB: pymysql's ``OperationalError``/``InterfaceError`` with a client "gone" code.
+    PostgreSQL: psycopg marks the connection ``broken``/``closed`` when the server went away.
+    """
+    module = type(exc).__module__
+    if module.startswith("pymysql"):
+        if type(exc).__name__ == "InterfaceError":
+            return True
+        code = exc.args[0] if exc.args else None
+        return type(exc).__name__ == "OperationalError" and code in _MYSQL_GONE
+    if module.startswith("psycopg"):
+        return bool(getattr(conn, "broken", False) or getattr(conn, "closed", False))
+    return False
+
+
+def revive(conn: Any, reconnect: Callable[[], Any] | None = None) -> Any:
+    """``conn``, or ``reconnect()`` when ``conn`` is known to be dead; called before a unit of work.
+
+    MySQL/MariaDB: a ``ping()`` (one round trip; after a server restart pymysql's socket is dead and
+    the ping fails). PostgreSQL: psycopg marks a connection broken/closed after the server went away.
+    Without ``reconnect``, or when reconnecting fails too, the old connection is returned and the unit
+    of work raises the real error.
+    """
+    if reconnect is None:
+        return conn
+    module = type(conn).__module__
+    if module.startswith("pymysql"):
+        try:
+            conn.ping(False)
+            return conn
+        except Exception:
+            pass
+    elif not (module.startswith("psycopg") and (getattr(conn, "broken", False) or getattr(conn, "closed", False))):
+        return conn
+    try:
+        fresh = reconnect()
+    except Exception:
+        return conn
+    with contextlib.suppress(Exception):
+        conn.close()
+    return fresh
 
 
 def connect_database(db: DatabaseSettings) -> Any:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from zoneinfo import ZoneInfo
 
 from laraq.protocol.phpjson import php_json_encode
-from laraq.stores.database import connect_database, dialect_of, locked_cursor
+from laraq.stores.database import connect_database, connection_lost, dialect_of, locked_cursor, revive
 from laraq.stores.php_exceptions import (
     MaxAttemptsExceededError,
     TimeoutExceededError,
@@ -177,8 +177,10 @@ class _DatabaseStore:
     uses_uuid: bool = True
 
     def __init__(self, conn: Any, table: str = "failed_jobs", *, dialect: str | None = None,
-                 timezone: tzinfo = UTC) -> None:
+                 timezone: tzinfo = UTC, reconnect: Callable[[], Any] | None = None) -> None:
         self.conn = conn
+        #: opens a new connection when the server went away (restarted, connection killed)
+        self.reconnect = reconnect
         self.table = table
         self.dialect = dialect or dialect_of(conn)
         if self.dialect == "mariadb":
@@ -203,7 +205,19 @@ class _DatabaseStore:
         return sql.replace("?", self._ph) if self._ph != "?" else sql
 
     def _cursor(self, write: bool = False) -> contextlib.AbstractContextManager[Any]:
+        with self._lock:
+            self.conn = revive(self.conn, self.reconnect)
         return locked_cursor(self.conn, self._lock)
+
+    def _reopen_after(self, exc: BaseException) -> bool:
+        """After a failed unit of work: reopen the connection if ``exc`` says it was lost; True if reopened."""
+        if self.reconnect is None or not connection_lost(exc, self.conn):
+            return False
+        with self._lock:
+            with contextlib.suppress(Exception):
+                self.conn.close()
+            self.conn = self.reconnect()
+        return True
 
     def _columns(self) -> str:
         cols = ["id", "connection", "queue", "payload", "exception", "failed_at"]
@@ -279,6 +293,16 @@ class _DatabaseStore:
     # -- FailedJobProviderInterface -----------------------------------------------------------------
 
     def _insert(self, values: dict[str, Any]) -> int | None:
+        # a database restarted under the worker: the first statement finds the connection dead; one more
+        # try on a new connection (a duplicate is refused by the unique uuid index of database-uuids)
+        try:
+            return self._insert_once(values)
+        except Exception as exc:
+            if not self._reopen_after(exc):
+                raise
+        return self._insert_once(values)
+
+    def _insert_once(self, values: dict[str, Any]) -> int | None:
         cols = ", ".join(self.q(c) for c in values)
         marks = ", ".join("?" for _ in values)
         sql = f"insert into {self.t} ({cols}) values ({marks})"
@@ -621,9 +645,10 @@ def make_failed_store(settings: LaravelSettings, *, conn: Any = None) -> FailedJ
         return FileFailedJobStore(path, settings.failed_limit, timezone=tz)
     if driver == "dynamodb":
         raise NotImplementedError("the dynamodb failed-job driver is not supported by laraq")
+    db = settings.database(settings.failed_database)
+    reconnect: Callable[[], Any] | None = None
     if conn is None:
-        conn = connect_database(settings.database(settings.failed_database))
-    dialect = settings.database(settings.failed_database).driver
-    if driver == "database-uuids":
-        return DatabaseUuidFailedJobStore(conn, settings.failed_table, dialect=dialect, timezone=tz)
-    return DatabaseFailedJobStore(conn, settings.failed_table, dialect=dialect, timezone=tz)
+        conn = connect_database(db)
+        reconnect = lambda: connect_database(db)  # noqa: E731 - the store reopens it after a restart
+    cls = DatabaseUuidFailedJobStore if driver == "database-uuids" else DatabaseFailedJobStore
+    return cls(conn, settings.failed_table, dialect=db.driver, timezone=tz, reconnect=reconnect)

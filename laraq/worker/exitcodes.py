@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import redis
 
+from laraq.protocol.acl import Denial, denied
 from laraq.protocol.encryption import DecryptError
 
 __all__ = [
     "EXIT_SUCCESS", "EXIT_ERROR", "EXIT_USAGE", "EXIT_REDIS_UNREACHABLE", "EXIT_REDIS_AUTH",
-    "EXIT_DATABASE", "EXIT_CONFIG", "EXIT_MEMORY_LIMIT", "explain", "one_line",
+    "EXIT_DATABASE", "EXIT_CONFIG", "EXIT_MEMORY_LIMIT", "explain", "one_line", "tls_advice",
+    "acl_message", "is_acl_denial",
 ]
 
 EXIT_SUCCESS = 0
@@ -47,6 +49,58 @@ def _is_db_error(exc: BaseException) -> bool:
     return False
 
 
+_CA_FIX = ("trust the CA that signed it: add ?ssl_ca_certs=/path/to/ca.pem to --redis-url or REDIS_URL (the file "
+           "Laravel's redis 'context' => ['cafile' => ...] names), or install that CA in the system's trust store")
+
+
+def tls_advice(text: str, url: str) -> tuple[str, str] | None:
+    """``(what went wrong, the fix)`` for a TLS fault in a connection error's text, else ``None``; ``{where}``
+    in the first marks where the server's address goes."""
+    lower = text.lower()
+    if "certificate verify failed" in lower or "certificate_verify_failed" in lower:
+        if "mismatch" in lower or "not valid for" in lower:
+            return ("the TLS certificate of Redis{where} is not valid for the host name connected to",
+                    "connect with the name or address the certificate was issued for (REDIS_HOST), or reissue "
+                    "the certificate with this one in its subjectAltName")
+        if "expired" in lower or "not yet valid" in lower:
+            return "the TLS certificate of Redis{where} is outside its validity dates", "renew the server's certificate"
+        return "the TLS certificate of Redis{where} could not be verified", _CA_FIX
+    if "wrong_version_number" in lower or "wrong version number" in lower or "unknown protocol" in lower:
+        return ("Redis{where} did not answer the TLS handshake (a plain-text port?)",
+                "use redis:// (REDIS_SCHEME=tcp) for a port without TLS, or the server's tls-port for rediss://")
+    if "ssl" in lower or "tls" in lower:
+        return "TLS to Redis{where} failed", "check the server's tls-port and certificate, and ssl_* options in the URL"
+    if url.startswith("rediss://") and "timeout connecting" in lower:
+        return ("no TLS handshake from Redis{where} (a plain-text port, or the server is not up)",
+                "use redis:// (REDIS_SCHEME=tcp) if this port has no TLS, or start Redis there")
+    if url.startswith("redis://") and ("connection reset by peer" in lower or "connection closed by server" in lower):
+        return ("Redis{where} closed the connection at once (a TLS-only port?)",
+                "use rediss:// (REDIS_SCHEME=tls) if the server expects TLS there, or start Redis there")
+    return None
+
+
+def acl_message(denial: Denial, where: str, text: str, redis_url: str | None) -> str:
+    """One line for an ACL denial: what was refused, where, and the ``ACL SETUSER`` that grants it."""
+    user = None
+    if redis_url and "@" in redis_url.partition("://")[2]:
+        user = redis_url.partition("://")[2].partition("@")[0].partition(":")[0] or None
+    if denial.kind == "command":
+        what = f"the command '{denial.command}'" if denial.command else "a command"
+        inside = " inside a queue script (Redis checks the commands a script runs)" if denial.in_script else ""
+        head = f"Redis{where} denied {what} to this ACL user{inside}"
+    elif denial.kind == "key":
+        head = f"Redis{where} denied this ACL user a key"
+    else:
+        head = f"Redis{where} denied this ACL user a Pub/Sub channel"
+    return (f"{head} ({text}); grant it: {denial.grant(user)} - compat-docs/protocol.md ('ACL') lists "
+            "everything a worker needs")
+
+
+def is_acl_denial(exc: BaseException) -> bool:
+    """Did Redis refuse ``exc``'s command (or a command its script ran) for lack of an ACL permission?"""
+    return isinstance(exc, redis.ResponseError) and denied(one_line(exc)) is not None
+
+
 def explain(exc: BaseException, *, redis_url: str | None = None) -> tuple[str, int] | None:
     """One line naming the cause and the fix, and the exit code, for a known fault; ``None`` otherwise.
 
@@ -61,7 +115,12 @@ def explain(exc: BaseException, *, redis_url: str | None = None) -> tuple[str, i
         else:
             reason = f"the password or user is wrong: {text}"
         return f"Redis{where} refused the credentials ({reason}); {_AUTH_FIX}", EXIT_REDIS_AUTH
+    if isinstance(exc, redis.ResponseError) and (denial := denied(text)) is not None:
+        return acl_message(denial, where, text, redis_url), EXIT_REDIS_AUTH
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        tls = tls_advice(text, redis_url or "")
+        if tls is not None:
+            return f"{tls[0].format(where=where)} ({text}); {tls[1]}", EXIT_REDIS_UNREACHABLE
         return f"cannot reach Redis{where} ({text}); start it there, or {_REDIS_FIX}", EXIT_REDIS_UNREACHABLE
     if _is_db_error(exc):
         fix = ("run the app's migrations (`php artisan migrate`) so the table exists"

@@ -7,7 +7,7 @@ itself, delete unless released/deleted/failed), a handler's exception (fail if t
 attempt or ``maxExceptions`` is reached - the shared cache counter ``job-exceptions:<uuid>``, so PHP
 and Python count together - else release with the backoff), failing (``Job::fail``'s ``JobFailed``
 side: Python ``failed`` callback, ShouldBeUnique lock release, a ``failed_jobs`` row with the original
-body, or the body put back if that row cannot be written), and jobs without a Python handler
+body, or the job parked in Redis until that row can be written: laraq.stores.parked), and jobs without a Python handler
 (``--unhandled``: requeued untouched, released, or failed). Every outcome is announced once through
 the worker's :mod:`laraq.worker.events` listeners.
 
@@ -34,8 +34,10 @@ from laraq.protocol.payload import PayloadError
 from laraq.protocol.phparray import loads_php_arrays, php_arrays
 from laraq.protocol.serializer import PHPSerializeError
 from laraq.stores.failed import format_exception, max_attempts_exceeded
+from laraq.stores.parked import ParkedFailures
 from laraq.worker.context import REDIS_DOWN, CacheLike, UnhandledPolicy, WorkerContext
 from laraq.worker.logtext import short
+from laraq.worker.parking import ParkingListener
 from laraq.worker.running import Running, claim
 
 if TYPE_CHECKING:
@@ -85,6 +87,9 @@ class Lifecycle:
         self.model_loader = context.model_loader
         self.runner = runner
         self._failer_lock = threading.Lock()
+        #: failures whose failed_jobs row waits for the store; flushed at start and on a timer
+        self.parked = ParkingListener(ParkedFailures(context.queue, context.failer), context.queues)
+        context.events.add(self.parked)
 
     def process(self, job: Job, running: Running | None = None, handler: Any = _UNKNOWN) -> None:
         """Laravel's ``Worker::process`` for one job (``running`` ties it to the watchdog; ``handler``:
@@ -349,18 +354,16 @@ class Lifecycle:
         """The ``JobFailed`` side of ``Job::fail``: callback, unique lock, ``failed_jobs`` row, event."""
         error = exc if exc is not None else ManuallyFailedError("")
         text = format_exception(error, job_name=job.name)
-        # The row first: if failed_jobs cannot be written the job goes back on its queue and is not
-        # failed yet, so the failed() callback (and the unique lock release) wait for the real failure
-        # and run once, never again because the store was down.
+        # The row first. If failed_jobs cannot be written the job is parked in Redis with its failure
+        # (laraq.stores.parked) and the row is written when the store is back: the attempt was real, so
+        # the handler never runs again. Only if Redis refuses the parking too does it go back on :delayed.
         try:
             self.log_failed(job.connection, job.queue, job.body, text)
         except Exception as log_exc:
-            log.error("%s (uuid %s) failed but failed_jobs could not be written (%s): putting it back on the "
-                      "queue in 60s; its failed() callback runs when the row is written", job.name, job.uuid,
-                      " ".join(str(log_exc).split())[:300])
-            self.retrying(lambda: self.put_back(job, 60, require_reservation=False))
-            self.events.emit("job_released", job, 60, error)
-            return
+            if not self.parked.park_job(job, text, log_exc):
+                self.retrying(lambda: self.put_back(job, 60, require_reservation=False))
+                self.events.emit("job_released", job, 60, error)
+                return
         try:
             callback = None if job.restore_error is not None else self.app.failed_callback(job.payload)
             if callback is not None:

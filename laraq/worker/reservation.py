@@ -36,7 +36,7 @@ from laraq.protocol.queue import PendingReserve, ReservedJob
 from laraq.stores.failed import format_exception
 from laraq.worker.bridge import AsyncBridge
 from laraq.worker.context import REDIS_DOWN, WorkerContext
-from laraq.worker.exitcodes import EXIT_REDIS_AUTH, explain
+from laraq.worker.exitcodes import EXIT_REDIS_AUTH, explain, is_acl_denial
 from laraq.worker.leases import Buffered, Leases
 
 __all__ = ["REDIS_DOWN", "Failures", "Reservation"]
@@ -407,7 +407,8 @@ class Reservation:
             return False
         self._auth_refusals += 1
         self.reconnect_delay = min(30.0, max(1.0, self.reconnect_delay * 2))
-        if self._auth_refusals >= self.AUTH_RETRIES:
+        # an ACL denial does not pass by itself, and with --stop-when-empty a refusal must not read as empty
+        if self._auth_refusals >= self.AUTH_RETRIES or is_acl_denial(exc) or self.options.stop_when_empty:
             log.error("stopping: %s", explained[0])
             self.signals.quit(EXIT_REDIS_AUTH)
         else:
@@ -443,6 +444,9 @@ class Reservation:
         """Wrap a reservation; a body Python cannot read is failed (or put back) with a clear reason."""
         try:
             payload = Payload.parse(reserved.body, version=self.version)
+            unrunnable = payload.unrunnable()  # what PHP's Job::fire fails before any handler (no 'job')
+            if unrunnable is not None:
+                raise unrunnable
         except PayloadError as exc:
             self._reject_unreadable(reserved, exc)
             return None
@@ -453,7 +457,8 @@ class Reservation:
         return job
 
     def _reject_unreadable(self, reserved: ReservedJob, exc: PayloadError) -> None:
-        error = PayloadError(f"laraq cannot read the job payload on queue {reserved.queue}: {exc}")
+        error = exc if hasattr(exc, "php_class") else \
+            PayloadError(f"laraq cannot read the job payload on queue {reserved.queue}: {exc}")
         try:
             self.failures.log_failed(self.connection_name, reserved.queue, reserved.body, format_exception(error))
             self.queue.delete_reserved(reserved)

@@ -242,7 +242,10 @@ def queue_warnings(client: Any, prefix: str, queues: list[str]) -> list[str]:
     for other, count in sorted(found.items(), key=lambda kv: -kv[1]):
         if other != prefix:
             elsewhere.append(f"prefix {other!r} ({count} key(s))")
-    tagged = [q for q in queues if client.exists(f"{prefix}queues:{{{q}}}")]
+    try:
+        tagged = [q for q in queues if client.exists(f"{prefix}queues:{{{q}}}")]
+    except Exception:  # a hint never stops the worker (an ACL without EXISTS only loses the hint)
+        tagged = []
     out: list[str] = []
     if elsewhere:
         out.append(f"the queues asked for ({', '.join(sorted(asked))}) are empty, but queue keys exist under "
