@@ -24,6 +24,8 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from laraq.protocol.versions import LaravelVersion
+
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 APP_PATH = FIXTURES / "laravel8"
 
@@ -186,6 +188,11 @@ class PhpApp:
                 _templates[key] = template
                 atexit.register(shutil.rmtree, str(tdir), True)
         shutil.copyfile(template, self.db_path)
+
+    @property
+    def profile(self) -> LaravelVersion:
+        """laraq's version profile of this app's exact release (what tests expect per version)."""
+        return LaravelVersion.parse(self.release)
 
     @property
     def laravel_env(self) -> dict[str, str]:

@@ -373,8 +373,8 @@ def test_stop_when_empty_for(app8: PhpApp, workers: list[Worker]) -> None:
     assert len(app8.runs()) == 1
     with pytest.raises(click.UsageError, match="stop-when-empty-for"):
         make_worker(app8, workers, laravel="12.59", queue="py", stop_when_empty_for=1)
-    if app8.version == "8":
-        assert run_laraq(app8, "--stop-when-empty-for=1", "--queue=py").returncode == 2  # not in 8
+    if not app8.profile.has_stop_when_empty_for:
+        assert run_laraq(app8, "--stop-when-empty-for=1", "--queue=py").returncode == 2  # not before 11.53
     else:
         # 12.60+ / 13.10+: artisan and laraq both take it and stop once idle that long
         app8.tool("dispatch", "echo", "--queue=py")
