@@ -73,10 +73,10 @@ def test_horizon_sees_and_commands_a_laraq_master(hz: PhpApp, redis_client: Any,
         [sup] = dump["supervisors"]
         assert master["supervisors"] == [sup["name"]] and sup["master"] == proc.name
         # the supervisor has its own pid (the relay), so Horizon can signal the two levels apart
-        assert sup["pid"] != master["pid"] and sup["options"]["parentId"] == proc.p.pid
+        assert sup["pid"] != master["pid"] and sup["options"]["parentId"] == str(proc.p.pid)
         assert sup["options"]["workersName"] == "default" and sup["options"]["autoScalingStrategy"] is None
         assert sup["processes"] == {"redis:default,low": 2}
-        assert sup["options"]["queue"] == "default,low" and sup["options"]["timeout"] == 60
+        assert sup["options"]["queue"] == "default,low" and sup["options"]["timeout"] == "60"
         [load] = dump["workload"]
         assert (load["name"], load["processes"]) == ("default,low", 2)
         assert sorted(load["split_queues"]) == ["default", "low"]

@@ -65,6 +65,17 @@ MASTER_WINDOW = 14
 _COMMANDS = "Laravel\\Horizon\\SupervisorCommands\\"
 
 
+def _cli(value: Any) -> str:
+    """A number as it reads on a command line (``3``, ``0.5``), the way Horizon's options carry it."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
 def master_basename() -> str:
     """``MasterSupervisor::basename()``: ``Str::slug(gethostname())``."""
     return _slug(socket.gethostname(), "-")
@@ -160,16 +171,22 @@ class HorizonMaster:
     # -- heartbeat ------------------------------------------------------------------------------------
 
     def supervisor_options(self) -> dict[str, Any]:
-        """``SupervisorOptions::toArray`` for this worker (what the dashboard shows)."""
+        """``SupervisorOptions::toArray`` for this worker (what the dashboard shows).
+
+        A Horizon supervisor process builds its options from ``horizon:supervisor``'s command line, so
+        every value is the option's string (``"60"``, ``"3"``), ``balance`` is ``""`` for
+        ``balance => false``, ``force`` a boolean and ``autoScalingStrategy`` ``null`` unless balancing
+        is ``auto``; laraq writes the same types."""
         o = self.options
         return {
-            "balance": False, "connection": self.connection, "queue": self.queues,
-            "backoff": o.get("backoff", 0), "force": bool(o.get("force", False)),
-            "maxProcesses": self.processes, "minProcesses": self.processes,
-            "maxTries": o.get("tries", 1), "maxTime": o.get("max_time", 0), "maxJobs": o.get("max_jobs", 0),
-            "memory": o.get("memory", 128), "nice": 0, "name": self.supervisor,
-            "workersName": self.worker_name, "sleep": o.get("sleep", 3), "timeout": o.get("timeout", 60),
-            "balanceCooldown": 3, "balanceMaxShift": 1, "parentId": self.signal_pid, "rest": o.get("rest", 0),
+            "balance": "", "connection": self.connection, "queue": self.queues,
+            "backoff": _cli(o.get("backoff", 0)), "force": bool(o.get("force", False)),
+            "maxProcesses": _cli(self.processes), "minProcesses": _cli(self.processes),
+            "maxTries": _cli(o.get("tries", 1)), "maxTime": _cli(o.get("max_time", 0)),
+            "maxJobs": _cli(o.get("max_jobs", 0)), "memory": _cli(o.get("memory", 128)), "nice": "0",
+            "name": self.supervisor, "workersName": self.worker_name, "sleep": _cli(o.get("sleep", 3)),
+            "timeout": _cli(o.get("timeout", 60)), "balanceCooldown": "3", "balanceMaxShift": "1",
+            "parentId": str(self.signal_pid), "rest": _cli(o.get("rest", 0)),
             # SupervisorCommand: the strategy only with balance 'auto'; laraq never balances
             "autoScalingStrategy": None,
         }
