@@ -12,11 +12,10 @@ Horizon's repositories then list laraq's job.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from typing import Any
-
-import dataclasses
 
 import pytest
 from horizon_support import HORIZON_LINES, HORIZON_PREFIX, horizon_app, horizon_state, laraq_horizon_settings
