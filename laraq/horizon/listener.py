@@ -116,8 +116,9 @@ class HorizonListener(WorkerListener):
         self._persist(worker)
         pid = "none" if self.master.signal_pid == NO_SIGNAL_PID else self.master.signal_pid
         sup_pid = "none" if self.master.supervisor_pid == NO_SIGNAL_PID else self.master.supervisor_pid
-        log.info("horizon: master %s (signals to pid %s), supervisor %s (signals to pid %s)",
-                 self.master.name, pid, self.master.supervisor, sup_pid)
+        log.info("horizon: master %s (signals to pid %s), supervisor %s (signals to pid %s); Horizon %s (%s)",
+                 self.master.name, pid, self.master.supervisor, sup_pid, self.settings.version,
+                 self.settings.version_source)
 
     def _persist(self, worker: Any) -> None:
         assert self.master is not None
