@@ -4,6 +4,7 @@ Python handlers of the Horizon fixture jobs (``TaggedJob``, ``SilencedJob``: ``E
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -13,11 +14,18 @@ from test_worker_support import _echo, echo
 
 from laraq.app import App
 from laraq.bus.job import Job
+from laraq.horizon import HorizonSettings
 from laraq.protocol.serializer import PHPObject
 
 HORIZON_PREFIX = "laravel_horizon:"
-#: The Laravel lines that ship Horizon in ../shared/laravel-live.
-HORIZON_LINES = ["12", "13"]
+#: The Laravel lines that ship Horizon in ../shared/laravel-live: 9 to 13 with Horizon 5.29.1, and
+#: ``13-h548`` (Laravel 13 with Horizon 5.48.1 and its published config). ``LARAQ_HORIZON_LINES=12,13-h548``
+#: narrows a local run.
+ALL_HORIZON_LINES = ["9", "10", "11", "12", "13", "13-h548"]
+_ONLY = [v for v in os.environ.get("LARAQ_HORIZON_LINES", "").split(",") if v]
+HORIZON_LINES = [v for v in ALL_HORIZON_LINES if v in _ONLY] if _ONLY else ALL_HORIZON_LINES
+#: Both Horizon releases (5.29.1 on 13, 5.48.1 on 13-h548), for the costlier tests.
+HORIZON_RELEASE_LINES = [v for v in ("13", "13-h548") if v in HORIZON_LINES]
 
 
 def horizon_app(version: str, redis_port: int, **extra_env: str) -> PhpApp:
@@ -25,6 +33,11 @@ def horizon_app(version: str, redis_port: int, **extra_env: str) -> PhpApp:
     reason = live_missing(version)
     require(reason is None, reason or "")
     return PhpApp(redis_port, version=version, horizon=True, extra_env=extra_env or None)
+
+
+def laraq_horizon_settings(hz: PhpApp) -> HorizonSettings:
+    """The Horizon settings laraq reads from the app (config/horizon.php, the Horizon release)."""
+    return HorizonSettings.from_app(hz.laravel_env, hz.path)
 
 app = App("horizon-tests")
 app.handler("App\\Jobs\\EchoJob")(echo)

@@ -1,12 +1,14 @@
-"""Python handle on the fixture Laravel apps (``fixtures/laravel8``, ``laravel12``, ``laravel13``).
+"""Python handle on the fixture Laravel apps (``fixtures/laravel8`` to ``laravel13``, ``laravel13-horizon548``).
 
-Laravel 8 is Debian's ``php-laravel-framework``; 12 and 13 are the live trees in
+Laravel 8 is Debian's ``php-laravel-framework``; 9 to 13 are the live trees in
 ``../shared/laravel-live/N/vendor`` (or ``$LARAQ_LARAVEL_LIVE/N/vendor``), which the app reaches through a
-``vendor`` symlink made here at test time and never committed. Each :class:`PhpApp` gets its own storage
-directory, SQLite database (migrated once per process and version: ``failed_jobs``, ``cache``,
-``cache_locks`` and, on 12/13, the skeleton's ``jobs``/``job_batches``) and bootstrap cache paths, so tests
-never share state. ``tool()`` runs the app's ``tool.php`` (Laravel's own RedisQueue, Cache and Dispatcher)
-and returns the JSON it prints; ``artisan()`` runs real ``php artisan`` commands such as ``queue:work``.
+``vendor`` symlink made here at test time and never committed. ``version="13-h548"`` is the Laravel 13 app
+on the ``13-horizon-5.48`` tree (Horizon 5.48.1 with its published config); every other line carries
+Horizon 5.29.1. Each :class:`PhpApp` gets its own storage directory, SQLite database (migrated once per
+process and version: ``failed_jobs``, ``cache``, ``cache_locks``, ``job_batches`` and, on 11+, the
+skeleton's ``jobs``) and bootstrap cache paths, so tests never share state. ``tool()`` runs the app's
+``tool.php`` (Laravel's own RedisQueue, Cache and Dispatcher) and returns the JSON it prints;
+``artisan()`` runs real ``php artisan`` commands such as ``queue:work``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from laraq.protocol.versions import LaravelVersion
+
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 APP_PATH = FIXTURES / "laravel8"
 
@@ -29,37 +33,55 @@ APP_PATH = FIXTURES / "laravel8"
 TEST_APP_KEY = "base64:srj9QVmuADIUchwd/iag/u7inuvvH26bDFBsn5w4ghI="
 
 #: The Laravel lines the suite runs live, and the exact release each fixture runs (for laraq's profiles).
-VERSIONS = ("8", "12", "13")
-RELEASES = {"8": "8.83.26", "12": "12.67.0", "13": "13.26.1"}
+VERSIONS = ("8", "9", "10", "11", "12", "13", "13-h548")
+RELEASES = {"8": "8.83.26", "9": "9.52.22", "10": "10.50.3", "11": "11.56.0", "12": "12.67.0",
+            "13": "13.26.1", "13-h548": "13.26.1"}
+#: The Horizon release each line's tree carries (Debian's Laravel 8 has none).
+HORIZON_RELEASES = {"8": None, "9": "5.29.1", "10": "5.29.1", "11": "5.29.1", "12": "5.29.1",
+                    "13": "5.29.1", "13-h548": "5.48.1"}
 #: Stock key prefixes of each line's skeleton (Redis connection, cache store).
-STOCK_PREFIX = {"8": "laravel_database_", "12": "laravel-database-", "13": "laravel-database-"}
-STOCK_CACHE_PREFIX = {"8": "laravel_cache", "12": "laravel-cache-", "13": "laravel-cache-"}
+STOCK_PREFIX = {"8": "laravel_database_", "9": "laravel_database_", "10": "laravel_database_",
+                "11": "laravel_database_", "12": "laravel-database-", "13": "laravel-database-",
+                "13-h548": "laravel-database-"}
+STOCK_CACHE_PREFIX = {"8": "laravel_cache", "9": "laravel_cache_", "10": "laravel_cache_",
+                      "11": "laravel_cache_", "12": "laravel-cache-", "13": "laravel-cache-",
+                      "13-h548": "laravel-cache-"}
+#: Where a version's fixture app and live tree are when not ``laravelN`` and ``N``.
+_FIXTURE_DIRS = {"13-h548": "laravel13-horizon548"}
+_TREES = {"13-h548": "13-horizon-5.48"}
 
 
 def live_root() -> Path:
-    """Where the live Laravel 12/13 trees are: ``$LARAQ_LARAVEL_LIVE`` or ``../shared/laravel-live``."""
+    """Where the live Laravel 9-13 trees are: ``$LARAQ_LARAVEL_LIVE`` or ``../shared/laravel-live``."""
     env = os.environ.get("LARAQ_LARAVEL_LIVE")
     return Path(env) if env else FIXTURES.parent.parent / "shared" / "laravel-live"
 
 
+def live_tree(version: str) -> Path:
+    """The ``vendor`` directory of a version's live tree."""
+    return live_root() / _TREES.get(version, version) / "vendor"
+
+
 def live_missing(version: str) -> str | None:
     """Why the given line cannot run here (``None`` when it can)."""
+    if version not in VERSIONS:
+        return f"no fixture app for Laravel {version!r} (have {', '.join(VERSIONS)})"
     if version == "8":
         if not Path("/usr/share/php/Illuminate/autoload.php").exists():
             return "Debian's Laravel 8 (php-laravel-framework) is not installed"
         return None
-    tree = live_root() / version / "vendor"
+    tree = live_tree(version)
     if not (tree / "autoload.php").exists():
         return f"the live Laravel {version} tree is missing at {tree} (set LARAQ_LARAVEL_LIVE)"
     return None
 
 
 def app_path(version: str) -> Path:
-    """The fixture app of a Laravel line; for 12/13 its ``vendor`` link to the live tree is made here."""
-    path = FIXTURES / f"laravel{version}"
+    """The fixture app of a Laravel line; for 9+ its ``vendor`` link to the live tree is made here."""
+    path = FIXTURES / _FIXTURE_DIRS.get(version, f"laravel{version}")
     if version != "8":
         link = path / "vendor"
-        target = (live_root() / version / "vendor").resolve()
+        target = live_tree(version).resolve()
         if not (link.is_symlink() and link.resolve() == target):
             tmp = path / f".vendor.{os.getpid()}.{threading.get_ident()}"
             tmp.unlink(missing_ok=True)
@@ -128,6 +150,8 @@ class PhpApp:
         self.version = version
         #: The exact release, as laraq's version profiles take it.
         self.release = RELEASES[version]
+        #: The Horizon release in this line's tree (``None`` on Debian's Laravel 8).
+        self.horizon_release = HORIZON_RELEASES[version]
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="laraq-php-"))
         if workdir is None:
             # Our own temporary directory: remove it when this handle goes away.
@@ -201,6 +225,11 @@ class PhpApp:
                 _templates[key] = template
                 atexit.register(shutil.rmtree, str(tdir), True)
         shutil.copyfile(template, self.db_path)
+
+    @property
+    def profile(self) -> LaravelVersion:
+        """laraq's version profile of this app's exact release (what tests expect per version)."""
+        return LaravelVersion.parse(self.release)
 
     @property
     def laravel_env(self) -> dict[str, str]:

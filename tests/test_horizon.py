@@ -204,3 +204,60 @@ def test_a_restarted_worker_removes_its_predecessors_master(redis_client: Any) -
     assert after.forget_dead_laraq_masters() == [before.name]
     after.persist()
     assert [m.decode() for m in redis_client.zrange(P + "masters", 0, -1)] == [after.name]
+
+
+# -- the Horizon release and what follows from it ---------------------------------------------------------
+
+@pytest.mark.parametrize("installed", [
+    {"packages": [{"name": "laravel/framework", "version": "v12.0.0"}, {"name": "laravel/horizon", "version": "v5.41.0"}]},
+    [{"name": "laravel/horizon", "version": "v5.41.0"}],  # Composer 1's plain list
+])
+def test_horizon_release_read_like_composer_records_it(tmp_path: Path, installed: object) -> None:
+    from laraq.horizon.version import NEWEST, HorizonVersion, detect_horizon_version
+
+    assert detect_horizon_version({}, tmp_path) == (NEWEST, detect_horizon_version({}, None)[1])
+    (tmp_path / "vendor" / "composer").mkdir(parents=True)
+    (tmp_path / "vendor" / "composer" / "installed.json").write_text(json.dumps(installed))
+    version, source = detect_horizon_version({}, tmp_path)
+    assert (version, source) == (HorizonVersion(5, 41, 0), "vendor/composer/installed.json")
+    assert not version.pending_before_push and version.has_silenced_tags
+    assert detect_horizon_version({"LARAQ_HORIZON_VERSION": "5.45.1"}, tmp_path)[0].job_hash_delay
+    settings = HorizonSettings.from_app({}, tmp_path)
+    assert settings.version == version and not settings.pending_before_push
+
+
+def test_silenced_tags_only_from_534(tmp_path: Path) -> None:
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "horizon.php").write_text(
+        "<?php return ['silenced' => [], 'silenced_tags' => [\n    'quiet', // a comment\n    'noisy',\n]];")
+    new = HorizonSettings.from_app({"LARAQ_HORIZON_VERSION": "5.34.0"}, tmp_path)
+    assert new.silenced_tags == ("quiet", "noisy")
+    assert new.is_silenced("App\\Jobs\\X", ["noisy"]) and not new.is_silenced("App\\Jobs\\X", ["other"])
+    old = HorizonSettings.from_app({"LARAQ_HORIZON_VERSION": "5.33.9"}, tmp_path)
+    assert not old.is_silenced("App\\Jobs\\X", ["noisy"])
+
+
+def test_the_supervisor_relay_is_a_real_process_that_passes_signals_on() -> None:
+    import signal as sig
+
+    from laraq.horizon.relay import SupervisorRelay
+
+    relay = SupervisorRelay()
+    pid = relay.start()
+    try:
+        assert pid is not None and pid != os.getpid() and relay.pid == pid
+        seen: list[str] = []
+        for signum in (sig.SIGUSR2, sig.SIGCONT, sig.SIGTERM):  # one at a time, as commands arrive
+            os.kill(pid, signum)
+            deadline = time.monotonic() + 10
+            before = len(seen)
+            while len(seen) == before and time.monotonic() < deadline:
+                seen += relay.actions()
+                time.sleep(0.02)
+        assert seen == ["pause", "continue", "terminate"]
+        assert relay.pid == pid  # none of them ended it
+    finally:
+        relay.stop()
+    assert relay.pid is None and relay.actions() == []
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # reaped, gone

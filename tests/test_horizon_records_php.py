@@ -1,4 +1,5 @@
-"""laraq's Horizon job records against Horizon's own listeners, event by event (live Laravel 12 and 13).
+"""laraq's Horizon job records against Horizon's own listeners, event by event (live Laravel 9 to 13 with
+Horizon 5.29.1, Laravel 13 with Horizon 5.48.1, whose job hash also records a release's ``delay``).
 
 A job is dispatched by PHP into a Horizon app (so Horizon itself writes the pending record and the
 payload carries its fields); the Redis state is snapshotted. Then the same lifecycle (reserve, release,
@@ -6,7 +7,8 @@ complete, fail) is written once by Horizon's real listeners (``tool.php horizon-
 ``JobReserved``/``JobReleased``/``JobDeleted``/``JobFailed`` through the app's dispatcher) and, from the
 same snapshot, once by :class:`laraq.horizon.HorizonRecords`. Both end states must be the same key for
 key: statuses, fields, sorted-set membership and order, tags, metrics and TTLs (times compared by
-presence, TTLs to 10 s). Then Horizon's repositories read laraq's records back.
+presence, TTLs to 10 s). laraq writes with the settings it reads from the app (its Horizon release). Then
+Horizon's repositories read laraq's records back.
 """
 
 from __future__ import annotations
@@ -17,10 +19,18 @@ import time
 from typing import Any
 
 import pytest
-from horizon_support import HORIZON_LINES, HORIZON_PREFIX, horizon_app, horizon_state, restore, snapshot
+from horizon_support import (
+    HORIZON_LINES,
+    HORIZON_PREFIX,
+    horizon_app,
+    horizon_state,
+    laraq_horizon_settings,
+    restore,
+    snapshot,
+)
 from phpapp import PhpApp
 
-from laraq.horizon import HorizonPayload, HorizonRecords, HorizonSettings
+from laraq.horizon import HorizonPayload, HorizonRecords
 from laraq.protocol.queue import RedisQueue
 
 pytestmark = pytest.mark.php
@@ -40,8 +50,8 @@ def _run_php(hz: PhpApp, steps: list[dict[str, Any]]) -> None:
     hz.tool("horizon-events", stdin=json.dumps(steps).encode())
 
 
-def _run_laraq(client: Any, steps: list[dict[str, Any]]) -> None:
-    records = HorizonRecords(client, HorizonSettings())
+def _run_laraq(hz: PhpApp, client: Any, steps: list[dict[str, Any]]) -> None:
+    records = HorizonRecords(client, laraq_horizon_settings(hz))
     reserved_at = time.monotonic()
     for step in steps:
         if step.get("sleep_ms"):
@@ -55,7 +65,7 @@ def _run_laraq(client: Any, steps: list[dict[str, Any]]) -> None:
             reserved_at = time.monotonic()
             records.reserved("redis", queue, reserved)
         elif step["event"] == "released":
-            records.released("redis", queue, reserved)
+            records.released("redis", queue, reserved, delay=step.get("delay", 0))
         elif step["event"] == "deleted":
             records.completed("redis", queue, reserved, (time.monotonic() - reserved_at) * 1000)
         elif step["event"] == "failed":
@@ -68,8 +78,12 @@ def _steps(client: Any, hz: PhpApp, events: list[str], queue: str = "default") -
     assert reserved is not None
     base = {"job_b64": base64.b64encode(reserved.body).decode(),
             "reserved_b64": base64.b64encode(reserved.reserved).decode(), "queue": queue}
-    return [dict(base, event=e, sleep_ms=20 if e in ("deleted", "failed") else 0, message="it broke")
-            for e in events]
+    steps = []
+    for e in events:
+        event, _, delay = e.partition(":")  # "released:7": released with a 7 s delay
+        steps.append(dict(base, event=event, sleep_ms=20 if event in ("deleted", "failed") else 0,
+                          message="it broke", delay=int(delay or 0)))
+    return steps
 
 
 def _both(hz: PhpApp, client: Any, ids: dict[str, str], events: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -77,13 +91,14 @@ def _both(hz: PhpApp, client: Any, ids: dict[str, str], events: list[str]) -> tu
     _run_php(hz, _steps(client, hz, events))
     php_state = horizon_state(client, ids)
     restore(client, start)
-    _run_laraq(client, _steps(client, hz, events))
+    _run_laraq(hz, client, _steps(client, hz, events))
     return php_state, horizon_state(client, ids)
 
 
 CASES = {
     "success": ("echo", {}, ["reserved", "deleted"]),
     "release-then-success": ("echo", {}, ["reserved", "released", "reserved", "deleted"]),
+    "release-with-delay": ("echo", {}, ["reserved", "released:7", "reserved", "deleted"]),
     "failure": ("tagged", {"tags": ["team:a", "watched"]}, ["reserved", "failed"]),
     "monitored-tag": ("tagged", {"tags": ["watched", "other"]}, ["reserved", "deleted"]),
     "silenced": ("silenced", {}, ["reserved", "deleted"]),
@@ -100,16 +115,20 @@ def test_records_match_horizon_listeners(hz: PhpApp, redis_client: Any, case: st
     # the record really moved
     status = php_state["<job>"][1]["status"]
     assert status == {"failure": "failed"}.get(case, "completed")
+    # Horizon 5.45.1+ records the release delay in the job hash; 5.29 has no such field
+    if "released" in " ".join(events):
+        expected = events[1].partition(":")[2] or "0" if hz.horizon_release == "5.48.1" else None
+        assert php_state["<job>"][1].get("delay") == expected
 
 
 def test_horizon_repositories_read_laraq_records(hz: PhpApp, redis_client: Any) -> None:
     redis_client.sadd(HORIZON_PREFIX + "monitoring", "watched")
     ok = _dispatch(hz, "tagged", tags=["watched"])
-    _run_laraq(redis_client, _steps(redis_client, hz, ["reserved", "deleted"]))
+    _run_laraq(hz, redis_client, _steps(redis_client, hz, ["reserved", "deleted"]))
     bad = _dispatch(hz, "tagged", tags=["team:b"])
-    _run_laraq(redis_client, _steps(redis_client, hz, ["reserved", "failed"]))
+    _run_laraq(hz, redis_client, _steps(redis_client, hz, ["reserved", "failed"]))
     quiet = _dispatch(hz, "silenced")
-    _run_laraq(redis_client, _steps(redis_client, hz, ["reserved", "deleted"]))
+    _run_laraq(hz, redis_client, _steps(redis_client, hz, ["reserved", "deleted"]))
     waiting = _dispatch(hz, "echo")
 
     dump = hz.tool("horizon-dump", "--tags=team:b")

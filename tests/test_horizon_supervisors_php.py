@@ -1,9 +1,11 @@
-"""laraq workers as Horizon masters/supervisors, read and commanded by real Horizon (live Laravel 12, 13).
+"""laraq workers as Horizon masters/supervisors, read and commanded by real Horizon (live Laravel 9 to 13
+with Horizon 5.29.1, Laravel 13 with Horizon 5.48.1).
 
 ``horizon_master_proc.py`` holds the records through :class:`laraq.horizon.HorizonListener` and obeys
-signals like ``laraq work``. Horizon's own ``horizon:status``, ``horizon:pause``, ``horizon:continue``
-and ``horizon:terminate`` act on it, its ``SupervisorRepository``/``MasterSupervisorRepository``/
-``WorkloadRepository`` read it, and the ``commands:`` lists are obeyed.
+signals like ``laraq work``. Horizon's own ``horizon:status``, ``horizon:pause``, ``horizon:continue``,
+``horizon:pause-supervisor``, ``horizon:continue-supervisor`` and ``horizon:terminate`` act on it, its
+``SupervisorRepository``/``MasterSupervisorRepository``/``WorkloadRepository`` read it, and the
+``commands:`` lists are obeyed. A supervisor-level pause leaves the master running.
 """
 
 from __future__ import annotations
@@ -70,8 +72,11 @@ def test_horizon_sees_and_commands_a_laraq_master(hz: PhpApp, redis_client: Any,
         assert (master["name"], master["pid"], master["status"]) == (proc.name, str(proc.p.pid), "running")
         [sup] = dump["supervisors"]
         assert master["supervisors"] == [sup["name"]] and sup["master"] == proc.name
+        # the supervisor has its own pid (the relay), so Horizon can signal the two levels apart
+        assert sup["pid"] != master["pid"] and sup["options"]["parentId"] == str(proc.p.pid)
+        assert sup["options"]["workersName"] == "default" and sup["options"]["autoScalingStrategy"] is None
         assert sup["processes"] == {"redis:default,low": 2}
-        assert sup["options"]["queue"] == "default,low" and sup["options"]["timeout"] == 60
+        assert sup["options"]["queue"] == "default,low" and sup["options"]["timeout"] == "60"
         [load] = dump["workload"]
         assert (load["name"], load["processes"]) == ("default,low", 2)
         assert sorted(load["split_queues"]) == ["default", "low"]
@@ -82,6 +87,18 @@ def test_horizon_sees_and_commands_a_laraq_master(hz: PhpApp, redis_client: Any,
         hz.artisan("horizon:continue", check=True)
         proc.expect("running")
         wait_for(lambda: hz.artisan("horizon:status").returncode == 0, timeout=30)
+
+        # horizon:pause-supervisor pauses the supervisor only: Horizon still says it is running
+        out = hz.artisan("horizon:pause-supervisor", sup["name"], check=True)
+        assert sup["pid"] in out.stdout
+        proc.expect("paused")
+        wait_for(lambda: [s["status"] for s in hz.tool("horizon-dump")["supervisors"]] == ["paused"], timeout=30)
+        status = hz.artisan("horizon:status")
+        assert status.returncode == 0 and "running" in status.stdout.lower()
+        assert [m["status"] for m in hz.tool("horizon-dump")["masters"]] == ["running"]
+        hz.artisan("horizon:continue-supervisor", sup["name"], check=True)
+        proc.expect("running")
+        wait_for(lambda: [s["status"] for s in hz.tool("horizon-dump")["supervisors"]] == ["running"], timeout=30)
 
         # the command queues Horizon's own master and supervisors read
         redis_client.rpush(HORIZON_PREFIX + "commands:master:" + proc.name, json.dumps(

@@ -1,13 +1,14 @@
 """The proof: the same jobs run by ``php artisan horizon`` and by ``laraq work --horizon`` look the same in
-Horizon (live Laravel 12 and 13 with real Horizon 5.29).
+Horizon (live Laravel 9 to 13 with real Horizon 5.29.1, Laravel 13 with Horizon 5.48.1).
 
 PHP dispatches, into a Horizon app, a success, a job that fails once and succeeds after its backoff, a
 failure, a tagged job with a monitored tag and a silenced job. They are run once by real Horizon and,
 from an identical start, once by ``laraq work``. Horizon's own repositories (``getRecent``,
 ``getCompleted``, ``getSilenced``, ``getFailed``, ``throughput``, ``runtimeForQueue``, ``measuredQueues``,
 ``measuredJobs``, tags, ``SupervisorRepository::all``) and ``horizon:status`` must give equivalent
-answers: same statuses, same counts, timestamps in order, a runtime, tags. ``horizon:terminate`` stops
-both. A mixed run (Horizon's workers and laraq on one queue) shows every job exactly once.
+answers: same statuses, same counts, timestamps in order, a runtime, tags, the supervisor's options
+(all but its name and parent pid) and, on 5.48, each job's ``delay``. ``horizon:pause-supervisor``
+leaves both masters running. ``horizon:terminate`` stops both. A mixed run (Horizon's workers and laraq on one queue) shows every job exactly once.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def _summary(dump: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
         if job["status"] == "failed":
             assert "echo job failed on purpose" in job["exception"]
     return {
-        "recent": [(names[j["id"]], j["status"]) for j in dump["recent"]],
+        "recent": [(names[j["id"]], j["status"], j.get("delay")) for j in dump["recent"]],
         "completed": jobs("completed"), "silenced": jobs("silenced"), "failed": jobs("failed"),
         "pending": jobs("pending"), "counts": dump["counts"], "throughput": dump["throughput"],
         "queues": [(q["name"], q["throughput"], q["runtime"] > 0) for q in dump["queues"]],
@@ -104,30 +105,53 @@ def _stop(hz: PhpApp, proc: subprocess.Popen[str]) -> tuple[int, str]:
     return code, out
 
 
+def _supervisor_pause(hz: PhpApp) -> dict[str, Any]:
+    """``horizon:pause-supervisor`` on the one supervisor: what Horizon then says, and back again."""
+    [sup] = hz.tool("horizon-dump")["supervisors"]
+    hz.artisan("horizon:pause-supervisor", sup["name"], check=True)
+    wait_for(lambda: [s["status"] for s in hz.tool("horizon-dump")["supervisors"]] == ["paused"], timeout=60)
+    dump = hz.tool("horizon-dump")
+    seen = {"status": hz.artisan("horizon:status").returncode, "masters": [m["status"] for m in dump["masters"]],
+            "supervisors": [s["status"] for s in dump["supervisors"]]}
+    hz.artisan("horizon:continue-supervisor", sup["name"], check=True)
+    wait_for(lambda: [s["status"] for s in hz.tool("horizon-dump")["supervisors"]] == ["running"], timeout=60)
+    return seen
+
+
 def _run_horizon(hz: PhpApp) -> tuple[dict[str, Any], dict[str, Any]]:
     proc = hz.popen_artisan("horizon")
     try:
         dump = wait_for(lambda: _done(hz), timeout=120, interval=0.5)
         live = hz.tool("horizon-dump")
         status = hz.artisan("horizon:status").returncode
+        paused = _supervisor_pause(hz)
     finally:
         _stop(hz, proc)
-    return dump, {"status": status, "supervisors": live["supervisors"], "masters": live["masters"]}
+    return dump, {"status": status, "supervisors": live["supervisors"], "masters": live["masters"],
+                  "supervisor_paused": paused}
 
 
 def _run_laraq(hz: PhpApp) -> tuple[dict[str, Any], dict[str, Any]]:
-    proc = popen_laraq(hz, "--horizon", "--queue=default", app_spec="horizon_support:app")
+    # --sleep=3: Horizon's default, so the supervisors' options can be compared whole
+    proc = popen_laraq(hz, "--horizon", "--queue=default", "--sleep=3", app_spec="horizon_support:app")
     try:
         dump = wait_for(lambda: _done(hz), timeout=120, interval=0.5)
         live = hz.tool("horizon-dump")
         status = hz.artisan("horizon:status").returncode
+        paused = _supervisor_pause(hz)
     finally:
         code, out = _stop(hz, proc)
     assert code == 0, proc.stderr.read() if proc.stderr else ""
     assert "Sending TERM signal" in out
     # the pid Horizon signalled is laraq's long-lived supervisor process, not its restartable worker
     assert [m["pid"] for m in live["masters"]] == [str(proc.pid)]
-    return dump, {"status": status, "supervisors": live["supervisors"], "masters": live["masters"]}
+    return dump, {"status": status, "supervisors": live["supervisors"], "masters": live["masters"],
+                  "supervisor_paused": paused}
+
+
+def _options(live: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each supervisor's ``SupervisorOptions::toArray`` without what names this run (name, parent pid)."""
+    return [{k: v for k, v in s["options"].items() if k not in ("name", "parentId")} for s in live["supervisors"]]
 
 
 def _round(hz: PhpApp, redis_client: Any, run: Any, runner: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -151,6 +175,10 @@ def test_horizon_and_laraq_give_the_same_answers(hz: PhpApp, redis_client: Any) 
     assert php["tagged"] == {"watched": ["tagged"]} and php["failed_tags"]["team:a"] == ["fail"]
     # both were alive in Horizon while working, and gone after horizon:terminate
     assert php_live["status"] == laraq_live["status"] == 0
+    assert _options(laraq_live) == _options(php_live)
+    # a supervisor-level pause: the supervisor paused, the master (and horizon:status) still running
+    assert laraq_live["supervisor_paused"] == php_live["supervisor_paused"] == {
+        "status": 0, "masters": ["running"], "supervisors": ["paused"]}
     for live in (php_live, laraq_live):
         assert [s["status"] for s in live["supervisors"]] == ["running"]
         assert [s["processes"] for s in live["supervisors"]] == [{"redis:default": 1}]

@@ -1,8 +1,9 @@
 """The fixture apps of every live Laravel line boot and work: PHP dispatches, artisan and laraq both run.
 
 These are the smoke tests of the multi-version driver (``tests/phpapp.py``): the same job kinds on
-Laravel 8 (Debian), 12.67 and 13.26 (the live trees), each app on its skeleton's stock prefixes, and what
-12/13 add to the payload (``createdAt``, ``batchId``, attribute settings, enum queue names, debounce).
+Laravel 8 (Debian), 9.52, 10.50, 11.56, 12.67 and 13.26 (the live trees), each app on its skeleton's stock
+prefixes, and what later lines add to the payload (``createdAt``, ``batchId``, enum queue names); each
+expectation is the version profile's (:class:`laraq.protocol.versions.LaravelVersion`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any
 import pytest
 from phpapp import PhpApp
 from test_worker_support import run_laraq
+
+from laraq.protocol.versions import LaravelVersion
 
 pytestmark = pytest.mark.php
 
@@ -38,7 +41,7 @@ def test_artisan_version_is_the_line_under_test(app: PhpApp) -> None:
 def test_php_dispatch_runs_once_under_artisan(app: PhpApp, redis_client: Any) -> None:
     [uuid] = app.tool("dispatch", "echo", "--args=" + json.dumps({"args": {"n": 1}}))["ids"]
     payload = json.loads(redis_client.lindex(app.prefix + "queues:default", 0))
-    assert ("createdAt" in payload) == (app.version != "8")
+    assert ("createdAt" in payload) == LaravelVersion.parse(app.release).payload_has_created_at_and_delay
     out = work(app)
     assert "App\\Jobs\\EchoJob" in out
     assert [(r["class"], r["args"], r["attempts"]) for r in app.runs()] == [("App\\Jobs\\EchoJob", {"n": 1}, 1)]
@@ -57,8 +60,8 @@ def test_laraq_runs_what_php_dispatched(app: PhpApp, redis_client: Any) -> None:
 
 
 def test_batch_members_carry_the_batch_id(app: PhpApp, redis_client: Any) -> None:
-    if app.version == "8":
-        pytest.skip("Laravel 8 keeps batchId inside the serialized command only (no data.batchId)")
+    if not LaravelVersion.parse(app.release).payload_has_batch_id:
+        pytest.skip(f"Laravel {app.release} keeps batchId inside the serialized command only (data.batchId: 12.51+)")
     batch = app.tool("batch", "--count=2", "--queue=batch")
     members = [json.loads(m) for m in redis_client.lrange(app.prefix + "queues:batch", 0, -1)]
     assert [m["data"]["batchId"] for m in members] == [batch["batch_id"]] * 2
@@ -68,8 +71,8 @@ def test_batch_members_carry_the_batch_id(app: PhpApp, redis_client: Any) -> Non
 
 
 def test_enum_queue_names(app: PhpApp, redis_client: Any) -> None:
-    if app.version == "8":
-        pytest.skip("Laravel 8's onQueue() takes strings only")
+    if int(app.version) < 11:
+        pytest.skip(f"Laravel {app.release}'s onQueue() takes strings only (enums: 11+)")
     app.tool("dispatch", "echo", "--queue-enum=Emails")
     assert redis_client.llen(app.prefix + "queues:emails") == 1
     work(app, "--queue=emails")

@@ -24,7 +24,7 @@ from phpapp import PhpApp
 from laraq.protocol.queue import RedisQueue, ReservedJob
 
 #: The corpus folder holding each live line's captured payloads.
-CORPUS_OF = {"8": "8.83.26", "12": "12.67.0", "13": "13.x"}
+CORPUS_OF = {"8": "8.83.26", "9": "9.52.22", "10": "10.50.3", "11": "11.56.0", "12": "12.67.0", "13": "13.x"}
 KINDS = ["plain", "configured", "string", "encrypted", "enum", "carbon", "delayed", "failing", "echo"]
 
 State = dict[str, Any]

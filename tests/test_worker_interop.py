@@ -67,13 +67,13 @@ def both_once(php: PhpApp, *flags: str) -> dict[str, tuple[float, float]]:
 
 def max_attempts(php: PhpApp) -> str:
     """The first line of the MaxAttemptsExceededException a worker of this line fails a job with."""
-    tail = " or run too long. The job may have previously timed out." if php.version == "8" else "."
+    tail = "." if php.profile.since("10.10") else " or run too long. The job may have previously timed out."
     return f"Illuminate\\Queue\\MaxAttemptsExceededException: App\\Jobs\\EchoJob has been attempted too many times{tail}"
 
 
 def timed_out(php: PhpApp) -> str:
     """The first line of the exception a job failed by its timeout gets (10.10+: TimeoutExceededException)."""
-    if php.version == "8":
+    if not php.profile.since("10.10"):
         return max_attempts(php)
     return "Illuminate\\Queue\\TimeoutExceededException: App\\Jobs\\EchoJob has timed out."
 

@@ -27,7 +27,7 @@ import click
 import pytest
 import redis
 import test_worker_support as support
-from conftest import ROOT, corpus_dir, require_laravel
+from conftest import ROOT, corpus_dir, require_laravel, skip_without_queue_pause
 from phpapp import PhpApp
 from test_worker_support import laraq_env, popen_laraq, run_laraq, wait_for
 
@@ -177,10 +177,11 @@ def _modern_cache(app: PhpApp, version: str, redis_server: Any) -> LaravelCache:
 
 
 @pytest.mark.parametrize("store", ["redis", "database"])
-@pytest.mark.parametrize("version", ["12", "13"])
+@pytest.mark.parametrize("version", ["9", "10", "11", "12", "13"])
 def test_artisan_pause_is_what_laraq_writes_and_reads(version: str, store: str, redis_client: Any,
                                                       redis_server: Any) -> None:
     """``php artisan queue:pause``/``queue:resume`` of the real 12.67/13.26 app against laraq's pause."""
+    skip_without_queue_pause(version)
     require_laravel(version)
     app = PhpApp(redis_server.port, version=version, cache_store=store)
     settings = LaravelSettings.from_env(app.env, version=app.release)
@@ -373,8 +374,8 @@ def test_stop_when_empty_for(app8: PhpApp, workers: list[Worker]) -> None:
     assert len(app8.runs()) == 1
     with pytest.raises(click.UsageError, match="stop-when-empty-for"):
         make_worker(app8, workers, laravel="12.59", queue="py", stop_when_empty_for=1)
-    if app8.version == "8":
-        assert run_laraq(app8, "--stop-when-empty-for=1", "--queue=py").returncode == 2  # not in 8
+    if not app8.profile.has_stop_when_empty_for:
+        assert run_laraq(app8, "--stop-when-empty-for=1", "--queue=py").returncode == 2  # not before 11.53
     else:
         # 12.60+ / 13.10+: artisan and laraq both take it and stop once idle that long
         app8.tool("dispatch", "echo", "--queue=py")

@@ -293,8 +293,8 @@ class PushMonitor(Protocol):
     """What the dispatcher needs of a monitored app: which classes are silenced, and where a pushed job
     is recorded. :class:`laraq.horizon.HorizonSettings` implements it."""
 
-    def is_silenced(self, class_name: str) -> bool:
-        """Whether jobs of ``class_name`` are kept off the monitor's lists (Horizon's ``silenced``)."""
+    def is_silenced(self, class_name: str, tags: Sequence[str] = ()) -> bool:
+        """Whether jobs of ``class_name`` (or with one of ``tags``) are kept off the monitor's lists."""
         ...
 
     def push_recorder(self, client: Any) -> PushRecorder:
@@ -393,9 +393,11 @@ class Dispatcher:
                          silenced: bool, class_name: str | None) -> str:
         if self.horizon is None:
             return payload
-        if silenced is False and class_name is not None:
-            silenced = self.horizon.is_silenced(class_name)
-        return horizon_prepare(payload, tags=list(tags or ()), silenced=silenced)
+        if silenced is False:
+            silenced = self.horizon.is_silenced(class_name or "", list(tags or ()))
+        # Horizon before 5.45.6 built a delayed job's payload without its delay (null)
+        keep_delay = getattr(self.horizon, "delay_in_delayed_payload", True)
+        return horizon_prepare(payload, tags=list(tags or ()), silenced=silenced, null_delay=not keep_delay)
 
     def _record_pushed(self, jobs: Sequence[PreparedJob]) -> None:
         """``JobPushed``: Horizon's pending record of each pushed job."""
@@ -582,13 +584,17 @@ class Dispatcher:
         """Push one prepared job (``later`` when it has a delay)."""
         if job.skipped:
             return _result(job, None)
+        first = self._pending_first()  # Horizon 5.42+ writes the pending record before the push
+        if first:
+            self._record_pushed([job])
         if job.delay is None:
             self.queue.push_raw(job.payload, job.queue)
             available = None
         else:
             available = self.queue.available_at(job.delay)
             self.queue.later(job.delay, job.payload, job.queue)
-        self._record_pushed([job])
+        if not first:
+            self._record_pushed([job])
         return _result(job, available)
 
     def prepare(self, job: Any, **options: Any) -> PreparedJob:
@@ -606,6 +612,9 @@ class Dispatcher:
         """Dispatch a typed job instance (``OrderShipped(order=OrderRef(5), ...)``) as PHP's ``dispatch()``
         of the class writes it; the options are :meth:`prepare_job`'s (``queue``, ``connection``, ``delay``...)."""
         return self.push(self.prepare(job, **options))
+
+    def _pending_first(self) -> bool:
+        return self.horizon is not None and bool(getattr(self.horizon, "pending_before_push", False))
 
     def dispatch_job(self, class_name: str, properties: Mapping[str, Any] | None = None, **options: Any) -> DispatchResult:
         """Dispatch one job object; see :meth:`prepare_job` for the options."""
@@ -644,8 +653,12 @@ class Dispatcher:
                 else:
                     pipe.zadd(keys.delayed, {job.payload: score})
                 results.append(_result(job, score))
+        first = self._pending_first()
+        if first:
+            self._record_pushed(items)
         pipe.execute()
-        self._record_pushed(items)
+        if not first:
+            self._record_pushed(items)
         return results
 
 

@@ -17,6 +17,9 @@ laraq event                   Horizon listener it stands in for
 
 Horizon commands reach the worker as the signals Horizon itself would send (SIGUSR2 pause, SIGCONT
 continue, SIGTERM terminate), sent by the process to itself, so there is one code path for both.
+Supervisor-level ones (``horizon:pause-supervisor``/``continue-supervisor`` signal the supervisor
+record's pid, a :class:`~laraq.horizon.relay.SupervisorRelay`; or the supervisor's own command list)
+pause the worker too, but the master record keeps saying ``running``.
 
 Round trips: the ``reserved`` write (with the reservation's own time) is held back and sent with the
 job's outcome, or on the next loop (within about a second) once the job is running, so a short job
@@ -35,6 +38,7 @@ import time
 from typing import Any
 
 from laraq.horizon.records import HorizonPayload, HorizonRecords
+from laraq.horizon.relay import SupervisorRelay
 from laraq.horizon.settings import HorizonSettings
 from laraq.horizon.supervisors import NO_SIGNAL_PID, HorizonMaster
 from laraq.horizon.trimming import Trimmer
@@ -68,6 +72,10 @@ class HorizonListener(WorkerListener):
         self._lock = threading.Lock()
         #: reserved writes not sent yet: job key -> (hash key, fields, started)
         self._held: dict[int, tuple[str, dict[str, Any], bool]] = {}
+        #: the supervisor record's own pid (none under --no-horizon-signals)
+        self.relay: SupervisorRelay | None = None
+        #: the worker was paused at the supervisor level (the master still runs)
+        self._supervisor_paused = False
 
     def _take(self, job: Any) -> list[tuple[str, dict[str, Any]]]:
         with self._lock:
@@ -84,9 +92,16 @@ class HorizonListener(WorkerListener):
 
     def worker_starting(self, worker: Any) -> None:
         opts = worker.options
+        supervisor_pid = None
+        if self.signal_pid != NO_SIGNAL_PID:
+            self.relay = SupervisorRelay()
+            supervisor_pid = self.relay.start()
+        else:
+            supervisor_pid = NO_SIGNAL_PID
         self.master = HorizonMaster(
             self.client, self.settings, connection=worker.connection_name, queues=",".join(worker.queues),
             processes=max(1, int(getattr(opts, "concurrency", 1))), signal_pid=self.signal_pid,
+            supervisor_pid=supervisor_pid,
             worker_name=getattr(opts, "name", "default"),
             options={"backoff": getattr(opts, "backoff", 0), "force": getattr(opts, "force", False),
                      "tries": getattr(opts, "max_tries", 1), "max_time": getattr(opts, "max_time", 0),
@@ -98,24 +113,53 @@ class HorizonListener(WorkerListener):
         gone = self.master.forget_dead_laraq_masters()
         if gone:
             log.info("horizon: removed stale laraq masters %s", ", ".join(gone))
-        self.master.persist(paused=bool(getattr(worker, "paused", False)))
+        self._persist(worker)
         pid = "none" if self.master.signal_pid == NO_SIGNAL_PID else self.master.signal_pid
-        log.info("horizon: master %s (signals to pid %s), supervisor %s", self.master.name, pid,
-                 self.master.supervisor)
+        sup_pid = "none" if self.master.supervisor_pid == NO_SIGNAL_PID else self.master.supervisor_pid
+        log.info("horizon: master %s (signals to pid %s), supervisor %s (signals to pid %s); Horizon %s (%s)",
+                 self.master.name, pid, self.master.supervisor, sup_pid, self.settings.version,
+                 self.settings.version_source)
+
+    def _persist(self, worker: Any) -> None:
+        assert self.master is not None
+        paused = bool(getattr(worker, "paused", False))
+        if not paused:
+            self._supervisor_paused = False  # resumed, at whichever level
+        self.master.persist(paused=paused, supervisor_only=paused and self._supervisor_paused)
+
+    def _obey(self, action: str, *, supervisor: bool, source: str) -> None:
+        log.info("horizon: %s requested through %s", action, source)
+        if action == "pause":
+            self._supervisor_paused = supervisor
+        os.kill(os.getpid(), _SIGNALS[action])
+
+    def _relay_actions(self) -> list[str]:
+        relay, master = self.relay, self.master
+        if relay is None or master is None:
+            return []
+        if relay.pid is None:  # it died: a new one, so the recorded pid is never a stranger's
+            actions = relay.actions()
+            new_pid = relay.start()
+            master.supervisor_pid = master.signal_pid if new_pid is None else new_pid
+            log.warning("horizon: the supervisor relay ended; supervisor %s now signals pid %s",
+                        master.supervisor, master.supervisor_pid)
+            return actions
+        return relay.actions()
 
     def worker_looping(self, worker: Any) -> None:
         master = self.master
         if master is None:
             return
+        for signalled in self._relay_actions():
+            self._obey(signalled, supervisor=True, source=f"a signal to supervisor {master.supervisor}")
         for command in master.pending_commands():
             action = command.action
             if action is None:
                 log.warning("horizon: laraq does not run Horizon command %s (ignored)", command.command)
                 continue
-            log.info("horizon: %s requested through %s", action, command.command)
-            os.kill(os.getpid(), _SIGNALS[action])
+            self._obey(action, supervisor=command.supervisor, source=command.command)
         self._flush_started()
-        master.persist(paused=bool(getattr(worker, "paused", False)))
+        self._persist(worker)
         if self.trimmer is not None and not master.php_master_alive():
             self.trimmer.tick()
 
@@ -126,6 +170,8 @@ class HorizonListener(WorkerListener):
             self._held.clear()
         if self.master is not None:
             self.master.forget()
+        if self.relay is not None:
+            self.relay.stop()
 
     # -- jobs ---------------------------------------------------------------------------------------------
 
@@ -154,7 +200,8 @@ class HorizonListener(WorkerListener):
         self.records.write(self._take(job))
 
     def job_released(self, job: Any, delay: int, exc: BaseException | None) -> None:
-        self.records.released(job.connection_name, job.queue, self._payload(job), before=self._take(job))
+        self.records.released(job.connection_name, job.queue, self._payload(job), before=self._take(job),
+                              delay=delay)
 
     def job_processed(self, job: Any, runtime: float) -> None:
         # A job that released itself was never deleted: Horizon's JobDeleted (completion, metrics)

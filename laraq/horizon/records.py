@@ -110,6 +110,12 @@ class HorizonPayload:
         return bool(self.decoded.get("silenced"))
 
     @property
+    def attempts(self) -> int:
+        """``attempts`` (the reserved copy counts this reservation)."""
+        value = self.decoded.get("attempts")
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    @property
     def retry_of(self) -> str | None:
         value = self.decoded.get("retry_of")
         return None if value is None else str(value)
@@ -217,9 +223,15 @@ class HorizonRecords:
         """``JobReserved`` → ``MarkJobAsReserved``: the hash write (status ``reserved``, the reserved
         payload, ``reserved_at`` = ``at``), for :meth:`reserved` or to send with a later pipeline."""
         now = php_microtime(self.clock() if at is None else at)
-        return self._k(_require_id(payload)), {
+        fields: dict[str, Any] = {
             "status": "reserved", "payload": payload.value, "updated_at": now, "reserved_at": now,
         }
+        if self.settings.version.job_hash_delay and payload.attempts > 1:
+            # A job reserved again came back through a migration (released to the delayed set, or an
+            # expired reservation), where Horizon 5.45.1+'s JobsMigrated listener sets ``delay`` to 0.
+            # laraq's pop migrates without that event, so the reservation writes it.
+            fields["delay"] = 0
+        return self._k(_require_id(payload)), fields
 
     def reserved(self, connection: str, queue: str, payload: HorizonPayload) -> None:
         """``MarkJobAsReserved`` now."""
@@ -234,16 +246,20 @@ class HorizonRecords:
             pipe.execute()
 
     def released(self, connection: str, queue: str, payload: HorizonPayload,
-                 before: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> None:
-        """``JobReleased`` → ``MarkJobAsReleased`` (also ``JobsMigrated``): back to ``pending``.
+                 before: Sequence[tuple[str, Mapping[str, Any]]] = (), delay: int = 0) -> None:
+        """``JobReleased`` → ``MarkJobAsReleased`` (also ``JobsMigrated``): back to ``pending``; Horizon
+        5.45.1+ also records the release ``delay`` (seconds).
 
         ``before``: buffered writes of this job to send first, in the same round trip.
         """
         pipe = self.client.pipeline(transaction=False)
         self._apply(pipe, before)
-        pipe.hset(self._k(_require_id(payload)), mapping={
+        fields: dict[str, Any] = {
             "status": "pending", "payload": payload.value, "updated_at": php_microtime(self.clock()),
-        })
+        }
+        if self.settings.version.job_hash_delay:
+            fields["delay"] = int(delay or 0)
+        pipe.hset(self._k(_require_id(payload)), mapping=fields)
         pipe.execute()
 
     def completed(self, connection: str, queue: str, payload: HorizonPayload, runtime_ms: float | None,

@@ -7,8 +7,11 @@ Mirrors what ``Laravel\\Horizon\\Horizon::use`` and the published ``config/horiz
   ``use`` connection (stock ``default``) with this prefix *instead of* the database prefix;
 * the ``trim`` minutes (``recent``, ``pending``, ``completed``, ``recent_failed``, ``failed``,
   ``monitored``) that ``RedisJobRepository`` turns into EXPIREATs and ``ZREMRANGEBYSCORE`` cuts;
-* the ``silenced`` job classes (``JobPayload::shouldBeSilenced``), used when laraq dispatches (the
-  settings are what :class:`laraq.bus.dispatch.PushMonitor` asks for).
+* the ``silenced`` job classes and (Horizon 5.34+) ``silenced_tags`` (``JobPayload::shouldBeSilenced``),
+  used when laraq dispatches (the settings are what :class:`laraq.bus.dispatch.PushMonitor` asks for);
+* the Horizon release (:mod:`laraq.horizon.version`), which decides what laraq writes where Horizon
+  changed after 5.29; on a Redis Cluster connection (``LARAQ_REDIS_CLUSTER`` names the ``use``
+  connection) 5.46+ wraps the prefix in a hash tag (``{laravel_horizon:}``), as ``Horizon::use`` does.
 
 Horizon is *in use* when the app has ``config/horizon.php`` or ``vendor/laravel/horizon``, or when
 ``HORIZON_PREFIX`` is set; ``laraq work --horizon`` forces it. The config file is PHP, so laraq
@@ -19,15 +22,17 @@ Horizon's stock default.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from laraq.config.cluster import cluster_nodes
 from laraq.horizon.records import HorizonRecords
+from laraq.horizon.version import NEWEST, HorizonVersion, detect_horizon_version
 from laraq.protocol.versions import _slug
 
-__all__ = ["HorizonSettings", "HorizonTrim", "horizon_in_use"]
+__all__ = ["HorizonSettings", "HorizonTrim", "hash_tagged", "horizon_in_use"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,11 @@ class HorizonSettings:
     use: str = "default"
     #: ``horizon.environments`` key the master reports (``APP_ENV``).
     environment: str = "production"
+    #: ``horizon.silenced_tags`` (Horizon 5.34+; ignored before).
+    silenced_tags: tuple[str, ...] = ()
+    #: The app's Horizon release (:mod:`laraq.horizon.version`) and where it was read.
+    version: HorizonVersion = NEWEST
+    version_source: str = "default"
 
     def key(self, name: str) -> str:
         """The full Redis key of one of Horizon's records."""
@@ -65,9 +75,23 @@ class HorizonSettings:
 
     # -- what the dispatcher asks of a monitored app (laraq.bus.dispatch.PushMonitor) -----------------
 
-    def is_silenced(self, class_name: str) -> bool:
-        """``JobPayload::shouldBeSilenced`` by the config's list: is ``class_name`` in ``silenced``?"""
-        return class_name in self.silenced
+    def is_silenced(self, class_name: str, tags: Sequence[str] = ()) -> bool:
+        """``JobPayload::shouldBeSilenced`` by the config: ``class_name`` in ``silenced``, or (5.34+) one
+        of the job's ``tags`` in ``silenced_tags``."""
+        if class_name in self.silenced:
+            return True
+        return self.version.has_silenced_tags and bool(set(tags) & set(self.silenced_tags))
+
+    @property
+    def pending_before_push(self) -> bool:
+        """Horizon 5.42+: the dispatcher writes the pending record before it pushes."""
+        return self.version.pending_before_push
+
+    @property
+    def delay_in_delayed_payload(self) -> bool:
+        """Horizon 5.45.6+: a delayed dispatch's payload keeps its ``delay`` (Laravel 12.11+ payloads);
+        before, Horizon's ``later`` built the payload without it (``"delay": null``)."""
+        return self.version.delay_in_delayed_payload
 
     def push_recorder(self, client: Any) -> HorizonRecords:
         """The records a dispatch through the redis-py ``client`` writes (``JobPushed``)."""
@@ -81,6 +105,7 @@ class HorizonSettings:
         trim = HorizonTrim()
         silenced: tuple[str, ...] = ()
         use = "default"
+        silenced_tags: tuple[str, ...] = ()
         text = _read_config(base_path)
         if text:
             literal = _literal_string(text, "prefix")
@@ -97,8 +122,18 @@ class HorizonSettings:
                 monitored=numbers.get("monitored", trim.monitored),
             )
             silenced = _block_classes(text, "silenced")
+            silenced_tags = _block_strings(text, "silenced_tags")
+        version, source = detect_horizon_version(env, base_path)
+        if version.cluster_hash_tag and cluster_nodes(env, ("127.0.0.1", 6379), use) is not None:
+            prefix = hash_tagged(prefix)
         return cls(prefix=prefix, trim=trim, silenced=silenced, use=use,
-                   environment=env.get("APP_ENV") or "production")
+                   environment=env.get("APP_ENV") or "production", silenced_tags=silenced_tags,
+                   version=version, version_source=source)
+
+
+def hash_tagged(prefix: str) -> str:
+    """``Horizon::ensureHashTaggedPrefix``: the prefix as is when it has a ``{tag}``, else ``{prefix}``."""
+    return prefix if re.search(r"\{[^}]+\}", prefix) else "{" + prefix + "}"
 
 
 def horizon_in_use(env: Mapping[str, str], base_path: Path | None) -> bool:
@@ -144,6 +179,11 @@ def _block(text: str, key: str) -> str:
 def _block_numbers(text: str, key: str) -> dict[str, int]:
     return {m.group(1): int(m.group(2))
             for m in re.finditer(r"['\"](\w+)['\"]\s*=>\s*(\d+)", _block(text, key))}
+
+
+def _block_strings(text: str, key: str) -> tuple[str, ...]:
+    """The quoted strings listed in a literal ``'key' => [...]`` block."""
+    return tuple(m.group(1) for m in re.finditer(r"'([^'\\]*)'", _block(text, key)))
 
 
 def _block_classes(text: str, key: str) -> tuple[str, ...]:

@@ -9,7 +9,16 @@ Mirrors ``Laravel\\Horizon\\Repositories\\RedisMasterSupervisorRepository`` (``m
 One ``laraq work`` process is one master named like ``MasterSupervisor::name()``
 (``slug(hostname)-XXXX``) with one supervisor ``<master>:laraq-<worker name>``. Its pool works the
 ``--queue`` list in priority order, like a Horizon supervisor with ``balance => false``, so
-``processes`` is ``{"<connection>:<q1,q2>": <concurrency>}``.
+``processes`` is ``{"<connection>:<q1,q2>": <concurrency>}``, and its options say what Horizon's
+``SupervisorOptions::toArray`` says for such a supervisor: ``workersName`` is the worker name
+(``--name``, ``default``), ``autoScalingStrategy`` is ``null`` (``SupervisorCommand`` keeps it only
+with ``balance => auto``).
+
+Two levels, two pids. The master record carries the master pid (below); the supervisor record carries
+the pid of :class:`laraq.horizon.relay.SupervisorRelay`, so ``horizon:pause-supervisor`` pauses the
+supervisor only: its record says ``paused`` while the master's still says ``running`` and
+``horizon:status`` reports Horizon running, as with Horizon's own processes. A master-level pause
+(``horizon:pause``) shows both paused, as Horizon's master pauses its supervisors.
 
 Signals, safe by design. ``horizon:pause``, ``horizon:continue`` and ``horizon:terminate`` send
 SIGUSR2, SIGCONT and SIGTERM to the ``pid`` of every live master whose name starts with
@@ -56,6 +65,17 @@ MASTER_WINDOW = 14
 _COMMANDS = "Laravel\\Horizon\\SupervisorCommands\\"
 
 
+def _cli(value: Any) -> str:
+    """A number as it reads on a command line (``3``, ``0.5``), the way Horizon's options carry it."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
 def master_basename() -> str:
     """``MasterSupervisor::basename()``: ``Str::slug(gethostname())``."""
     return _slug(socket.gethostname(), "-")
@@ -87,6 +107,8 @@ class HorizonCommand:
 
     command: str
     options: Mapping[str, Any]
+    #: read from the supervisor's own list (``commands:<supervisor>``), not the master's
+    supervisor: bool = False
 
     @property
     def action(self) -> str | None:
@@ -112,6 +134,7 @@ class HorizonMaster:
         processes: int,
         options: Mapping[str, Any] | None = None,
         signal_pid: int | None = None,
+        supervisor_pid: int | None = None,
         worker_name: str = "default",
         name: str | None = None,
         clock: Callable[[], float] = time.time,
@@ -126,6 +149,9 @@ class HorizonMaster:
         self.name = name or f"{master_basename()}-{token}"
         self.supervisor = f"{self.name}:laraq-{worker_name}"
         self.signal_pid = os.getpid() if signal_pid is None else signal_pid
+        #: the pid ``horizon:pause-supervisor`` signals (the relay); the master's when there is none
+        self.supervisor_pid = self.signal_pid if supervisor_pid is None else supervisor_pid
+        self.worker_name = worker_name
         self.options = dict(options or {})
         self._started = None if self.signal_pid == NO_SIGNAL_PID else process_started(self.signal_pid)
 
@@ -145,31 +171,42 @@ class HorizonMaster:
     # -- heartbeat ------------------------------------------------------------------------------------
 
     def supervisor_options(self) -> dict[str, Any]:
-        """``SupervisorOptions::toArray`` for this worker (what the dashboard shows)."""
+        """``SupervisorOptions::toArray`` for this worker (what the dashboard shows).
+
+        A Horizon supervisor process builds its options from ``horizon:supervisor``'s command line, so
+        every value is the option's string (``"60"``, ``"3"``), ``balance`` is ``""`` for
+        ``balance => false``, ``force`` a boolean and ``autoScalingStrategy`` ``null`` unless balancing
+        is ``auto``; laraq writes the same types."""
         o = self.options
         return {
-            "balance": False, "connection": self.connection, "queue": self.queues,
-            "backoff": o.get("backoff", 0), "force": bool(o.get("force", False)),
-            "maxProcesses": self.processes, "minProcesses": self.processes,
-            "maxTries": o.get("tries", 1), "maxTime": o.get("max_time", 0), "maxJobs": o.get("max_jobs", 0),
-            "memory": o.get("memory", 128), "nice": 0, "name": self.supervisor,
-            "workersName": "laraq", "sleep": o.get("sleep", 3), "timeout": o.get("timeout", 60),
-            "balanceCooldown": 3, "balanceMaxShift": 1, "parentId": self.signal_pid, "rest": o.get("rest", 0),
-            "autoScalingStrategy": "time",
+            "balance": "", "connection": self.connection, "queue": self.queues,
+            "backoff": _cli(o.get("backoff", 0)), "force": bool(o.get("force", False)),
+            "maxProcesses": _cli(self.processes), "minProcesses": _cli(self.processes),
+            "maxTries": _cli(o.get("tries", 1)), "maxTime": _cli(o.get("max_time", 0)),
+            "maxJobs": _cli(o.get("max_jobs", 0)), "memory": _cli(o.get("memory", 128)), "nice": "0",
+            "name": self.supervisor, "workersName": self.worker_name, "sleep": _cli(o.get("sleep", 3)),
+            "timeout": _cli(o.get("timeout", 60)), "balanceCooldown": "3", "balanceMaxShift": "1",
+            "parentId": str(self.signal_pid), "rest": _cli(o.get("rest", 0)),
+            # SupervisorCommand: the strategy only with balance 'auto'; laraq never balances
+            "autoScalingStrategy": None,
         }
 
-    def persist(self, *, paused: bool = False) -> None:
-        """``MasterSupervisor::persist`` + ``Supervisor::persist``: one heartbeat of both records."""
+    def persist(self, *, paused: bool = False, supervisor_only: bool = False) -> None:
+        """``MasterSupervisor::persist`` + ``Supervisor::persist``: one heartbeat of both records.
+
+        ``paused`` with ``supervisor_only``: the supervisor was paused on its own
+        (``horizon:pause-supervisor``), the master still runs."""
         if not self.pid_is_ours():
             log.warning("horizon: pid %s is no longer laraq's; removing master %s", self.signal_pid, self.name)
             self.forget()
             return
         now = int(self.clock())
         status = "paused" if paused else "running"
+        master_status = "running" if supervisor_only else status
         pid = str(self.signal_pid)
         pipe = self.client.pipeline(transaction=False)
         pipe.hset(self._k("master:" + self.name), mapping={
-            "name": self.name, "environment": self.settings.environment, "pid": pid, "status": status,
+            "name": self.name, "environment": self.settings.environment, "pid": pid, "status": master_status,
             "supervisors": json.dumps([self.supervisor]),
             # laraq's own fields (Horizon reads only the ones above)
             "laraq": "1", "pid_started": self._started or "", "pid_ns": pid_namespace(),
@@ -177,7 +214,7 @@ class HorizonMaster:
         pipe.zadd(self._k("masters"), {self.name: now})
         pipe.expire(self._k("master:" + self.name), MASTER_TTL)
         pipe.hset(self._k("supervisor:" + self.supervisor), mapping={
-            "name": self.supervisor, "master": self.name, "pid": pid, "status": status,
+            "name": self.supervisor, "master": self.name, "pid": str(self.supervisor_pid), "status": status,
             "processes": json.dumps({f"{self.connection}:{self.queues}": self.processes}),
             "options": json.dumps(self.supervisor_options()),
         })
@@ -203,14 +240,15 @@ class HorizonMaster:
     def pending_commands(self) -> list[HorizonCommand]:
         """``RedisHorizonCommandQueue::pending`` for the master's and the supervisor's lists."""
         out: list[HorizonCommand] = []
-        for key in (self._k("commands:master:" + self.name), self._k("commands:" + self.supervisor)):
+        for key, own in ((self._k("commands:master:" + self.name), False),
+                         (self._k("commands:" + self.supervisor), True)):
             pipe = self.client.pipeline(transaction=True)
             pipe.lrange(key, 0, -1)
             pipe.delete(key)
             for raw in pipe.execute()[0]:
                 try:
                     item = json.loads(raw)
-                    out.append(HorizonCommand(str(item["command"]), item.get("options") or {}))
+                    out.append(HorizonCommand(str(item["command"]), item.get("options") or {}, own))
                 except (ValueError, KeyError, TypeError):
                     log.warning("horizon: ignoring an unreadable command in %s: %r", key, raw[:200])
         return out

@@ -677,7 +677,7 @@ def with_attempts(raw: bytes | str, attempts: int, *, unescaped_unicode: bool = 
 
 def horizon_prepare(
     raw: bytes | str, *, tags: Sequence[str] = (), silenced: bool = False, job_type: str = "job",
-    pushed_at: str | None = None,
+    pushed_at: str | None = None, null_delay: bool = False,
 ) -> str:
     """Horizon's ``JobPayload::prepare``: ``type``, ``tags``, ``silenced``, ``pushedAt`` merged into the payload.
 
@@ -695,4 +695,6 @@ def horizon_prepare(
     if pushed_at is None:
         pushed_at = format(time.time(), ".14G")
     payload["pushedAt"] = pushed_at
+    if null_delay and "delay" in payload:  # Horizon < 5.45.6's later(): a payload built without the delay
+        payload["delay"] = None
     return _php_encode_arrays(payload, unescaped_unicode=False)
