@@ -84,6 +84,12 @@ class WorkerOptions:
     #: The queue PHP workers serve, where laraq hands over what only PHP can finish (the next job of a
     #: chain, batch bookkeeping, ``uniqueId()`` locks, PHP ``failed()``); None: the connection's default.
     php_queue: str | None = None
+    #: A queue shared with PHP workers: reserve only jobs with a Python handler, leaving the others where
+    #: they are (when the registry lists its names and ``unhandled`` is ``requeue``). False: take the head
+    #: jobs whatever they are, and give the unhandled ones the ``unhandled`` policy.
+    selective: bool = True
+    #: How many list heads one selective reserve looks at.
+    scan_window: int = 200
 
 
 @dataclass(eq=False)

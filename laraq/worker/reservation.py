@@ -38,6 +38,7 @@ from laraq.worker.bridge import AsyncBridge
 from laraq.worker.context import REDIS_DOWN, WorkerContext
 from laraq.worker.exitcodes import EXIT_REDIS_AUTH, explain
 from laraq.worker.leases import Buffered, Leases
+from laraq.worker.ratelimit import Repeated
 
 __all__ = ["REDIS_DOWN", "Failures", "Reservation"]
 
@@ -91,6 +92,8 @@ class Reservation:
         self.buffer: collections.deque[Buffered] = collections.deque()
         self._acks: dict[str, list[bytes]] = {}
         self._ack_lock = threading.Lock()
+        #: "could not send acks" while Redis is away: one line, then a count every few seconds
+        self._acks_unsent = Repeated(log, "could not send %d ack(s) (%s): retrying")
         #: held by whoever is sending acks it took from the deferred list (the loop, or the watchdog
         #: for stale ones): a forced flush waits on it, so the stop never returns with an ack on its way
         self._ack_sending = threading.Lock()
@@ -102,8 +105,22 @@ class Reservation:
         self._ahead_acks: list[bytes] = []
         self.ahead_want = 0
         self.leases = Leases(self.queue, self.output, self.buffer, self.ack_deferred)
+        #: the names Python has handlers for, when only those are reserved (see :meth:`selection`)
+        self.handled = self._handled_names()
+        #: how many list heads a selective reserve looks at
+        self.window = max(1, self.options.scan_window)
+        #: list members the last reserve looked at and left for PHP (no Python handler)
+        self.left_for_php = 0
         #: the check before a buffered job starts (:meth:`Leases.lease_ok`)
         self.lease_ok = self.leases.lease_ok
+
+    def _handled_names(self) -> list[str] | None:
+        """The registry's handler names when the reserve should take only those (a queue shared with
+        PHP workers, ``--unhandled requeue``), else None (take the head jobs whatever they are)."""
+        names = getattr(self.context.app, "names", None)
+        if not self.options.selective or self.options.unhandled != "requeue" or not isinstance(names, list | tuple):
+            return None
+        return [str(n) for n in names]
 
     def housekeeping(self) -> None:
         """Acks due, a renewal's reply, leases due: what a pass of the fast loop does besides jobs."""
@@ -136,6 +153,7 @@ class Reservation:
         acks = self._take_acks()
         self.took_reservation = False
         self.took_unreadable = 0
+        self.left_for_php = 0
         count = 0
         try:
             self._paused_queues = set()
@@ -149,10 +167,11 @@ class Reservation:
                         acks[name] = mine
                     continue
                 try:
-                    reserved = self.queue.reserve_batch(name, want - count, mine)
+                    reserved = self.queue.reserve_batch(name, want - count, mine, handled=self.handled, window=self.window)
                 except BaseException:
                     acks.setdefault(name, []).extend(mine)
                     raise
+                self.left_for_php += self.queue.last_skipped if self.handled is not None else 0
                 if index == 0:
                     self.queue.secondary_queue_had_job = False
                 elif reserved:
@@ -217,7 +236,7 @@ class Reservation:
         if acks:
             self._restore_acks(acks)
         try:
-            pending = self.queue.reserve_batch_send(name, want, mine)
+            pending = self.queue.reserve_batch_send(name, want, mine, handled=self.handled, window=self.window)
         except Exception:  # the next (synchronous) reserve round meets the same fault and reports it
             pending = None
         if pending is None:
@@ -234,6 +253,7 @@ class Reservation:
         self.ahead, self._ahead_acks = None, []
         self.took_reservation = False
         self.took_unreadable = 0
+        self.left_for_php = 0
         try:
             reserved = self.queue.reserve_batch_receive(pending)
         except Exception as exc:
@@ -242,6 +262,7 @@ class Reservation:
             self._reservation_failed(exc, "reserve jobs from")
             return 0
         self.queue.secondary_queue_had_job = False
+        self.left_for_php = self.queue.last_skipped if pending.selective else 0
         count = self._buffer_reserved(reserved, pending.sent_at)
         self._redis_up()
         return count
@@ -253,7 +274,9 @@ class Reservation:
         self.output.flush()
         self.leases.collect()
         block_for = self.queue.block_for
-        if block_for is None:
+        if block_for is None or self.left_for_php:
+            # jobs for PHP wait in the list with their :notify tokens: a BLPOP would return at once, again
+            # and again; the caller sleeps instead (see worker.Worker._fast_loop)
             return False
         first_only = self.version.blocks_only_on_first_queue
         names = [name for index, name in enumerate(self.queues)
@@ -283,7 +306,7 @@ class Reservation:
         want = self.reserve_count(self.options.concurrency - active, jobs_processed)
         if want <= 0:
             return None
-        pending = self.queue.reserve_batch_send(name, want, wait=block_for)
+        pending = self.queue.reserve_batch_send(name, want, wait=block_for, handled=self.handled, window=self.window)
         if pending is None:
             return None
         self.ahead, self._ahead_acks, self.ahead_want = pending, [], want
@@ -362,8 +385,10 @@ class Reservation:
             try:
                 self.queue.ack(acks)
             except Exception as exc:
-                log.warning("could not send %d ack(s) (%s): retrying", sum(map(len, acks.values())), exc)
+                self._acks_unsent.warn(sum(map(len, acks.values())), exc)
                 self._restore_acks(acks)
+            else:
+                self._acks_unsent.clear("deferred acks sent again")
         finally:
             self._ack_sending.release()
 

@@ -85,6 +85,8 @@ _UNKNOWN = object()
 _CHECK_EVERY = 0.25
 #: ``worker_looping`` is announced at most this often (seconds).
 _LOOPING_EVERY = 1.0
+#: The shortest wait after a reserve that found only jobs for PHP workers (seconds).
+_LEFT_FOR_PHP_PAUSE = 0.1
 
 
 class ReservationSource(Protocol):
@@ -97,6 +99,7 @@ class ReservationSource(Protocol):
     ahead: PendingReserve | None
     ahead_want: int
     ack_since: float | None
+    left_for_php: int
 
     def next_job(self) -> Job | None: ...
     def reserve_count(self, free: int, jobs_processed: int) -> int: ...
@@ -528,7 +531,7 @@ class Worker:
                 elif reservation.block_for_job(jobs_processed, executor.active):
                     jobs_processed += reservation.took_unreadable  # a batch that came along with a timed-out wait
                 else:
-                    await executor.idle(opts.sleep)
+                    await self._idle_sleep(reservation.left_for_php)
                 continue
             if executor.fresh:
                 # one pass of the loop runs the tasks that suspended; the ones that finished are
@@ -540,6 +543,15 @@ class Worker:
             if executor.active > 0 and (free <= 0 or not buffer):
                 await executor.wait_changed(TICK)
             reservation.housekeeping()
+
+    async def _idle_sleep(self, left_for_php: int) -> None:
+        """Laravel's sleep after an empty pop; the hook where an idle worker waits. When the queue holds
+        only jobs for PHP workers (left in the list by the selective reserve) the wait is at least
+        :data:`_LEFT_FOR_PHP_PAUSE`, so that a ``--sleep 0`` worker does not rescan them without pause."""
+        seconds = self.options.sleep
+        if left_for_php:
+            seconds = max(seconds, _LEFT_FOR_PHP_PAUSE)
+        await self.executor.idle(seconds)
 
     def _periodic_status(self, last_restart: Any, started: float) -> int | None:
         """The stop conditions that cost something, once per batch / ``_CHECK_EVERY`` (Laravel's order)."""
