@@ -102,10 +102,13 @@ class Signals:
     quit_status: int = 0
     paused: bool = False
     wake: threading.Event = field(default_factory=threading.Event)
+    #: why the worker was told to quit (said in the stop's log line)
+    reason: str = ""
 
-    def quit(self, status: int = 0) -> None:
+    def quit(self, status: int = 0, reason: str = "") -> None:
         """Stop after the running jobs, with ``status``."""
         self.quit_status = status
+        self.reason = reason or self.reason
         self.should_quit = True
         self.wake.set()
 

@@ -34,6 +34,7 @@ from laraq.bus.job import Job
 from laraq.protocol.payload import Payload, PayloadError
 from laraq.protocol.queue import PendingReserve, ReservedJob
 from laraq.stores.failed import format_exception
+from laraq.worker.acks import AckPipe
 from laraq.worker.bridge import AsyncBridge
 from laraq.worker.context import REDIS_DOWN, WorkerContext
 from laraq.worker.exitcodes import EXIT_REDIS_AUTH, explain
@@ -92,6 +93,8 @@ class Reservation:
         self.buffer: collections.deque[Buffered] = collections.deque()
         self._acks: dict[str, list[bytes]] = {}
         self._ack_lock = threading.Lock()
+        #: acks written the moment a job is done, replies read later (None: Redis Cluster, pipelined ZREMs)
+        self.pipe = AckPipe(self.queue) if AckPipe.usable(self.queue) else None
         #: "could not send acks" while Redis is away: one line, then a count every few seconds
         self._acks_unsent = Repeated(log, "could not send %d ack(s) (%s): retrying")
         #: held by whoever is sending acks it took from the deferred list (the loop, or the watchdog
@@ -344,8 +347,16 @@ class Reservation:
                             "retry_after", len(jobs), name, exc)
 
     def _ack(self, job: Job) -> None:
-        """``Job.delete`` on the fast path: the ``ZREM`` rides on the next reserve call or flush."""
+        """``Job.delete`` on the fast path: the ``ZREM`` is written at once (:class:`AckPipe`, its reply
+        read later), so that a SIGKILL after the job finished does not run it again; while earlier acks
+        wait to be sent again (Redis away), it waits with them for the next reserve call or flush."""
         with self._ack_lock:
+            if self.pipe is not None and not self._acks:
+                try:
+                    self.pipe.write({job.queue: [job.reserved]})
+                    return
+                except Exception:  # kept below; the next flush meets the fault and reports it
+                    pass
             self._acks.setdefault(job.queue, []).append(job.reserved)
             if self.ack_since is None:
                 self.ack_since = time.monotonic()
@@ -373,6 +384,11 @@ class Reservation:
         flush must not return while the watchdog's ``ZREM`` of a finished job is on its way (the
         process would exit with that job left in ``:reserved``, to run again after ``retry_after``).
         An unforced one leaves the sending to whoever is at it."""
+        pipe = self.pipe
+        if pipe is not None and pipe.unconfirmed:
+            lost = pipe.collect(wait=force)
+            if lost:
+                self._restore_acks(lost)
         since = self.ack_since
         if not force and (since is None or time.monotonic() - since < _ACK_MAX_AGE):
             return
@@ -382,11 +398,20 @@ class Reservation:
             if self.ack_since is None:
                 return
             acks = self._take_acks()
+            lost = {}
             try:
-                self.queue.ack(acks)
+                if pipe is None:
+                    self.queue.ack(acks)
+                else:
+                    pipe.write(acks)  # when it raises, nothing of acks was sent
+                    lost = pipe.collect(wait=force)
             except Exception as exc:
                 self._acks_unsent.warn(sum(map(len, acks.values())), exc)
                 self._restore_acks(acks)
+                return
+            if lost:
+                self._acks_unsent.warn(sum(map(len, lost.values())), "the connection broke before Redis answered")
+                self._restore_acks(lost)
             else:
                 self._acks_unsent.clear("deferred acks sent again")
         finally:
@@ -434,7 +459,7 @@ class Reservation:
         self.reconnect_delay = min(30.0, max(1.0, self.reconnect_delay * 2))
         if self._auth_refusals >= self.AUTH_RETRIES:
             log.error("stopping: %s", explained[0])
-            self.signals.quit(EXIT_REDIS_AUTH)
+            self.signals.quit(EXIT_REDIS_AUTH, "Redis keeps refusing the credentials")
         else:
             log.warning("%s (attempt %d of %d)", explained[0], self._auth_refusals, self.AUTH_RETRIES)
         return True
