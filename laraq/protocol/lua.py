@@ -1,8 +1,10 @@
 """laraq's own Lua scripts for Laravel's Redis queue, loaded once and run by SHA.
 
 Every script here has the same observable effect on Redis as the script Laravel's ``RedisQueue``
-runs for the same operation (see ``compat-docs/protocol.md``), with one deliberate exception: the
-pop scripts never destroy a member they cannot reserve.
+runs for the same operation (see ``compat-docs/protocol.md``), with two deliberate exceptions: the
+pop scripts never destroy a member they cannot reserve, and the selective reserve
+(:data:`RESERVE_HANDLED`, a queue shared with PHP workers) takes only jobs Python has a handler for and
+leaves every other member in the list, in its order (what it takes is reserved exactly as a pop).
 
 Laravel's pop removes the head of the list *before* it decodes it, so a member that is not JSON, or
 whose ``attempts`` is not a number, makes the script fail after the removal and the job is lost

@@ -36,8 +36,9 @@ __all__ = ["REDIS_DOWN", "CacheLike", "Pace", "Signals", "UnhandledPolicy", "Wor
 #: The errors that mean "Redis is unreachable right now" (retry, never lose the outcome).
 REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
-#: ``--unhandled``: what happens to a job without a Python handler.
-UnhandledPolicy = Literal["fail", "release", "requeue"]
+#: ``--unhandled``: what happens to a job without a Python handler. ``leave``: it is never taken (the
+#: reserve takes only jobs with a handler and leaves the others where they are, for PHP workers).
+UnhandledPolicy = Literal["leave", "fail", "release", "requeue"]
 
 
 class CacheLike(Protocol):
@@ -70,7 +71,7 @@ class WorkerOptions:
     rest: float = 0
     once: bool = False
     concurrency: int = 1
-    unhandled: UnhandledPolicy = "requeue"
+    unhandled: UnhandledPolicy = "leave"
     unhandled_delay: int = 10
     #: Seconds a cancelled async handler gets to unwind before the hard-kill path.
     cancel_grace: float = 2.0
@@ -84,11 +85,7 @@ class WorkerOptions:
     #: The queue PHP workers serve, where laraq hands over what only PHP can finish (the next job of a
     #: chain, batch bookkeeping, ``uniqueId()`` locks, PHP ``failed()``); None: the connection's default.
     php_queue: str | None = None
-    #: A queue shared with PHP workers: reserve only jobs with a Python handler, leaving the others where
-    #: they are (when the registry lists its names and ``unhandled`` is ``requeue``). False: take the head
-    #: jobs whatever they are, and give the unhandled ones the ``unhandled`` policy.
-    selective: bool = True
-    #: How many list heads one selective reserve looks at.
+    #: How many list heads one reserve looks at for jobs with a Python handler (``unhandled`` ``leave``).
     scan_window: int = 200
 
 

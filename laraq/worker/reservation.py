@@ -3,10 +3,12 @@ side of ``Illuminate\\Queue\\Worker::getNextJob``).
 
 Owns, for the worker: the classic one-job pop (:meth:`Reservation.next_job`, Laravel's ``getNextJob``
 with paused queues skipped), the batched fast path's reserve rounds (several jobs per Lua call, the
-pending acks riding along), the next batch asked for while one runs, the wait on ``:notify``
+pending acks riding along; under ``--unhandled leave``, the default, only jobs with a Python handler
+are taken and the others stay in the list for PHP workers), the next batch asked for while one runs, the wait on ``:notify``
 (``block_for``) with the reserve written behind its ``BLPOP``, the adaptive prefetch budget, the
 buffer of reserved-but-unstarted jobs (their leases: :mod:`laraq.worker.leases`), giving the buffer back to
-the head of its lists on stop/pause, the deferred acks (``Job.delete``'s ``ZREM``), Redis outages, and
+the head of its lists on stop/pause, the acks (``Job.delete``'s ``ZREM``, written at once through
+:class:`~laraq.worker.acks.AckPipe`, or deferred while Redis is away), Redis outages, and
 wrapping a reservation in a :class:`~laraq.bus.job.Job` (an unreadable body goes to ``failed_jobs`` with a
 clear reason).
 
@@ -95,6 +97,9 @@ class Reservation:
         self._ack_lock = threading.Lock()
         #: acks written the moment a job is done, replies read later (None: Redis Cluster, pipelined ZREMs)
         self.pipe = AckPipe(self.queue) if AckPipe.usable(self.queue) else None
+        #: a window full of jobs for PHP at the head of a queue: said once a minute at most
+        self._left_alone = Repeated(log, "the first %d job(s) of queue %s have no Python handler: left for PHP "
+                                    "workers (--unhandled leave)", every=60.0, level=logging.INFO)
         #: "could not send acks" while Redis is away: one line, then a count every few seconds
         self._acks_unsent = Repeated(log, "could not send %d ack(s) (%s): retrying")
         #: held by whoever is sending acks it took from the deferred list (the loop, or the watchdog
@@ -118,10 +123,15 @@ class Reservation:
         self.lease_ok = self.leases.lease_ok
 
     def _handled_names(self) -> list[str] | None:
-        """The registry's handler names when the reserve should take only those (a queue shared with
-        PHP workers, ``--unhandled requeue``), else None (take the head jobs whatever they are)."""
+        """The registry's handler names when the reserve takes only those (``--unhandled leave``, the
+        default: a queue shared with PHP workers), else None (the head jobs, whatever they are). A
+        registry that cannot list its names gets the head jobs, and unhandled ones are requeued."""
+        if self.options.unhandled != "leave":
+            return None
         names = getattr(self.context.app, "names", None)
-        if not self.options.selective or self.options.unhandled != "requeue" or not isinstance(names, list | tuple):
+        if not isinstance(names, list | tuple):
+            log.warning("the handler registry cannot list its names: jobs without a Python handler are "
+                        "taken and requeued untouched (--unhandled requeue)")
             return None
         return [str(n) for n in names]
 
@@ -174,7 +184,9 @@ class Reservation:
                 except BaseException:
                     acks.setdefault(name, []).extend(mine)
                     raise
-                self.left_for_php += self.queue.last_skipped if self.handled is not None else 0
+                if self.handled is not None:
+                    self.left_for_php += self.queue.last_skipped
+                    self._note_left(name, bool(reserved))
                 if index == 0:
                     self.queue.secondary_queue_had_job = False
                 elif reserved:
@@ -434,7 +446,7 @@ class Reservation:
             for index, name in enumerate(self.queues):
                 if name in paused:
                     continue
-                reserved = self.queue.pop(name, index)
+                reserved = self.queue.pop(name, index) if self.handled is None else self._pop_handled(name, index)
                 if reserved is not None:
                     self.took_reservation = True
                     self._redis_up()
@@ -445,6 +457,30 @@ class Reservation:
         except Exception as exc:
             self._reservation_failed(exc, "pop a job from")
         return None
+
+    def _pop_handled(self, name: str, index: int) -> ReservedJob | None:
+        """Laravel's pop (migrate, pop, ``BLPOP :notify`` and one more try) for ``--unhandled leave``:
+        the first job with a Python handler among the list's first ``window`` members; the others stay
+        where they are. No wait when jobs for PHP were left (their tokens would wake it at once)."""
+        queue = self.queue
+        first_rule = self.version.blocks_only_on_first_queue
+        block = (not queue.secondary_queue_had_job and index == 0) if first_rule else True
+        got = queue.reserve_batch(name, 1, handled=self.handled, window=self.window)
+        self.left_for_php = queue.last_skipped
+        if not got and not self.left_for_php and block and queue.block_for is not None and queue.wait_for_token(name):
+            got = queue.reserve_batch(name, 1, handled=self.handled, window=self.window)
+            self.left_for_php = queue.last_skipped
+        if first_rule and index == 0:
+            queue.secondary_queue_had_job = False
+        if got and first_rule and index > 0:
+            queue.secondary_queue_had_job = True
+        self._note_left(name, bool(got))
+        return got[0] if got else None
+
+    def _note_left(self, name: str, took: bool) -> None:
+        """A whole window of jobs without a Python handler, and none taken: said now and then (info)."""
+        if not took and self.left_for_php >= self.window:
+            self._left_alone.warn(self.left_for_php, name)
 
     #: Consecutive refused logins (the password changed under a running worker) before it stops with
     #: exit 4: retried with the reconnect backoff (about 15 s), never forever.
