@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import redis
 
 from laraq.protocol.queue import RedisQueue
@@ -113,3 +114,26 @@ def test_batch_mode_without_names_is_unchanged(redis_client: redis.Redis) -> Non
     members = [command_job("App\\Jobs\\Php", 0), command_job("App\\Jobs\\Py", 1)]
     push(redis_client, queue, members)
     assert [t.body for t in queue.reserve_batch(count=5)] == members
+
+
+@pytest.mark.parametrize("batch", [1, 100], ids=["classic", "fast"])
+def test_a_worker_runs_its_jobs_and_leaves_the_others_in_order(redis_client: redis.Redis, batch: int) -> None:
+    """The whole worker, classic loop and fast path, with the default ``--unhandled leave``."""
+    from laraq.app import App
+    from laraq.worker.worker import Worker, WorkerOptions
+
+    queue = RedisQueue(redis_client, prefix="p_", retry_after=90)
+    keys = queue.keys()
+    members = [command_job("App\\Jobs\\Php" if n % 3 else "App\\Jobs\\Py", n) for n in range(30)]
+    push(redis_client, queue, members)
+    ran: list[str] = []
+    app = App()
+    app.handler("App\\Jobs\\Py")(lambda command, job: ran.append(job.uuid))
+    worker = Worker(app, queue, "default", options=WorkerOptions(batch=batch, sleep=0, stop_when_empty=True))
+    try:
+        assert worker.daemon() == 0
+    finally:
+        worker.close()
+    assert ran == [f"u{n}" for n in range(0, 30, 3)]
+    assert redis_client.lrange(keys.list, 0, -1) == [m for n, m in enumerate(members) if n % 3]
+    assert redis_client.zcard(keys.reserved) == 0 and redis_client.zcard(keys.delayed) == 0
