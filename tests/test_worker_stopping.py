@@ -129,3 +129,20 @@ def test_sigkill_with_a_full_buffer_reruns_only_the_running_job(redis_server: An
     assert [n for n in reserved if n <= 30] == [30]
     # nothing lost: every job that did not finish is in the list or reserved
     assert sorted(listed + reserved) == list(range(30, 100))
+
+
+@pytest.mark.parametrize("batch", [1, 100], ids=["classic", "fast"])
+def test_a_pause_and_a_quit_are_each_one_line(redis_client: redis.Redis, caplog: pytest.LogCaptureFixture,
+                                              batch: int) -> None:
+    queue = RedisQueue(redis_client, prefix="s_", retry_after=90)
+    worker = Worker(App(), queue, "default", options=WorkerOptions(sleep=0, batch=batch))
+    worker.signals.paused = True
+    worker.signals.quit(0, "SIGTERM received")  # seen on the loop's first stop check, after the pause
+    with caplog.at_level(logging.INFO, logger="laraq.worker.worker"):
+        assert worker.daemon() == 0
+    worker.close()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("worker default ")]
+    paused = [line for line in lines if "paused" in line]
+    # the classic loop reads the pause before the quit; the fast loop the quit first
+    assert paused == (["worker default paused (SIGUSR2; SIGCONT resumes)"] if batch == 1 else [])
+    assert [line for line in lines if "stopping" in line] == ["worker default stopping (exit 0): SIGTERM received"]
