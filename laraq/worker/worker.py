@@ -32,7 +32,6 @@ import collections
 import contextlib
 import logging
 import os
-import resource
 import signal
 import sys
 import threading
@@ -55,6 +54,7 @@ from laraq.worker.events import Listeners, OutputListener, WorkerListener
 from laraq.worker.execution import TICK, Executor
 from laraq.worker.leases import Buffered
 from laraq.worker.lifecycle import Lifecycle
+from laraq.worker.notes import RunNotes
 from laraq.worker.output import Output
 from laraq.worker.reservation import Reservation
 from laraq.worker.running import Running
@@ -208,10 +208,8 @@ class Worker:
         self._stop_announced = False
         self._unreported = 0
         #: why the worker stops (the stop's log line), and whether it runs or is paused (and why)
-        self._stop_reason = ""
-        self._state = "running"
-        #: the resident size (MB) the last --memory check measured
-        self._memory_seen = 0.0
+        #: the log's account of the worker: why it stops, pauses, resumes; what --memory measured
+        self.notes = RunNotes(options.name, options.memory)
 
     # -- what others read and set on the worker (listeners, the CLI, tests) --------------------------------
 
@@ -248,6 +246,9 @@ class Worker:
         """Stop the idle slot threads, the watchdog and the asyncio thread (for embedding; the CLI just exits)."""
         self.executor.close()
         self.bridge.close()
+        pipe = getattr(self.reservation, "pipe", None)
+        if pipe is not None:  # the connection acks were written on goes back to the pool
+            pipe.close()
 
     # -- events ------------------------------------------------------------------------------------------
 
@@ -263,8 +264,7 @@ class Worker:
 
     def _why(self, status: int, reason: str) -> int:
         """Remember why the worker stops (said once by :meth:`_announce_stop`); returns ``status``."""
-        self._stop_reason = reason
-        return status
+        return self.notes.because(status, reason)
 
     def _announce_stop(self, status: int) -> None:
         """``WorkerStopping``, once (a self-kill announces it with exit code 1 first), and one log line
@@ -273,11 +273,7 @@ class Worker:
             return
         self._stop_announced = True
         self.events.emit("worker_stopping", self, status)
-        if status == EXIT_MEMORY_LIMIT:
-            log.warning("worker %s stopping (exit %d): memory limit of %d MB reached (this process: %.0f MB "
-                        "resident when checked)", self.options.name, status, self.options.memory, self._memory_seen)
-        else:
-            log.info("worker %s stopping (exit %d): %s", self.options.name, status, self._stop_reason or "done")
+        self.notes.stopped(status)
 
     def _before_kill(self) -> None:
         """The executor is about to SIGKILL this process: the supervisor's count, then Laravel's
@@ -390,12 +386,7 @@ class Worker:
 
     def _note_state(self, state: str) -> None:
         """One log line when the worker pauses or resumes, saying why."""
-        if state != self._state:
-            previous, self._state = self._state, state
-            if state == "running":
-                log.info("worker %s resumed (it was %s)", self.options.name, previous)
-            else:
-                log.info("worker %s %s", self.options.name, state)
+        self.notes.state(state)
 
     def _down(self) -> bool:
         """Is the app down for maintenance? (a broken probe counts as "up" and is logged)"""
@@ -435,8 +426,7 @@ class Worker:
         """Laravel's ``memoryExceeded``; the resident size it saw is kept for the stop's line."""
         if limit_mb <= 0 and self.version.memory_zero_is_unlimited:
             return False
-        self._memory_seen = _rss_mb()
-        return self._memory_seen >= limit_mb
+        return self.notes.over_memory(limit_mb)
 
     def _restart_stamp(self) -> Any:
         if self.cache is None:
@@ -558,7 +548,7 @@ class Worker:
                     draining = True
                     log.warning("memory limit of %d MB reached (this process: %.0f MB resident): taking no "
                                 "more jobs; running the %d already reserved before it exits with %d",
-                                opts.memory, self._memory_seen, len(buffer) + reservation.ahead_want * (
+                                opts.memory, self.notes.memory_seen, len(buffer) + reservation.ahead_want * (
                                     reservation.ahead is not None), EXIT_MEMORY_LIMIT)
                     status = None
                 if status is not None:
@@ -678,13 +668,3 @@ class Worker:
     def _on_resume_signal(self, _signum: int, _frame: Any) -> None:
         self.signals.paused = False
         self.signals.wake.set()
-
-
-def _rss_mb() -> float:
-    """Resident memory of this process in MB (Laravel compares ``memory_get_usage(true)``)."""
-    try:
-        with open("/proc/self/statm", "rb") as fh:
-            pages = int(fh.read().split()[1])
-        return pages * os.sysconf("SC_PAGE_SIZE") / 1048576
-    except (OSError, ValueError, IndexError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
