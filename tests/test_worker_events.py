@@ -115,7 +115,7 @@ def end_state(php: PhpApp, redis_client: Any) -> dict[str, Any]:
 
 def run_worker(php: PhpApp, workers: list[Worker], listeners: list[WorkerListener], batch: int) -> int:
     params = default_params(laravel="8", sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20,
-                            queue="py", batch=batch)
+                            queue="py", batch=batch, unhandled="requeue")
     worker = build_worker(params, env=php.env, app=support.app)
     for listener in listeners:
         worker.add_listener(listener)

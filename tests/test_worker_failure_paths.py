@@ -208,7 +208,8 @@ def test_failed_jobs_unwritable_parks_the_job(php: PhpApp, redis_client: Any, wo
 def test_failed_jobs_unreachable_for_an_unreadable_payload_releases_it(
         php: PhpApp, redis_client: Any, workers: list[Worker]) -> None:
     redis_client.rpush(qkey(php, "u"), json.dumps({"attempts": 0, "id": "x1", "data": []}))
-    worker = make_worker(php, workers, queue="u")
+    # no name at all: only a worker that takes any job (not --unhandled leave) reads it
+    worker = make_worker(php, workers, queue="u", unhandled="requeue")
     conn = sqlite3.connect(php.db_path)
     conn.execute("DROP TABLE failed_jobs")
     conn.commit()

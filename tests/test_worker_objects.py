@@ -118,7 +118,9 @@ class _Failures:
 
 
 def test_the_reservation_source_alone_reserves_buffers_and_gives_back(queue: RedisQueue, redis_client: Any) -> None:
-    reservation = Reservation(_context(queue, App("objects-reservation"), "rs", batch=100), AsyncBridge(), _Failures())
+    app = App("objects-reservation")
+    app.handler(ECHO)(lambda command, job: None)  # the reserve takes only jobs with a handler
+    reservation = Reservation(_context(queue, app, "rs", batch=100), AsyncBridge(), _Failures())
     _dispatch(queue, "rs", 3)
     assert reservation.reserve_round(10) == 3
     assert len(reservation.buffer) == 3 and reservation.took_reservation

@@ -390,8 +390,10 @@ def test_stop_when_empty_for(app8: PhpApp, workers: list[Worker]) -> None:
 
 def test_stop_when_empty_after_a_payload_moved_to_failed_jobs(app8: PhpApp, redis_client: Any,
                                                               workers: list[Worker]) -> None:
-    # reservable by the pop script (Lua reads "0x1" as 1) but not a payload Python accepts
-    bad = b'{"uuid":"bad-1","displayName":"App\\\\Jobs\\\\X","job":"X","attempts":"0x1","data":{}}'
+    # reservable by the pop script (Lua reads "0x1" as 1) but not a payload Python accepts; named for a
+    # class Python handles, so that the reserve takes it (--unhandled leave leaves other names to PHP)
+    bad = (b'{"uuid":"bad-1","displayName":"App\\\\Jobs\\\\PythonJob","job":"Illuminate\\\\Queue\\\\'
+           b'CallQueuedHandler@call","attempts":"0x1","data":{"commandName":"App\\\\Jobs\\\\PythonJob","command":"x"}}')
     redis_client.rpush(qkey(app8, "py"), bad)
     app8.tool("dispatch", "python", "--queue=py")
     assert make_worker(app8, workers, queue="py").daemon() == 0

@@ -69,8 +69,12 @@ _CONFIG_ENV = "LARAQ_WORKER_CONFIG"
 @click.option("--prefetch/--no-prefetch", default=True, show_default=True,
               help="Reserve up to ~1 s of measured work beyond the free slots (leases renewed while "
                    "buffered, handed back on shutdown).")
-@click.option("--unhandled", type=click.Choice(["requeue", "release", "fail"]), default="requeue", show_default=True,
-              help="What to do with a job that has no Python handler.")
+@click.option("--unhandled", type=click.Choice(["leave", "requeue", "release", "fail"]), default="leave",
+              show_default=True,
+              help="A job that has no Python handler: leave it in the list for PHP workers (never taken), "
+                   "or take it and requeue it untouched, release it, or fail it.")
+@click.option("--scan-window", type=click.IntRange(1), default=200, show_default=True,
+              help="With --unhandled leave: how many jobs at the head of a queue one reserve looks at.")
 @click.option("--unhandled-delay", type=click.IntRange(1), default=10, show_default=True,
               help="Delay before an unhandled job is visible again (requeue/release).")
 @click.option("--php-queue", default=None,

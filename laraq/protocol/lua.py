@@ -1,8 +1,10 @@
 """laraq's own Lua scripts for Laravel's Redis queue, loaded once and run by SHA.
 
 Every script here has the same observable effect on Redis as the script Laravel's ``RedisQueue``
-runs for the same operation (see ``compat-docs/protocol.md``), with one deliberate exception: the
-pop scripts never destroy a member they cannot reserve.
+runs for the same operation (see ``compat-docs/protocol.md``), with two deliberate exceptions: the
+pop scripts never destroy a member they cannot reserve, and the selective reserve
+(:data:`RESERVE_HANDLED`, a queue shared with PHP workers) takes only jobs Python has a handler for and
+leaves every other member in the list, in its order (what it takes is reserved exactly as a pop).
 
 Laravel's pop removes the head of the list *before* it decodes it, so a member that is not JSON, or
 whose ``attempts`` is not a number, makes the script fail after the removal and the job is lost
@@ -175,6 +177,139 @@ end
 return take_many(tonumber(ARGV[3]) or 0)
 """.replace("ACK_CHUNK", str(ACK_CHUNK))
 
+# The selective reservation step (a queue shared with PHP workers): only jobs whose names have a
+# Python handler are taken; every other member stays where it is, in order. ``names`` is the set of
+# registered handler names; a member's candidate names are read as :meth:`laraq.app.App.candidates`
+# reads them (``data.commandName`` and ``displayName`` for a queued command, the ``job`` string and
+# its class for a string job), with surrounding spaces and leading backslashes dropped.
+_SELECT_LIB = """\
+local function clean(value)
+  if type(value) ~= 'string' then
+    return nil
+  end
+  local text = (string.gsub(value, '^%s+', ''))
+  text = (string.gsub(text, '%s+$', ''))
+  text = (string.gsub(text, '^\\\\+', ''))
+  if text == '' then
+    return nil
+  end
+  return text
+end
+
+local function handled(doc, names)
+  local job = doc['job']
+  local data = doc['data']
+  local command = nil
+  if type(data) == 'table' then
+    command = data['commandName']
+  end
+  local cleaned_job = clean(job)
+  if cleaned_job == 'Illuminate\\\\Queue\\\\CallQueuedHandler@call' or (command ~= nil and command ~= cjson.null) then
+    local by_command = clean(command)
+    local by_display = clean(doc['displayName'])
+    if (by_command and names[by_command]) or (by_display and names[by_display]) then
+      return true
+    end
+  end
+  if cleaned_job then
+    if names[cleaned_job] then
+      return true
+    end
+    local at = string.find(cleaned_job, '@', 1, true)
+    if at == nil then
+      return false
+    end
+    local method = string.sub(cleaned_job, at + 1)
+    if method == '' or method == 'fire' then
+      local class = clean(string.sub(cleaned_job, 1, at - 1))
+      return class ~= nil and names[class] == true
+    end
+  end
+  return false
+end
+
+local function take_handled(wanted, window, names)
+  local out = {0, 0}
+  if wanted <= 0 then
+    return out
+  end
+  local heads = redis.call('LRANGE', KEYS[1], 0, window - 1)
+  local used = {}
+  local last = 0
+  local skipped = 0
+  for i = 1, #heads do
+    if (#out - 2) / 2 >= wanted or moved >= budget then
+      break
+    end
+    local member = heads[i]
+    local decoded_ok, doc = pcall(cjson.decode, member)
+    local usable = decoded_ok and type(doc) == 'table' and tonumber(doc['attempts']) ~= nil
+    if usable and not handled(doc, names) then
+      skipped = skipped + 1
+    else
+      local reserved = usable and reservable(member)
+      if reserved then
+        redis.call('ZADD', KEYS[2], ARGV[1], reserved)
+        out[#out + 1] = member
+        out[#out + 1] = reserved
+      else
+        redis.call('RPUSH', KEYS[4], member)
+        moved = moved + 1
+      end
+      redis.call('LPOP', KEYS[3])
+      used[i] = true
+      last = i
+    end
+  end
+  if last > 0 then
+    redis.call('LTRIM', KEYS[1], last, -1)
+    for i = last, 1, -1 do
+      if not used[i] then
+        redis.call('LPUSH', KEYS[1], heads[i])
+      end
+    end
+  end
+  out[1] = moved
+  out[2] = skipped
+  return out
+end
+"""
+
+#: laraq's selective batch reserve (a queue shared with PHP workers): :data:`RESERVE_BATCH`, except that
+#: only members with a Python handler are reserved. KEYS as :data:`RESERVE_BATCH`. ARGV: 1 expiry,
+#: 2 poison budget, 3 how many jobs at most, 4 now, 5 migrate LIMIT, 6 migrate ``:reserved`` (1/0),
+#: 7 how many acks follow, 8 how many list heads to look at, 9 how many handler names follow, then the
+#: acks, then the names. Looks at the first ARGV[8] members of the list; reserves each one a Python
+#: handler runs (exactly as Laravel's pop reserves it: ``attempts + 1``, ``ZADD :reserved``, one
+#: ``:notify`` token) and parks an unusable one in ``:poison`` as the pop does; every other member stays
+#: in the list, in its order (the consumed prefix is trimmed and the members left alone are pushed back
+#: in front, so PHP sees the same list minus the taken jobs). Returns ``{poisoned, left alone, job1,
+#: reserved1, ...}``.
+RESERVE_HANDLED = _RESERVE_LIB + _MOVE_DUE_LIB + _SELECT_LIB + """\
+local nacks = tonumber(ARGV[7]) or 0
+for first = 10, 9 + nacks, ACK_CHUNK do
+  redis.call('ZREM', KEYS[2], unpack(ARGV, first, math.min(first + ACK_CHUNK - 1, 9 + nacks)))
+end
+local names = {}
+for i = 10 + nacks, 9 + nacks + (tonumber(ARGV[9]) or 0) do
+  names[ARGV[i]] = true
+end
+local function migrate(from)
+  local due
+  if tonumber(ARGV[5]) < 0 then
+    due = redis.call('ZRANGEBYSCORE', from, '-inf', ARGV[4])
+  else
+    due = redis.call('ZRANGEBYSCORE', from, '-inf', ARGV[4], 'LIMIT', 0, ARGV[5])
+  end
+  move_due(from, KEYS[1], KEYS[3], due)
+end
+migrate(KEYS[5])
+if ARGV[6] == '1' then
+  migrate(KEYS[2])
+end
+return take_handled(tonumber(ARGV[3]) or 0, tonumber(ARGV[8]) or 100, names)
+""".replace("ACK_CHUNK", str(ACK_CHUNK))
+
 #: laraq's own. KEYS: 1 reserved. ARGV: 1 new expiry, 2.. reserved members. Pushes the expiry of
 #: each member that is still reserved forward (``ZADD XX``: never re-creates a member someone else's
 #: migrate already took back) and returns one 1/0 per member: still ours, or gone.
@@ -264,6 +399,7 @@ SCRIPT_TEXTS: dict[str, str] = {
     "pop": POP,
     "pop_many": POP_MANY,
     "reserve_batch": RESERVE_BATCH,
+    "reserve_handled": RESERVE_HANDLED,
     "renew": RENEW,
     "give_back": GIVE_BACK,
     "release": RELEASE,
@@ -293,6 +429,8 @@ class PopManyResult:
 
     jobs: list[tuple[bytes, bytes]]
     poisoned: int = 0
+    #: members a selective reserve looked at and left in the list (no Python handler)
+    skipped: int = 0
 
 
 def _as_bytes(value: Any) -> bytes | None:
@@ -608,40 +746,54 @@ class Scripts:
         migrate_reserved: bool = True,
         acks: Sequence[bytes] = (),
         poison_budget: int = POISON_SKIPS_PER_CALL,
+        handled: Sequence[str] | None = None,
+        window: int = 100,
     ) -> PopManyResult:
         """``ZREM`` the ``acks``, migrate due ``:delayed`` (and expired ``:reserved``) jobs, then
-        reserve up to ``count`` jobs, each exactly as :meth:`pop` would: one round trip."""
-        keys, args = self._reserve_batch_args(list_key, reserved_key, notify_key, poison_key, delayed_key,
-                                              expires_at, count, now, migrate_limit, migrate_reserved, acks,
-                                              poison_budget)
-        return self.reserve_batch_result(self.call("reserve_batch", keys, args))
+        reserve up to ``count`` jobs, each exactly as :meth:`pop` would: one round trip.
+
+        ``handled``: the names Python has handlers for. Only jobs with one of them are reserved, among
+        the first ``window`` members of the list; the others stay where they are (:data:`RESERVE_HANDLED`).
+        None: the head jobs, whatever they are (:data:`RESERVE_BATCH`)."""
+        name, keys, args = self._reserve_batch_args(list_key, reserved_key, notify_key, poison_key, delayed_key,
+                                                    expires_at, count, now, migrate_limit, migrate_reserved,
+                                                    acks, poison_budget, handled, window)
+        return self.reserve_batch_result(self.call(name, keys, args), selective=handled is not None)
 
     def reserve_batch_send(self, list_key: str, reserved_key: str, notify_key: str, poison_key: str,
                            delayed_key: str, *, expires_at: int, count: int, now: int, migrate_limit: int = -1,
                            migrate_reserved: bool = True, acks: Sequence[bytes] = (),
                            poison_budget: int = POISON_SKIPS_PER_CALL,
-                           first: Sequence[Any] | None = None) -> PendingCall | None:
+                           first: Sequence[Any] | None = None, handled: Sequence[str] | None = None,
+                           window: int = 100) -> PendingCall | None:
         """:meth:`reserve_batch`, sent now (after ``first``, see :meth:`send`); :meth:`receive` +
         :meth:`reserve_batch_result` read it later."""
-        keys, args = self._reserve_batch_args(list_key, reserved_key, notify_key, poison_key, delayed_key,
-                                              expires_at, count, now, migrate_limit, migrate_reserved, acks,
-                                              poison_budget)
-        return self.send("reserve_batch", keys, args, first=first)
+        name, keys, args = self._reserve_batch_args(list_key, reserved_key, notify_key, poison_key, delayed_key,
+                                                    expires_at, count, now, migrate_limit, migrate_reserved,
+                                                    acks, poison_budget, handled, window)
+        return self.send(name, keys, args, first=first)
 
     @staticmethod
     def _reserve_batch_args(list_key: str, reserved_key: str, notify_key: str, poison_key: str, delayed_key: str,
                             expires_at: int, count: int, now: int, migrate_limit: int, migrate_reserved: bool,
-                            acks: Sequence[bytes], poison_budget: int) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        return ((list_key, reserved_key, notify_key, poison_key, delayed_key),
-                (int(expires_at), int(poison_budget), max(0, int(count)), int(now), int(migrate_limit),
-                 1 if migrate_reserved else 0, len(acks), *acks))
+                            acks: Sequence[bytes], poison_budget: int, handled: Sequence[str] | None = None,
+                            window: int = 100) -> tuple[str, tuple[Any, ...], tuple[Any, ...]]:
+        keys = (list_key, reserved_key, notify_key, poison_key, delayed_key)
+        head = (int(expires_at), int(poison_budget), max(0, int(count)), int(now), int(migrate_limit),
+                1 if migrate_reserved else 0, len(acks))
+        if handled is None:
+            return "reserve_batch", keys, (*head, *acks)
+        return "reserve_handled", keys, (*head, max(1, int(window)), len(handled), *acks, *handled)
 
     @staticmethod
-    def reserve_batch_result(raw: Any) -> PopManyResult:
-        """The reply of the ``reserve_batch`` script: (job, reserved) pairs and the poisoned count."""
+    def reserve_batch_result(raw: Any, *, selective: bool = False) -> PopManyResult:
+        """The reply of the ``reserve_batch`` (or, ``selective``, ``reserve_handled``) script: (job,
+        reserved) pairs, the poisoned count and the members left alone."""
         poisoned = int(raw[0])
-        pairs = [(raw[i], raw[i + 1]) for i in range(1, len(raw) - 1, 2)]
-        return PopManyResult([(_as_bytes(j), _as_bytes(r)) for j, r in pairs], poisoned)  # type: ignore[misc]
+        skipped, first = (int(raw[1]), 2) if selective else (0, 1)
+        pairs = [(raw[i], raw[i + 1]) for i in range(first, len(raw) - 1, 2)]
+        return PopManyResult([(_as_bytes(j), _as_bytes(r)) for j, r in pairs], poisoned,  # type: ignore[misc]
+                             skipped)
 
     def renew(self, reserved_key: str, members: Sequence[bytes], expires_at: int) -> list[bool]:
         """Push the reservation expiry of ``members`` to ``expires_at``; False for a member that is gone."""

@@ -152,6 +152,8 @@ class PendingReserve:
     keys: QueueKeys
     call: PendingCall
     sent_at: int
+    #: a selective reserve (``handled`` names given): its reply carries the count of members left alone
+    selective: bool = False
 
 
 # -- URLs ----------------------------------------------------------------------------------------
@@ -296,6 +298,8 @@ class RedisQueue:
         self.secondary_queue_had_job = False
         #: How many members the last pop moved to ``:poison``.
         self.last_poisoned = 0
+        #: How many list members the last selective reserve looked at and left alone (no Python handler).
+        self.last_skipped = 0
         self._keys: dict[str, QueueKeys] = {}
 
     # -- naming and time ---------------------------------------------------------------------------
@@ -463,20 +467,27 @@ class RedisQueue:
         return [ReservedJob(name, job, reserved) for job, reserved in result.jobs]
 
     def reserve_batch(self, queue: str | None = None, count: int = 1,
-                      acks: list[bytes] | tuple[bytes, ...] = ()) -> list[ReservedJob]:
+                      acks: list[bytes] | tuple[bytes, ...] = (), *, handled: list[str] | None = None,
+                      window: int = 100) -> list[ReservedJob]:
         """The worker's fast path: in ONE script call, ``ZREM`` the ``acks`` (reserved members of
         finished jobs), run Laravel's ``migrate`` and reserve up to ``count`` jobs (never blocks).
 
         Each job is reserved exactly as :meth:`pop` reserves it, the migrate follows this version's
         rules (``LIMIT migration_batch_size`` from 9.23, no ``:reserved`` migrate when
         ``retry_after`` is ``None``). ``count`` may be 0 (acks and migrate only).
+
+        ``handled`` (names with a Python handler): reserve only such jobs among the first ``window``
+        list members and leave every other member where it is (a queue shared with PHP workers;
+        :attr:`last_skipped` says how many were left alone).
         """
         name, keys, now, args, options = self._reserve_batch_call(queue, count, acks)
-        return self._reserved(name, keys, self.scripts.reserve_batch(*args, **options))
+        return self._reserved(name, keys, self.scripts.reserve_batch(*args, **options, handled=handled,
+                                                                     window=window))
 
     def reserve_batch_send(self, queue: str | None = None, count: int = 1,
                            acks: list[bytes] | tuple[bytes, ...] = (), *,
-                           wait: float | None = None) -> PendingReserve | None:
+                           wait: float | None = None, handled: list[str] | None = None,
+                           window: int = 100) -> PendingReserve | None:
         """:meth:`reserve_batch`, sent now and read later with :meth:`reserve_batch_receive`: Redis reserves
         the next jobs while the worker runs the ones it has. None when this client cannot split a call
         (Redis Cluster): use :meth:`reserve_batch`.
@@ -489,8 +500,8 @@ class RedisQueue:
         renews a lease the wait made stale before the job starts."""
         name, keys, now, args, options = self._reserve_batch_call(queue, count, acks)
         first = None if wait is None else ("BLPOP", keys.notify, wait)
-        pending = self.scripts.reserve_batch_send(*args, **options, first=first)
-        return None if pending is None else PendingReserve(name, keys, pending, now)
+        pending = self.scripts.reserve_batch_send(*args, **options, first=first, handled=handled, window=window)
+        return None if pending is None else PendingReserve(name, keys, pending, now, handled is not None)
 
     def reserve_wait(self, pending: PendingReserve) -> bool:
         """The ``BLPOP`` of a :meth:`reserve_batch_send` with ``wait``: True if a ``:notify`` token came,
@@ -527,11 +538,12 @@ class RedisQueue:
 
     def reserve_batch_receive(self, pending: PendingReserve) -> list[ReservedJob]:
         """The jobs a :meth:`reserve_batch_send` reserved (raises what reading the reply raised)."""
-        result = self.scripts.reserve_batch_result(self.scripts.receive(pending.call))
+        result = self.scripts.reserve_batch_result(self.scripts.receive(pending.call), selective=pending.selective)
         return self._reserved(pending.queue, pending.keys, result)
 
     def _reserved(self, name: str, keys: QueueKeys, result: Any) -> list[ReservedJob]:
         self.last_poisoned = result.poisoned
+        self.last_skipped = result.skipped
         if result.poisoned:
             log.warning("moved %d unreadable member(s) of %s to %s", result.poisoned, keys.list, keys.poison)
         return [ReservedJob(name, job, reserved) for job, reserved in result.jobs]

@@ -36,8 +36,9 @@ __all__ = ["REDIS_DOWN", "CacheLike", "Pace", "Signals", "UnhandledPolicy", "Wor
 #: The errors that mean "Redis is unreachable right now" (retry, never lose the outcome).
 REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
-#: ``--unhandled``: what happens to a job without a Python handler.
-UnhandledPolicy = Literal["fail", "release", "requeue"]
+#: ``--unhandled``: what happens to a job without a Python handler. ``leave``: it is never taken (the
+#: reserve takes only jobs with a handler and leaves the others where they are, for PHP workers).
+UnhandledPolicy = Literal["leave", "fail", "release", "requeue"]
 
 
 class CacheLike(Protocol):
@@ -70,7 +71,7 @@ class WorkerOptions:
     rest: float = 0
     once: bool = False
     concurrency: int = 1
-    unhandled: UnhandledPolicy = "requeue"
+    unhandled: UnhandledPolicy = "leave"
     unhandled_delay: int = 10
     #: Seconds a cancelled async handler gets to unwind before the hard-kill path.
     cancel_grace: float = 2.0
@@ -84,6 +85,8 @@ class WorkerOptions:
     #: The queue PHP workers serve, where laraq hands over what only PHP can finish (the next job of a
     #: chain, batch bookkeeping, ``uniqueId()`` locks, PHP ``failed()``); None: the connection's default.
     php_queue: str | None = None
+    #: How many list heads one reserve looks at for jobs with a Python handler (``unhandled`` ``leave``).
+    scan_window: int = 200
 
 
 @dataclass(eq=False)
@@ -96,10 +99,13 @@ class Signals:
     quit_status: int = 0
     paused: bool = False
     wake: threading.Event = field(default_factory=threading.Event)
+    #: why the worker was told to quit (said in the stop's log line)
+    reason: str = ""
 
-    def quit(self, status: int = 0) -> None:
+    def quit(self, status: int = 0, reason: str = "") -> None:
         """Stop after the running jobs, with ``status``."""
         self.quit_status = status
+        self.reason = reason or self.reason
         self.should_quit = True
         self.wake.set()
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from laraq.bus.job import Job
+from laraq.worker.ratelimit import Repeated
 
 if TYPE_CHECKING:
     from laraq.protocol.lua import PendingCall
@@ -82,6 +83,8 @@ class Leases:
         #: a lease renewal sent without waiting (see _renew_ahead): the call, and each job with its
         #: lease before it
         self.renewal: tuple[PendingCall, list[tuple[Buffered, float]]] | None = None
+        #: "could not renew" while Redis is away or full: one line, then a count every few seconds
+        self._unrenewed = Repeated(log, "could not renew the reservation of %s (%s)")
 
     def lease_ok(self, item: Buffered) -> bool:
         """A buffered job may start only while its reservation is still ours. Its lease is renewed
@@ -102,8 +105,9 @@ class Leases:
         try:
             alive = self.queue.renew(item.job.queue, [b.job.reserved for b in items])
         except Exception as exc:
-            log.warning("could not renew the reservation of %s (%s): not starting it", item.job.name, exc)
+            self._unrenewed.warn(f"{item.job.name}: not starting it", exc)
             return False
+        self._unrenewed.clear("buffered reservations renewed again")
         gone = _apply_renewal(items, alive, fresh, "before it started: not running it")
         if len(gone) > (id(item) in gone):
             _drop(self.buffer, gone)
@@ -144,8 +148,7 @@ class Leases:
         try:
             alive = self.queue.scripts.renew_result(self.queue.scripts.receive(pending))
         except Exception as exc:
-            log.warning("could not renew the reservation of %d job(s) (%s): they keep their earlier lease",
-                        len(items), exc)
+            self._unrenewed.warn(f"{len(items)} job(s): they keep their earlier lease", exc)
             for b, before in items:
                 b.lease_until = before
                 self._renew_at = min(self._renew_at, before - (self.queue.retry_after or 0) / 2)
@@ -197,7 +200,7 @@ class Leases:
             try:
                 alive = self.queue.renew(name, [b.job.reserved for b in items])
             except Exception as exc:
-                log.warning("could not renew buffered reservations on %s: %s", name, exc)
+                self._unrenewed.warn(f"{len(items)} buffered job(s) on {name}", exc)
                 self._renew_at = now  # still due: try again on the next pass
                 continue
             lease = math.floor(time.time()) + retry_after

@@ -446,11 +446,11 @@ class Lifecycle:
         if policy == "release":
             self.retrying(lambda: job.release(delay))
             detail = f"released for {delay}s"
-        else:
+        else:  # requeue; leave, when a job without a handler was taken all the same (PHP-only, say)
             self.retrying(lambda: self.put_back(job, delay))
             detail = f"requeued untouched in {delay}s"
         log.warning("%s (id %s on %s): %s", reason, job.id, job.queue, detail)
-        self.events.emit("job_unhandled", job, policy, detail)
+        self.events.emit("job_unhandled", job, "requeue" if policy == "leave" else policy, detail)
 
     def put_back(self, job: Job, delay: int, *, require_reservation: bool = True) -> None:
         """Put the original body back on ``:delayed`` (attempts not burned)."""

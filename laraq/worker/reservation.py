@@ -3,10 +3,12 @@ side of ``Illuminate\\Queue\\Worker::getNextJob``).
 
 Owns, for the worker: the classic one-job pop (:meth:`Reservation.next_job`, Laravel's ``getNextJob``
 with paused queues skipped), the batched fast path's reserve rounds (several jobs per Lua call, the
-pending acks riding along), the next batch asked for while one runs, the wait on ``:notify``
+pending acks riding along; under ``--unhandled leave``, the default, only jobs with a Python handler
+are taken and the others stay in the list for PHP workers), the next batch asked for while one runs, the wait on ``:notify``
 (``block_for``) with the reserve written behind its ``BLPOP``, the adaptive prefetch budget, the
 buffer of reserved-but-unstarted jobs (their leases: :mod:`laraq.worker.leases`), giving the buffer back to
-the head of its lists on stop/pause, the deferred acks (``Job.delete``'s ``ZREM``), Redis outages, and
+the head of its lists on stop/pause, the acks (``Job.delete``'s ``ZREM``, written at once through
+:class:`~laraq.worker.acks.AckPipe`, or deferred while Redis is away), Redis outages, and
 wrapping a reservation in a :class:`~laraq.bus.job.Job` (an unreadable body goes to ``failed_jobs`` with a
 clear reason).
 
@@ -34,10 +36,12 @@ from laraq.bus.job import Job
 from laraq.protocol.payload import Payload, PayloadError
 from laraq.protocol.queue import PendingReserve, ReservedJob
 from laraq.stores.failed import format_exception
+from laraq.worker.acks import AckPipe
 from laraq.worker.bridge import AsyncBridge
 from laraq.worker.context import REDIS_DOWN, WorkerContext
 from laraq.worker.exitcodes import EXIT_REDIS_AUTH, explain, is_acl_denial
 from laraq.worker.leases import Buffered, Leases
+from laraq.worker.ratelimit import Repeated
 
 __all__ = ["REDIS_DOWN", "Failures", "Reservation"]
 
@@ -91,6 +95,13 @@ class Reservation:
         self.buffer: collections.deque[Buffered] = collections.deque()
         self._acks: dict[str, list[bytes]] = {}
         self._ack_lock = threading.Lock()
+        #: acks written the moment a job is done, replies read later (None: Redis Cluster, pipelined ZREMs)
+        self.pipe = AckPipe(self.queue) if AckPipe.usable(self.queue) else None
+        #: a window full of jobs for PHP at the head of a queue: said once a minute at most
+        self._left_alone = Repeated(log, "the first %d job(s) of queue %s have no Python handler: left for PHP "
+                                    "workers (--unhandled leave)", every=60.0, level=logging.INFO)
+        #: "could not send acks" while Redis is away: one line, then a count every few seconds
+        self._acks_unsent = Repeated(log, "could not send %d ack(s) (%s): retrying")
         #: held by whoever is sending acks it took from the deferred list (the loop, or the watchdog
         #: for stale ones): a forced flush waits on it, so the stop never returns with an ack on its way
         self._ack_sending = threading.Lock()
@@ -102,8 +113,27 @@ class Reservation:
         self._ahead_acks: list[bytes] = []
         self.ahead_want = 0
         self.leases = Leases(self.queue, self.output, self.buffer, self.ack_deferred)
+        #: the names Python has handlers for, when only those are reserved (see :meth:`selection`)
+        self.handled = self._handled_names()
+        #: how many list heads a selective reserve looks at
+        self.window = max(1, self.options.scan_window)
+        #: list members the last reserve looked at and left for PHP (no Python handler)
+        self.left_for_php = 0
         #: the check before a buffered job starts (:meth:`Leases.lease_ok`)
         self.lease_ok = self.leases.lease_ok
+
+    def _handled_names(self) -> list[str] | None:
+        """The registry's handler names when the reserve takes only those (``--unhandled leave``, the
+        default: a queue shared with PHP workers), else None (the head jobs, whatever they are). A
+        registry that cannot list its names gets the head jobs, and unhandled ones are requeued."""
+        if self.options.unhandled != "leave":
+            return None
+        names = getattr(self.context.app, "names", None)
+        if not isinstance(names, list | tuple):
+            log.warning("the handler registry cannot list its names: jobs without a Python handler are "
+                        "taken and requeued untouched (--unhandled requeue)")
+            return None
+        return [str(n) for n in names]
 
     def housekeeping(self) -> None:
         """Acks due, a renewal's reply, leases due: what a pass of the fast loop does besides jobs."""
@@ -136,6 +166,7 @@ class Reservation:
         acks = self._take_acks()
         self.took_reservation = False
         self.took_unreadable = 0
+        self.left_for_php = 0
         count = 0
         try:
             self._paused_queues = set()
@@ -149,10 +180,13 @@ class Reservation:
                         acks[name] = mine
                     continue
                 try:
-                    reserved = self.queue.reserve_batch(name, want - count, mine)
+                    reserved = self.queue.reserve_batch(name, want - count, mine, handled=self.handled, window=self.window)
                 except BaseException:
                     acks.setdefault(name, []).extend(mine)
                     raise
+                if self.handled is not None:
+                    self.left_for_php += self.queue.last_skipped
+                    self._note_left(name, bool(reserved))
                 if index == 0:
                     self.queue.secondary_queue_had_job = False
                 elif reserved:
@@ -217,7 +251,7 @@ class Reservation:
         if acks:
             self._restore_acks(acks)
         try:
-            pending = self.queue.reserve_batch_send(name, want, mine)
+            pending = self.queue.reserve_batch_send(name, want, mine, handled=self.handled, window=self.window)
         except Exception:  # the next (synchronous) reserve round meets the same fault and reports it
             pending = None
         if pending is None:
@@ -234,6 +268,7 @@ class Reservation:
         self.ahead, self._ahead_acks = None, []
         self.took_reservation = False
         self.took_unreadable = 0
+        self.left_for_php = 0
         try:
             reserved = self.queue.reserve_batch_receive(pending)
         except Exception as exc:
@@ -242,6 +277,7 @@ class Reservation:
             self._reservation_failed(exc, "reserve jobs from")
             return 0
         self.queue.secondary_queue_had_job = False
+        self.left_for_php = self.queue.last_skipped if pending.selective else 0
         count = self._buffer_reserved(reserved, pending.sent_at)
         self._redis_up()
         return count
@@ -253,7 +289,9 @@ class Reservation:
         self.output.flush()
         self.leases.collect()
         block_for = self.queue.block_for
-        if block_for is None:
+        if block_for is None or self.left_for_php:
+            # jobs for PHP wait in the list with their :notify tokens: a BLPOP would return at once, again
+            # and again; the caller sleeps instead (see worker.Worker._fast_loop)
             return False
         first_only = self.version.blocks_only_on_first_queue
         names = [name for index, name in enumerate(self.queues)
@@ -283,7 +321,7 @@ class Reservation:
         want = self.reserve_count(self.options.concurrency - active, jobs_processed)
         if want <= 0:
             return None
-        pending = self.queue.reserve_batch_send(name, want, wait=block_for)
+        pending = self.queue.reserve_batch_send(name, want, wait=block_for, handled=self.handled, window=self.window)
         if pending is None:
             return None
         self.ahead, self._ahead_acks, self.ahead_want = pending, [], want
@@ -321,8 +359,16 @@ class Reservation:
                             "retry_after", len(jobs), name, exc)
 
     def _ack(self, job: Job) -> None:
-        """``Job.delete`` on the fast path: the ``ZREM`` rides on the next reserve call or flush."""
+        """``Job.delete`` on the fast path: the ``ZREM`` is written at once (:class:`AckPipe`, its reply
+        read later), so that a SIGKILL after the job finished does not run it again; while earlier acks
+        wait to be sent again (Redis away), it waits with them for the next reserve call or flush."""
         with self._ack_lock:
+            if self.pipe is not None and not self._acks:
+                try:
+                    self.pipe.write({job.queue: [job.reserved]})
+                    return
+                except Exception:  # kept below; the next flush meets the fault and reports it
+                    pass
             self._acks.setdefault(job.queue, []).append(job.reserved)
             if self.ack_since is None:
                 self.ack_since = time.monotonic()
@@ -350,6 +396,11 @@ class Reservation:
         flush must not return while the watchdog's ``ZREM`` of a finished job is on its way (the
         process would exit with that job left in ``:reserved``, to run again after ``retry_after``).
         An unforced one leaves the sending to whoever is at it."""
+        pipe = self.pipe
+        if pipe is not None and pipe.unconfirmed:
+            lost = pipe.collect(wait=force)
+            if lost:
+                self._restore_acks(lost)
         since = self.ack_since
         if not force and (since is None or time.monotonic() - since < _ACK_MAX_AGE):
             return
@@ -359,11 +410,22 @@ class Reservation:
             if self.ack_since is None:
                 return
             acks = self._take_acks()
+            lost = {}
             try:
-                self.queue.ack(acks)
+                if pipe is None:
+                    self.queue.ack(acks)
+                else:
+                    pipe.write(acks)  # when it raises, nothing of acks was sent
+                    lost = pipe.collect(wait=force)
             except Exception as exc:
-                log.warning("could not send %d ack(s) (%s): retrying", sum(map(len, acks.values())), exc)
+                self._acks_unsent.warn(sum(map(len, acks.values())), exc)
                 self._restore_acks(acks)
+                return
+            if lost:
+                self._acks_unsent.warn(sum(map(len, lost.values())), "the connection broke before Redis answered")
+                self._restore_acks(lost)
+            else:
+                self._acks_unsent.clear("deferred acks sent again")
         finally:
             self._ack_sending.release()
 
@@ -384,7 +446,7 @@ class Reservation:
             for index, name in enumerate(self.queues):
                 if name in paused:
                     continue
-                reserved = self.queue.pop(name, index)
+                reserved = self.queue.pop(name, index) if self.handled is None else self._pop_handled(name, index)
                 if reserved is not None:
                     self.took_reservation = True
                     self._redis_up()
@@ -395,6 +457,30 @@ class Reservation:
         except Exception as exc:
             self._reservation_failed(exc, "pop a job from")
         return None
+
+    def _pop_handled(self, name: str, index: int) -> ReservedJob | None:
+        """Laravel's pop (migrate, pop, ``BLPOP :notify`` and one more try) for ``--unhandled leave``:
+        the first job with a Python handler among the list's first ``window`` members; the others stay
+        where they are. No wait when jobs for PHP were left (their tokens would wake it at once)."""
+        queue = self.queue
+        first_rule = self.version.blocks_only_on_first_queue
+        block = (not queue.secondary_queue_had_job and index == 0) if first_rule else True
+        got = queue.reserve_batch(name, 1, handled=self.handled, window=self.window)
+        self.left_for_php = queue.last_skipped
+        if not got and not self.left_for_php and block and queue.block_for is not None and queue.wait_for_token(name):
+            got = queue.reserve_batch(name, 1, handled=self.handled, window=self.window)
+            self.left_for_php = queue.last_skipped
+        if first_rule and index == 0:
+            queue.secondary_queue_had_job = False
+        if got and first_rule and index > 0:
+            queue.secondary_queue_had_job = True
+        self._note_left(name, bool(got))
+        return got[0] if got else None
+
+    def _note_left(self, name: str, took: bool) -> None:
+        """A whole window of jobs without a Python handler, and none taken: said now and then (info)."""
+        if not took and self.left_for_php >= self.window:
+            self._left_alone.warn(self.left_for_php, name)
 
     #: Consecutive refused logins (the password changed under a running worker) before it stops with
     #: exit 4: retried with the reconnect backoff (about 15 s), never forever.
@@ -410,7 +496,7 @@ class Reservation:
         # an ACL denial does not pass by itself, and with --stop-when-empty a refusal must not read as empty
         if self._auth_refusals >= self.AUTH_RETRIES or is_acl_denial(exc) or self.options.stop_when_empty:
             log.error("stopping: %s", explained[0])
-            self.signals.quit(EXIT_REDIS_AUTH)
+            self.signals.quit(EXIT_REDIS_AUTH, "Redis keeps refusing the credentials")
         else:
             log.warning("%s (attempt %d of %d)", explained[0], self._auth_refusals, self.AUTH_RETRIES)
         return True

@@ -32,7 +32,6 @@ import collections
 import contextlib
 import logging
 import os
-import resource
 import signal
 import sys
 import threading
@@ -55,6 +54,7 @@ from laraq.worker.events import Listeners, OutputListener, WorkerListener
 from laraq.worker.execution import TICK, Executor
 from laraq.worker.leases import Buffered
 from laraq.worker.lifecycle import Lifecycle
+from laraq.worker.notes import RunNotes
 from laraq.worker.output import Output
 from laraq.worker.reservation import Reservation
 from laraq.worker.running import Running
@@ -86,6 +86,8 @@ _UNKNOWN = object()
 _CHECK_EVERY = 0.25
 #: ``worker_looping`` is announced at most this often (seconds).
 _LOOPING_EVERY = 1.0
+#: The shortest wait after a reserve that found only jobs for PHP workers (seconds).
+_LEFT_FOR_PHP_PAUSE = 0.1
 
 
 class ReservationSource(Protocol):
@@ -98,6 +100,7 @@ class ReservationSource(Protocol):
     ahead: PendingReserve | None
     ahead_want: int
     ack_since: float | None
+    left_for_php: int
 
     def next_job(self) -> Job | None: ...
     def reserve_count(self, free: int, jobs_processed: int) -> int: ...
@@ -206,6 +209,9 @@ class Worker:
         self._looped_at = 0.0
         self._stop_announced = False
         self._unreported = 0
+        #: why the worker stops (the stop's log line), and whether it runs or is paused (and why)
+        #: the log's account of the worker: why it stops, pauses, resumes; what --memory measured
+        self.notes = RunNotes(options.name, options.memory)
 
     # -- what others read and set on the worker (listeners, the CLI, tests) --------------------------------
 
@@ -242,6 +248,9 @@ class Worker:
         """Stop the idle slot threads, the watchdog and the asyncio thread (for embedding; the CLI just exits)."""
         self.executor.close()
         self.bridge.close()
+        pipe = getattr(self.reservation, "pipe", None)
+        if pipe is not None:  # the connection acks were written on goes back to the pool
+            pipe.close()
 
     # -- events ------------------------------------------------------------------------------------------
 
@@ -258,17 +267,25 @@ class Worker:
                      "queue %s: keep a PHP worker on it", self.options.php_queue or self.queue.default_queue)
         self.events.emit("worker_starting", self)
 
+    def _why(self, status: int, reason: str) -> int:
+        """Remember why the worker stops (said once by :meth:`_announce_stop`); returns ``status``."""
+        return self.notes.because(status, reason)
+
     def _announce_stop(self, status: int) -> None:
-        """``WorkerStopping``, once (a self-kill announces it with exit code 1 first)."""
-        if not self._stop_announced:
-            self._stop_announced = True
-            self.events.emit("worker_stopping", self, status)
+        """``WorkerStopping``, once (a self-kill announces it with exit code 1 first), and one log line
+        saying why."""
+        if self._stop_announced:
+            return
+        self._stop_announced = True
+        self.events.emit("worker_stopping", self, status)
+        self.notes.stopped(status)
 
     def _before_kill(self) -> None:
         """The executor is about to SIGKILL this process: the supervisor's count, then Laravel's
         ``kill(EXIT_ERROR)`` fires ``WorkerStopping`` first."""
         with contextlib.suppress(Exception):
             self._report_popped(force=True)
+        self._why(EXIT_ERROR, "a job outlived its timeout and could not be stopped: killing this process")
         self._announce_stop(EXIT_ERROR)
 
     def _looping(self) -> None:
@@ -361,9 +378,20 @@ class Worker:
         return EXIT_SUCCESS
 
     def _should_run(self) -> bool:
-        if self.executor.kill_pending or self.signals.paused:
+        if self.executor.kill_pending:
             return False
-        return not (self._down() and not self.options.force)
+        if self.signals.paused:
+            self._note_state("paused (SIGUSR2; SIGCONT resumes)")
+            return False
+        if self._down() and not self.options.force:
+            self._note_state("paused: the app is down for maintenance (php artisan down; --force works anyway)")
+            return False
+        self._note_state("running")
+        return True
+
+    def _note_state(self, state: str) -> None:
+        """One log line when the worker pauses or resumes, saying why."""
+        self.notes.state(state)
 
     def _down(self) -> bool:
         """Is the app down for maintenance? (a broken probe counts as "up" and is logged)"""
@@ -377,35 +405,33 @@ class Worker:
         """Laravel's ``stopIfNecessary``: the exit code to stop with, or ``None`` to keep going."""
         opts = self.options
         if self.signals.should_quit:
-            return self.signals.quit_status
+            return self._why(self.signals.quit_status, self.signals.reason or "told to quit")
         if self.memory_exceeded(opts.memory):
-            return EXIT_MEMORY_LIMIT
+            return self._why(EXIT_MEMORY_LIMIT, "over --memory")
         stamp = self._restart_stamp()
         if stamp is not _UNKNOWN and last_restart is not _UNKNOWN and stamp != last_restart:
-            return EXIT_SUCCESS
+            return self._why(EXIT_SUCCESS, "queue:restart was broadcast")
         if opts.stop_when_empty and not popped:
-            return EXIT_SUCCESS
+            return self._why(EXIT_SUCCESS, "--stop-when-empty: no job to take")
         if opts.stop_when_empty_for and not popped and not self.executor.running \
                 and time.monotonic() - (self._last_job_at or started) >= opts.stop_when_empty_for:
-            return EXIT_SUCCESS
+            return self._why(EXIT_SUCCESS, f"--stop-when-empty-for: no job for {opts.stop_when_empty_for:g}s")
         if opts.max_time and time.monotonic() - started >= opts.max_time:
-            return EXIT_SUCCESS
+            return self._why(EXIT_SUCCESS, "--max-time reached")
         if opts.max_jobs and jobs_processed >= opts.max_jobs:
-            return EXIT_SUCCESS
+            return self._why(EXIT_SUCCESS, "--max-jobs reached")
         return None
 
     def _stop(self, status: int) -> int:
         self.executor.drain()
         self._announce_stop(status)
-        if status == EXIT_MEMORY_LIMIT:
-            log.warning("memory limit of %d MB reached (this process: %.0f MB resident): stopping (exit %d)",
-                        self.options.memory, _rss_mb(), status)
         return status
 
     def memory_exceeded(self, limit_mb: int) -> bool:
+        """Laravel's ``memoryExceeded``; the resident size it saw is kept for the stop's line."""
         if limit_mb <= 0 and self.version.memory_zero_is_unlimited:
             return False
-        return _rss_mb() >= limit_mb
+        return self.notes.over_memory(limit_mb)
 
     def _restart_stamp(self) -> Any:
         if self.cache is None:
@@ -451,13 +477,15 @@ class Worker:
         jobs_processed = 0
         next_check = started + _CHECK_EVERY
         can_run = self._should_run()
+        #: over --memory: no more reserve rounds; the buffer is run, then the worker stops
+        draining = False
         log.info("worker %s (pid %d) processing [%s] on %s (Laravel %s profile, concurrency %d, batch %d%s)",
                  opts.name, os.getpid(), ",".join(self.queues), self.queue.redacted_url(), self.version,
                  opts.concurrency, opts.batch, ", prefetch" if opts.prefetch else "")
         self._starting()
         while True:
             if signals.should_quit:
-                return await self._fast_stop(EXIT_SUCCESS)
+                return await self._fast_stop(self._why(EXIT_SUCCESS, signals.reason or "told to quit"))
             if not can_run or signals.paused or executor.kill_pending:
                 reservation.give_back_buffer()
                 self._looping()  # as in classic_daemon: heartbeats (Horizon) go on while paused or down
@@ -473,7 +501,12 @@ class Worker:
             reserved_round = False
             popped = False
             full_batch = False
-            if free > 0 and not buffer:
+            if draining and not buffer:
+                if reservation.ahead is not None:  # already reserved: run it too, never give it back
+                    reservation.land_ahead()
+                else:
+                    return await self._fast_stop(EXIT_MEMORY_LIMIT)
+            if free > 0 and not buffer and not draining:
                 want = reservation.reserve_count(free, jobs_processed)
                 if want > 0 or reservation.ahead is not None:
                     reserved_round = True
@@ -511,29 +544,41 @@ class Worker:
                 self._report_popped()
                 status = self._periodic_status(last_restart, started)
                 if status is None and opts.max_jobs and jobs_processed >= opts.max_jobs:
-                    status = EXIT_SUCCESS
+                    status = self._why(EXIT_SUCCESS, "--max-jobs reached")
+                if status == EXIT_MEMORY_LIMIT and draining:
+                    status = None  # said already; the buffer is being run
+                if status == EXIT_MEMORY_LIMIT and (buffer or reservation.ahead is not None):
+                    # no restart storm: the jobs already reserved (a big one among them, maybe) are run,
+                    # not given back to be reserved and given back again by the next process
+                    draining = True
+                    log.warning("memory limit of %d MB reached (this process: %.0f MB resident): taking no "
+                                "more jobs; running the %d already reserved before it exits with %d",
+                                opts.memory, self.notes.memory_seen, len(buffer) + reservation.ahead_want * (
+                                    reservation.ahead is not None), EXIT_MEMORY_LIMIT)
+                    status = None
                 if status is not None:
                     return await self._fast_stop(status)
                 can_run = self._should_run()
-            if full_batch and can_run and not signals.paused:
+            if full_batch and can_run and not signals.paused and not draining:
                 reservation.send_ahead(jobs_processed, executor.active)
             if opts.max_jobs and jobs_processed >= opts.max_jobs and not buffer:
-                return await self._fast_stop(EXIT_SUCCESS)
+                return await self._fast_stop(self._why(EXIT_SUCCESS, "--max-jobs reached"))
 
             if reserved_round and not popped and executor.active == 0 and not buffer:
                 # an empty loop: Laravel's stop_when_empty / block / sleep
                 if opts.stop_when_empty:
-                    return await self._fast_stop(EXIT_SUCCESS)
+                    return await self._fast_stop(self._why(EXIT_SUCCESS, "--stop-when-empty: no job to take"))
                 if opts.stop_when_empty_for and \
                         time.monotonic() - (self._last_job_at or started) >= opts.stop_when_empty_for:
-                    return await self._fast_stop(EXIT_SUCCESS)
+                    return await self._fast_stop(self._why(
+                        EXIT_SUCCESS, f"--stop-when-empty-for: no job for {opts.stop_when_empty_for:g}s"))
                 reservation.flush_acks(force=True)
                 if reservation.reconnect_delay:
                     await executor.idle(reservation.reconnect_delay)
                 elif reservation.block_for_job(jobs_processed, executor.active):
                     jobs_processed += reservation.took_unreadable  # a batch that came along with a timed-out wait
                 else:
-                    await executor.idle(self.timers.sleep_for(opts.sleep))
+                    await self._idle_sleep(reservation.left_for_php)
                 continue
             if executor.fresh:
                 # one pass of the loop runs the tasks that suspended; the ones that finished are
@@ -546,17 +591,26 @@ class Worker:
                 await executor.wait_changed(TICK)
             reservation.housekeeping()
 
+    async def _idle_sleep(self, left_for_php: int) -> None:
+        """Laravel's sleep after an empty pop; the hook where an idle worker waits. When the queue holds
+        only jobs for PHP workers (left in the list by the selective reserve) the wait is at least
+        :data:`_LEFT_FOR_PHP_PAUSE`, so that a ``--sleep 0`` worker does not rescan them without pause."""
+        seconds = self.timers.sleep_for(self.options.sleep)  # cut short when a delayed job comes due sooner
+        if left_for_php:
+            seconds = max(seconds, _LEFT_FOR_PHP_PAUSE)
+        await self.executor.idle(seconds)
+
     def _periodic_status(self, last_restart: Any, started: float) -> int | None:
         """The stop conditions that cost something, once per batch / ``_CHECK_EVERY`` (Laravel's order)."""
         if self.signals.should_quit:
-            return self.signals.quit_status
+            return self._why(self.signals.quit_status, self.signals.reason or "told to quit")
         if self.memory_exceeded(self.options.memory):
-            return EXIT_MEMORY_LIMIT
+            return self._why(EXIT_MEMORY_LIMIT, "over --memory")
         stamp = self._restart_stamp()
         if stamp is not _UNKNOWN and last_restart is not _UNKNOWN and stamp != last_restart:
-            return EXIT_SUCCESS
+            return self._why(EXIT_SUCCESS, "queue:restart was broadcast")
         if self.options.max_time and time.monotonic() - started >= self.options.max_time:
-            return EXIT_SUCCESS
+            return self._why(EXIT_SUCCESS, "--max-time reached")
         return None
 
     async def _fast_stop(self, status: int) -> int:
@@ -578,9 +632,6 @@ class Worker:
         if executor.kill_pending:
             executor.kill_now()
         self._announce_stop(status)
-        if status == EXIT_MEMORY_LIMIT:
-            log.warning("memory limit of %d MB reached (this process: %.0f MB resident): stopping (exit %d)",
-                        self.options.memory, _rss_mb(), status)
         return status
 
     def _report_popped(self, *, force: bool = False) -> None:
@@ -613,8 +664,7 @@ class Worker:
                 sys.stdout.flush()
                 sys.stderr.flush()
             os._exit(EXIT_ERROR)
-        self.signals.should_quit = True
-        self.signals.wake.set()
+        self.signals.quit(self.signals.quit_status, f"{signal.Signals(signum).name} received")
 
     def _on_pause_signal(self, _signum: int, _frame: Any) -> None:
         self.signals.paused = True
@@ -623,13 +673,3 @@ class Worker:
     def _on_resume_signal(self, _signum: int, _frame: Any) -> None:
         self.signals.paused = False
         self.signals.wake.set()
-
-
-def _rss_mb() -> float:
-    """Resident memory of this process in MB (Laravel compares ``memory_get_usage(true)``)."""
-    try:
-        with open("/proc/self/statm", "rb") as fh:
-            pages = int(fh.read().split()[1])
-        return pages * os.sysconf("SC_PAGE_SIZE") / 1048576
-    except (OSError, ValueError, IndexError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

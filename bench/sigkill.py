@@ -1,0 +1,41 @@
+"""Jobs run twice per SIGKILL (issue 29 §3): laraq against artisan, in one mixed fleet.
+
+    python3 bench/sigkill.py               # 20,000 jobs of 5 ms, 10 kills of each kind, Laravel 8
+    python3 bench/sigkill.py --quick       # 3,000 jobs, 3 kills of each kind (CI smoke)
+    python3 bench/sigkill.py --laravel 13 --json out.json
+
+The fleet and the counting are ``bench/kill_fleet.py``'s (2 artisan + 2 laraq workers on one queue, a
+SIGKILL about every second to one worker, laraq and artisan in turn, each restarted at once; a job
+that ran twice is charged to the runner of its first run). This script only fixes the issue's sizes.
+
+What bounds the count: artisan re-runs at most the job it was running. laraq writes each finished
+job's ``ZREM`` the moment the job is done (``laraq.worker.acks``), so it re-runs at most the jobs it
+was running too; its buffered, never-started jobs are not run twice (they come back from
+``:reserved`` after ``retry_after`` and run once).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import kill_fleet  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    quick = "--quick" in args
+    if quick:
+        args.remove("--quick")
+    defaults = ["--jobs", "3000", "--kills", "3"] if quick else ["--jobs", "20000", "--kills", "10"]
+    given = {a.split("=")[0] for a in args if a.startswith("--")}
+    for flag, value in zip(defaults[::2], defaults[1::2], strict=True):
+        if flag not in given:
+            args += [flag, value]
+    return kill_fleet.main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""Acks written the moment a job finishes: ``Job::delete``'s ``ZREM :reserved``, sent without waiting
+for the reply (issue 29 §3).
+
+A finished job whose ``ZREM`` is still in this process when it is SIGKILLed runs again after
+``retry_after``. artisan sends its ``ZREM`` before it takes the next job, so a kill re-runs at most the
+job that was running. Deferring acks to batch them (as the fast path did, up to 50 ms) re-ran every
+job that finished in those 50 ms. :class:`AckPipe` keeps the batching's cost low and the guarantee
+artisan's: each ack is *written* on a connection of its own as soon as the job is done (one
+``send()``; once the bytes are in the kernel, a SIGKILL of this process no longer stops Redis from
+running the command), and the replies are read later, all at once (:meth:`AckPipe.collect`).
+
+If the connection breaks, the acks whose replies were not read are handed back to be sent again
+(``ZREM`` of a member that is already gone is harmless). Owned by the reservation source
+(:class:`laraq.worker.reservation.Reservation`), which falls back to its pipelined ``ZREM``s when the
+client cannot lend a connection (Redis Cluster).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import socket
+import ssl
+import threading
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+if TYPE_CHECKING:
+    from laraq.protocol.queue import RedisQueue
+
+__all__ = ["AckPipe"]
+
+
+def _receive(sock: Any, wait: bool) -> bytes | None:
+    """What the socket has (``wait``: block for it, within the connection's own timeout); None when
+    nothing has come yet. One system call when not waiting (TLS sockets take no flags: a zero timeout)."""
+    if wait:
+        return bytes(sock.recv(65536))
+    if not isinstance(sock, ssl.SSLSocket):
+        try:
+            return bytes(sock.recv(65536, socket.MSG_DONTWAIT))
+        except (BlockingIOError, InterruptedError):
+            return None
+    before = sock.gettimeout()
+    sock.settimeout(0.0)
+    try:
+        return bytes(sock.recv(65536))
+    except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):
+        return None
+    finally:
+        sock.settimeout(before)
+
+
+def _zrem(key: bytes, members: list[bytes]) -> bytes:
+    """``ZREM key member...`` in the Redis protocol (RESP), packed here: redis-py's packer costs more
+    than the write itself."""
+    parts = [b"*%d\r\n$4\r\nZREM\r\n$%d\r\n%s\r\n" % (len(members) + 2, len(key), key)]
+    parts += [b"$%d\r\n%s\r\n" % (len(m), m) for m in members]
+    return b"".join(parts)
+
+log = logging.getLogger("laraq.worker.worker")
+
+
+class AckPipe:
+    """``ZREM``s written at once on one held connection; replies read later."""
+
+    def __init__(self, queue: RedisQueue) -> None:
+        self.queue = queue
+        self._lock = threading.Lock()
+        self._conn: Any = None
+        #: (queue name, members) per command written whose reply is not read yet, in order
+        self.unconfirmed: collections.deque[tuple[str, list[bytes]]] = collections.deque()
+        #: the start of a reply line not complete yet
+        self._partial = b""
+        self._keys: dict[str, bytes] = {}
+
+    @staticmethod
+    def usable(queue: RedisQueue) -> bool:
+        """Can this client lend one connection for acks (not Redis Cluster)?"""
+        client = queue.client
+        return getattr(client, "connection_pool", None) is not None and not isinstance(client, redis.RedisCluster)
+
+    def _connection(self) -> Any:
+        if self._conn is None:
+            pool = self._pool()
+            try:
+                self._conn = pool.get_connection()
+            except TypeError:  # redis-py before 5.3 wants the command name
+                self._conn = pool.get_connection("ZREM")
+        return self._conn
+
+    def _pool(self) -> Any:
+        return getattr(self.queue.client, "connection_pool", None)
+
+    def write(self, acks: dict[str, list[bytes]]) -> None:
+        """Write one ``ZREM`` per queue now (no reply read). Raises what writing raised; nothing of
+        ``acks`` is then counted as sent."""
+        commands = [(name, members) for name, members in acks.items() if members]
+        if not commands:
+            return
+        packed = b"".join(_zrem(self._key(name), members) for name, members in commands)
+        with self._lock:
+            try:
+                self._socket().sendall(packed)
+            except BaseException:
+                self._broken()
+                raise
+            self.unconfirmed.extend(commands)
+
+    def _key(self, name: str) -> bytes:
+        key = self._keys.get(name)
+        if key is None:
+            key = self._keys[name] = self.queue.keys(name).reserved.encode("utf-8")
+        return key
+
+    def _socket(self) -> Any:
+        """The raw socket of the held connection (connected, logged in, database selected by redis-py)."""
+        conn = self._connection()
+        if conn._sock is None:
+            conn.connect()
+        return conn._sock
+
+    def collect(self, *, wait: bool = False) -> dict[str, list[bytes]]:
+        """Read the replies that have come (``wait``: all of them). Returns the acks to send again: those
+        whose replies were lost with a broken connection (empty when all is well).
+
+        Each ``ZREM`` is answered by one line (``:1``/``:0``, or an ``-ERR`` line), so replies are counted
+        by their line ends, straight from the socket: redis-py's parser never reads this connection
+        after its log-in."""
+        with self._lock:
+            if not self.unconfirmed:
+                return {}
+            sock = None if self._conn is None else self._conn._sock
+            if sock is None:  # written on a connection that broke since
+                return self._lost()
+            try:
+                while self.unconfirmed:
+                    data = _receive(sock, wait)
+                    if data is None:
+                        break
+                    if not data:
+                        raise ConnectionError("Redis closed the connection")
+                    self._settle(data)
+            except Exception as exc:
+                log.debug("ack connection lost (%s): acks to send again", exc)
+                lost = self._lost()
+                self._broken()
+                return lost
+        return {}
+
+    def _settle(self, data: bytes) -> None:
+        """Count the reply lines in ``data`` (a partial line is kept for the next read)."""
+        text = self._partial + data
+        lines = text.split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            name, members = self.unconfirmed.popleft()
+            if line.startswith(b"-"):  # e.g. WRONGTYPE: sending it again would not help
+                log.error("ZREM of %d finished job(s) on %s was refused: %s", len(members), name,
+                          line.decode("utf-8", "replace").strip())
+
+    def _lost(self) -> dict[str, list[bytes]]:
+        lost: dict[str, list[bytes]] = {}
+        for name, members in self.unconfirmed:
+            lost.setdefault(name, []).extend(members)
+        self.unconfirmed.clear()
+        self._partial = b""
+        return lost
+
+    def _broken(self) -> None:
+        """Drop the connection (a reply may be half read); the next write takes a fresh one."""
+        conn, self._conn = self._conn, None
+        self._partial = b""
+        if conn is not None:
+            conn.disconnect()
+            self._pool().release(conn)
+
+    def close(self) -> None:
+        """Give the connection back to the pool (after :meth:`collect` with ``wait``)."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                if self.unconfirmed:
+                    conn.disconnect()
+                self._pool().release(conn)

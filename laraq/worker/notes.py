@@ -1,0 +1,72 @@
+"""The worker's own account of itself in the log: one line when it stops (exit code and why), when it
+pauses and when it resumes (and why), and the resident size its ``--memory`` check measured
+(Laravel's ``Worker::memoryExceeded``, which compares ``memory_get_usage(true)``).
+
+:class:`RunNotes` is kept by :class:`laraq.worker.worker.Worker`: its stop rules say why through
+:meth:`RunNotes.because`, its run checks say whether it runs through :meth:`RunNotes.state`, and the stop
+is said once by :meth:`RunNotes.stopped` (issue 27 §5).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+
+__all__ = ["RunNotes", "rss_mb"]
+
+log = logging.getLogger("laraq.worker.worker")
+
+#: The exit code of a stop over ``--memory`` (Laravel's ``Worker::EXIT_MEMORY_LIMIT``).
+EXIT_MEMORY_LIMIT = 12
+
+
+def rss_mb() -> float:
+    """Resident memory of this process in MB (Laravel compares ``memory_get_usage(true)``)."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            pages = int(fh.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 1048576
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class RunNotes:
+    """Why the worker stops, whether it runs or is paused, and what its memory check measured."""
+
+    def __init__(self, name: str, memory_limit: int) -> None:
+        self.name = name
+        self.memory_limit = memory_limit
+        self.reason = ""
+        self.current = "running"
+        #: the resident size (MB) the last ``--memory`` check measured
+        self.memory_seen = 0.0
+
+    def because(self, status: int, reason: str) -> int:
+        """Remember why the worker stops; returns ``status``."""
+        self.reason = reason
+        return status
+
+    def over_memory(self, limit_mb: int) -> bool:
+        """Measure the resident size now and compare it with ``limit_mb``."""
+        self.memory_seen = rss_mb()
+        return self.memory_seen >= limit_mb
+
+    def state(self, state: str) -> None:
+        """One line when the worker pauses or resumes, saying why."""
+        if state == self.current:
+            return
+        previous, self.current = self.current, state
+        if state == "running":
+            log.info("worker %s resumed (it was %s)", self.name, previous)
+        else:
+            log.info("worker %s %s", self.name, state)
+
+    def stopped(self, status: int) -> None:
+        """The stop's one line: the exit code and why (over ``--memory``: the size the check measured,
+        before anything was given back)."""
+        if status == EXIT_MEMORY_LIMIT:
+            log.warning("worker %s stopping (exit %d): memory limit of %d MB reached (this process: %.0f MB "
+                        "resident when checked)", self.name, status, self.memory_limit, self.memory_seen)
+        else:
+            log.info("worker %s stopping (exit %d): %s", self.name, status, self.reason or "done")

@@ -1,0 +1,139 @@
+"""The selective reserve (a queue shared with PHP workers): laraq takes only the jobs it has a handler
+for, leaves every other member where it is, and reserves what it takes exactly as Laravel's pop does.
+
+The reference for "exactly as Laravel's pop" is Laravel's own pop script text (``LuaScripts::pop``,
+the same from 8.0 to 13.x), run on the same Redis: a job taken by the selective reserve and the same
+job popped by Laravel's script leave byte-identical ``:reserved`` members and notify counts.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+
+from laraq.protocol.queue import RedisQueue
+
+#: Laravel's pop script (``Illuminate\\Queue\\LuaScripts::pop``, unchanged 8.0 to 13.x).
+LARAVEL_POP = """
+local job = redis.call('lpop', KEYS[1])
+local reserved = false
+if(job ~= false) then
+    reserved = cjson.decode(job)
+    reserved['attempts'] = reserved['attempts'] + 1
+    reserved = cjson.encode(reserved)
+    redis.call('zadd', KEYS[2], ARGV[1], reserved)
+    redis.call('lpop', KEYS[3])
+end
+return {job, reserved}
+"""
+
+
+def command_job(name: str, n: int, display: str | None = None) -> bytes:
+    return json.dumps({
+        "uuid": f"u{n}", "displayName": display or name, "job": "Illuminate\\Queue\\CallQueuedHandler@call",
+        "maxTries": None, "data": {"commandName": name, "command": f"O:1:\"X\":1:{{s:1:\"n\";i:{n};}}"},
+        "id": f"id{n}", "attempts": 0,
+    }).encode()
+
+
+def string_job(job: str, n: int) -> bytes:
+    return json.dumps({"uuid": f"s{n}", "displayName": job, "job": job, "data": {"n": n},
+                       "id": f"sid{n}", "attempts": 2}).encode()
+
+
+def push(client: redis.Redis, queue: RedisQueue, members: list[bytes]) -> None:
+    for m in members:
+        queue.push_raw(m)
+
+
+def test_takes_only_handled_jobs_and_leaves_the_rest_in_order(redis_client: redis.Redis) -> None:
+    queue = RedisQueue(redis_client, prefix="p_", retry_after=90)
+    keys = queue.keys()
+    members = [command_job("App\\Jobs\\Php", 0), command_job("App\\Jobs\\Py", 1), string_job("App\\Php@fire", 2),
+               command_job("App\\Jobs\\Php", 3), string_job("App\\Handlers\\Foo@bar", 4),
+               command_job("App\\Jobs\\Py", 5), b"not json", command_job("App\\Jobs\\Php", 6)]
+    push(redis_client, queue, members)
+    taken = queue.reserve_batch(count=10, handled=["App\\Jobs\\Py", "App\\Handlers\\Foo@bar"], window=100)
+    assert [t.body for t in taken] == [members[1], members[4], members[5]]
+    # the PHP-only ones stay in the list in their order; the unreadable member is parked as pop parks it
+    assert redis_client.lrange(keys.list, 0, -1) == [members[0], members[2], members[3], members[7]]
+    assert redis_client.lrange(keys.poison, 0, -1) == [b"not json"]
+    assert queue.last_skipped == 4
+    # one :notify token per member taken from the list (3 reserved + 1 poisoned), as pops consume them
+    assert redis_client.llen(keys.notify) == len(members) - 4
+    # each reserved member is what Laravel's own pop script writes for the same body
+    reference = redis.Redis(connection_pool=redis_client.connection_pool)
+    for t in taken:
+        reference.delete("ref", "ref:reserved", "ref:notify")
+        reference.rpush("ref", t.body)
+        _, laravel_reserved = reference.eval(LARAVEL_POP, 3, "ref", "ref:reserved", "ref:notify", 123)
+        assert t.reserved == laravel_reserved
+        assert redis_client.zscore(keys.reserved, t.reserved) is not None
+
+
+def test_window_bounds_the_look_and_a_head_it_cannot_run_is_never_moved(redis_client: redis.Redis) -> None:
+    queue = RedisQueue(redis_client, prefix="p_", retry_after=90)
+    keys = queue.keys()
+    members = [command_job("App\\Jobs\\Php", n) for n in range(5)] + [command_job("App\\Jobs\\Py", 9)]
+    push(redis_client, queue, members)
+    assert queue.reserve_batch(count=5, handled=["App\\Jobs\\Py"], window=3) == []
+    assert redis_client.lrange(keys.list, 0, -1) == members
+    assert redis_client.zcard(keys.reserved) == 0
+    assert redis_client.llen(keys.notify) == len(members)
+    taken = queue.reserve_batch(count=5, handled=["App\\Jobs\\Py"], window=10)
+    assert [t.body for t in taken] == [members[5]]
+    assert redis_client.lrange(keys.list, 0, -1) == members[:5]
+
+
+def test_names_match_as_the_app_resolves_them(redis_client: redis.Redis) -> None:
+    """displayName, data.commandName, a string job and its class (``@fire`` or no method), with leading
+    backslashes and spaces dropped, the way :meth:`laraq.app.App.candidates` reads a payload."""
+    from laraq.app import App
+    from laraq.protocol.payload import Payload
+
+    app = App()
+    for name in ("App\\Jobs\\ByCommand", "Shown As", "App\\Legacy", "App\\Handlers\\Foo@bar"):
+        app.handler(name)(lambda data, job: None)
+    members = [
+        command_job("\\App\\Jobs\\ByCommand", 1), command_job("App\\Other", 2, display="Shown As"),
+        string_job("App\\Legacy@fire", 3), string_job("App\\Legacy", 4), string_job(" \\App\\Handlers\\Foo@bar", 5),
+        string_job("App\\Legacy@handle", 6), command_job("App\\Nope", 7), string_job("App\\Handlers\\Foo", 8),
+    ]
+    queue = RedisQueue(redis_client, prefix="p_", retry_after=90)
+    push(redis_client, queue, members)
+    taken = queue.reserve_batch(count=20, handled=app.names, window=100)
+    expected = [m for m in members if app.resolve(Payload.parse(m)) is not None]
+    assert [t.body for t in taken] == expected
+    assert len(expected) == 5
+
+
+def test_batch_mode_without_names_is_unchanged(redis_client: redis.Redis) -> None:
+    queue = RedisQueue(redis_client, prefix="p_", retry_after=90)
+    members = [command_job("App\\Jobs\\Php", 0), command_job("App\\Jobs\\Py", 1)]
+    push(redis_client, queue, members)
+    assert [t.body for t in queue.reserve_batch(count=5)] == members
+
+
+@pytest.mark.parametrize("batch", [1, 100], ids=["classic", "fast"])
+def test_a_worker_runs_its_jobs_and_leaves_the_others_in_order(redis_client: redis.Redis, batch: int) -> None:
+    """The whole worker, classic loop and fast path, with the default ``--unhandled leave``."""
+    from laraq.app import App
+    from laraq.worker.worker import Worker, WorkerOptions
+
+    queue = RedisQueue(redis_client, prefix="p_", retry_after=90)
+    keys = queue.keys()
+    members = [command_job("App\\Jobs\\Php" if n % 3 else "App\\Jobs\\Py", n) for n in range(30)]
+    push(redis_client, queue, members)
+    ran: list[str] = []
+    app = App()
+    app.handler("App\\Jobs\\Py")(lambda command, job: ran.append(job.uuid))
+    worker = Worker(app, queue, "default", options=WorkerOptions(batch=batch, sleep=0, stop_when_empty=True))
+    try:
+        assert worker.daemon() == 0
+    finally:
+        worker.close()
+    assert ran == [f"u{n}" for n in range(0, 30, 3)]
+    assert redis_client.lrange(keys.list, 0, -1) == [m for n, m in enumerate(members) if n % 3]
+    assert redis_client.zcard(keys.reserved) == 0 and redis_client.zcard(keys.delayed) == 0
