@@ -36,9 +36,17 @@ def documented_acl() -> list[str]:
     return line.split("-@all", 1)[1].split()
 
 
+def documented_keys(prefix: str, horizon_prefix: str = "laravel_horizon:") -> list[str]:
+    """The key patterns of the doc's line (between ``resetkeys`` and ``resetchannels``), filled in."""
+    text = (ROOT / "compat-docs" / "protocol.md").read_text()
+    (line,) = re.findall(r"^ACL SETUSER laraq-worker .*$", text, re.M)
+    patterns = line.split("resetkeys", 1)[1].split("resetchannels", 1)[0].split()
+    return [p.replace("HORIZON_PREFIX", horizon_prefix).replace("PREFIX", prefix) for p in patterns]
+
+
 def make_user(admin: redis.Redis, prefix: str, permissions: list[str]) -> None:
-    admin.execute_command("ACL", "SETUSER", "laraq-worker", "reset", "on", ">s3cret", "resetkeys", f"~{prefix}*",
-                          "resetchannels", "-@all", *permissions)
+    admin.execute_command("ACL", "SETUSER", "laraq-worker", "reset", "on", ">s3cret", "resetkeys",
+                          *documented_keys(prefix), "resetchannels", "-@all", *permissions)
     admin.execute_command("ACL", "LOG", "RESET")
 
 
