@@ -44,6 +44,7 @@ from laraq.production.listeners import attach_listeners
 from laraq.production.logs import JobLogListener, configure_logging, json_logging_active
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.routing import QueueForwards
+from laraq.stores.batches import BatchTable
 from laraq.stores.cache import MaintenanceMode
 from laraq.stores.failed import connect_database
 from laraq.worker import prefork
@@ -365,7 +366,8 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
         cache=p.cache, failer=p.failer, encrypter=p.encrypter, output=output,
         maintenance=MaintenanceMode(settings, p.cache), on_job_popped=on_job_popped,
         on_jobs_popped=on_jobs_popped, listeners=[JobLogListener(job_lines=json_logs)],
-        model_loader=ModelLoader(lambda name: connect_database(settings.database(name)), p.app.model_schemas),
+        model_loader=ModelLoader(lambda name: connect_database(settings.database(name)), p.app.model_schemas,
+                                 BatchTable(settings.batch_database, settings.batch_table)),
     )
     _use_php(worker, params, settings, env)
     horizon = _horizon_listener(params, settings, p.queue.client)
