@@ -42,6 +42,7 @@ from laraq.config.phpworkers import shared_queue_warnings
 from laraq.config.settings import make_redis, parse_redis_url
 from laraq.production.listeners import attach_listeners
 from laraq.production.logs import JobLogListener, configure_logging, json_logging_active
+from laraq.protocol.phparray import set_command_limits
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.routing import QueueForwards
 from laraq.stores.batches import BatchTable
@@ -347,6 +348,7 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
     """
     p = prepared or prepare(params, env=env, app=app, checks=False)
     settings = p.settings
+    set_command_limits(params.get("max_command_bytes"), params.get("max_command_elements"))
     options = WorkerOptions(
         name=params["name"], backoff=str(params["backoff"]), memory=params["memory"], timeout=params["timeout"],
         sleep=params["sleep"], max_tries=params["tries"], force=params["force"],

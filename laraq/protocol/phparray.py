@@ -41,7 +41,7 @@ try:  # the C build of the hot path (setup.py, optional): without it the pure-Py
 except ImportError:  # pragma: no cover - no compiler when installed
     _speedups = None  # type: ignore[assignment]
 
-__all__ = ["PHPArray", "loads_php_arrays", "php_arrays", "unwrap"]
+__all__ = ["PHPArray", "loads_php_arrays", "php_arrays", "set_command_limits", "unwrap"]
 
 
 class PHPArray(dict[Any, Any]):
@@ -155,6 +155,16 @@ def _limit(name: str) -> int:
 #: the worker's limits on a job's command (bytes, values): none unless set in the environment
 COMMAND_MAX_BYTES: int = _limit("LARAQ_MAX_COMMAND_BYTES")
 COMMAND_MAX_ELEMENTS: int = _limit("LARAQ_MAX_COMMAND_ELEMENTS")
+
+
+def set_command_limits(max_bytes: int | None = None, max_elements: int | None = None) -> None:
+    """Set the worker's limits on a job's command (``laraq work --max-command-bytes/--max-command-elements``);
+    ``None`` keeps the current one (the environment's, else none)."""
+    global COMMAND_MAX_BYTES, COMMAND_MAX_ELEMENTS
+    if max_bytes is not None:
+        COMMAND_MAX_BYTES = max_bytes
+    if max_elements is not None:
+        COMMAND_MAX_ELEMENTS = max_elements
 
 
 def _c_build() -> Any:
