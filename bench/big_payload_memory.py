@@ -6,7 +6,7 @@
 
 For each size and shape, one ``App\\Jobs\\PlainJob`` whose public ``$nothing`` holds either one big string
 (``string``) or a list of short strings (``array``, 20 bytes each serialized) is dispatched; each worker runs it
-with ``--once --memory M`` in a fresh process, and ``wait4`` gives the process' peak RSS. PHP's
+with ``--stop-when-empty --memory M`` (the daemon loop, where both check memory after the job) in a fresh process, and ``wait4`` gives the process' peak RSS. PHP's
 ``--memory`` compares ``memory_get_usage()`` after the job (exit 12 when over); laraq compares its RSS after
 the job (exit 12 when over). The columns: exit code and peak RSS of each (MB), so the question "does a
 job PHP runs within --memory exceed it in laraq?" is the pair of exit codes. PHP's ``memory_limit`` is
@@ -88,11 +88,11 @@ def main() -> int:
                     for memory in (int(m) for m in args.memory.split(",")):
                         client.flushall()
                         body = push(app, client, size, shape, "pq") / MB
-                        php = waited(["php", "artisan", "queue:work", "redis", "--once", "--queue=pq",
+                        php = waited(["php", "artisan", "queue:work", "redis", "--stop-when-empty", "--queue=pq",
                                       f"--memory={memory}"], app.env, app.path)
                         push(app, client, size, shape, "lq")
                         laraq = waited([sys.executable, "-c", "from laraq.cli import main; main()", "work",
-                                        "--app", "bigmem_handlers:app", "--laravel", app.release, "--once",
+                                        "--app", "bigmem_handlers:app", "--laravel", app.release, "--stop-when-empty",
                                         "--no-supervise", "--queue=lq", "--memory", str(memory), "--sleep", "0",
                                         "-q"], env, ROOT)
                         left = client.llen(f"{app.prefix}queues:lq") + client.zcard(f"{app.prefix}queues:lq:reserved")
