@@ -45,16 +45,25 @@ def plain(command, job):
 '''
 
 
+#: Started by a small process of its own: a child's ``ru_maxrss`` starts from its parent's resident size
+#: at fork (Linux keeps the high-water mark across exec), so a child of this process, which built the
+#: 100 MB payloads, would report at least this process' size. The wrapper is small; its child is measured.
+_WRAPPER = ("import os, subprocess, sys\n"
+            "p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)\n"
+            "err = p.stderr.read()\n"
+            "_, status, usage = os.wait4(p.pid, 0)\n"
+            "code = os.waitstatus_to_exitcode(status)\n"
+            "print(code, usage.ru_maxrss // 1024)\n"
+            "sys.stderr.buffer.write(err[-2000:] if code not in (0, 12) else b'')\n")
+
+
 def waited(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[int, int]:
     """(exit code, peak RSS in MB) of one process."""
-    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    assert proc.stderr is not None
-    err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    code = os.waitstatus_to_exitcode(status)
-    if code not in (0, 12):
-        sys.stderr.write(err.decode(errors="replace")[-2000:])
-    return code, usage.ru_maxrss // 1024
+    out = subprocess.run([sys.executable, "-c", _WRAPPER, *argv], env=env, cwd=cwd, capture_output=True, text=True)
+    if out.stderr:
+        sys.stderr.write(out.stderr)
+    code, peak = out.stdout.split()
+    return int(code), int(peak)
 
 
 def push(app: PhpApp, client: object, size_mb: int, shape: str, queue: str) -> int:
