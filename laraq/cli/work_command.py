@@ -115,7 +115,7 @@ def work_cmd(**params: Any) -> None:
     """Process jobs on the queue (php artisan queue:work), running them with Python handlers.
 
     Exit codes: 0 stopped normally, 12 memory limit, 1 error, 2 usage error, 3 Redis unreachable,
-    4 Redis refused the credentials, 5 database fault, 6 bad settings (APP_KEY).
+    4 Redis refused the credentials, 5 database fault, 6 bad settings (APP_KEY, a Redis TLS certificate refused).
     """
     params.pop("delay", None)
     params.pop("daemon", None)
