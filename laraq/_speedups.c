@@ -291,14 +291,26 @@ static PyObject *finish(Frame *f) {
 static PyObject *pairs_loads(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *data;
     int max_depth;
-    if (!PyArg_ParseTuple(args, "Si:pairs_loads", &data, &max_depth)) return NULL;
+    if (!PyArg_ParseTuple(args, "Oi:pairs_loads", &data, &max_depth)) return NULL;
     if (ArrayType == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "laraq._speedups.configure() was not called");
         return NULL;
     }
     if (max_depth < 1 || max_depth > 100000) return Py_NewRef(Bail);
-    Py_ssize_t size = PyBytes_GET_SIZE(data);
-    cur_t p = (cur_t)PyBytes_AS_STRING(data), end = p + size;
+    /* bytes, or an ASCII str read in place (its characters are its UTF-8 bytes: no copy of a big
+     * command); any other str is the caller's to encode */
+    Py_ssize_t size;
+    cur_t p;
+    if (PyBytes_CheckExact(data)) {
+        size = PyBytes_GET_SIZE(data);
+        p = (cur_t)PyBytes_AS_STRING(data);
+    } else if (PyUnicode_CheckExact(data) && PyUnicode_IS_COMPACT_ASCII(data)) {
+        size = PyUnicode_GET_LENGTH(data);
+        p = (cur_t)PyUnicode_DATA(data);
+    } else {
+        return Py_NewRef(Bail);
+    }
+    cur_t end = p + size;
     /* A command nests a few levels deep: the frames start on the C stack and move to the heap only
      * past INLINE_FRAMES, growing with the depth reached (never sized by max_depth up front: zeroing
      * 512 frames, 20 KB, per job cost more than the rest of the parse's memory traffic). */
@@ -426,7 +438,7 @@ static PyObject *configure(PyObject *Py_UNUSED(self), PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"pairs_loads", pairs_loads, METH_VARARGS,
-     "pairs_loads(data: bytes, max_depth: int) -> value, or the bail marker outside the fast subset."},
+     "pairs_loads(data: bytes | ASCII str, max_depth: int) -> value, or the bail marker outside the fast subset."},
     {"configure", configure, METH_VARARGS,
      "configure(array_type, new_object, make_float, make_enum, bail): the Python pieces pairs_loads uses."},
     {NULL, NULL, 0, NULL},

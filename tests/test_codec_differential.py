@@ -53,9 +53,9 @@ Reader = Callable[[bytes], Any]
 
 @pytest.fixture(autouse=True)
 def _deep_enough() -> Any:
-    # exact() recurses: values nested up to max_depth (512) need more than Python's default 1000 frames
+    # exact() recurses: values nested up to max_depth (4096) need more than Python's default 1000 frames
     old = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(old, 6000))
+    sys.setrecursionlimit(max(old, 4 * DEPTH + 2000))
     yield
     sys.setrecursionlimit(old)
 
@@ -195,9 +195,10 @@ EDGES: list[bytes] = [
     # top-level scalars
     b"N;", b"i:5;", b"b:1;", b"d:0.5;", b's:1:"x";', b"", b"x", b"}", b"{",
 ]
-for _levels in (1, 16, 17, 511, 512, 513):
+for _levels in (1, 16, 17, DEPTH - 1, DEPTH, DEPTH + 1):
     EDGES.append(b"a:1:{i:0;" * _levels + b"N;" + b"}" * _levels)
     EDGES.append(b'O:1:"A":1:{s:1:"a";' * _levels + b"N;" + b"}" * _levels)
+    EDGES.append(b"a:1:{i:0;" * _levels + b"a:0:{}" + b"}" * _levels)  # PHP: an empty array is no level
 
 
 @pytest.mark.parametrize("data", EDGES, ids=[repr(e[:40]) for e in EDGES])

@@ -116,7 +116,7 @@ def test_everything_else_steps_aside(c_loads, raw: bytes) -> None:
 
 
 def test_depth_is_bounded(c_loads) -> None:
-    deep = b"a:1:{i:0;" * 600 + b"N;" + b"}" * 600
+    deep = b"a:1:{i:0;" * (DEPTH + 88) + b"N;" + b"}" * (DEPTH + 88)
     assert c_loads(deep, DEPTH) is BAIL
     shallow = b"a:1:{i:0;" * 10 + b"N;" + b"}" * 10
     # ten containers: allowed at max_depth 10, not at 9 - the pure path's rule

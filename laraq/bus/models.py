@@ -38,6 +38,7 @@ from laraq.protocol.serializer import (
     deref,
     is_model_identifier,
 )
+from laraq.stores.batches import BatchTable
 from laraq.stores.database import dialect_of, locked_cursor
 
 __all__ = [
@@ -163,9 +164,12 @@ class ModelLoader:
     """Loads model rows through the app's database connections (opened on first use, kept, shared by
     the worker's threads one statement at a time)."""
 
-    def __init__(self, connect: Callable[[str | None], Any], schemas: Mapping[str, ModelSchema] | None = None) -> None:
+    def __init__(self, connect: Callable[[str | None], Any], schemas: Mapping[str, ModelSchema] | None = None,
+                 batching: BatchTable | None = None) -> None:
         #: ``connect(name)`` opens a DB-API connection for a Laravel connection name (None: the default)
         self._connect = connect
+        #: the app's ``queue.batching`` (:mod:`laraq.stores.batches` reads and writes batch rows there)
+        self.batching = batching or BatchTable()
         self.schemas: Mapping[str, ModelSchema] = schemas if schemas is not None else {}
         self._conns: dict[str | None, tuple[Any, threading.Lock]] = {}
         self._guard = threading.Lock()

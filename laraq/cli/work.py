@@ -42,8 +42,10 @@ from laraq.config.phpworkers import shared_queue_warnings
 from laraq.config.settings import make_redis, parse_redis_url
 from laraq.production.listeners import attach_listeners
 from laraq.production.logs import JobLogListener, configure_logging, json_logging_active
+from laraq.protocol.phparray import set_command_limits
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.routing import QueueForwards
+from laraq.stores.batches import BatchTable
 from laraq.stores.cache import MaintenanceMode
 from laraq.stores.failed import connect_database
 from laraq.worker import prefork
@@ -346,6 +348,7 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
     """
     p = prepared or prepare(params, env=env, app=app, checks=False)
     settings = p.settings
+    set_command_limits(params.get("max_command_bytes"), params.get("max_command_elements"))
     options = WorkerOptions(
         name=params["name"], backoff=str(params["backoff"]), memory=params["memory"], timeout=params["timeout"],
         sleep=params["sleep"], max_tries=params["tries"], force=params["force"],
@@ -365,7 +368,8 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
         cache=p.cache, failer=p.failer, encrypter=p.encrypter, output=output,
         maintenance=MaintenanceMode(settings, p.cache), on_job_popped=on_job_popped,
         on_jobs_popped=on_jobs_popped, listeners=[JobLogListener(job_lines=json_logs)],
-        model_loader=ModelLoader(lambda name: connect_database(settings.database(name)), p.app.model_schemas),
+        model_loader=ModelLoader(lambda name: connect_database(settings.database(name)), p.app.model_schemas,
+                                 BatchTable(settings.batch_database, settings.batch_table)),
     )
     _use_php(worker, params, settings, env)
     horizon = _horizon_listener(params, settings, p.queue.client)

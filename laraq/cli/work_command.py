@@ -83,6 +83,12 @@ _CONFIG_ENV = "LARAQ_WORKER_CONFIG"
 @click.option("--php-app", default=None, type=click.Path(file_okay=False),
               help="The Laravel app on this host: PHP runs chain steps, batch bookkeeping, unique locks and "
                    "failed() in-process, at artisan's moment (default: the --env-file's directory if it has artisan).")
+@click.option("--max-command-bytes", type=click.IntRange(1), default=None, metavar="BYTES",
+              help="Fail a job whose serialized command is larger (default: LARAQ_MAX_COMMAND_BYTES, else no "
+                   "limit, as PHP's unserialize()).")
+@click.option("--max-command-elements", type=click.IntRange(1), default=None, metavar="COUNT",
+              help="Fail a job whose command holds more values and keys (default: LARAQ_MAX_COMMAND_ELEMENTS, "
+                   "else no limit).")
 @click.option("--redis-url", default=None, help="Queue Redis URL (overrides REDIS_HOST/PORT/...).")
 @click.option("--prefix", default=None, help="Redis key prefix (default: REDIS_PREFIX or the version's).")
 @click.option("--retry-after", default=None, help="Override the connection's retry_after (seconds, or 'null').")
@@ -113,7 +119,7 @@ def work_cmd(**params: Any) -> None:
     """Process jobs on the queue (php artisan queue:work), running them with Python handlers.
 
     Exit codes: 0 stopped normally, 12 memory limit, 1 error, 2 usage error, 3 Redis unreachable,
-    4 Redis refused the credentials, 5 database fault, 6 bad settings (APP_KEY).
+    4 Redis refused the credentials, 5 database fault, 6 bad settings (APP_KEY, a Redis TLS certificate refused).
     """
     params.pop("delay", None)
     params.pop("daemon", None)

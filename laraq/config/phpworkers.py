@@ -8,6 +8,9 @@ class's ``handle()`` (often empty) and deletes the job: the Python handler never
 ``laraq doctor`` say so when such a supervisor shares one of laraq's queues. laraq's own supervisors
 (``<master>:laraq-<name>``) are not PHP workers. Plain ``php artisan queue:work`` processes leave no record
 in Redis and cannot be seen.
+
+Horizon keeps those records on the Redis connection its ``horizon.use`` names, which can be another server
+(or database) than the queue's: when the app's config names one, they are read there.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from laraq.config.settings import make_redis
 from laraq.protocol.versions import _slug
 
 if TYPE_CHECKING:
@@ -81,15 +85,31 @@ def php_supervisors(client: Any, prefix: str, *, now: float | None = None) -> li
     return out
 
 
+def _horizon_client(client: Any, settings: LaravelSettings) -> Any:
+    """A client on the connection Horizon stores on: ``client`` (the queue's) unless the app's config was read
+    and its ``horizon.use`` names another connection."""
+    use = settings.horizon_use
+    if settings.horizon_prefix is None or not use or use == settings.redis_queue_connection:
+        return client
+    try:
+        return make_redis(settings, use, socket_connect_timeout=2, socket_timeout=2)
+    except ValueError:  # the app's config has no such connection: Horizon itself would not boot
+        return client
+
+
 def shared_queue_warnings(client: Any, settings: LaravelSettings, connection: str,
                           queues: Iterable[str]) -> list[str]:
     """One warning per PHP supervisor that works one of ``queues`` on ``connection`` (none when Horizon's
     records cannot be read)."""
     wanted = set(queues)
+    horizon_client = _horizon_client(client, settings)
     try:
-        supervisors = php_supervisors(client, horizon_prefix(settings))
-    except Exception:  # no Horizon, another server, a cluster without that slot: nothing to say
+        supervisors = php_supervisors(horizon_client, horizon_prefix(settings))
+    except Exception:  # no Horizon, a server not reachable, a cluster without that slot: nothing to say
         return []
+    finally:
+        if horizon_client is not client:
+            horizon_client.close()
     out = []
     for sup in supervisors:
         shared = sorted(q for c, q in sup.queues if c == connection and q in wanted)

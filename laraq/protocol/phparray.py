@@ -41,7 +41,7 @@ try:  # the C build of the hot path (setup.py, optional): without it the pure-Py
 except ImportError:  # pragma: no cover - no compiler when installed
     _speedups = None  # type: ignore[assignment]
 
-__all__ = ["PHPArray", "loads_php_arrays", "php_arrays", "unwrap"]
+__all__ = ["PHPArray", "loads_php_arrays", "php_arrays", "set_command_limits", "unwrap"]
 
 
 class PHPArray(dict[Any, Any]):
@@ -120,7 +120,7 @@ def php_arrays(value: Any) -> Any:
     return root
 
 
-def loads_php_arrays(data: bytes, *, max_bytes: int | None = None, max_elements: int | None = None) -> Any:
+def loads_php_arrays(data: bytes | str, *, max_bytes: int | None = None, max_elements: int | None = None) -> Any:
     """``php_arrays(loads(data))`` in one pass: every PHP array is built as a :class:`PHPArray` while
     parsing instead of converted afterwards; the same value either way.
 
@@ -130,6 +130,10 @@ def loads_php_arrays(data: bytes, *, max_bytes: int | None = None, max_elements:
     ``max_bytes``/``max_elements`` set limits (the environment variables ``LARAQ_MAX_COMMAND_BYTES`` /
     ``LARAQ_MAX_COMMAND_ELEMENTS`` give the worker's defaults); over one, ``PHPSerializeError``.
 
+    ``data`` may be the ``str`` of ``data.command`` itself: an ASCII one (PHP's ``serialize()`` of ASCII
+    text, the usual command) is then read in place, without the copy ``.encode()`` makes of a big command
+    (a 50 MB command: 50 MB less at the decode's peak); any other is encoded first.
+
     With the C build (``laraq._speedups``) the usual command (no references) is read in C; whatever it
     steps aside from (references, ``C:`` objects, anything malformed) goes to the reference reader,
     which decides and reports as before. Without it, the pure-Python readers of
@@ -137,8 +141,10 @@ def loads_php_arrays(data: bytes, *, max_bytes: int | None = None, max_elements:
     """
     max_bytes = COMMAND_MAX_BYTES if max_bytes is None else max_bytes
     max_elements = COMMAND_MAX_ELEMENTS if max_elements is None else max_elements
+    if type(data) is str and not data.isascii():
+        data = data.encode("utf-8")  # an ASCII str is read in place by C (its characters are its bytes)
     size = len(data)
-    if _c_pairs_loads is not None and type(data) is bytes and 0 < size <= max_bytes and size <= max_elements:
+    if _c_pairs_loads is not None and type(data) in (bytes, str) and 0 < size <= max_bytes and size <= max_elements:
         value = _c_pairs_loads(data, DEFAULT_MAX_DEPTH)
         if value is not BAIL:
             return value
@@ -155,6 +161,16 @@ def _limit(name: str) -> int:
 #: the worker's limits on a job's command (bytes, values): none unless set in the environment
 COMMAND_MAX_BYTES: int = _limit("LARAQ_MAX_COMMAND_BYTES")
 COMMAND_MAX_ELEMENTS: int = _limit("LARAQ_MAX_COMMAND_ELEMENTS")
+
+
+def set_command_limits(max_bytes: int | None = None, max_elements: int | None = None) -> None:
+    """Set the worker's limits on a job's command (``laraq work --max-command-bytes/--max-command-elements``);
+    ``None`` keeps the current one (the environment's, else none)."""
+    global COMMAND_MAX_BYTES, COMMAND_MAX_ELEMENTS
+    if max_bytes is not None:
+        COMMAND_MAX_BYTES = max_bytes
+    if max_elements is not None:
+        COMMAND_MAX_ELEMENTS = max_elements
 
 
 def _c_build() -> Any:

@@ -59,7 +59,7 @@ _MAX_FLOAT_LEXEME = 1100
 class _Frame:
     """One open (or finished) array or object while parsing."""
 
-    __slots__ = ("closed", "data", "is_list", "key", "kind", "obj", "ref", "remaining", "slot", "value")
+    __slots__ = ("closed", "data", "deep", "is_list", "key", "kind", "obj", "ref", "remaining", "slot", "value")
 
     def __init__(self, kind: int, remaining: int, slot: int) -> None:
         self.kind = kind  # ord("a") or ord("O")
@@ -72,6 +72,7 @@ class _Frame:
         self.ref: PHPReference | None = None
         self.value: Any = None
         self.closed = False
+        self.deep = False  # counted in PHP's unserialize depth: an object, or an array with members
 
 
 def _describe(data: bytes, pos: int) -> str:
@@ -277,6 +278,7 @@ def _reference_loads(data: bytes, size: int, max_depth: int, max_elements: int, 
     slot_owner: list[_Frame | None] = []
     slot_key: list[Any] = []
     count = 0
+    depth = 0  # open levels as PHP counts them (see _Frame.deep)
     pos = 0
     top: _Frame | None = None
     result: Any = None
@@ -291,6 +293,7 @@ def _reference_loads(data: bytes, size: int, max_depth: int, max_elements: int, 
                     raise _err(f"expected '}}' to close {kind}, found {_describe(data, pos)}", pos)
                 pos += 1
                 frame = stack.pop()
+                depth -= frame.deep
                 if frame.kind == 97:
                     d = frame.data
                     final: Any = d if array is not None or not frame.is_list else list(d.values())
@@ -369,8 +372,6 @@ def _reference_loads(data: bytes, size: int, max_depth: int, max_elements: int, 
             pos = m.end() + 1
             value = _float_value(m.group().decode("ascii"))
         elif c == 97 or c == 79:  # a, O
-            if len(stack) >= max_depth:
-                raise _err(f"nesting deeper than max_depth={max_depth}", pos)
             if c == 97:
                 n, pos = _read_uint(data, pos + 2, "array element count", b":")
                 obj = None
@@ -388,7 +389,15 @@ def _reference_loads(data: bytes, size: int, max_depth: int, max_elements: int, 
                 raise _err(f"declared count {n} exceeds what the remaining {size - pos} bytes can hold", start)
             if count + 2 * n > max_elements:
                 raise _err(f"declared count {n} exceeds max_elements={max_elements}", start)
+            # PHP's unserialize_max_depth counts objects and arrays with members (an empty array is not
+            # a level): at most max_depth of them open at once, as PHP (4096 by default)
+            deep = obj is not None or n > 0
+            if deep:
+                if depth >= max_depth:
+                    raise _err(f"nesting deeper than max_depth={max_depth} (PHP's unserialize_max_depth)", start)
+                depth += 1
             frame = _Frame(c, n, len(slot_vals))
+            frame.deep = deep
             frame.data = {} if array is None or obj is not None else array()
             if obj is not None:
                 obj._props = frame.data

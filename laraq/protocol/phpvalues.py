@@ -41,8 +41,9 @@ __all__ = [
 
 #: Largest input :func:`loads` accepts unless told otherwise (bytes).
 DEFAULT_MAX_BYTES: Final = 32 * 1024 * 1024
-#: Deepest nesting of arrays/objects :func:`loads` and :func:`dumps` accept unless told otherwise.
-DEFAULT_MAX_DEPTH: Final = 512
+#: Deepest nesting of arrays/objects :func:`loads` and :func:`dumps` accept unless told otherwise: PHP's
+#: ``unserialize_max_depth`` default (objects and non-empty arrays count, as PHP counts them).
+DEFAULT_MAX_DEPTH: Final = 4096
 #: Most values (array keys included) one :func:`loads` call builds unless told otherwise.
 DEFAULT_MAX_ELEMENTS: Final = 1_000_000
 

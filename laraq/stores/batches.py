@@ -1,9 +1,10 @@
-"""A Python handler's view of its batch: ``Batchable::batch()->cancelled()`` read from ``job_batches``.
+"""A Python handler's view of its batch: ``Batchable::batch()->cancelled()`` read from the batches table.
 
-Laravel's ``DatabaseBatchRepository`` keeps a batch in the ``job_batches`` table of the app's default
-database connection (``queue.batching.database``/``table``, stock: ``DB_CONNECTION`` and
-``job_batches``); a cancelled batch has ``cancelled_at`` set. laraq reads it through the same
-connections it loads models with (:class:`laraq.bus.models.ModelLoader`). ``SkipIfBatchCancelled`` uses
+Laravel's ``DatabaseBatchRepository`` keeps a batch in the table and on the database connection that
+``queue.batching.table``/``database`` name (stock: ``job_batches`` on the default connection); a cancelled
+batch has ``cancelled_at`` set. laraq reads it through the same connections it loads models with
+(:class:`laraq.bus.models.ModelLoader`), at the :class:`BatchTable` that loader carries (the app's
+``queue.batching``, read by :mod:`laraq.config.effective`). ``SkipIfBatchCancelled`` uses
 this check in :mod:`laraq.bus.middleware`.
 
 When PHP is not on the worker's host, :func:`record_success` and :func:`record_failure` do the data half
@@ -29,9 +30,24 @@ from laraq.stores.database import dialect_of, locked_cursor
 if TYPE_CHECKING:
     from laraq.bus.job import Job
 
-__all__ = ["BatchCounts", "batch_cancelled", "batch_id", "record_failure", "record_success"]
+__all__ = ["BatchCounts", "BatchTable", "batch_cancelled", "batch_id", "record_failure", "record_success"]
 
 TABLE = "job_batches"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchTable:
+    """Where ``DatabaseBatchRepository`` keeps batches: ``queue.batching.database`` (None: the app's default
+    connection) and ``queue.batching.table``."""
+
+    connection: str | None = None
+    table: str = TABLE
+
+
+def _where(db: Any) -> BatchTable:
+    """The batches table of the loader ``db`` (the stock one when it carries none)."""
+    found = getattr(db, "batching", None)
+    return found if isinstance(found, BatchTable) else BatchTable()
 
 
 def batch_id(job: Job) -> str | None:
@@ -57,7 +73,8 @@ def batch_cancelled(job: Job) -> bool:
     if db is None:
         raise RuntimeError(f"{job.name}: the batch's cancellation is in the database, and no database is "
                            "configured for this worker (DB_*)")
-    rows = db.select(None, TABLE, "id", [bid])
+    where = _where(db)
+    rows = db.select(where.connection, where.table, "id", [bid])
     return bool(rows) and rows[0].get("cancelled_at") is not None
 
 
@@ -98,23 +115,24 @@ def _options(raw: Any) -> dict[Any, Any]:
 def _atomic(db: Any, batch: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any] | None:
     """``DatabaseBatchRepository::updateAtomicValues``: read the row under its lock (``FOR UPDATE``;
     SQLite's write lock), write ``change(row)``, commit. None when the row is gone."""
-    conn, lock = db.connection(None)
+    where = _where(db)
+    conn, lock = db.connection(where.connection)
     dialect = dialect_of(conn)
 
     def q(ident: str) -> str:
-        return "`" + ident + "`" if dialect == "mysql" else '"' + ident + '"'
+        return "`" + ident.replace("`", "``") + "`" if dialect == "mysql" else '"' + ident.replace('"', '""') + '"'
 
     ph = "?" if dialect == "sqlite" else "%s"
     suffix = "" if dialect == "sqlite" else " FOR UPDATE"
     with locked_cursor(conn, lock, sqlite_immediate=dialect == "sqlite") as cur:
-        cur.execute(f"SELECT * FROM {q(TABLE)} WHERE {q('id')} = {ph}{suffix}", [batch])
+        cur.execute(f"SELECT * FROM {q(where.table)} WHERE {q('id')} = {ph}{suffix}", [batch])
         found = cur.fetchone()
         if found is None:
             return None
         row = dict(zip([d[0] for d in cur.description], found, strict=True))
         values = change(row)
         sets = ", ".join(f"{q(k)} = {ph}" for k in values)
-        cur.execute(f"UPDATE {q(TABLE)} SET {sets} WHERE {q('id')} = {ph}", [*values.values(), batch])
+        cur.execute(f"UPDATE {q(where.table)} SET {sets} WHERE {q('id')} = {ph}", [*values.values(), batch])
         return {**row, **values}
 
 

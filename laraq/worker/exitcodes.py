@@ -2,7 +2,8 @@
 
 artisan's codes are kept (0 stopped, 1 error, 2 usage, 12 memory); the codes 3-6 name faults of the
 surroundings, so a process manager or a script can tell "Redis is down" from "the password is wrong"
-without reading logs. The table is in ``compat-docs/worker.md`` ("Exit codes"). :func:`explain` is used by
+without reading logs. A TLS certificate Redis's CA or host name does not pass, or ``rediss://`` to a
+plain-text port, is a settings fault (6), not an outage (3): restarting will not fix it. The table is in ``compat-docs/worker.md`` ("Exit codes"). :func:`explain` is used by
 the worker at start (:mod:`laraq.worker.startup`) and by every ``laraq`` command (:mod:`laraq.cli.errors`).
 """
 
@@ -16,6 +17,7 @@ from laraq.protocol.encryption import DecryptError
 __all__ = [
     "EXIT_SUCCESS", "EXIT_ERROR", "EXIT_USAGE", "EXIT_REDIS_UNREACHABLE", "EXIT_REDIS_AUTH",
     "EXIT_DATABASE", "EXIT_CONFIG", "EXIT_MEMORY_LIMIT", "explain", "one_line", "tls_advice",
+    "tls_is_settings_fault",
     "acl_message", "is_acl_denial",
 ]
 
@@ -79,6 +81,14 @@ def tls_advice(text: str, url: str) -> tuple[str, str] | None:
     return None
 
 
+def tls_is_settings_fault(text: str) -> bool:
+    """Is the TLS fault in ``text`` one that only a settings change fixes (a certificate the CA, host name
+    or dates refuse; ``rediss://`` to a plain-text port), as opposed to one a down server also gives?"""
+    lower = text.lower()
+    return any(m in lower for m in ("certificate verify failed", "certificate_verify_failed",
+                                    "wrong_version_number", "wrong version number", "unknown protocol"))
+
+
 def acl_message(denial: Denial, where: str, text: str, redis_url: str | None) -> str:
     """One line for an ACL denial: what was refused, where, and the ``ACL SETUSER`` that grants it."""
     user = None
@@ -120,7 +130,8 @@ def explain(exc: BaseException, *, redis_url: str | None = None) -> tuple[str, i
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
         tls = tls_advice(text, redis_url or "")
         if tls is not None:
-            return f"{tls[0].format(where=where)} ({text}); {tls[1]}", EXIT_REDIS_UNREACHABLE
+            code = EXIT_CONFIG if tls_is_settings_fault(text) else EXIT_REDIS_UNREACHABLE
+            return f"{tls[0].format(where=where)} ({text}); {tls[1]}", code
         return f"cannot reach Redis{where} ({text}); start it there, or {_REDIS_FIX}", EXIT_REDIS_UNREACHABLE
     if _is_db_error(exc):
         fix = ("run the app's migrations (`php artisan migrate`) so the table exists"
