@@ -207,6 +207,7 @@ class Lifecycle:
         text = job.payload.command
         if text is None:
             raise PayloadError(f"{job.name} (uuid {job.uuid}) has no data.command to unserialize")
+        raw: bytes | str
         if job.payload.is_encrypted_command:
             if self.encrypter is None:
                 raise RuntimeError(f"Unable to extract job payload: {job.name} is encrypted and APP_KEY is not set")
@@ -215,7 +216,7 @@ class Lifecycle:
             except Exception as exc:
                 raise RuntimeError(f"Cannot decrypt the command of {job.name} (uuid {job.uuid}): {exc}") from exc
         else:
-            raw = text.encode("utf-8")
+            raw = text  # the str itself: an ASCII command is read in place, without a copy at the peak
         try:
             job.command = loads_php_arrays(raw)
         except PHPSerializeError as exc:
