@@ -107,7 +107,16 @@ def fork_workers(processes: int, *, max_jobs: int, max_time: float) -> tuple[boo
         read_fd, write_fd = os.pipe()
         env: dict[str, str] = {}
         _worker_env(env, write_fd, index, banner_shown=index > 0, max_jobs=max_jobs, max_time=max_time)
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:  # no process left (EAGAIN, ENOMEM): the ones started must not run unsupervised
+            for started, fd in adopted:
+                os.kill(started, signal.SIGKILL)
+                os.close(fd)
+            for fd in (read_fd, write_fd):
+                os.close(fd)
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+            raise
         if pid == 0:  # the worker
             try:
                 signal.pthread_sigmask(signal.SIG_SETMASK, previous)
