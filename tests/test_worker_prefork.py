@@ -27,6 +27,12 @@ pytestmark = pytest.mark.php
 KEY = "laravel_database_queues:fast"  # the queue of test_worker_fastpath's helpers
 
 
+def _supervisor_execd(pid: int) -> bool:
+    """The process runs the supervisor: ``python -S`` (no site, no laraq), no longer ``laraq work``."""
+    with open(f"/proc/{pid}/cmdline", "rb") as fh:
+        return b"-S" in fh.read().split(b"\0")
+
+
 def _children(pid: int) -> list[int]:
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as fh:
@@ -61,10 +67,9 @@ def test_two_processes_share_the_queue_and_stop_when_empty(laravel: str, redis_c
     proc = popen_laraq(app, "--queue=fast", "--processes=2", "--stop-when-empty", "--quiet", "--batch=2",
                        "--no-prefetch")
     try:
-        supervisor_rss = wait_for(lambda: len(_children(proc.pid)) == 2 and _rss_kb(proc.pid), timeout=30)
-        with open(f"/proc/{proc.pid}/cmdline", "rb") as fh:
-            cmdline = fh.read().split(b"\0")
-        assert b"-S" in cmdline  # the supervisor runs without site and without laraq
+        # the workers are forked before laraq work execs the supervisor: wait for the exec too
+        supervisor_rss = wait_for(lambda: len(_children(proc.pid)) == 2 and _supervisor_execd(proc.pid)
+                                  and _rss_kb(proc.pid), timeout=30)
         assert proc.wait(120) == 0, proc.stderr.read() if proc.stderr else ""
     finally:
         _stop(proc)

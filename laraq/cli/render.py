@@ -10,6 +10,9 @@
   second however fast the items go (:class:`ThrottledBar`), plus once at the end.
 
 Machine output (``--json``) does not come through here: it is :func:`laraq.cli.ops.emit_json`.
+
+``rich`` (about a quarter of ``laraq status``'s own start-up) is imported when a table is drawn, not when
+a command that may draw one is loaded: :class:`Column` only records a column's header and options.
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
-from rich import box
-from rich.console import Console, RenderableType
-from rich.table import Column, Table
-from rich.text import Text
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.table import Table
+    from rich.text import Text
 
 __all__ = ["Column", "ThrottledBar", "cell", "kv_table", "make_table", "print_renderable", "print_table", "progress",
            "stderr_stream"]
@@ -50,8 +54,24 @@ def _is_tty(stream: Any) -> bool:
         return False
 
 
+class Column:
+    """A table column: its header and the options of :class:`rich.table.Column` (``justify``, ``no_wrap``,
+    ``overflow``, ``min_width``, ``style``...), made into one when the table is drawn."""
+
+    __slots__ = ("header", "options")
+
+    def __init__(self, header: str = "", **options: Any) -> None:
+        self.header = header
+        self.options = options
+
+    def __repr__(self) -> str:
+        return f"Column({self.header!r}, **{self.options!r})"
+
+
 def cell(value: Any) -> Text:
     """One table cell as literal text (``None`` prints empty)."""
+    from rich.text import Text  # start-up: rich only when a table is drawn
+
     if isinstance(value, Text):
         return value
     return Text("" if value is None else str(value))
@@ -59,13 +79,20 @@ def cell(value: Any) -> Text:
 
 def make_table(columns: Sequence[str | Column], *, show_header: bool = True) -> Table:
     """A clean table: a header, one rule under it, columns two spaces apart, no outer frame."""
-    cols = [c if isinstance(c, Column) else Column(c) for c in columns]
+    # start-up: rich only when a table is drawn
+    from rich import box
+    from rich.table import Column as RichColumn  # start-up: as above
+    from rich.table import Table  # start-up: as above
+
+    cols = [RichColumn(c.header, **c.options) if isinstance(c, Column) else RichColumn(c) for c in columns]
     return Table(*cols, box=box.SIMPLE_HEAD if show_header else None, show_edge=False, pad_edge=False,
                  show_header=show_header, header_style="bold", padding=(0, 1))
 
 
 def print_renderable(renderable: RenderableType) -> None:
     """Render on standard output; on a terminal with colours, elsewhere as plain stripped text."""
+    from rich.console import Console  # start-up: rich only when a table is drawn
+
     out = stdout_stream()
     tty = _is_tty(out)
     buffer = io.StringIO()

@@ -1,14 +1,17 @@
 """``laraq work``'s command line: its options, and the exec into the supervisor (:mod:`laraq.worker.prefork`).
 
-This module is all that the ``laraq work`` process imports before it becomes the supervisor: click and a
-few standard modules, no worker, no Redis client. The worker process (:func:`laraq.cli.work.child_main`)
-and ``--no-supervise`` import :mod:`laraq.cli.work`, where the worker is built and run. Importing the
-whole worker here only to replace the process image a moment later cost each start-up a full import
+This module imports click and a few standard modules, no worker and no Redis client, so that looking
+the command up (``laraq --help``, ``laraq work --help``, a usage error) stays light. When the command
+runs, :mod:`laraq.cli.work` (where the worker is built and run) is imported once: in this process for
+``--no-supervise``, and with the supervisor (the default) just before the worker processes are forked
+from this one, which then execs the supervisor (:func:`_exec_supervisor`). A start-up is thus one
+interpreter with the worker's imports plus the small ``python -S`` supervisor, not three interpreters
 (see ``compat-docs/performance.md``, issue 33).
 """
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -141,12 +144,31 @@ def work_cmd(**params: Any) -> None:
 
 
 def _exec_supervisor(params: dict[str, Any], processes: int) -> None:
-    """Become the small supervisor of :mod:`laraq.worker.prefork` (this process image is replaced)."""
+    """Fork the workers, then become the small supervisor of :mod:`laraq.worker.prefork` (this process
+    image is replaced; the workers, forked before, are its children and are adopted).
+
+    The workers go on in this interpreter (:func:`laraq.worker.prefork.fork_workers`): a worker of its own
+    ``posix_spawn`` would start a third interpreter and import everything again (about 0.1 s of CPU and
+    more of wall time on a loaded host; see compat-docs/performance.md, issue 33).
+    """
     from laraq.worker import prefork  # start-up: the supervisor's module, imported just before the exec
 
     os.environ[_CONFIG_ENV] = json.dumps(params)
+    # The worker's modules, imported once before the fork (the workers share those pages until they
+    # write to them) and then kept out of the collector's passes, which would otherwise touch (copy)
+    # every page holding an object. No gc.collect() first: the imports leave no garbage (it finds 0
+    # objects) and a full pass over their ~42,000 objects cost 70-100 ms here. The worker's own
+    # collect-and-freeze after its boot then walks only what was made after the fork.
+    runner = importlib.import_module("laraq.cli.work")
+    gc.freeze()
+    in_worker, adopted = prefork.fork_workers(processes, max_jobs=params["max_jobs"] or 0,
+                                              max_time=params["max_time"] or 0)
+    if in_worker:
+        runner.child_main()  # exits (SystemExit): never returns into the supervisor's code
+        sys.exit(1)
     argv = prefork.spawn_argv(processes, once=bool(params["once"]), max_jobs=params["max_jobs"] or 0,
-                              max_time=params["max_time"] or 0, json_logs=params.get("log_format") == "json")
+                              max_time=params["max_time"] or 0, json_logs=params.get("log_format") == "json",
+                              adopted=adopted)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(argv[0], argv)

@@ -12,10 +12,10 @@ Both read and build :class:`laraq.protocol.phpvalues.PHPObject`; ``compat-docs/s
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any, ClassVar, Final
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from laraq.protocol.phpvalues import PHPObject, PHPSerializeError, PropertyKey
 
@@ -87,6 +87,8 @@ def to_datetime(obj: PHPObject) -> datetime:
     micro = int((m.group(7) or "0").ljust(6, "0"))
     tz: tzinfo
     if tz_type == 3:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # start-up: zoneinfo only when a dated job comes
+
         try:
             tz = ZoneInfo(tz_name)
         except (ZoneInfoNotFoundError, ValueError):
@@ -116,7 +118,9 @@ def from_datetime(dt: datetime, class_name: str = "Illuminate\\Support\\Carbon")
     tz = dt.tzinfo
     if tz is None or dt.utcoffset() is None:
         raise ValueError("from_datetime() needs an aware datetime")
-    if isinstance(tz, ZoneInfo):
+    # start-up: zoneinfo is imported when first used; a ZoneInfo zone exists only once it has been
+    zoneinfo = sys.modules.get("zoneinfo")
+    if zoneinfo is not None and isinstance(tz, zoneinfo.ZoneInfo):
         tz_type, tz_name = 3, tz.key
     elif tz is UTC:
         tz_type, tz_name = 3, "UTC"

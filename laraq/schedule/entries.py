@@ -38,9 +38,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from cronsim import CronSim, CronSimError
 
 __all__ = [
     "CatchUp",
@@ -94,6 +91,11 @@ class Cron:
     def __post_init__(self) -> None:
         expr = ALIASES.get(self.expr.strip().lower(), " ".join(self.expr.split()))
         object.__setattr__(self, "expr", expr)
+        # start-up: zoneinfo and cronsim load with the first cron entry, not with every worker
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        from cronsim import CronSim, CronSimError  # start-up: as zoneinfo above
+
         try:
             zone = ZoneInfo(self.tz)
         except (ZoneInfoNotFoundError, ValueError) as exc:
@@ -106,6 +108,8 @@ class Cron:
 
     def after(self, t: float) -> Any:
         """An iterator of due times (unix seconds) strictly after ``t``."""
+        from cronsim import CronSim  # start-up: see __post_init__ (loaded there already)
+
         start = datetime.fromtimestamp(math.floor(t), self._zone)  # type: ignore[attr-defined]
         return (math.floor(d.timestamp()) for d in CronSim(self.expr, start))
 

@@ -11,7 +11,6 @@ opens the same database with the Python driver of its kind (:func:`connect_datab
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
@@ -118,6 +117,8 @@ def connect_database(db: DatabaseSettings) -> Any:
     call at a time: the failed-job and cache stores that own it hold a lock around every statement.
     """
     if db.driver == "sqlite":
+        import sqlite3  # start-up: ~1 MB resident, loaded only for an SQLite connection
+
         # usable from the worker's threads: the stores serialize their calls with a lock
         return sqlite3.connect(db.database or ":memory:", timeout=30, check_same_thread=False)
     if db.driver in ("mysql", "mariadb"):

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
-from zoneinfo import ZoneInfo
 
 from laraq.protocol.phpjson import php_json_encode
 from laraq.stores.database import connect_database, connection_lost, dialect_of, locked_cursor, revive
@@ -634,6 +633,8 @@ def make_failed_store(settings: LaravelSettings, *, conn: Any = None) -> FailedJ
     tz: tzinfo = UTC
     tz_name = getattr(settings, "app_timezone", "UTC") or "UTC"
     if tz_name.upper() != "UTC":
+        from zoneinfo import ZoneInfo  # start-up: loaded only for an app timezone other than UTC
+
         tz = ZoneInfo(tz_name)
     driver = settings.failed_driver
     if driver is None or driver == "null":

@@ -3,10 +3,12 @@
 ``laraq work`` (with ``--supervise``, the default) parses its options, then *replaces itself* with this
 supervisor: ``python -S -c`` running this file, so the supervisor imports nothing but ``os``, ``sys``,
 ``signal``, ``select`` and ``time`` (no ``site``, no click, no redis, no laraq) and stays near the
-interpreter's own ~10 MB RSS instead of a second full laraq process. It starts ``--processes`` worker
-processes (``posix_spawn``, each in its own session, each a complete ``laraq work --no-supervise``
-worker built from the JSON settings in ``LARAQ_WORKER_CONFIG``) - supervisord + ``numprocs`` +
-artisan in one command.
+interpreter's own ~10 MB RSS instead of a second full laraq process. Its ``--processes`` worker
+processes (each in its own session, each a complete ``laraq work --no-supervise`` worker built from the
+JSON settings in ``LARAQ_WORKER_CONFIG``) are first *forked* by ``laraq work`` just before it execs
+(:func:`fork_workers`: they keep that interpreter, its ``site`` and its imports, so a start costs one
+interpreter, not three) and adopted by the supervisor; a worker it starts again later is a fresh
+interpreter (``posix_spawn``). supervisord + ``numprocs`` + artisan in one command.
 
 Rules (the exit codes are artisan's, see :mod:`laraq.cli.work`):
 
@@ -34,7 +36,7 @@ import signal
 import sys
 import time
 
-__all__ = ["main", "spawn_argv"]
+__all__ = ["fork_workers", "main", "spawn_argv"]
 
 #: Environment of a worker process (read by :func:`laraq.cli.work.child_main`).
 FD_ENV = "LARAQ_WORKER_FD"
@@ -43,6 +45,9 @@ BANNER_ENV = "LARAQ_BANNER"
 MAX_JOBS_ENV = "LARAQ_WORKER_MAX_JOBS"
 MAX_TIME_ENV = "LARAQ_WORKER_MAX_TIME"
 SLOT_ENV = "LARAQ_WORKER_SLOT"
+
+#: The signals the supervisor handles and forwards to its workers (see the module docstring).
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR2, signal.SIGCONT, signal.SIGHUP)
 
 EXIT_SUCCESS = 0
 EXIT_ERROR = 1
@@ -53,10 +58,80 @@ _BOOT = ("import sys; p = sys.argv[1]; g = {'__name__': '__laraq_supervisor__', 
 _WORKER = "from laraq.cli.work import child_main; child_main()"
 
 
-def spawn_argv(processes: int, *, once: bool, max_jobs: int, max_time: float, json_logs: bool) -> list[str]:
-    """The command line that turns ``laraq work`` into this supervisor (for ``os.execv``)."""
-    return [sys.executable, "-S", "-c", _BOOT, os.path.abspath(__file__), str(processes), str(int(once)),
+def spawn_argv(processes: int, *, once: bool, max_jobs: int, max_time: float, json_logs: bool,
+               adopted: list[tuple[int, int]] | None = None) -> list[str]:
+    """The command line that turns ``laraq work`` into this supervisor (for ``os.execv``).
+
+    ``adopted``: the ``(pid, read_fd)`` of workers :func:`fork_workers` already started, one per slot.
+    """
+    argv = [sys.executable, "-S", "-c", _BOOT, os.path.abspath(__file__), str(processes), str(int(once)),
             str(max_jobs), str(max_time), "json" if json_logs else "text"]
+    if adopted:
+        argv.append(",".join(f"{pid}:{fd}" for pid, fd in adopted))
+    return argv
+
+
+def _worker_env(env: dict[str, str], write_fd: int, index: int, *, banner_shown: bool, max_jobs: int,
+                max_time: float) -> None:
+    """What a worker process reads from its environment (:func:`laraq.cli.work.child_main`)."""
+    env[FD_ENV] = str(write_fd)
+    env[PARENT_ENV] = str(os.getpid())
+    env[SLOT_ENV] = str(index)
+    if banner_shown:
+        env[BANNER_ENV] = "shown"
+    if max_jobs:  # what is left of --max-jobs / --max-time (at least 1: 0 would mean no limit)
+        env[MAX_JOBS_ENV] = str(max(1, max_jobs))
+    if max_time:
+        env[MAX_TIME_ENV] = str(max(1, int(max_time)))
+
+
+def fork_workers(processes: int, *, max_jobs: int, max_time: float) -> tuple[bool, list[tuple[int, int]]]:
+    """Fork the first ``processes`` workers from ``laraq work`` itself, just before it execs this supervisor.
+
+    A worker started with ``posix_spawn`` is a third interpreter start (after ``laraq work`` and the
+    supervisor), with its own ``site`` and every import; a forked one goes straight on in the interpreter
+    that parsed the options. The caller imports the worker's modules before calling this (shared, one
+    import for all ``processes``). Returns ``(True, [])`` in a worker (which then runs
+    :func:`laraq.cli.work.child_main`), ``(False, [(pid, read_fd), ...])`` in ``laraq work``, whose
+    read ends stay open across the exec for the supervisor to adopt (:func:`main`). The pid does not
+    change with the exec, so the workers are the supervisor's children and its ``waitpid`` sees them.
+    """
+    adopted: list[tuple[int, int]] = []
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The signals the supervisor forwards stay blocked from here to its handlers (Supervisor.run): a mask
+    # and pending signals survive the exec, so a SIGTERM or SIGUSR2 sent meanwhile is delivered to the
+    # supervisor's handler instead of killing ``laraq work`` with the workers already running.
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    for index in range(max(1, processes)):
+        read_fd, write_fd = os.pipe()
+        env: dict[str, str] = {}
+        _worker_env(env, write_fd, index, banner_shown=index > 0, max_jobs=max_jobs, max_time=max_time)
+        try:
+            pid = os.fork()
+        except OSError:  # no process left (EAGAIN, ENOMEM): the ones started must not run unsupervised
+            for started, fd in adopted:
+                os.kill(started, signal.SIGKILL)
+                os.close(fd)
+            for fd in (read_fd, write_fd):
+                os.close(fd)
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+            raise
+        if pid == 0:  # the worker
+            try:
+                signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+                os.setsid()
+                os.close(read_fd)
+                for _, fd in adopted:  # earlier siblings' read ends: the supervisor's, not ours
+                    os.close(fd)
+                os.environ.update(env)
+            except BaseException:
+                os._exit(EXIT_ERROR)
+            return True, []
+        os.close(write_fd)
+        os.set_inheritable(read_fd, True)
+        adopted.append((pid, read_fd))
+    return False, adopted
 
 
 def _say(message: str, json_logs: bool, level: str = "warning") -> None:
@@ -114,19 +189,20 @@ class Supervisor:
 
     # -- workers -------------------------------------------------------------------------------------
 
+    def adopt(self, adopted: list[tuple[int, int]]) -> None:
+        """Take over the workers :func:`fork_workers` started before the exec (pid and pipe per slot)."""
+        for slot, (pid, fd) in zip(self.slots, adopted, strict=False):
+            os.set_inheritable(fd, False)
+            slot.pid, slot.fd, slot.born, slot.restart_at = pid, fd, self.started, None
+            self.spawned += 1
+
     def _spawn(self, slot: _Slot) -> None:
         read_fd, write_fd = os.pipe()
         os.set_inheritable(write_fd, True)
         env = dict(os.environ)
-        env[FD_ENV] = str(write_fd)
-        env[PARENT_ENV] = str(os.getpid())
-        env[SLOT_ENV] = str(slot.index)
-        if self.spawned:
-            env[BANNER_ENV] = "shown"
-        if self.max_jobs:
-            env[MAX_JOBS_ENV] = str(max(1, self.max_jobs - self.jobs_done))
-        if self.max_time:
-            env[MAX_TIME_ENV] = str(max(1, int(self.max_time - (time.monotonic() - self.started))))
+        _worker_env(env, write_fd, slot.index, banner_shown=bool(self.spawned),
+                    max_jobs=max(1, self.max_jobs - self.jobs_done) if self.max_jobs else 0,
+                    max_time=max(1.0, self.max_time - (time.monotonic() - self.started)) if self.max_time else 0)
         try:
             slot.pid = os.posix_spawn(sys.executable, [sys.executable, "-c", _WORKER], env, setsid=True)
         finally:
@@ -205,10 +281,13 @@ class Supervisor:
         return bool(data)
 
     def run(self) -> int:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR2, signal.SIGCONT, signal.SIGHUP):
+        for sig in FORWARDED:
             signal.signal(sig, self._on_signal)
+        # blocked by fork_workers before the exec: what arrived meanwhile is handled (forwarded) now
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
         for slot in self.slots:
-            self._spawn(slot)
+            if not slot.pid:
+                self._spawn(slot)
         while True:
             now = time.monotonic()
             for slot in self.slots:
@@ -250,7 +329,10 @@ class Supervisor:
 
 
 def main(argv: list[str]) -> int:
-    """``processes once max_jobs max_time text|json`` (see :func:`spawn_argv`)."""
-    processes, once, max_jobs, max_time, fmt = argv
-    return Supervisor(int(processes), once=once == "1", max_jobs=int(max_jobs), max_time=float(max_time),
-                      json_logs=fmt == "json").run()
+    """``processes once max_jobs max_time text|json [pid:fd,...]`` (see :func:`spawn_argv`)."""
+    processes, once, max_jobs, max_time, fmt = argv[:5]
+    supervisor = Supervisor(int(processes), once=once == "1", max_jobs=int(max_jobs), max_time=float(max_time),
+                            json_logs=fmt == "json")
+    if len(argv) > 5 and argv[5]:
+        supervisor.adopt([(int(pid), int(fd)) for pid, fd in (pair.split(":") for pair in argv[5].split(","))])
+    return supervisor.run()

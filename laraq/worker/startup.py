@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,6 +147,8 @@ def local_failed_store_path() -> Path:
 def _local_failed_store(settings: LaravelSettings) -> DatabaseUuidFailedJobStore:
     path = local_failed_store_path()
     path.parent.mkdir(parents=True, exist_ok=True)
+    import sqlite3  # start-up: ~1 MB resident, loaded only for the local failed-job file
+
     conn = sqlite3.connect(str(path), timeout=30, check_same_thread=False)
     store = make_failed_store(_as_sqlite_uuids(settings), conn=conn)
     assert isinstance(store, DatabaseUuidFailedJobStore)
