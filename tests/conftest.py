@@ -181,7 +181,7 @@ def laravel(request: pytest.FixtureRequest) -> str:
     return version
 
 
-#: Every differential module runs on every live line (compat-docs/README.md: 9 to 11 add about 16 minutes of
+#: Every differential module runs on every live line (compat-docs/README.md: 9 to 11 add 10 to 16 minutes of
 #: ``-n 2`` on the shared 2-core machine). ``LARAQ_CORE_MATRIX=1`` narrows a local run: on the lines
 #: below only the core interop and smoke modules run (``CORE_MODULES``), the others skip with that reason.
 CORE_MATRIX_LINES = ("9", "10", "11")
