@@ -1,6 +1,6 @@
 """laraq on an app configured the way teams configure real apps, against artisan on the same app.
 
-The ``fixtures/laravel{8,12,13}-custom`` apps write their values as literals in ``config/*.php`` and not in
+The ``fixtures/laravel{8..13}-custom`` apps write their values as literals in ``config/*.php`` and not in
 ``.env`` (their README lists them: Redis ``options.prefix``, a cache store on another Redis database with
 its own prefix, a renamed queue connection with its own queue and ``retry_after``, a renamed failed-job
 table, ``app.timezone`` Europe/Paris). Their ``.env`` even holds the stock values (``REDIS_PREFIX``,
@@ -28,6 +28,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from conftest import skip_without_queue_pause
 from phpapp import PhpApp
 from test_worker_support import ROOT
 
@@ -43,8 +44,8 @@ TZ = ZoneInfo("Europe/Paris")
 
 
 def cache_prefix(app: PhpApp) -> str:
-    """The cache store's key prefix as Laravel applies it (8 adds a colon)."""
-    return "acme-cache:" if app.version == "8" else "acme-cache-"
+    """The cache store's key prefix as Laravel applies it (up to 10 ``RedisStore`` adds a colon)."""
+    return "acme-cache:" if app.version in ("8", "9", "10") else "acme-cache-"
 
 
 @pytest.fixture(params=["booted", "cached"])
@@ -175,8 +176,7 @@ def test_queue_restart_stops_laraq(app: PhpApp) -> None:
 # -- queue:pause / queue:continue ---------------------------------------------------------------------------
 
 def test_pause_and_continue(app: PhpApp) -> None:
-    if app.version == "8":
-        pytest.skip("queue:pause exists from Laravel 11")
+    skip_without_queue_pause(app.version)
     client = app_redis(app)
     app.artisan("queue:pause", f"{CONNECTION}:{QUEUE}", check=True)
     dispatch_echo(app)

@@ -1,4 +1,4 @@
-"""Laravel's job model when Python runs the job, proven against real artisan on Laravel 8, 12 and 13.
+"""Laravel's job model when Python runs the job, proven against real artisan on Laravel 8 to 13.
 
 The same dispatch is done twice by PHP: once onto queue ``pq``, drained by ``php artisan queue:work``,
 and once onto ``lq``, drained by laraq (Python handlers mirroring the PHP jobs). PHP workers drain the
@@ -188,8 +188,9 @@ def test_unique_lock_without_a_hint_is_found_in_the_payload_context(app: PhpApp,
                                                                     workers: list[Worker]) -> None:
     """A ``uniqueId()`` method and a handler that says nothing (``unique=None``): 11.39+ payloads carry the
     lock's key (and 13.24+ owner) in hidden Context, so laraq releases the real lock after the job."""
-    if app.version == "8":
-        pytest.skip("Laravel 8's payload does not name the lock: declare unique=True (see compat-docs/worker.md)")
+    if app.version in ("8", "9", "10"):
+        pytest.skip(f"Laravel {app.version}'s payload does not name the lock (Context carries it from 11.39): "
+                    "declare unique=True (see compat-docs/worker.md)")
     from laraq.app import App
 
     plain = App("no-hint")
@@ -205,6 +206,37 @@ def test_unique_lock_without_a_hint_is_found_in_the_payload_context(app: PhpApp,
     pq = unique_side(app, redis_client, "pq", "unique-method")
     lq = unique_side(app, redis_client, "lq", "unique-method")
     assert pq == lq and pq["locks_left"] == 0 and pq["redispatched"] == 1
+
+
+@pytest.mark.parametrize("release_after", ["7", "none"], ids=["released", "deleted"])
+def test_until_processing_lock_when_the_middleware_stops_the_job(app: PhpApp, redis_client: Any,
+                                                                 workers: list[Worker], release_after: str) -> None:
+    """``ShouldBeUniqueUntilProcessing`` behind a ``WithoutOverlapping`` whose lock another worker holds: up
+    to 11.39 the unique lock went before the middleware ran; from 11.40 it goes only once the middleware
+    lets the job through, so it stays held when the middleware releases the job, and when it drops the
+    job, until 12.21's ``finally`` frees it then."""
+    version = LaravelVersion.parse(app.release)
+    for queue in ("pq", "lq"):
+        overlap = app.prefix + version.cache_key(app.cache_prefix,
+                                                 f"laravel-queue-overlap:App\\Jobs\\UntilProcessingJob:{queue}-k")
+        redis_client.set(overlap, "another-worker")
+        app.tool("dispatch", "until-processing", f"--queue={queue}", "--pending", f"--overlap={queue}-k",
+                 f"--release-after={release_after}", "--args=" + json.dumps({"id": f"{queue}-1", "mode": "ok"}))
+        assert len(lock_keys(redis_client, f"{queue}-1")) == 1
+    run_once_both(app, workers)
+    outcome = {}
+    for queue in ("pq", "lq"):
+        outcome[queue] = {"runs": [r for r in app.runs() if r.get("queue") == queue and "lock" in r],
+                          "locks_left": len(lock_keys(redis_client, f"{queue}-1")),
+                          "delayed": redis_client.zcard(app.prefix + "queues:" + queue + ":delayed"),
+                          "pending": pending(app, redis_client, queue)}
+    assert outcome["pq"] == outcome["lq"]
+    held = version.until_processing_lock_after_middleware and (
+        release_after == "7" or not version.until_processing_lock_freed_when_stopped)
+    assert outcome["pq"] == {"runs": [], "locks_left": 1 if held else 0,
+                             "delayed": 1 if release_after == "7" else 0,
+                             "pending": 1 if release_after == "7" else 0}
+    assert held == (app.version not in ("8", "9", "10") and (release_after == "7" or app.version == "11"))
 
 
 # -- job middleware -----------------------------------------------------------------------------------
@@ -381,8 +413,8 @@ def test_php_failed_method_runs_once_in_php(app: PhpApp, redis_client: Any, work
 
 @pytest.mark.parametrize("skip", ["1", "0"])
 def test_skip_middleware(app: PhpApp, redis_client: Any, workers: list[Worker], skip: str) -> None:
-    if app.version == "8":
-        pytest.skip("Illuminate\\Queue\\Middleware\\Skip arrived in Laravel 11")
+    if app.version in ("8", "9", "10"):
+        pytest.skip(f"Illuminate\\Queue\\Middleware\\Skip arrived in Laravel 11 (this is {app.version})")
     for queue in ("pq", "lq"):
         chain(app, queue, [{"mode": "ok"}, {"mode": "ok"}])  # the first step carries no middleware
         app.tool("dispatch", "echo", f"--queue={queue}", f"--skip={skip}", "--args=" + json.dumps({"args": {"q": queue}}))

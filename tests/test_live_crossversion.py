@@ -1,10 +1,10 @@
-"""Cross-version migration, live: ``laraq move`` between the Laravel 8 and 13 apps' layouts, then the
-destination's own ``php artisan queue:work`` runs the jobs. Python dispatch to 12 and 13 is covered by
-``test_dispatch_php.py`` (parametrized over 8, 12 and 13).
+"""Cross-version migration, live: ``laraq move`` between two Laravel lines' layouts (8 and 13 both ways,
+9 to 12 and back, 10 and 11 to 13), then the destination's own ``php artisan queue:work`` runs the
+jobs. Python dispatch to each line is covered by ``test_dispatch_php.py``.
 
-Both apps share one Redis db and ``APP_KEY`` (so encrypted commands decrypt on either side); only the
-layout differs: ``laravel_database_`` (8) against ``laravel-database-`` (13), and the payload form each
-line writes. Payloads move byte for byte. Where the destination cannot honour a job (a 13.6+ debounced
+Both apps share one Redis db and ``APP_KEY`` (so encrypted commands decrypt on either side); the layout
+differs: ``laravel_database_`` (8 to 11) against ``laravel-database-`` (12, 13), and the payload form each
+line writes (``createdAt`` from 12.11). Payloads move byte for byte. Where the destination cannot honour a job (a 13.6+ debounced
 job moved to 8), ``laraq move`` refuses, names the jobs and moves nothing.
 """
 
@@ -26,6 +26,11 @@ pytestmark = pytest.mark.php
 LARAQ_CLI = [sys.executable, "-c", "from laraq.cli import main; main()"]
 #: Job kinds both fixture apps know (the 12/13 apps load the Laravel 8 app's job classes too).
 SHARED_KINDS = ["echo", "plain", "encrypted", "rich", "string", "configured", "python"]
+
+
+#: (source, destination) pairs: the two ends both ways, then 9 to 12 and back, 10 and 11 to 13 (every pair
+#: crosses the 11 | 12 change of stock prefix, so source and destination keys never coincide).
+PAIRS = [("8", "13"), ("13", "8"), ("9", "12"), ("12", "9"), ("11", "13"), ("10", "13")]
 
 
 @pytest.fixture
@@ -52,17 +57,19 @@ def dispatched(app: PhpApp, redis_client: Any, queue: str) -> list[bytes]:
     return redis_client.lrange(key, 0, -1) + redis_client.zrange(key + ":delayed", 0, -1)
 
 
-@pytest.mark.parametrize("direction", ["8-to-13", "13-to-8"])
-def test_jobs_moved_between_8_and_13_run_on_the_destination(apps: tuple[PhpApp, PhpApp], redis_client: Any,
-                                                            direction: str) -> None:
-    app8, app13 = apps
-    src, dst = (app8, app13) if direction == "8-to-13" else (app13, app8)
+@pytest.mark.parametrize(("src_line", "dst_line"), PAIRS, ids=[f"{a}-to-{b}" for a, b in PAIRS])
+def test_jobs_moved_between_lines_run_on_the_destination(redis_server: Any, redis_client: Any, src_line: str,
+                                                         dst_line: str) -> None:
+    require_laravel(src_line)
+    require_laravel(dst_line)
+    src, dst = PhpApp(redis_server.port, version=src_line), PhpApp(redis_server.port, version=dst_line)
+    assert src.prefix != dst.prefix  # each pair crosses the 11 | 12 prefix change
     for kind in SHARED_KINDS:
         src.tool("dispatch", kind, "--queue=moving")
     src.tool("dispatch", "echo", "--queue=moving", "--delay=1", "--args=" + json.dumps({"args": ["late"]}))
     bodies = dispatched(src, redis_client, "moving")
     uuids = {json.loads(b)["uuid"] for b in bodies}
-    assert ("createdAt" in json.loads(bodies[0])) == (src.version == "13")  # each line's own payload form
+    assert ("createdAt" in json.loads(bodies[0])) == (int(src.version) >= 12)  # each line's own payload form
 
     proc = move(src, dst, "moving")
     assert proc.returncode == 0, proc.stderr

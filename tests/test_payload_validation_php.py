@@ -61,7 +61,8 @@ def test_a_payload_without_job_or_data_fails_as_in_php(php: PhpApp, redis_client
 
     # laraq: the same reason, the handler never runs, the job is kept in failed_jobs
     body = json.dumps(_dispatch_without(php, redis_client, "l", key)).encode()
-    worker = build_worker(default_params(laravel=php.release, sleep=0, stop_when_empty=True, quiet=True,
+    # memory: the test process (not this worker) may be past the 128 MB default after other tests
+    worker = build_worker(default_params(laravel=php.release, sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20,
                                          queue="l", tries=3), env=php.env, app=support.app)
     try:
         assert worker.daemon() == 0
@@ -76,7 +77,8 @@ def test_a_payload_without_job_or_data_fails_as_in_php(php: PhpApp, redis_client
 
 def test_a_complete_payload_still_runs(php: PhpApp, redis_client: Any) -> None:
     php.tool("dispatch", "echo", "--queue=ok")
-    worker = build_worker(default_params(laravel=php.release, sleep=0, stop_when_empty=True, quiet=True,
+    # memory: the test process (not this worker) may be past the 128 MB default after other tests
+    worker = build_worker(default_params(laravel=php.release, sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20,
                                          queue="ok"), env=php.env, app=support.app)
     try:
         assert worker.daemon() == 0

@@ -1,4 +1,4 @@
-"""``ThrottlesExceptions`` serialized on a job, run by laraq, proven against artisan on Laravel 8, 12 and 13.
+"""``ThrottlesExceptions`` serialized on a job, run by laraq, proven against artisan on Laravel 8 to 13.
 
 Each case dispatches the same EchoJob with the same middleware twice: once drained by
 ``php artisan queue:work --stop-when-empty`` and once by laraq. Between the two the limiter's cache
@@ -35,9 +35,9 @@ def limiter_key(app: PhpApp, how: str, queue: str, uuid: str) -> str:
         return f"{prefix}{queue}-key"
     if how == "byJob":
         return f"{prefix}{uuid}"
-    if app.release.startswith("8"):
+    if int(app.version.split("-")[0]) <= 11:  # ThrottlesExceptions::getKey: md5(get_class) up to 11.x
         return prefix + hashlib.md5(ECHO.encode()).hexdigest()
-    return prefix + xxhash.xxh3_128_hexdigest(ECHO.encode())
+    return prefix + xxhash.xxh3_128_hexdigest(ECHO.encode())  # 12.0+ (EchoJob has no displayName())
 
 
 
@@ -85,8 +85,13 @@ def one_side(app: PhpApp, redis_client: Any, cache: Any, workers: list[Worker], 
             "reserved": redis_client.zcard(app.prefix + "queues:" + queue + ":reserved")}
 
 
+def decay_in_minutes(app: PhpApp) -> bool:
+    """The constructor's second argument: ``$decayMinutes`` up to Laravel 10, ``$decaySeconds`` from 11."""
+    return int(app.version.split("-")[0]) <= 10
+
+
 def decay_seconds(app: PhpApp, throttle: dict[str, Any]) -> int:
-    return int(throttle["decay"]) * (60 if app.release.startswith("8") else 1)
+    return int(throttle["decay"]) * (60 if decay_in_minutes(app) else 1)
 
 
 def both(app: PhpApp, redis_client: Any, redis_server: Any, workers: list[Worker], how: str,
@@ -115,8 +120,8 @@ def released_within(result: dict[str, Any], low: int, high: int) -> bool:
 
 
 def window(app: PhpApp, kind: str) -> dict[str, Any]:
-    """A one-minute window: ``decayMinutes`` 1 on Laravel 8, ``decaySeconds`` 60 on 11+."""
-    return {"decay": 1 if app.release.startswith("8") else 60, **({"redis": True} if kind == "redis" else {})}
+    """A one-minute window: ``decayMinutes`` 1 on Laravel 8 to 10, ``decaySeconds`` 60 on 11+."""
+    return {"decay": 1 if decay_in_minutes(app) else 60, **({"redis": True} if kind == "redis" else {})}
 
 
 @pytest.mark.parametrize("how", ["by", "byJob", "class"])

@@ -124,7 +124,8 @@ def foo_bar(data: Any, job: Job) -> None:
 def _unique_run(command: PHPObject, job: Job, unique_id: str) -> None:
     """The fixture's ``UniqueRun``: record whether the job's own lock is held now, then ok or fail."""
     version = job.redis_queue.version
-    cache_prefix = "laravel_cache" if version.major < 12 else "laravel-cache-"  # the fixtures' stock prefixes
+    # the fixtures' stock cache prefixes: 8 "laravel_cache", 9 to 11 "laravel_cache_", 12+ "laravel-cache-"
+    cache_prefix = "laravel_cache" if version.major < 9 else "laravel_cache_" if version.major < 12 else "laravel-cache-"
     name = version.unique_lock_key(command.class_name, unique_id, None)
     lock = job.redis_queue.prefix + version.cache_key(cache_prefix, name)
     held = bool(job.redis_queue.client.exists(lock))

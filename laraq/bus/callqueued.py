@@ -57,6 +57,10 @@ __all__ = ["CallQueued", "continuation_conflict"]
 
 log = logging.getLogger("laraq.worker.worker")
 
+#: The job attribute :meth:`CallQueued.before_handle` sets when a ``ShouldBeUniqueUntilProcessing`` lock
+#: waits for the job's middleware (11.40+): the middleware gate calls it once the job may run.
+MIDDLEWARE_PASSED = "on_middleware_passed"
+
 
 def _non_empty(value: Any) -> bool:
     if isinstance(value, dict | list):
@@ -226,16 +230,36 @@ class CallQueued:
     # -- the steps -------------------------------------------------------------------------------------
 
     def before_handle(self, job: Job) -> None:
-        """``ShouldBeUniqueUntilProcessing``: the lock goes before ``handle()``."""
+        """``ShouldBeUniqueUntilProcessing``: the lock goes before ``handle()``: before the job's middleware
+        up to 11.39, once the middleware let the job through from 11.40 (then the middleware gate calls
+        the job's ``on_middleware_passed``, see :func:`laraq.bus.middleware.enter`)."""
         if self._unique_mode(job) != "until_processing":
             return
+        if job.payload.version.until_processing_lock_after_middleware and self.facts(job).middleware:
+            setattr(job, MIDDLEWARE_PASSED, lambda: self._release_until_processing(job))  # noqa: B010
+            return
+        self._release_until_processing(job)
+
+    def _release_until_processing(self, job: Job) -> None:
+        setattr(job, MIDDLEWARE_PASSED, None)  # noqa: B010 - once
         if self._unique_known(job):
             self.release_unique(job)
         else:
             self._php_steps(job, ["unique-now"])
 
+    def _middleware_stopped(self, job: Job) -> None:
+        """The middleware stopped a ``ShouldBeUniqueUntilProcessing`` job without releasing it (its lock is
+        still held, 11.40+): 12.21+ free the lock all the same (the pipeline's ``finally``), 11.40 to 12.20
+        leave it to expire."""
+        if job.payload.version.until_processing_lock_freed_when_stopped:
+            self._release_until_processing(job)
+        else:
+            setattr(job, MIDDLEWARE_PASSED, None)  # noqa: B010
+
     def after_success(self, job: Job) -> None:
         """After a handler returned (and the job did not release itself): lock, chain, batch."""
+        if getattr(job, MIDDLEWARE_PASSED, None) is not None:
+            self._middleware_stopped(job)
         if self.facts(job) is _NO_FACTS and self._unique_mode(job) is None:
             # the usual job (no chain, batch or uniqueId; no unique declared in Python): no steps, and no
             # lock Python knows of; only the 11.39+ Context lock may be left to release

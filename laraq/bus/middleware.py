@@ -195,6 +195,8 @@ def enter(job: Job, cache: Any, limiters: Mapping[str, Any] | None = None) -> Ga
         return gate
     if not gate.proceed:
         gate.succeeded()
+    elif (passed := getattr(job, "on_middleware_passed", None)) is not None:
+        passed()  # 11.40+: a ShouldBeUniqueUntilProcessing lock goes now, before handle() (callqueued.py)
     return gate
 
 
@@ -283,11 +285,9 @@ def _throttle_key(job: Job, mw: PHPObject) -> str:
     if mw.get("byJob"):
         return f"{prefix}{job.uuid}"
     class_name = job.command.class_name
-    if not job.payload.version.since("11.0"):
-        return prefix + hashlib.md5(class_name.encode()).hexdigest()
-    display = job.display_name
-    name = class_name if display in (None, class_name) else str(display)
-    return prefix + xxhash.xxh3_128_hexdigest(name.encode())
+    display = job.display_name  # differs from the class name exactly when the class has displayName()
+    return prefix + job.payload.version.throttles_exceptions_job_hash(
+        class_name, None if display in (None, class_name) else str(display))
 
 
 def _throttles_exceptions(job: Job, mw: PHPObject, cache: Any, gate: Gate) -> bool:
@@ -334,7 +334,7 @@ def _rate_limited_unsupported(mw: PHPObject, cache: Any, limiters: Mapping[str, 
 def _rate_limited(job: Job, mw: PHPObject, cache: Any, limiters: Mapping[str, Any]) -> bool:
     """``RateLimited::handle`` / ``RateLimitedWithRedis`` with the Python twin of the named limiter."""
     name = str(mw.get("limiterName"))
-    limits = limits_of(limiters[name](job.command, job), name, job.payload.version.since("11.0"))
+    limits = limits_of(limiters[name](job.command, job), name, job.payload.version.since("11.29"))  # fallback keys: 11.29+
     with_redis = mw.class_name == RATE_LIMITED_WITH_REDIS
     for limit in limits:
         key = hashlib.md5((name + limit.key).encode()).hexdigest()

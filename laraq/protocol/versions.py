@@ -13,6 +13,7 @@ The facts and their version ranges are documented in ``compat-docs/protocol.md``
 from __future__ import annotations
 
 import builtins
+import hashlib
 import re
 from dataclasses import dataclass
 from functools import lru_cache, total_ordering
@@ -259,6 +260,29 @@ class LaravelVersion:
     def maintenance_via_cache(self) -> bool:
         """9.0+: maintenance mode may live in the cache (``illuminate:foundation:down``)."""
         return self.major >= 9
+
+    @property
+    def until_processing_lock_after_middleware(self) -> bool:
+        """11.40+: ``CallQueuedHandler`` releases a ``ShouldBeUniqueUntilProcessing`` lock at the end of the
+        job's middleware pipeline, right before ``handle()``; before 11.40 it went before the middleware
+        ran. So a middleware that stops the job (``WithoutOverlapping``, ``RateLimited``, ``Skip``) leaves
+        the lock held from 11.40 on."""
+        return self.since("11.40")
+
+    @property
+    def until_processing_lock_freed_when_stopped(self) -> bool:
+        """12.21+: when the middleware stopped the job without releasing it back to the queue (deleted,
+        not run), the pipeline's ``finally`` still releases the ``ShouldBeUniqueUntilProcessing`` lock;
+        11.40 to 12.20 leave it to expire. A job the middleware released keeps its lock on both."""
+        return self.since("12.21")
+
+    def throttles_exceptions_job_hash(self, job_class: str, display_name: str | None = None) -> str:
+        """``ThrottlesExceptions``' per-class key part (no ``by``/``byJob``): ``md5`` of the class up to 11.x,
+        ``xxh128`` from 12.0, of ``displayName()`` (when the class has one) from 12.41."""
+        if self.major <= 11:
+            return hashlib.md5(job_class.encode()).hexdigest()
+        name = display_name if display_name is not None and self.since("12.41") else job_class
+        return xxhash.xxh3_128_hexdigest(name.encode())
 
     def unique_lock_key(self, job_class: str, unique_id: str, display_name: str | None = None) -> str:
         """The ShouldBeUnique lock key before the cache prefix is applied."""
