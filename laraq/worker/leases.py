@@ -43,6 +43,11 @@ class Buffered:
 
     job: Job
     lease_until: float
+    #: its unstarted record's lease is known to last at least until then (unix seconds; see
+    #: :mod:`laraq.worker.unstarted`); inf: not recorded
+    unstarted_until: float = math.inf
+    #: its member in the unstarted record (:func:`laraq.protocol.lua.unstarted_member`), made when needed
+    unstarted: bytes = b""
 
 
 def _apply_renewal(items: list[Buffered], alive: list[bool], lease: float, lost: str) -> set[int]:
