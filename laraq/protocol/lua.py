@@ -75,6 +75,11 @@ local function move_due(from, to, notify, due)
 end
 """.replace("CHUNK", str(MIGRATE_CHUNK))
 
+#: Jobs whose body is larger than this (bytes) get no unstarted record (see :data:`_UNSTARTED_LIB`): their
+#: record would hold the job twice more and travel at its start; after a SIGKILL they come back as
+#: Laravel's own do, after ``retry_after``.
+RECORD_MAX_BYTES = 256 * 1024
+
 # The reservation step shared by both pop scripts. ``take`` returns job, reserved for the next
 # usable member, or false, false when the list is empty (or the poison budget ran out).
 _RESERVE_LIB = """\
@@ -103,7 +108,7 @@ local unstarted_key = nil
 local unstarted_until = 0
 
 local function note_unstarted(member, reserved)
-  if unstarted_key then
+  if unstarted_key and string.len(member) <= RECORD_MAX_BYTES then
     redis.call('ZADD', unstarted_key, unstarted_until, string.len(reserved) .. ':' .. reserved .. member)
   end
 end
@@ -143,7 +148,7 @@ local function take_many(wanted)
   out[1] = moved
   return out
 end
-"""
+""".replace("RECORD_MAX_BYTES", str(RECORD_MAX_BYTES))
 
 #: KEYS: 1 list, 2 reserved, 3 notify, 4 poison. ARGV: 1 reservation expiry (unix seconds),
 #: 2 poison budget. Returns ``{job, reserved, poisoned}``; job/reserved are nil when nothing was

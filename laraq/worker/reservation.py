@@ -33,6 +33,7 @@ from typing import Protocol, TypeVar
 import redis
 
 from laraq.bus.job import Job
+from laraq.protocol.lua import RECORD_MAX_BYTES
 from laraq.protocol.payload import Payload, PayloadError
 from laraq.protocol.queue import PendingReserve, ReservedJob
 from laraq.stores.failed import format_exception
@@ -223,7 +224,7 @@ class Reservation:
             if job is None:
                 self.took_unreadable += 1
                 continue
-            self.buffer.append(Buffered(job, lease, unstarted_until))
+            self.buffer.append(Buffered(job, lease, unstarted_until if len(item.body) <= RECORD_MAX_BYTES else math.inf))
             count += 1
         if reserved:
             self.leases.note_lease(lease)
