@@ -8,10 +8,24 @@ The fleet and the counting are ``bench/kill_fleet.py``'s (2 artisan + 2 laraq wo
 SIGKILL about every second to one worker, laraq and artisan in turn, each restarted at once; a job
 that ran twice is charged to the runner of its first run). This script only fixes the issue's sizes.
 
+    python3 bench/sigkill.py --quick --tries 1   # also: jobs failed "attempted too many times" unrun
+
 What bounds the count: artisan re-runs at most the job it was running. laraq writes each finished
 job's ``ZREM`` the moment the job is done (``laraq.worker.acks``), so it re-runs at most the jobs it
-was running too; its buffered, never-started jobs are not run twice (they come back from
-``:reserved`` after ``retry_after`` and run once).
+was running too. Its buffered, never-started jobs are not run twice, and not charged an attempt: their
+unstarted records (``laraq.worker.unstarted``) give them back to the list, as pushed, within the
+unstarted lease. With ``--tries 1`` the report's ``failed_without_running`` counts jobs failed
+"attempted too many times" that never ran (before the records: every buffered job of every kill).
+
+Quick mode, Laravel 8, same machine, one after the other (issue 29 §3):
+
+=====================  ==========================  ==========================
+                       before (main 4c0a1d6)        with unstarted records
+=====================  ==========================  ==========================
+--tries 0, re-runs     php 2, laraq 2 (3 kills ea)  php 3, laraq 1 (3 kills ea)
+--tries 1, failed      57, of which 55 never ran    4, of which 0 never ran
+lost                   0                            0
+=====================  ==========================  ==========================
 """
 
 from __future__ import annotations
