@@ -101,22 +101,29 @@ class AckPipe:
     def _pool(self) -> Any:
         return getattr(self.queue.client, "connection_pool", None)
 
-    def write(self, acks: dict[str, list[bytes]]) -> None:
-        """Write one ``ZREM`` per queue now (no reply read). Raises what writing raised; nothing of
-        ``acks`` is then counted as sent."""
-        commands = [(name, members) for name, members in acks.items() if members]
+    def write(self, acks: dict[str, list[bytes]], started: tuple[str, bytes] | None = None) -> None:
+        """Write one ``ZREM`` per queue now (no reply read), and with ``started`` (queue, record) the
+        removal of the next job's unstarted record in the same write. Raises what writing raised;
+        nothing was then sent."""
+        commands = [(name, members, False) for name, members in acks.items() if members]
+        if started is not None:
+            commands.append((started[0], [started[1]], True))
         if not commands:
             return
-        packed = b"".join(_zrem(self._key(name), members) for name, members in commands)
-        self._send(packed, [(name, members, False) for name, members in commands])
+        packed = b"".join(_zrem(self._unstarted_key(name) if record else self._key(name), members)
+                          for name, members, record in commands)
+        self._send(packed, commands)
 
     def write_started(self, name: str, members: list[bytes]) -> None:
         """Write the ``ZREM`` of starting jobs' unstarted records on queue ``name`` now (no reply read).
         Raises what writing raised; nothing was then sent."""
+        self._send(_zrem(self._unstarted_key(name), members), [(name, members, True)])
+
+    def _unstarted_key(self, name: str) -> bytes:
         key = self._unstarted_keys.get(name)
         if key is None:
             key = self._unstarted_keys[name] = self.queue.keys(name).unstarted.encode("utf-8")
-        self._send(_zrem(key, members), [(name, members, True)])
+        return key
 
     def _send(self, packed: bytes, commands: list[tuple[str, list[bytes], bool]]) -> None:
         with self._lock:

@@ -48,6 +48,8 @@ class Buffered:
     unstarted_until: float = math.inf
     #: its member in the unstarted record (:func:`laraq.protocol.lua.unstarted_member`), made when needed
     unstarted: bytes = b""
+    #: its record's removal was already written (with the ack of the job before it)
+    start_sent: bool = False
 
 
 def _apply_renewal(items: list[Buffered], alive: list[bool], lease: float, lost: str) -> set[int]:

@@ -377,11 +377,15 @@ class Reservation:
         wait to be sent again (Redis away), it waits with them for the next reserve call or flush."""
         with self._ack_lock:
             if self.pipe is not None and not self._acks:
+                # the next buffered job's unstarted record goes in the same write (one send() for both)
+                claimed = self.unstarted.claim_next() if self.bridge.on_loop_thread() else None
                 try:
-                    self.pipe.write({job.queue: [job.reserved]})
+                    self.pipe.write({job.queue: [job.reserved]},
+                                    None if claimed is None else self.unstarted.record_of(claimed))
                     return
                 except Exception:  # kept below; the next flush meets the fault and reports it
-                    pass
+                    if claimed is not None:
+                        claimed.start_sent = False
             self._acks.setdefault(job.queue, []).append(job.reserved)
             if self.ack_since is None:
                 self.ack_since = time.monotonic()

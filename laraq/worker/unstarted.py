@@ -79,7 +79,7 @@ class Unstarted:
     def start(self, item: Buffered) -> bool:
         """Remove ``item``'s record before it runs; False: do not run it (reclaimed by another worker,
         or Redis could not be told; then it stays reserved and recorded, and is given back later)."""
-        if item.unstarted_until == math.inf:
+        if item.unstarted_until == math.inf or item.start_sent:
             return True
         name = item.job.queue
         member = _member(item)
@@ -91,7 +91,8 @@ class Unstarted:
                 return True
             except Exception:  # the round trip below meets the same fault and reports it
                 pass
-        others = [b for b in self.buffer if b.job.queue == name and b.unstarted_until != math.inf]
+        others = [b for b in self.buffer if b.job.queue == name and b.unstarted_until != math.inf
+                  and not b.start_sent]
         try:
             alive = self.queue.unstarted(name, [member], [_member(b) for b in others])
         except Exception as exc:
@@ -103,6 +104,27 @@ class Unstarted:
             log.warning("%s (id %s) was given back to the queue by another worker while buffered (its "
                         "unstarted lease ran out): not running it here", item.job.name, item.job.id)
         return alive[0]
+
+    def claim_next(self) -> Buffered | None:
+        """The job at the head of the buffer, if its record's removal may ride on an ack being written
+        now (one ``send()`` for both; the loop starts that job next): its lease must leave room, as for
+        :meth:`start`'s write. The caller writes ``(queue, _member(item))`` and, if the write fails,
+        sets ``start_sent`` back to False. Should the job then not start after all (its reservation was
+        lost, the worker stops), a graceful stop still gives it back; only a SIGKILL before its start
+        leaves it reserved until ``retry_after``, as before this record existed."""
+        if not self.buffer or self.pipe is None:
+            return None
+        head = self.buffer[0]
+        if head.start_sent or head.unstarted_until == math.inf or \
+                head.unstarted_until - time.time() < self.lease / 3:
+            return None
+        head.start_sent = True
+        return head
+
+    @staticmethod
+    def record_of(item: Buffered) -> tuple[str, bytes]:
+        """(queue, record member) of a buffered job."""
+        return item.job.queue, _member(item)
 
     def resend(self) -> None:
         """Send again the removals whose replies a broken ack connection lost (removing twice is harmless)."""
@@ -127,7 +149,7 @@ class Unstarted:
         lease = self.lease
         by_queue: dict[str, list[Buffered]] = {}
         for b in self.buffer:
-            if b.unstarted_until != math.inf:
+            if b.unstarted_until != math.inf and not b.start_sent:
                 by_queue.setdefault(b.job.queue, []).append(b)
         self._renew_at = math.inf
         for name, items in by_queue.items():
