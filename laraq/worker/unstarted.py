@@ -11,9 +11,10 @@ with its attempt spent, as artisan's running job does. See :data:`laraq.protocol
 
 The order that makes it exact: a started job's record is gone from Redis before its handler can
 have done anything. The removal is written on the ack connection (:class:`~laraq.worker.acks.AckPipe`,
-one ``send()``, the reply read later) when the record's lease has at least a third of its length
-left, so the command reaches Redis long before anyone may reclaim the job (once the bytes are in
-the kernel, killing this process no longer stops them). Otherwise (the buffer waited behind a long
+one ``send()``, the reply read later; after a finished job, in the same write as its ack:
+:meth:`Unstarted.claim_next`) when the record's lease has at least a third of its length left, so
+the command reaches Redis long before anyone may reclaim the job (once the bytes are in the kernel,
+killing this process no longer stops them). Otherwise (the buffer waited behind a long
 job, a reply was lost, Redis Cluster) the removal is one round trip whose answer decides: a record
 another worker reclaimed meanwhile means the job is not run here, it is already back in the list.
 
