@@ -17,15 +17,20 @@ unstarted records (``laraq.worker.unstarted``) give them back to the list, as pu
 unstarted lease. With ``--tries 1`` the report's ``failed_without_running`` counts jobs failed
 "attempted too many times" that never ran (before the records: every buffered job of every kill).
 
-Quick mode, Laravel 8, same machine, one after the other (issue 29 §3):
+Quick mode, Laravel 8, same machine (2 shared cores), before and after one after the other, two runs
+each (issue 29 §3; 3 SIGKILLs of each kind per run):
 
-=====================  ==========================  ==========================
-                       before (main 4c0a1d6)        with unstarted records
-=====================  ==========================  ==========================
---tries 0, re-runs     php 2, laraq 2 (3 kills ea)  php 3, laraq 1 (3 kills ea)
---tries 1, failed      57, of which 55 never ran    4, of which 0 never ran
-lost                   0                            0
-=====================  ==========================  ==========================
+=========================  ================================  ================================
+                           before (main 4c0a1d6)             with unstarted records
+=========================  ================================  ================================
+--tries 0: jobs run twice  php 2 / 3, laraq 2 / 2            php 3 / 2, laraq 1 / 0
+--tries 1: failed          57 / 95                           4 / 5
+  of which never ran       55 / 92                           0 / 0
+lost                       0                                 0
+=========================  ================================  ================================
+
+With ``--tries 1`` the failed jobs left are the ones running when a worker (either kind) was killed:
+they ran once, and their next attempt is over the limit, as Laravel's rule has it.
 """
 
 from __future__ import annotations
