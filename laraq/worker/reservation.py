@@ -122,7 +122,7 @@ class Reservation:
         #: list members the last reserve looked at and left for PHP (no Python handler)
         self.left_for_php = 0
         #: the buffered jobs' unstarted records (given back at once if this process dies)
-        self.unstarted = Unstarted(self.queue, self.pipe, self.buffer)
+        self.unstarted = Unstarted(self.queue, self.pipe, self.buffer, list(self.queues))
 
     def lease_ok(self, item: Buffered) -> bool:
         """The check before a buffered job starts: its reservation is still ours (:meth:`Leases.lease_ok`)

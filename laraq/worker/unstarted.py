@@ -53,10 +53,14 @@ def _member(item: Buffered) -> bytes:
 class Unstarted:
     """The unstarted records of the buffered jobs: removed at start, renewed while they wait."""
 
-    def __init__(self, queue: RedisQueue, pipe: AckPipe | None, buffer: collections.deque[Buffered]) -> None:
+    def __init__(self, queue: RedisQueue, pipe: AckPipe | None, buffer: collections.deque[Buffered],
+                 queues: list[str] | None = None) -> None:
         self.queue = queue
         self.pipe = pipe
         self.buffer = buffer
+        #: the queues whose dead workers' buffers this worker reclaims between reserves (see reclaim_due)
+        self.queues = list(queues or [])
+        self._reclaim_at = 0.0
         #: when (unix seconds) the next renewal of buffered records is due
         self._renew_at = math.inf
         self._unsent = Repeated(log, "could not remove the unstarted record of %s (%s): not starting it; "
@@ -138,9 +142,28 @@ class Unstarted:
                 self._unrenewed.warn(len(members), exc)
                 self.pipe.keep_lost_starts(name, members)
 
+    def reclaim_due(self) -> None:
+        """Every half lease, give back the buffers of dead workers on this worker's queues even while it
+        does not reserve (its own buffer is full): every batch reserve reclaims too, but the sooner the
+        better, for Laravel's migrate of the same jobs from ``:reserved`` would bring them back with an
+        attempt spent. A fault is left to the next reserve, which meets and reports it."""
+        lease = self.lease
+        now = time.monotonic()
+        if not lease or now < self._reclaim_at:
+            return
+        self._reclaim_at = now + lease / 2
+        for name in self.queues:
+            try:
+                given = self.queue.reclaim(name)
+            except Exception:  # the next reserve call meets the same fault and reports it
+                return
+            if given:
+                log.info("gave back %d job(s) a dead worker had buffered on %s (attempts not spent)", given, name)
+
     def renew_due(self) -> None:
         """Push the records of buffered jobs forward once a third of their lease has passed."""
         self.resend()
+        self.reclaim_due()
         now = time.time()
         if now < self._renew_at:
             return
