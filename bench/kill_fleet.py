@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=0.005, help="each job's length (usleep / time.sleep)")
     p.add_argument("--kills", type=int, default=6, help="SIGKILLs per kind of worker")
     p.add_argument("--workers", type=int, default=2, help="workers per kind")
+    p.add_argument("--kill-only", choices=["php", "python"], help="SIGKILL only workers of this kind")
     p.add_argument("--tries", type=int, default=0, help="--tries of both kinds (1: a job whose attempt a kill "
                    "spent is failed; the report counts those failed without ever running)")
     p.add_argument("--json", metavar="PATH")
@@ -74,11 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         turn = 0
-        while kills["php"] < args.kills or kills["python"] < args.kills:
+        kinds = (args.kill_only,) if args.kill_only else ("python", "php")
+        while any(kills[k] < args.kills for k in kinds):
             time.sleep(1.0)
             kind = ("python", "php")[turn % 2]
             turn += 1
-            if kills[kind] >= args.kills:
+            if kills[kind] >= args.kills or kind not in kinds:
                 continue
             slot = (kind, turn // 2 % args.workers)
             fleet[slot].send_signal(signal.SIGKILL)

@@ -9,6 +9,7 @@ SIGKILL about every second to one worker, laraq and artisan in turn, each restar
 that ran twice is charged to the runner of its first run). This script only fixes the issue's sizes.
 
     python3 bench/sigkill.py --quick --tries 1   # also: jobs failed "attempted too many times" unrun
+    python3 bench/sigkill.py --tries 1 --kill-only python   # kill laraq workers only
 
 What bounds the count: artisan re-runs at most the job it was running. laraq writes each finished
 job's ``ZREM`` the moment the job is done (``laraq.worker.acks``), so it re-runs at most the jobs it
@@ -31,6 +32,20 @@ lost                       0                                 0
 
 With ``--tries 1`` the failed jobs left are the ones running when a worker (either kind) was killed:
 they ran once, and their next attempt is over the limit, as Laravel's rule has it.
+
+Full size (20,000 jobs of 5 ms, ``--tries 1``, 10 kills of one kind only, ``--kill-only``):
+
+=========================  =====================  =====================  =====================
+                           laraq killed, before   laraq killed, after    artisan killed, after
+=========================  =====================  =====================  =====================
+failed                     327                    9                      10
+  of which never ran       318 (31.8 per kill)    1 (0.1 per kill)       0
+jobs run twice, lost       0, 0                   0, 0                   0, 0
+=========================  =====================  =====================  =====================
+
+The one left (0.1 per kill) is a buffered job that still came back with its attempt spent: either a
+kill between the write that removed its record (with the previous job's ack) and its start, or, with
+this fleet's ``retry_after`` of 2 s, Laravel's migrate of ``:reserved`` reaching it before a reclaim.
 """
 
 from __future__ import annotations
