@@ -20,6 +20,7 @@ import collections
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=0.005, help="each job's length (usleep / time.sleep)")
     p.add_argument("--kills", type=int, default=6, help="SIGKILLs per kind of worker")
     p.add_argument("--workers", type=int, default=2, help="workers per kind")
+    p.add_argument("--kill-only", choices=["php", "python"], help="SIGKILL only workers of this kind")
+    p.add_argument("--tries", type=int, default=0, help="--tries of both kinds (1: a job whose attempt a kill "
+                   "spent is failed; the report counts those failed without ever running)")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
 
@@ -57,11 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     def start(kind: str) -> subprocess.Popen[bytes]:
         if kind == "php":
             return subprocess.Popen(["php", str(app.path / "artisan"), "queue:work", "redis", f"--queue={queue}",
-                                     "--sleep=0", "--tries=0", "--quiet"], env=app.env, cwd=app.path,
+                                     "--sleep=0", f"--tries={args.tries}", "--quiet"], env=app.env, cwd=app.path,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return subprocess.Popen([sys.executable, "-c", "from laraq.cli import main; main()", "work",
                                  "--app", "test_worker_support:app",
-                                 "--laravel", RELEASES[args.laravel], f"--queue={queue}", "--sleep=0", "--tries=0",
+                                 "--laravel", RELEASES[args.laravel], f"--queue={queue}", "--sleep=0",
+                                 f"--tries={args.tries}",
                                  "--quiet", "--no-supervise", "--retry-after=2"], env=env_py, cwd=ROOT,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -70,11 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         turn = 0
-        while kills["php"] < args.kills or kills["python"] < args.kills:
+        kinds = (args.kill_only,) if args.kill_only else ("python", "php")
+        while any(kills[k] < args.kills for k in kinds):
             time.sleep(1.0)
             kind = ("python", "php")[turn % 2]
             turn += 1
-            if kills[kind] >= args.kills:
+            if kills[kind] >= args.kills or kind not in kinds:
                 continue
             slot = (kind, turn // 2 % args.workers)
             fleet[slot].send_signal(signal.SIGKILL)
@@ -94,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         stop_processes(fleet.values(), grace=30)
         server.stop()
     runs = app.runs()
+    failed_uuids = [json.loads(row[0])["uuid"] for row in sqlite3.connect(app.db_path).execute(
+        "select payload from failed_jobs")]
+    never_ran = len({u for u in failed_uuids if u not in {r["uuid"] for r in runs}})
     first: dict[str, str] = {}
     count: collections.Counter[str] = collections.Counter()
     for r in runs:
@@ -103,10 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "laravel": RELEASES[args.laravel], "jobs": args.jobs, "job_seconds": args.seconds,
         "workers_per_kind": args.workers, "seconds": round(time.monotonic() - started, 1),
-        "distinct_jobs_run": len(count), "lost": args.jobs - len(count),
+        "distinct_jobs_run": len(count), "lost": args.jobs - len(count) - never_ran,
         "kills": dict(kills), "reruns": {k: again.get(k, 0) for k in ("php", "python")},
         "reruns_per_kill": {k: round(again.get(k, 0) / kills[k], 2) if kills[k] else None for k in ("php", "python")},
         "runs_by_runner": dict(collections.Counter(r["runner"] for r in runs)),
+        "tries": args.tries, "failed": len(failed_uuids),
+        "failed_without_running": never_ran,
     }
     print(json.dumps(result, indent=2))
     if args.json:

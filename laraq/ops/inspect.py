@@ -58,7 +58,8 @@ __all__ = [
 ]
 
 #: The companion keys of a queue list, and laraq's dead-letter list.
-SUFFIXES = (":delayed", ":reserved", ":notify", ":poison", ":failed-parked")  # the last: laraq.stores.parked
+SUFFIXES = (":delayed", ":reserved", ":notify", ":poison", ":failed-parked",  # laraq.stores.parked
+            ":laraq-unstarted")  # laraq.worker.unstarted
 
 #: Where a job can be: the ready list, the delayed ZSET, the reserved ZSET, laraq's poison list.
 STATES = ("pending", "delayed", "reserved", "poison")

@@ -75,6 +75,11 @@ local function move_due(from, to, notify, due)
 end
 """.replace("CHUNK", str(MIGRATE_CHUNK))
 
+#: Jobs whose body is larger than this (bytes) get no unstarted record (see :data:`_UNSTARTED_LIB`): their
+#: record would hold the job twice more and travel at its start; after a SIGKILL they come back as
+#: Laravel's own do, after ``retry_after``.
+RECORD_MAX_BYTES = 256 * 1024
+
 # The reservation step shared by both pop scripts. ``take`` returns job, reserved for the next
 # usable member, or false, false when the list is empty (or the poison budget ran out).
 _RESERVE_LIB = """\
@@ -98,6 +103,16 @@ local function reservable(member)
   return text
 end
 
+-- laraq's unstarted record (see _UNSTARTED_LIB): set by the batch-reserve scripts, nil for a pop
+local unstarted_key = nil
+local unstarted_until = 0
+
+local function note_unstarted(member, reserved)
+  if unstarted_key and string.len(member) <= RECORD_MAX_BYTES then
+    redis.call('ZADD', unstarted_key, unstarted_until, string.len(reserved) .. ':' .. reserved .. member)
+  end
+end
+
 local function take()
   while true do
     local member = redis.call('LPOP', KEYS[1])
@@ -107,6 +122,7 @@ local function take()
     local reserved = reservable(member)
     if reserved then
       redis.call('ZADD', KEYS[2], ARGV[1], reserved)
+      note_unstarted(member, reserved)
       redis.call('LPOP', KEYS[3])
       return member, reserved
     end
@@ -132,7 +148,7 @@ local function take_many(wanted)
   out[1] = moved
   return out
 end
-"""
+""".replace("RECORD_MAX_BYTES", str(RECORD_MAX_BYTES))
 
 #: KEYS: 1 list, 2 reserved, 3 notify, 4 poison. ARGV: 1 reservation expiry (unix seconds),
 #: 2 poison budget. Returns ``{job, reserved, poisoned}``; job/reserved are nil when nothing was
@@ -148,6 +164,69 @@ POP_MANY = _RESERVE_LIB + """\
 return take_many(tonumber(ARGV[3]) or 1)
 """
 
+# laraq's record of reserved-but-unstarted jobs (issue 29 §3): a ZSET ``<list>:laraq-unstarted`` next to
+# ``:reserved``, member = ``<length of the reserved member>:<reserved member><original body>``, score = a
+# short lease (Redis ``TIME`` + the lease seconds; one clock for every worker, whatever the hosts' clocks
+# say). A job leaves it when it starts. ``reclaim`` gives back the jobs whose lease ran out (their worker
+# died): each one still in ``:reserved`` is removed from it and its original body (attempts not spent) goes
+# back to the HEAD of the list with one ``:notify`` token; one that is no longer in ``:reserved`` (acked,
+# released, or migrated back by Laravel's own pop) is only forgotten. The ``ZREM :reserved`` decides,
+# atomically, so a PHP migrate and a reclaim never both give the same job back.
+_UNSTARTED_LIB = """\
+if redis.replicate_commands then
+  redis.replicate_commands()
+end
+local function redis_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+
+local function split_unstarted(m)
+  local colon = string.find(m, ':', 1, true)
+  if not colon then
+    return nil, nil
+  end
+  local n = tonumber(string.sub(m, 1, colon - 1))
+  if not n then
+    return nil, nil
+  end
+  return string.sub(m, colon + 1, colon + n), string.sub(m, colon + n + 1)
+end
+
+local function reclaim(list, reserved_key, notify, key, now, limit)
+  local due = redis.call('ZRANGEBYSCORE', key, '-inf', now, 'LIMIT', 0, limit)
+  local given = 0
+  for i = #due, 1, -1 do
+    local m = due[i]
+    redis.call('ZREM', key, m)
+    local reserved, body = split_unstarted(m)
+    if reserved and redis.call('ZREM', reserved_key, reserved) == 1 then
+      redis.call('LPUSH', list, body)
+      redis.call('RPUSH', notify, 1)
+      given = given + 1
+    end
+  end
+  return {#due, given}
+end
+"""
+
+#: How many expired unstarted records one reserve call (or one ``reclaim``) gives back at most.
+RECLAIM_CHUNK = 200
+
+# The batch-reserve scripts' opening when KEYS[6] is given: reclaim expired unstarted records, then
+# (when the lease, the last ARGV, in seconds, is not 0) record every job this call reserves.
+_UNSTARTED_START = """\
+if KEYS[6] then
+  local now = redis_now()
+  local lease = tonumber(ARGV[#ARGV])
+  if lease > 0 then
+    unstarted_key = KEYS[6]
+    unstarted_until = now + lease
+  end
+  reclaim(KEYS[1], KEYS[2], KEYS[3], KEYS[6], now, RECLAIM_CHUNK)
+end
+""".replace("RECLAIM_CHUNK", str(RECLAIM_CHUNK))
+
 #: laraq's batch reserve (the worker's fast path): one call = acks + Laravel's migrate + N pops.
 #: KEYS: 1 list, 2 reserved, 3 notify, 4 poison, 5 delayed. ARGV: 1 reservation expiry, 2 poison
 #: budget, 3 how many jobs at most, 4 now (unix seconds), 5 migrate LIMIT (-1 = all; 8.0-9.22 have
@@ -156,7 +235,9 @@ return take_many(tonumber(ARGV[3]) or 1)
 #: Returns ``{poisoned, job1, reserved1, ...}`` like :data:`POP_MANY`. The effect equals the acks'
 #: ``ZREM``s followed by N consecutive Laravel pops in the same second (one migrate pair suffices:
 #: a second migrate in the same second would find nothing the first left behind).
-RESERVE_BATCH = _RESERVE_LIB + _MOVE_DUE_LIB + """\
+#: With KEYS[6] (laraq's unstarted record, see :data:`_UNSTARTED_LIB`) and the lease seconds as the
+#: last ARGV, expired records are reclaimed first and every job reserved is recorded as unstarted.
+RESERVE_BATCH = _UNSTARTED_LIB + _RESERVE_LIB + _MOVE_DUE_LIB + _UNSTARTED_START + """\
 local nacks = tonumber(ARGV[7]) or 0
 for first = 8, 7 + nacks, ACK_CHUNK do
   redis.call('ZREM', KEYS[2], unpack(ARGV, first, math.min(first + ACK_CHUNK - 1, 7 + nacks)))
@@ -250,6 +331,7 @@ local function take_handled(wanted, window, names)
       local reserved = usable and reservable(member)
       if reserved then
         redis.call('ZADD', KEYS[2], ARGV[1], reserved)
+        note_unstarted(member, reserved)
         out[#out + 1] = member
         out[#out + 1] = reserved
       else
@@ -285,7 +367,7 @@ end
 #: in the list, in its order (the consumed prefix is trimmed and the members left alone are pushed back
 #: in front, so PHP sees the same list minus the taken jobs). Returns ``{poisoned, left alone, job1,
 #: reserved1, ...}``.
-RESERVE_HANDLED = _RESERVE_LIB + _MOVE_DUE_LIB + _SELECT_LIB + """\
+RESERVE_HANDLED = _UNSTARTED_LIB + _RESERVE_LIB + _MOVE_DUE_LIB + _SELECT_LIB + _UNSTARTED_START + """\
 local nacks = tonumber(ARGV[7]) or 0
 for first = 10, 9 + nacks, ACK_CHUNK do
   redis.call('ZREM', KEYS[2], unpack(ARGV, first, math.min(first + ACK_CHUNK - 1, 9 + nacks)))
@@ -326,13 +408,16 @@ end
 return out
 """
 
-#: laraq's own. KEYS: 1 list, 2 reserved, 3 notify. ARGV: pairs (reserved member, original body) in
-#: list order. Hands reserved-but-unstarted jobs back: for each pair whose reservation is still ours,
+#: laraq's own. KEYS: 1 list, 2 reserved, 3 notify, 4 (optional) the unstarted record. ARGV: pairs
+#: (reserved member, original body) in list order; their unstarted records are removed either way. Hands reserved-but-unstarted jobs back: for each pair whose reservation is still ours,
 #: ``ZREM`` it and put the original body (attempts not burned) back at the HEAD of the list, with one
 #: ``:notify`` token, keeping the pairs' order. Returns how many were given back.
 GIVE_BACK = """\
 local given = 0
 for i = #ARGV - 1, 1, -2 do
+  if KEYS[4] then
+    redis.call('ZREM', KEYS[4], string.len(ARGV[i]) .. ':' .. ARGV[i] .. ARGV[i + 1])
+  end
   if redis.call('ZREM', KEYS[2], ARGV[i]) == 1 then
     redis.call('LPUSH', KEYS[1], ARGV[i + 1])
     redis.call('RPUSH', KEYS[3], 1)
@@ -340,6 +425,34 @@ for i = #ARGV - 1, 1, -2 do
   end
 end
 return given
+"""
+
+#: laraq's own. KEYS: 1 the unstarted record. ARGV: 1 lease seconds, 2 how many of the members that
+#: follow are starting (removed), 3.. unstarted members. Removes the starting ones and pushes the lease
+#: of the others forward (``ZADD XX``: a record reclaimed meanwhile stays gone). Returns one 1/0 per
+#: member: it was still there (a starting job may run; a buffered one is still ours), or gone.
+UNSTARTED = _UNSTARTED_LIB + """\
+local until_ = redis_now() + tonumber(ARGV[1])
+local starting = tonumber(ARGV[2])
+local out = {}
+for i = 3, #ARGV do
+  if i - 2 <= starting then
+    out[#out + 1] = redis.call('ZREM', KEYS[1], ARGV[i])
+  elseif redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+    redis.call('ZADD', KEYS[1], 'XX', until_, ARGV[i])
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+return out
+"""
+
+#: laraq's own. KEYS: 1 list, 2 reserved, 3 notify, 4 the unstarted record. ARGV: 1 how many at most.
+#: Gives back the jobs whose unstarted lease ran out (see :data:`_UNSTARTED_LIB`). Returns
+#: ``{records looked at, jobs given back}``.
+RECLAIM = _UNSTARTED_LIB + """\
+return reclaim(KEYS[1], KEYS[2], KEYS[3], KEYS[4], redis_now(), tonumber(ARGV[1]))
 """
 
 #: KEYS: 1 delayed, 2 reserved. ARGV: 1 reserved member, 2 available-at. The ZADD happens even if
@@ -402,6 +515,8 @@ SCRIPT_TEXTS: dict[str, str] = {
     "reserve_handled": RESERVE_HANDLED,
     "renew": RENEW,
     "give_back": GIVE_BACK,
+    "unstarted": UNSTARTED,
+    "reclaim": RECLAIM,
     "release": RELEASE,
     "requeue": REQUEUE,
     "migrate": MIGRATE,
@@ -410,6 +525,11 @@ SCRIPT_TEXTS: dict[str, str] = {
     "clear": CLEAR,
     "clear_with_notify": CLEAR_WITH_NOTIFY,
 }
+
+
+def unstarted_member(reserved: bytes, body: bytes) -> bytes:
+    """A job's member in laraq's unstarted record (see :data:`_UNSTARTED_LIB`)."""
+    return b"%d:%b%b" % (len(reserved), reserved, body)
 
 
 # -- results -------------------------------------------------------------------------------------
@@ -748,16 +868,22 @@ class Scripts:
         poison_budget: int = POISON_SKIPS_PER_CALL,
         handled: Sequence[str] | None = None,
         window: int = 100,
+        unstarted_key: str | None = None,
+        unstarted_lease: float = 0.0,
     ) -> PopManyResult:
         """``ZREM`` the ``acks``, migrate due ``:delayed`` (and expired ``:reserved``) jobs, then
         reserve up to ``count`` jobs, each exactly as :meth:`pop` would: one round trip.
 
         ``handled``: the names Python has handlers for. Only jobs with one of them are reserved, among
         the first ``window`` members of the list; the others stay where they are (:data:`RESERVE_HANDLED`).
-        None: the head jobs, whatever they are (:data:`RESERVE_BATCH`)."""
+        None: the head jobs, whatever they are (:data:`RESERVE_BATCH`).
+
+        ``unstarted_key``: laraq's unstarted record (see :data:`_UNSTARTED_LIB`): expired records are
+        reclaimed first, and each job reserved is recorded with a lease of ``unstarted_lease`` seconds."""
         name, keys, args = self._reserve_batch_args(list_key, reserved_key, notify_key, poison_key, delayed_key,
                                                     expires_at, count, now, migrate_limit, migrate_reserved,
-                                                    acks, poison_budget, handled, window)
+                                                    acks, poison_budget, handled, window, unstarted_key,
+                                                    unstarted_lease)
         return self.reserve_batch_result(self.call(name, keys, args), selective=handled is not None)
 
     def reserve_batch_send(self, list_key: str, reserved_key: str, notify_key: str, poison_key: str,
@@ -765,25 +891,31 @@ class Scripts:
                            migrate_reserved: bool = True, acks: Sequence[bytes] = (),
                            poison_budget: int = POISON_SKIPS_PER_CALL,
                            first: Sequence[Any] | None = None, handled: Sequence[str] | None = None,
-                           window: int = 100) -> PendingCall | None:
+                           window: int = 100, unstarted_key: str | None = None,
+                           unstarted_lease: float = 0.0) -> PendingCall | None:
         """:meth:`reserve_batch`, sent now (after ``first``, see :meth:`send`); :meth:`receive` +
         :meth:`reserve_batch_result` read it later."""
         name, keys, args = self._reserve_batch_args(list_key, reserved_key, notify_key, poison_key, delayed_key,
                                                     expires_at, count, now, migrate_limit, migrate_reserved,
-                                                    acks, poison_budget, handled, window)
+                                                    acks, poison_budget, handled, window, unstarted_key,
+                                                    unstarted_lease)
         return self.send(name, keys, args, first=first)
 
     @staticmethod
     def _reserve_batch_args(list_key: str, reserved_key: str, notify_key: str, poison_key: str, delayed_key: str,
                             expires_at: int, count: int, now: int, migrate_limit: int, migrate_reserved: bool,
                             acks: Sequence[bytes], poison_budget: int, handled: Sequence[str] | None = None,
-                            window: int = 100) -> tuple[str, tuple[Any, ...], tuple[Any, ...]]:
-        keys = (list_key, reserved_key, notify_key, poison_key, delayed_key)
+                            window: int = 100, unstarted_key: str | None = None, unstarted_lease: float = 0.0
+                            ) -> tuple[str, tuple[Any, ...], tuple[Any, ...]]:
+        keys: tuple[Any, ...] = (list_key, reserved_key, notify_key, poison_key, delayed_key)
         head = (int(expires_at), int(poison_budget), max(0, int(count)), int(now), int(migrate_limit),
                 1 if migrate_reserved else 0, len(acks))
+        tail: tuple[Any, ...] = ()
+        if unstarted_key is not None:
+            keys, tail = (*keys, unstarted_key), (repr(float(unstarted_lease)),)
         if handled is None:
-            return "reserve_batch", keys, (*head, *acks)
-        return "reserve_handled", keys, (*head, max(1, int(window)), len(handled), *acks, *handled)
+            return "reserve_batch", keys, (*head, *acks, *tail)
+        return "reserve_handled", keys, (*head, max(1, int(window)), len(handled), *acks, *handled, *tail)
 
     @staticmethod
     def reserve_batch_result(raw: Any, *, selective: bool = False) -> PopManyResult:
@@ -811,11 +943,28 @@ class Scripts:
         return [bool(int(v)) for v in raw]
 
     def give_back(self, list_key: str, reserved_key: str, notify_key: str,
-                  jobs: Sequence[tuple[bytes, bytes]]) -> int:
-        """Hand reserved-but-unstarted ``(reserved, body)`` jobs back to the head of the list, in order."""
+                  jobs: Sequence[tuple[bytes, bytes]], unstarted_key: str | None = None) -> int:
+        """Hand reserved-but-unstarted ``(reserved, body)`` jobs back to the head of the list, in order
+        (and forget their unstarted records in ``unstarted_key``)."""
         if not jobs:
             return 0
         args: list[bytes] = []
         for reserved, body in jobs:
             args += (reserved, body)
-        return int(self.call("give_back", (list_key, reserved_key, notify_key), args))
+        keys = (list_key, reserved_key, notify_key) + (() if unstarted_key is None else (unstarted_key,))
+        return int(self.call("give_back", keys, args))
+
+    def unstarted(self, unstarted_key: str, lease: float, starting: Sequence[bytes],
+                  buffered: Sequence[bytes] = ()) -> list[bool]:
+        """Remove the unstarted records of the ``starting`` jobs and renew those of the ``buffered``
+        ones: per member, in that order, True if its record was still there."""
+        if not starting and not buffered:
+            return []
+        raw = self.call("unstarted", (unstarted_key,), (repr(float(lease)), len(starting), *starting, *buffered))
+        return [bool(int(v)) for v in raw]
+
+    def reclaim(self, list_key: str, reserved_key: str, notify_key: str, unstarted_key: str,
+                limit: int = RECLAIM_CHUNK) -> tuple[int, int]:
+        """Give back the jobs whose unstarted lease ran out: (records looked at, jobs given back)."""
+        raw = self.call("reclaim", (list_key, reserved_key, notify_key, unstarted_key), (int(limit),))
+        return int(raw[0]), int(raw[1])

@@ -22,7 +22,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
@@ -31,7 +31,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis
 
-from laraq.protocol.lua import PendingCall, Scripts, blocking
+from laraq.protocol.lua import RECLAIM_CHUNK, PendingCall, Scripts, blocking
 from laraq.protocol.redis_retry import fail_fast_on_auth
 from laraq.protocol.routing import QueueForwards, queue_name_of
 from laraq.protocol.versions import DEFAULT_VERSION, LaravelVersion
@@ -58,6 +58,11 @@ MIGRATE_BOUND = 500
 #: The most due members the worker's reserve script moves per call (at least the jobs it reserves,
 #: so the list fills as fast as it drains): keeps one reserve call near 1 ms.
 RESERVE_MIGRATE_BOUND = 100
+
+
+#: The unstarted lease (seconds): how soon after a SIGKILL the jobs its worker had buffered, never
+#: started, are given back (attempts not spent) by the next reserve of any laraq worker on the queue.
+UNSTARTED_LEASE = 15.0
 
 
 # -- key names -----------------------------------------------------------------------------------
@@ -121,6 +126,12 @@ class QueueKeys:
     @property
     def notify(self) -> str:
         return self.base + ":notify"
+
+    @property
+    def unstarted(self) -> str:
+        """laraq's record of reserved jobs not started yet (a ZSET, not Laravel's; see
+        :data:`laraq.protocol.lua.UNSTARTED`)."""
+        return self.base + ":laraq-unstarted"
 
     @property
     def poison(self) -> str:
@@ -292,6 +303,9 @@ class RedisQueue:
         self.retry_after = retry_after
         self.block_for = block_for
         self.migration_batch_size = migration_batch_size
+        #: seconds of the unstarted lease on each job a batch reserve takes (laraq's record of buffered
+        #: jobs, reclaimed when its worker died; see :data:`laraq.protocol.lua.UNSTARTED`); 0: no record
+        self.unstarted_lease = UNSTARTED_LEASE
         self.clock = clock
         self.scripts = Scripts(self.client)
         #: 11.27+: a queue after the first one yielded a job since the first queue was last polled.
@@ -468,7 +482,7 @@ class RedisQueue:
 
     def reserve_batch(self, queue: str | None = None, count: int = 1,
                       acks: list[bytes] | tuple[bytes, ...] = (), *, handled: list[str] | None = None,
-                      window: int = 100) -> list[ReservedJob]:
+                      window: int = 100, record: bool = False) -> list[ReservedJob]:
         """The worker's fast path: in ONE script call, ``ZREM`` the ``acks`` (reserved members of
         finished jobs), run Laravel's ``migrate`` and reserve up to ``count`` jobs (never blocks).
 
@@ -479,15 +493,18 @@ class RedisQueue:
         ``handled`` (names with a Python handler): reserve only such jobs among the first ``window``
         list members and leave every other member where it is (a queue shared with PHP workers;
         :attr:`last_skipped` says how many were left alone).
+
+        ``record``: the jobs go to a buffer, not straight to a handler: each is recorded as unstarted
+        (:attr:`unstarted_lease`), and its record must be removed when it starts (:meth:`unstarted`).
         """
-        name, keys, now, args, options = self._reserve_batch_call(queue, count, acks)
+        name, keys, now, args, options = self._reserve_batch_call(queue, count, acks, record)
         return self._reserved(name, keys, self.scripts.reserve_batch(*args, **options, handled=handled,
                                                                      window=window))
 
     def reserve_batch_send(self, queue: str | None = None, count: int = 1,
                            acks: list[bytes] | tuple[bytes, ...] = (), *,
                            wait: float | None = None, handled: list[str] | None = None,
-                           window: int = 100) -> PendingReserve | None:
+                           window: int = 100, record: bool = False) -> PendingReserve | None:
         """:meth:`reserve_batch`, sent now and read later with :meth:`reserve_batch_receive`: Redis reserves
         the next jobs while the worker runs the ones it has. None when this client cannot split a call
         (Redis Cluster): use :meth:`reserve_batch`.
@@ -498,7 +515,7 @@ class RedisQueue:
         Read whether a token came with :meth:`reserve_wait` first. The reservation's ``now`` (its
         expiry and the migrate's clock) is the send time, as with any call sent ahead: the worker
         renews a lease the wait made stale before the job starts."""
-        name, keys, now, args, options = self._reserve_batch_call(queue, count, acks)
+        name, keys, now, args, options = self._reserve_batch_call(queue, count, acks, record)
         first = None if wait is None else ("BLPOP", keys.notify, wait)
         pending = self.scripts.reserve_batch_send(*args, **options, first=first, handled=handled, window=window)
         return None if pending is None else PendingReserve(name, keys, pending, now, handled is not None)
@@ -524,16 +541,19 @@ class RedisQueue:
         except (redis.exceptions.MovedError, redis.exceptions.AskError):  # the slot moved: the client follows it
             return bool(self.client.blpop([notify_key], timeout=timeout))
 
-    def _reserve_batch_call(self, queue: str | None, count: int, acks: list[bytes] | tuple[bytes, ...]
-                            ) -> tuple[str, QueueKeys, int, tuple[str, ...], dict[str, Any]]:
+    def _reserve_batch_call(self, queue: str | None, count: int, acks: list[bytes] | tuple[bytes, ...],
+                            record: bool = False) -> tuple[str, QueueKeys, int, tuple[str, ...], dict[str, Any]]:
         """The ``reserve_batch`` script's keys and arguments for a reserve made now, by this version's rules."""
         name = self.queue_name(queue)
         keys = self.keys(name)
         now = self.current_time()
         expiry = now if self.retry_after is None else now + int(self.retry_after)
         limit = self.reserve_migrate_limit(count)
-        options = {"expires_at": expiry, "count": count, "now": now, "migrate_limit": limit,
-                   "migrate_reserved": self.retry_after is not None, "acks": acks}
+        options: dict[str, Any] = {"expires_at": expiry, "count": count, "now": now, "migrate_limit": limit,
+                                   "migrate_reserved": self.retry_after is not None, "acks": acks}
+        lease = self.unstarted_seconds
+        if lease > 0:  # expired records are reclaimed by every batch reserve, recording or not
+            options.update(unstarted_key=keys.unstarted, unstarted_lease=lease if record else 0.0)
         return name, keys, now, (keys.list, keys.reserved, keys.notify, keys.poison, keys.delayed), options
 
     def reserve_batch_receive(self, pending: PendingReserve) -> list[ReservedJob]:
@@ -575,9 +595,35 @@ class RedisQueue:
 
     def give_back(self, queue: str, jobs: list[ReservedJob]) -> int:
         """Hand reserved, never-started jobs back to the head of the list (original bodies, attempts
-        not burned, one ``:notify`` token each), in their order; only those still reserved by us."""
+        not burned, one ``:notify`` token each), in their order; only those still reserved by us.
+        Their unstarted records go too."""
         keys = self.keys(queue)
-        return self.scripts.give_back(keys.list, keys.reserved, keys.notify, [(j.reserved, j.body) for j in jobs])
+        return self.scripts.give_back(keys.list, keys.reserved, keys.notify, [(j.reserved, j.body) for j in jobs],
+                                      keys.unstarted)
+
+    @property
+    def unstarted_seconds(self) -> float:
+        """The unstarted lease in effect: :attr:`unstarted_lease`, and at most a third of ``retry_after``
+        (so that after a SIGKILL the reclaim comes before Laravel's migrate of the same jobs, which would
+        bring them back with an attempt spent)."""
+        lease = float(self.unstarted_lease or 0.0)
+        return lease if self.retry_after is None else min(lease, self.retry_after / 3)
+
+    def unstarted(self, queue: str, starting: Sequence[bytes], buffered: Sequence[bytes] = ()) -> list[bool]:
+        """Remove the unstarted records (:func:`~laraq.protocol.lua.unstarted_member`) of ``starting``
+        jobs and renew those of ``buffered`` ones by :attr:`unstarted_seconds`: True per record still there."""
+        return self.scripts.unstarted(self.keys(queue).unstarted, self.unstarted_seconds, starting, buffered)
+
+    def reclaim(self, queue: str | None = None) -> int:
+        """Give back the jobs of dead workers' buffers (unstarted lease run out) to the head of the list,
+        attempts not spent; how many were given back."""
+        keys = self.keys(queue)
+        total = 0
+        while True:
+            looked, given = self.scripts.reclaim(keys.list, keys.reserved, keys.notify, keys.unstarted)
+            total += given
+            if looked < RECLAIM_CHUNK:
+                return total
 
     def migrate(self, keys: QueueKeys | str | None = None) -> None:
         """Laravel's ``migrate``: due ``:delayed`` jobs, then expired ``:reserved`` ones (if

@@ -9,8 +9,13 @@ artisan's: each ack is *written* on a connection of its own as soon as the job i
 ``send()``; once the bytes are in the kernel, a SIGKILL of this process no longer stops Redis from
 running the command), and the replies are read later, all at once (:meth:`AckPipe.collect`).
 
+The same connection carries the removal of a job's unstarted record as the job starts
+(:meth:`AckPipe.write_started`, see :mod:`laraq.worker.unstarted`): written before the handler runs,
+its reply read later.
+
 If the connection breaks, the acks whose replies were not read are handed back to be sent again
-(``ZREM`` of a member that is already gone is harmless). Owned by the reservation source
+(``ZREM`` of a member that is already gone is harmless), and so are the unstarted removals
+(:attr:`AckPipe.lost_starts`). Owned by the reservation source
 (:class:`laraq.worker.reservation.Reservation`), which falls back to its pipelined ``ZREM``s when the
 client cannot lend a connection (Redis Cluster).
 """
@@ -69,8 +74,11 @@ class AckPipe:
         self.queue = queue
         self._lock = threading.Lock()
         self._conn: Any = None
-        #: (queue name, members) per command written whose reply is not read yet, in order
-        self.unconfirmed: collections.deque[tuple[str, list[bytes]]] = collections.deque()
+        #: (queue name, members, an unstarted removal?) per command written whose reply is not read yet
+        self.unconfirmed: collections.deque[tuple[str, list[bytes], bool]] = collections.deque()
+        #: unstarted removals whose replies were lost with a broken connection: to send again
+        self.lost_starts: dict[str, list[bytes]] = {}
+        self._unstarted_keys: dict[str, bytes] = {}
         #: the start of a reply line not complete yet
         self._partial = b""
         self._keys: dict[str, bytes] = {}
@@ -93,13 +101,31 @@ class AckPipe:
     def _pool(self) -> Any:
         return getattr(self.queue.client, "connection_pool", None)
 
-    def write(self, acks: dict[str, list[bytes]]) -> None:
-        """Write one ``ZREM`` per queue now (no reply read). Raises what writing raised; nothing of
-        ``acks`` is then counted as sent."""
-        commands = [(name, members) for name, members in acks.items() if members]
+    def write(self, acks: dict[str, list[bytes]], started: tuple[str, bytes] | None = None) -> None:
+        """Write one ``ZREM`` per queue now (no reply read), and with ``started`` (queue, record) the
+        removal of the next job's unstarted record in the same write. Raises what writing raised;
+        nothing was then sent."""
+        commands = [(name, members, False) for name, members in acks.items() if members]
+        if started is not None:
+            commands.append((started[0], [started[1]], True))
         if not commands:
             return
-        packed = b"".join(_zrem(self._key(name), members) for name, members in commands)
+        packed = b"".join(_zrem(self._unstarted_key(name) if record else self._key(name), members)
+                          for name, members, record in commands)
+        self._send(packed, commands)
+
+    def write_started(self, name: str, members: list[bytes]) -> None:
+        """Write the ``ZREM`` of starting jobs' unstarted records on queue ``name`` now (no reply read).
+        Raises what writing raised; nothing was then sent."""
+        self._send(_zrem(self._unstarted_key(name), members), [(name, members, True)])
+
+    def _unstarted_key(self, name: str) -> bytes:
+        key = self._unstarted_keys.get(name)
+        if key is None:
+            key = self._unstarted_keys[name] = self.queue.keys(name).unstarted.encode("utf-8")
+        return key
+
+    def _send(self, packed: bytes, commands: list[tuple[str, list[bytes], bool]]) -> None:
         with self._lock:
             try:
                 self._socket().sendall(packed)
@@ -155,15 +181,26 @@ class AckPipe:
         lines = text.split(b"\n")
         self._partial = lines.pop()
         for line in lines:
-            name, members = self.unconfirmed.popleft()
+            name, members, started = self.unconfirmed.popleft()
             if line.startswith(b"-"):  # e.g. WRONGTYPE: sending it again would not help
-                log.error("ZREM of %d finished job(s) on %s was refused: %s", len(members), name,
-                          line.decode("utf-8", "replace").strip())
+                log.error("ZREM of %d %s job(s) on %s was refused: %s", len(members),
+                          "starting" if started else "finished", name, line.decode("utf-8", "replace").strip())
+
+    def take_lost_starts(self) -> dict[str, list[bytes]]:
+        """The unstarted removals to send again (see :attr:`lost_starts`), taken."""
+        with self._lock:
+            lost, self.lost_starts = self.lost_starts, {}
+        return lost
+
+    def keep_lost_starts(self, name: str, members: list[bytes]) -> None:
+        """Unstarted removals that could not be sent again yet: kept for the next try."""
+        with self._lock:
+            self.lost_starts.setdefault(name, []).extend(members)
 
     def _lost(self) -> dict[str, list[bytes]]:
         lost: dict[str, list[bytes]] = {}
-        for name, members in self.unconfirmed:
-            lost.setdefault(name, []).extend(members)
+        for name, members, started in self.unconfirmed:
+            (self.lost_starts if started else lost).setdefault(name, []).extend(members)
         self.unconfirmed.clear()
         self._partial = b""
         return lost

@@ -43,6 +43,13 @@ class Buffered:
 
     job: Job
     lease_until: float
+    #: its unstarted record's lease is known to last at least until then (unix seconds; see
+    #: :mod:`laraq.worker.unstarted`); inf: not recorded
+    unstarted_until: float = math.inf
+    #: its member in the unstarted record (:func:`laraq.protocol.lua.unstarted_member`), made when needed
+    unstarted: bytes = b""
+    #: its record's removal was already written (with the ack of the job before it)
+    start_sent: bool = False
 
 
 def _apply_renewal(items: list[Buffered], alive: list[bool], lease: float, lost: str) -> set[int]:

@@ -33,6 +33,7 @@ from typing import Protocol, TypeVar
 import redis
 
 from laraq.bus.job import Job
+from laraq.protocol.lua import RECORD_MAX_BYTES
 from laraq.protocol.payload import Payload, PayloadError
 from laraq.protocol.queue import PendingReserve, ReservedJob
 from laraq.stores.failed import format_exception
@@ -42,6 +43,7 @@ from laraq.worker.context import REDIS_DOWN, WorkerContext
 from laraq.worker.exitcodes import EXIT_REDIS_AUTH, explain, is_acl_denial
 from laraq.worker.leases import Buffered, Leases
 from laraq.worker.ratelimit import Repeated
+from laraq.worker.unstarted import Unstarted
 
 __all__ = ["REDIS_DOWN", "Failures", "Reservation"]
 
@@ -119,8 +121,13 @@ class Reservation:
         self.window = max(1, self.options.scan_window)
         #: list members the last reserve looked at and left for PHP (no Python handler)
         self.left_for_php = 0
-        #: the check before a buffered job starts (:meth:`Leases.lease_ok`)
-        self.lease_ok = self.leases.lease_ok
+        #: the buffered jobs' unstarted records (given back at once if this process dies)
+        self.unstarted = Unstarted(self.queue, self.pipe, self.buffer, list(self.queues))
+
+    def lease_ok(self, item: Buffered) -> bool:
+        """The check before a buffered job starts: its reservation is still ours (:meth:`Leases.lease_ok`)
+        and its unstarted record is gone from Redis before it runs (:meth:`Unstarted.start`)."""
+        return self.leases.lease_ok(item) and self.unstarted.start(item)
 
     def _handled_names(self) -> list[str] | None:
         """The registry's handler names when the reserve takes only those (``--unhandled leave``, the
@@ -140,6 +147,7 @@ class Reservation:
         self.flush_acks()
         self.leases.collect()
         self.leases.renew_due()
+        self.unstarted.renew_due()
 
     def ack_deferred(self, job: Job) -> bool:
         """Is ``job``'s ``ZREM`` still among the deferred acks (not sent yet)?"""
@@ -180,7 +188,8 @@ class Reservation:
                         acks[name] = mine
                     continue
                 try:
-                    reserved = self.queue.reserve_batch(name, want - count, mine, handled=self.handled, window=self.window)
+                    reserved = self.queue.reserve_batch(name, want - count, mine, handled=self.handled,
+                                                        window=self.window, record=True)
                 except BaseException:
                     acks.setdefault(name, []).extend(mine)
                     raise
@@ -191,7 +200,7 @@ class Reservation:
                     self.queue.secondary_queue_had_job = False
                 elif reserved:
                     self.queue.secondary_queue_had_job = True
-                count += self._buffer_reserved(reserved, math.floor(expiry_base))
+                count += self._buffer_reserved(reserved, math.floor(expiry_base), expiry_base)
             if acks:
                 self.queue.ack(acks)
                 acks = {}
@@ -203,9 +212,11 @@ class Reservation:
                 self._restore_acks(acks)
         return count
 
-    def _buffer_reserved(self, reserved: list[ReservedJob], reserved_at: int) -> int:
-        """Wrap and buffer what one reserve call returned; how many usable jobs that was."""
+    def _buffer_reserved(self, reserved: list[ReservedJob], reserved_at: int, sent_at: float) -> int:
+        """Wrap and buffer what one reserve call (sent at ``sent_at``, unix seconds) returned; how many
+        usable jobs that was."""
         lease = reserved_at + (self.queue.retry_after or 0)
+        unstarted_until = self.unstarted.recorded(sent_at) if reserved else math.inf
         count = 0
         for item in reserved:
             self.took_reservation = True
@@ -213,7 +224,7 @@ class Reservation:
             if job is None:
                 self.took_unreadable += 1
                 continue
-            self.buffer.append(Buffered(job, lease))
+            self.buffer.append(Buffered(job, lease, unstarted_until if len(item.body) <= RECORD_MAX_BYTES else math.inf))
             count += 1
         if reserved:
             self.leases.note_lease(lease)
@@ -251,7 +262,8 @@ class Reservation:
         if acks:
             self._restore_acks(acks)
         try:
-            pending = self.queue.reserve_batch_send(name, want, mine, handled=self.handled, window=self.window)
+            pending = self.queue.reserve_batch_send(name, want, mine, handled=self.handled, window=self.window,
+                                                    record=True)
         except Exception:  # the next (synchronous) reserve round meets the same fault and reports it
             pending = None
         if pending is None:
@@ -278,7 +290,7 @@ class Reservation:
             return 0
         self.queue.secondary_queue_had_job = False
         self.left_for_php = self.queue.last_skipped if pending.selective else 0
-        count = self._buffer_reserved(reserved, pending.sent_at)
+        count = self._buffer_reserved(reserved, pending.sent_at, pending.sent_at)
         self._redis_up()
         return count
 
@@ -321,7 +333,8 @@ class Reservation:
         want = self.reserve_count(self.options.concurrency - active, jobs_processed)
         if want <= 0:
             return None
-        pending = self.queue.reserve_batch_send(name, want, wait=block_for, handled=self.handled, window=self.window)
+        pending = self.queue.reserve_batch_send(name, want, wait=block_for, handled=self.handled, window=self.window,
+                                                record=True)
         if pending is None:
             return None
         self.ahead, self._ahead_acks, self.ahead_want = pending, [], want
@@ -364,11 +377,15 @@ class Reservation:
         wait to be sent again (Redis away), it waits with them for the next reserve call or flush."""
         with self._ack_lock:
             if self.pipe is not None and not self._acks:
+                # the next buffered job's unstarted record goes in the same write (one send() for both)
+                claimed = self.unstarted.claim_next() if self.bridge.on_loop_thread() else None
                 try:
-                    self.pipe.write({job.queue: [job.reserved]})
+                    self.pipe.write({job.queue: [job.reserved]},
+                                    None if claimed is None else self.unstarted.record_of(claimed))
                     return
                 except Exception:  # kept below; the next flush meets the fault and reports it
-                    pass
+                    if claimed is not None:
+                        claimed.start_sent = False
             self._acks.setdefault(job.queue, []).append(job.reserved)
             if self.ack_since is None:
                 self.ack_since = time.monotonic()
