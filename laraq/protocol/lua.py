@@ -227,21 +227,9 @@ if KEYS[6] then
 end
 """.replace("RECLAIM_CHUNK", str(RECLAIM_CHUNK))
 
-#: laraq's batch reserve (the worker's fast path): one call = acks + Laravel's migrate + N pops.
-#: KEYS: 1 list, 2 reserved, 3 notify, 4 poison, 5 delayed. ARGV: 1 reservation expiry, 2 poison
-#: budget, 3 how many jobs at most, 4 now (unix seconds), 5 migrate LIMIT (-1 = all; 8.0-9.22 have
-#: no LIMIT, which is the same), 6 migrate ``:reserved`` too (1) or not (0: ``retry_after`` null),
-#: 7 how many acks follow, 8.. the reserved members of finished jobs (``ZREM``ed first).
-#: Returns ``{poisoned, job1, reserved1, ...}`` like :data:`POP_MANY`. The effect equals the acks'
-#: ``ZREM``s followed by N consecutive Laravel pops in the same second (one migrate pair suffices:
-#: a second migrate in the same second would find nothing the first left behind).
-#: With KEYS[6] (laraq's unstarted record, see :data:`_UNSTARTED_LIB`) and the lease seconds as the
-#: last ARGV, expired records are reclaimed first and every job reserved is recorded as unstarted.
-RESERVE_BATCH = _UNSTARTED_LIB + _RESERVE_LIB + _MOVE_DUE_LIB + _UNSTARTED_START + """\
-local nacks = tonumber(ARGV[7]) or 0
-for first = 8, 7 + nacks, ACK_CHUNK do
-  redis.call('ZREM', KEYS[2], unpack(ARGV, first, math.min(first + ACK_CHUNK - 1, 7 + nacks)))
-end
+#: The migrate step both batch reserves run before they pop: due ``:delayed`` jobs (ARGV 4 now, ARGV 5
+#: the bound, negative for none), then expired ``:reserved`` ones when ARGV 6 is ``1``.
+_MIGRATE_STEP = """\
 local function migrate(from)
   local due
   if tonumber(ARGV[5]) < 0 then
@@ -255,8 +243,26 @@ migrate(KEYS[5])
 if ARGV[6] == '1' then
   migrate(KEYS[2])
 end
+"""
+
+#: laraq's batch reserve (the worker's fast path): one call = acks + Laravel's migrate + N pops.
+#: KEYS: 1 list, 2 reserved, 3 notify, 4 poison, 5 delayed. ARGV: 1 reservation expiry, 2 poison
+#: budget, 3 how many jobs at most, 4 now (unix seconds), 5 migrate LIMIT (-1 = all; 8.0-9.22 have
+#: no LIMIT, which is the same), 6 migrate ``:reserved`` too (1) or not (0: ``retry_after`` null),
+#: 7 how many acks follow, 8.. the reserved members of finished jobs (``ZREM``ed first).
+#: Returns ``{poisoned, job1, reserved1, ...}`` like :data:`POP_MANY`. The effect equals the acks'
+#: ``ZREM``s followed by N consecutive Laravel pops in the same second (one migrate pair suffices:
+#: a second migrate in the same second would find nothing the first left behind).
+#: With KEYS[6] (laraq's unstarted record, see :data:`_UNSTARTED_LIB`) and the lease seconds as the
+#: last ARGV, expired records are reclaimed first and every job reserved is recorded as unstarted.
+RESERVE_BATCH = (_UNSTARTED_LIB + _RESERVE_LIB + _MOVE_DUE_LIB + _UNSTARTED_START + """\
+local nacks = tonumber(ARGV[7]) or 0
+for first = 8, 7 + nacks, ACK_CHUNK do
+  redis.call('ZREM', KEYS[2], unpack(ARGV, first, math.min(first + ACK_CHUNK - 1, 7 + nacks)))
+end
+""" + _MIGRATE_STEP + """\
 return take_many(tonumber(ARGV[3]) or 0)
-""".replace("ACK_CHUNK", str(ACK_CHUNK))
+""").replace("ACK_CHUNK", str(ACK_CHUNK))
 
 # The selective reservation step (a queue shared with PHP workers): only jobs whose names have a
 # Python handler are taken; every other member stays where it is, in order. ``names`` is the set of
@@ -367,7 +373,7 @@ end
 #: in the list, in its order (the consumed prefix is trimmed and the members left alone are pushed back
 #: in front, so PHP sees the same list minus the taken jobs). Returns ``{poisoned, left alone, job1,
 #: reserved1, ...}``.
-RESERVE_HANDLED = _UNSTARTED_LIB + _RESERVE_LIB + _MOVE_DUE_LIB + _SELECT_LIB + _UNSTARTED_START + """\
+RESERVE_HANDLED = (_UNSTARTED_LIB + _RESERVE_LIB + _MOVE_DUE_LIB + _SELECT_LIB + _UNSTARTED_START + """\
 local nacks = tonumber(ARGV[7]) or 0
 for first = 10, 9 + nacks, ACK_CHUNK do
   redis.call('ZREM', KEYS[2], unpack(ARGV, first, math.min(first + ACK_CHUNK - 1, 9 + nacks)))
@@ -376,21 +382,9 @@ local names = {}
 for i = 10 + nacks, 9 + nacks + (tonumber(ARGV[9]) or 0) do
   names[ARGV[i]] = true
 end
-local function migrate(from)
-  local due
-  if tonumber(ARGV[5]) < 0 then
-    due = redis.call('ZRANGEBYSCORE', from, '-inf', ARGV[4])
-  else
-    due = redis.call('ZRANGEBYSCORE', from, '-inf', ARGV[4], 'LIMIT', 0, ARGV[5])
-  end
-  move_due(from, KEYS[1], KEYS[3], due)
-end
-migrate(KEYS[5])
-if ARGV[6] == '1' then
-  migrate(KEYS[2])
-end
+""" + _MIGRATE_STEP + """\
 return take_handled(tonumber(ARGV[3]) or 0, tonumber(ARGV[8]) or 100, names)
-""".replace("ACK_CHUNK", str(ACK_CHUNK))
+""").replace("ACK_CHUNK", str(ACK_CHUNK))
 
 #: laraq's own. KEYS: 1 reserved. ARGV: 1 new expiry, 2.. reserved members. Pushes the expiry of
 #: each member that is still reserved forward (``ZADD XX``: never re-creates a member someone else's
