@@ -78,7 +78,10 @@ def phase(name: str, args: argparse.Namespace, *, laraq: int, python_jobs: bool,
         fleet.append(subprocess.Popen([sys.executable, "-c", "from laraq.cli import main; main()", "work",
                                        "--app", "test_worker_shared:app", "--laravel", app.release,
                                        "--queue=default,python", "--sleep=0", "--no-supervise",
-                                       f"--unhandled={unhandled}"], env=env_py, cwd=ROOT,
+                                       f"--unhandled={unhandled}",
+                                       # taking unhandled jobs, a worker must hand continuations elsewhere
+                                       *([] if unhandled == "leave" else ["--php-queue=php"])],
+                                      env=env_py, cwd=ROOT,
                                       stdout=path.open("wb"), stderr=subprocess.STDOUT))
     time.sleep(args.warmup)  # every worker is up and idle before the jobs come
     pushed_at = time.time()

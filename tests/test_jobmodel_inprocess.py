@@ -257,6 +257,11 @@ def test_a_hand_off_laraq_would_take_itself_is_refused() -> None:
     shared = continuation_conflict(["default"], None, "default", in_process=False, signing_key=True)
     assert shared is not None and shared[0] == "warn"  # the shared-queue topology: PHP workers there take them
     assert continuation_conflict(["default"], "php", "default", in_process=False, signing_key=True) is None
+    # taking unhandled jobs (requeue/release/fail), the worker would take its own continuations: refused
+    for policy in ("requeue", "release", "fail"):
+        taken = continuation_conflict(["default"], None, "default", in_process=False, signing_key=True,
+                                      unhandled=policy)
+        assert taken is not None and taken[0] == "refuse" and f"--unhandled {policy}" in taken[1]
     assert continuation_conflict(["lq", "php"], "php", "default", in_process=True, signing_key=True) is None
     assert continuation_conflict(["lq", "php"], "php", "default", in_process=False, signing_key=False) is None
 

@@ -368,14 +368,17 @@ class CallQueued:
 
 
 def continuation_conflict(queues: list[str], php_queue: str | None, default_queue: str, *,
-                          in_process: bool, signing_key: bool) -> tuple[str, str] | None:
+                          in_process: bool, signing_key: bool,
+                          unhandled: str = "leave") -> tuple[str, str] | None:
     """``("refuse" | "warn", one line)`` when continuations could land where this worker takes them, else None.
 
     Nothing is handed off when the PHP steps run in-process, or without ``APP_KEY`` (such jobs are not
     run). ``--php-queue`` naming a queue this worker works is refused: its continuations would bounce.
     The connection's default queue (no ``--php-queue``) among the worked queues is the shared-queue
     topology (PHP workers on the same queue take the continuations), so it is only warned about: with
-    no PHP worker there, the continuations would wait.
+    no PHP worker there, the continuations would wait. That holds only while this worker leaves jobs it
+    has no handler for in the list (``--unhandled leave``); with any other policy it would take its own
+    continuations (requeue them, release them, or fail them), so that is refused too.
     """
     if in_process or not signing_key:
         return None
@@ -387,6 +390,9 @@ def continuation_conflict(queues: list[str], php_queue: str | None, default_queu
            "--env-file inside the app) so PHP runs them in-process")
     if php_queue:
         return "refuse", f"{what} (--php-queue), which this worker takes itself: {fix}"
+    if unhandled != "leave":
+        return "refuse", (f"{what} (the connection's default queue), which this worker takes with "
+                          f"--unhandled {unhandled}: use --unhandled leave (the default), or {fix}")
     return "warn", f"{what} (the connection's default queue), which this worker also takes: keep a PHP worker " \
                    f"on it, or {fix}"
 

@@ -402,7 +402,8 @@ def _check_continuations(worker: Worker, params: dict[str, Any]) -> None:
             worker.callqueued.use_php(None)
     problem = continuation_conflict(worker.queues, params.get("php_queue"), worker.queue.default_queue,
                                     in_process=worker.callqueued.php is not None,
-                                    signing_key=worker.encrypter is not None)
+                                    signing_key=worker.encrypter is not None,
+                                    unhandled=params.get("unhandled") or "leave")
     if problem is not None and problem[0] == "refuse":
         raise click.UsageError(problem[1])
     if problem is not None:
