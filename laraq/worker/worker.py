@@ -534,6 +534,7 @@ class Worker:
                 free -= 1
                 popped = True
                 start_job(item.job)
+                del item  # a job that finished at once must not stay alive (its command) until the memory check
                 self._last_job_at = time.monotonic()
                 if opts.rest > 0:
                     await executor.idle(opts.rest)
