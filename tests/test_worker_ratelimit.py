@@ -58,7 +58,7 @@ def test_a_worker_that_cannot_reach_redis_writes_one_ack_warning(caplog: pytest.
     from laraq.worker.worker import Worker, WorkerOptions
 
     queue = RedisQueue(free_port_url(), prefix="p_")
-    worker = Worker(App(), queue, "default", options=WorkerOptions())
+    worker = Worker(App(), queue, "default", options=WorkerOptions(memory=1 << 20))
     reservation = worker.reservation
     reservation._restore_acks({"default": [b"member"]})  # type: ignore[attr-defined]
     with caplog.at_level(logging.WARNING, logger="laraq.worker.worker"):

@@ -129,7 +129,7 @@ def test_a_worker_runs_its_jobs_and_leaves_the_others_in_order(redis_client: red
     ran: list[str] = []
     app = App()
     app.handler("App\\Jobs\\Py")(lambda command, job: ran.append(job.uuid))
-    worker = Worker(app, queue, "default", options=WorkerOptions(batch=batch, sleep=0, stop_when_empty=True))
+    worker = Worker(app, queue, "default", options=WorkerOptions(batch=batch, sleep=0, stop_when_empty=True, memory=1 << 20))
     try:
         assert worker.daemon() == 0
     finally:

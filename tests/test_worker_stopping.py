@@ -69,9 +69,9 @@ def test_over_memory_runs_the_reserved_batch_then_stops(redis_client: redis.Redi
 
 def test_each_stop_says_why_in_one_line(redis_client: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
     queue = RedisQueue(redis_client, prefix="w_", retry_after=90)
-    for options, why in ((WorkerOptions(stop_when_empty=True, sleep=0), "--stop-when-empty"),
-                         (WorkerOptions(stop_when_empty=True, sleep=0, batch=1), "--stop-when-empty"),
-                         (WorkerOptions(max_jobs=2, sleep=0), "--max-jobs reached")):
+    for options, why in ((WorkerOptions(stop_when_empty=True, sleep=0, memory=1 << 20), "--stop-when-empty"),
+                         (WorkerOptions(stop_when_empty=True, sleep=0, batch=1, memory=1 << 20), "--stop-when-empty"),
+                         (WorkerOptions(max_jobs=2, sleep=0, memory=1 << 20), "--max-jobs reached")):
         _push(queue, 3)
         app = App()
         app.handler("App\\Handlers\\Count@run")(lambda data, job: None)
@@ -102,7 +102,7 @@ def run(data, job):
         os.kill(os.getpid(), signal.SIGKILL)  # killed while this job runs, the rest of the batch buffered
 
 queue = RedisQueue(f"redis://127.0.0.1:{port}/0", prefix="k_", retry_after=90, version="13.0.0")
-worker = Worker(app, queue, "default", options=WorkerOptions(sleep=0, batch=100, max_tries=0))
+worker = Worker(app, queue, "default", options=WorkerOptions(sleep=0, batch=100, max_tries=0, memory=1 << 20))
 worker.context.pace.average = 0.001
 worker.daemon()
 """
@@ -135,7 +135,7 @@ def test_sigkill_with_a_full_buffer_reruns_only_the_running_job(redis_server: An
 def test_a_pause_and_a_quit_are_each_one_line(redis_client: redis.Redis, caplog: pytest.LogCaptureFixture,
                                               batch: int) -> None:
     queue = RedisQueue(redis_client, prefix="s_", retry_after=90)
-    worker = Worker(App(), queue, "default", options=WorkerOptions(sleep=0, batch=batch))
+    worker = Worker(App(), queue, "default", options=WorkerOptions(sleep=0, batch=batch, memory=1 << 20))
     worker.signals.paused = True
     worker.signals.quit(0, "SIGTERM received")  # seen on the loop's first stop check, after the pause
     with caplog.at_level(logging.INFO, logger="laraq.worker.worker"):

@@ -51,7 +51,7 @@ def run(data, job):
 
 queue = RedisQueue(f"redis://127.0.0.1:{port}/0", prefix="k_", retry_after=90, version="13.0.0")
 queue.unstarted_lease = 2.0
-worker = Worker(app, queue, "default", options=WorkerOptions(sleep=0, batch=100, max_tries=1))
+worker = Worker(app, queue, "default", options=WorkerOptions(sleep=0, batch=100, max_tries=1, memory=1 << 20))
 worker.context.pace.average = 0.001
 worker.daemon()
 """
@@ -105,7 +105,8 @@ def test_a_sigkill_gives_the_unstarted_buffer_back_unspent(redis_server: Any, re
 
     failed = FileFailedJobStore(tmp_path / "failed-jobs.json")
     worker = Worker(app, queue, "default", failer=failed,
-                    options=WorkerOptions(sleep=0, batch=100, max_tries=1, stop_when_empty=True))
+                    options=WorkerOptions(sleep=0, batch=100, max_tries=1, stop_when_empty=True,
+                                         memory=1 << 20))
     worker.daemon()
 
     # every never-started job ran once, unspent; none failed without running
