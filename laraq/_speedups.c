@@ -17,6 +17,9 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 static PyObject *ArrayType = NULL;  /* laraq.phparray.PHPArray */
 static PyObject *NewObject = NULL;  /* (class_name, props) -> PHPObject */
@@ -436,7 +439,26 @@ static PyObject *configure(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* Hand memory the allocator holds but no object uses back to the system (glibc's malloc_trim: the
+ * heap's top and whole free pages inside it). Returns True when something was released; False where
+ * the C library has no such call. The --memory check uses it before it counts the process as over. */
+static PyObject *release_free_memory(PyObject *self, PyObject *noargs) {
+    (void)self;
+    (void)noargs;
+#if defined(__GLIBC__)
+    int released;
+    Py_BEGIN_ALLOW_THREADS
+    released = malloc_trim(0);
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(released);
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
 static PyMethodDef methods[] = {
+    {"release_free_memory", release_free_memory, METH_NOARGS,
+     "release_free_memory() -> bool: malloc_trim(0) where glibc has it (memory freed but still held)."},
     {"pairs_loads", pairs_loads, METH_VARARGS,
      "pairs_loads(data: bytes | ASCII str, max_depth: int) -> value, or the bail marker outside the fast subset."},
     {"configure", configure, METH_VARARGS,

@@ -119,6 +119,40 @@ def test_unreachable_redis_sleeps_the_plain_interval() -> None:
     assert timers.sleep_for(2) == 2
 
 
+def test_block_for_wait_ends_when_the_next_delayed_job_is_due(redis_client: redis.Redis) -> None:
+    """``block_for`` (0: until a token comes) is cut short to the next due second; a job due now means
+    no wait at all; nothing scheduled keeps Laravel's wait."""
+    clock = Clock(NOW + 0.4)
+    q = queue(redis_client, clock, block_for=30)
+    timers = Timers(q, ["default"])
+    q.wait_bound = timers.wait_for
+    assert q.block_timeout() == 30
+    redis_client.zadd(q.keys("default").delayed, {body(1): NOW + 3})
+    assert q.block_timeout() == pytest.approx(2.6 + WAKE_MARGIN, abs=0.001)
+    q.block_for = 0
+    assert q.block_timeout() == pytest.approx(2.6 + WAKE_MARGIN, abs=0.001)
+    q.block_for = 2
+    assert q.block_timeout() == 2
+    clock.now = NOW + 3.1
+    assert q.block_timeout() is None  # due now: the pop that follows migrates it
+    redis_client.delete(q.keys("default").delayed)
+    q.block_for = 0
+    assert q.block_timeout() == 0  # nothing scheduled: until a token comes, as Laravel waits
+
+
+def test_block_for_wait_on_a_server_without_fractional_timeouts(redis_client: redis.Redis) -> None:
+    """Redis before 6.0 refuses a fractional ``BLPOP`` timeout: the queue notes it once and rounds up."""
+    clock = Clock(NOW + 0.4)
+    q = queue(redis_client, clock, block_for=30)
+    q.wait_bound = Timers(q, ["default"]).wait_for
+    redis_client.zadd(q.keys("default").delayed, {body(1): NOW + 3})
+    refused = redis.exceptions.ResponseError("timeout is not an integer or out of range")
+    assert q.note_wait_refused(refused)
+    assert not q.note_wait_refused(refused)  # said once
+    assert q.block_timeout() == 3.0
+    assert not q.note_wait_refused(redis.exceptions.ResponseError("WRONGTYPE Operation against a key"))
+
+
 # -- the bounded migrate ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("version", "reference", "laravel_limit"), [("8", LARAVEL_8, None), ("10", LARAVEL_10, -1)])
@@ -222,3 +256,43 @@ def test_worker_with_a_long_sleep_runs_a_php_delayed_job_when_it_is_due(
         assert redis_client.llen(php.prefix + "queues:later") == 0
     finally:
         worker.close()
+
+
+@pytest.mark.php
+@pytest.mark.parametrize("batch", [None, 1], ids=["fast-loop", "batch-1"])
+def test_worker_blocking_on_notify_runs_a_php_delayed_job_when_it_is_due(
+    laravel: str, redis_client: redis.Redis, redis_server: object, monkeypatch: pytest.MonkeyPatch,
+    batch: int | None,
+) -> None:
+    """The same with ``block_for`` 600 (the worker waits on ``BLPOP :notify``, which a delayed job
+    never pushes to): the wait ends when the job is due, not after ten minutes."""
+    import threading
+
+    import test_worker_support as support
+    from phpapp import PhpApp
+
+    from laraq.cli.work import build_worker, default_params
+
+    php = PhpApp(redis_server.port, version=laravel)  # type: ignore[attr-defined]
+    monkeypatch.setenv("LARAQ_LOG", str(php.log_path))
+    extra = {} if batch is None else {"batch": batch}
+    params = default_params(laravel=php.release, sleep=600, block_for=600, max_jobs=1, quiet=True,
+                            memory=1 << 20, queue="later", **extra)
+    worker = build_worker(params, env=php.env, app=support.app)
+    try:
+        php.tool("dispatch", "python", "--queue=later", "--delay=2", "--args=" + json.dumps({"n": 1}))
+        done: list[int] = []
+        thread = threading.Thread(target=lambda: done.append(worker.daemon()), daemon=True)
+        thread.start()
+        thread.join(120)
+        if thread.is_alive():
+            worker.signals.quit()
+            redis_client.rpush(php.prefix + "queues:later:notify", 1)
+            pytest.fail("the worker waited out block_for=600 past a due delayed job")
+        assert done == [0]
+        runs = [r for r in php.runs() if r["runner"] == "python"]
+        assert len(runs) == 1 and runs[0]["attempts"] == 1
+        assert redis_client.zcard(php.prefix + "queues:later:delayed") == 0
+    finally:
+        worker.close()
+

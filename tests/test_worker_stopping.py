@@ -145,3 +145,85 @@ def test_a_pause_and_a_quit_are_each_one_line(redis_client: redis.Redis, caplog:
     paused = [line for line in lines if "paused" in line]
     assert paused == ["worker default paused (SIGUSR2; SIGCONT resumes)"]
     assert [line for line in lines if "stopping" in line] == ["worker default stopping (exit 0): SIGTERM received"]
+
+
+@pytest.mark.parametrize("batch", [100, 1], ids=["fast-loop", "batch-1"])
+def test_stop_when_empty_never_takes_a_failed_reserve_for_an_empty_queue(
+        redis_client: redis.Redis, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+        batch: int) -> None:
+    """A reserve that fails (here ``:reserved`` is a string: every reserve script is refused) is
+    retried, then the worker stops with exit 1 naming the failed rounds: never 0 for "no job to take"
+    while a job waits. Fixed, the same worker takes the job and then stops empty."""
+    import laraq.worker.worker as worker_module
+
+    monkeypatch.setattr(worker_module, "_STOP_WHEN_EMPTY_TRIES", 2)
+    queue = RedisQueue(redis_client, prefix=f"f{batch}_", retry_after=90, version="13.0.0")
+    _push(queue, 1)
+    redis_client.set(queue.keys().reserved, "not a sorted set")
+    ran: list[int] = []
+    app = App()
+    app.handler("App\\Handlers\\Count@run")(lambda data, job: ran.append(int(data["n"])))
+    options = WorkerOptions(stop_when_empty=True, sleep=0, batch=batch, memory=1 << 20)
+    worker = Worker(app, queue, "default", options=options)
+    try:
+        with caplog.at_level(logging.INFO, logger="laraq.worker.worker"):
+            status = worker.daemon()
+    finally:
+        worker.close()
+    assert status == 1 and ran == []
+    assert redis_client.llen(queue.keys().list) == 1
+    stop = [r.getMessage() for r in caplog.records if r.getMessage().startswith("worker default stopping")]
+    assert len(stop) == 1 and "reserve rounds failed in a row" in stop[0], stop
+    redis_client.delete(queue.keys().reserved)
+    worker = Worker(app, queue, "default", options=options)
+    try:
+        assert worker.daemon() == 0
+    finally:
+        worker.close()
+    assert ran == [0]
+
+
+def test_a_buffered_job_whose_renewal_is_not_answered_is_kept_not_stranded(
+        redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The second job of a batch waits while the first runs into the next second, so its lease is
+    renewed before it starts (synchronously: this client is made one that cannot split a call, as on
+    Redis Cluster), and Redis does not answer that renewal once. The job stays at the head of the
+    buffer and starts when Redis answers; it is not dropped to sit in ``:reserved`` until
+    ``retry_after`` (and come back with an attempt spent, or fail unrun with ``tries=1``)."""
+    import time as time_module
+
+    queue = RedisQueue(redis_client, prefix="rn_", retry_after=30, version="13.0.0")
+    queue.unstarted_lease = 0  # no unstarted record: the jobs rely on the lease alone
+    _push(queue, 2)
+    ran: list[int] = []
+    app = App()
+
+    @app.handler("App\\Handlers\\Count@run")
+    def count(data: Any, job: Job) -> None:
+        ran.append(int(data["n"]))
+        if int(data["n"]) == 0:
+            time_module.sleep(1.1)  # the second job now starts in a later second than it was reserved in
+
+    real_renew = queue.renew
+    refused: list[int] = []
+
+    def renew_once_unanswered(name: str, members: list[bytes]) -> list[bool]:
+        if not refused:
+            refused.append(len(members))
+            raise redis.exceptions.ConnectionError("Connection reset by peer (injected)")
+        return real_renew(name, members)
+
+    monkeypatch.setattr(queue, "renew_send", lambda name, members: None)
+    monkeypatch.setattr(queue, "renew", renew_once_unanswered)
+    worker = Worker(app, queue, "default", options=WorkerOptions(stop_when_empty=True, sleep=0, batch=2,
+                                                                 memory=1 << 20))
+    worker.context.pace.average = 0.001  # the first round takes both jobs
+    try:
+        with caplog.at_level(logging.INFO, logger="laraq.worker.worker"):
+            assert worker.daemon() == 0
+    finally:
+        worker.close()
+    assert refused, "the renewal was never needed: the test did not exercise the fault"
+    assert ran == [0, 1]
+    assert redis_client.llen(queue.keys().list) == 0 and redis_client.zcard(queue.keys().reserved) == 0
+    assert any("kept, not started yet" in r.getMessage() for r in caplog.records)

@@ -302,6 +302,11 @@ class RedisQueue:
         self.prefix = self.version.default_redis_prefix(app_name) if prefix is None else prefix
         self.retry_after = retry_after
         self.block_for = block_for
+        #: cuts a ``block_for`` wait short (the worker's :meth:`laraq.worker.timers.Timers.wait_for`: until
+        #: the next delayed job is due; None from it: one is due now, do not wait). None: Laravel's wait.
+        self.wait_bound: Callable[[float], float | None] | None = None
+        #: the server refused a fractional ``BLPOP`` timeout (Redis before 6.0): waits are whole seconds
+        self.whole_second_waits = False
         self.migration_batch_size = migration_batch_size
         #: seconds of the unstarted lease on each job a batch reserve takes (laraq's record of buffered
         #: jobs, reclaimed when its worker died; see :data:`laraq.protocol.lua.UNSTARTED`); 0: no record
@@ -530,8 +535,41 @@ class RedisQueue:
         socket's read timeout is lengthened by the wait (see :meth:`Scripts.blocking`)."""
         return self._wait_on(self.keys(self.queue_name(queue)).notify)
 
+    def block_timeout(self) -> float | None:
+        """The ``BLPOP :notify`` timeout of the next wait (0: until a token comes): ``block_for``, cut
+        short by :attr:`wait_bound`; None: a delayed job is due now, so no wait (pop again at once)."""
+        block_for = self.block_for or 0
+        if self.wait_bound is None:
+            return block_for
+        wait = self.wait_bound(block_for)
+        if wait is None or wait == 0:
+            return wait
+        if self.whole_second_waits:
+            wait = float(math.ceil(wait))
+            return min(wait, block_for) if block_for > 0 else wait
+        return max(0.01, round(wait, 3))
+
+    def note_wait_refused(self, exc: BaseException) -> bool:
+        """Was ``exc`` a server refusing a fractional ``BLPOP`` timeout? Then later waits are whole seconds."""
+        if isinstance(exc, redis.exceptions.ResponseError) and "timeout" in str(exc).lower() \
+                and not self.whole_second_waits and self.wait_bound is not None:
+            self.whole_second_waits = True
+            log.info("this Redis takes whole-second BLPOP timeouts only: block_for waits end on whole seconds")
+            return True
+        return False
+
     def _wait_on(self, notify_key: str) -> bool:
-        timeout = self.block_for or 0
+        timeout = self.block_timeout()
+        if timeout is None:
+            return True  # a delayed job is due: the pop that follows migrates it, as after a token
+        try:
+            return self._blpop(notify_key, timeout)
+        except redis.exceptions.ResponseError as exc:
+            if not self.note_wait_refused(exc):
+                raise
+            return self._wait_on(notify_key)
+
+    def _blpop(self, notify_key: str, timeout: float) -> bool:
         command = ("BLPOP", notify_key, timeout)
         if not isinstance(self.client, redis.RedisCluster):
             return bool(blocking(self.client, command, timeout))

@@ -112,7 +112,10 @@ class Leases:
         try:
             alive = self.queue.renew(item.job.queue, [b.job.reserved for b in items])
         except Exception as exc:
-            self._unrenewed.warn(f"{item.job.name}: not starting it", exc)
+            # kept at the head of the buffer: started once Redis answers, or given back at the stop (a
+            # job dropped here would wait in :reserved for retry_after and come back with an attempt spent)
+            self._unrenewed.warn(f"{item.job.name}: kept, not started yet", exc)
+            self.buffer.appendleft(item)
             return False
         self._unrenewed.clear("buffered reservations renewed again")
         gone = _apply_renewal(items, alive, fresh, "before it started: not running it")

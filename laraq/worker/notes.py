@@ -9,11 +9,13 @@ is said once by :meth:`RunNotes.stopped` (issue 27 §5).
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import resource
+from collections.abc import Callable
 
-__all__ = ["RunNotes", "rss_mb"]
+__all__ = ["RunNotes", "release_free_memory", "rss_mb"]
 
 log = logging.getLogger("laraq.worker.worker")
 
@@ -29,6 +31,18 @@ def rss_mb() -> float:
         return pages * os.sysconf("SC_PAGE_SIZE") / 1048576
     except (OSError, ValueError, IndexError):
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def release_free_memory() -> bool:
+    """Give the memory the C allocator keeps after objects are freed back to the system (glibc's
+    ``malloc_trim``, through the C build; nothing without it). PHP's ``memory_get_usage(true)``, which
+    Laravel's check reads, counts only what its allocator holds for live data; a resident size read
+    right after a big job would also count the freed pages glibc had not returned yet."""
+    try:
+        from laraq import _speedups
+    except ImportError:
+        return False
+    return bool(_speedups.release_free_memory())
 
 
 class RunNotes:
@@ -47,9 +61,20 @@ class RunNotes:
         self.reason = reason
         return status
 
-    def over_memory(self, limit_mb: int) -> bool:
-        """Measure the resident size now and compare it with ``limit_mb``."""
+    def over_memory(self, limit_mb: int, settle: Callable[[], None] | None = None) -> bool:
+        """Measure the resident size now and compare it with ``limit_mb``. A size at or over it is
+        measured again once ``settle`` has let go of what finished jobs still held and the freed memory
+        is given back (:func:`release_free_memory`); only what is resident then counts."""
         self.memory_seen = rss_mb()
+        if self.memory_seen >= limit_mb:
+            if settle is not None:
+                try:
+                    settle()
+                except Exception as exc:  # Redis away: what it holds stays counted
+                    log.debug("could not settle before the memory check: %s", exc)
+                gc.collect()
+            release_free_memory()
+            self.memory_seen = rss_mb()
         return self.memory_seen >= limit_mb
 
     def state(self, state: str) -> None:

@@ -40,7 +40,7 @@ from laraq.stores.failed import format_exception
 from laraq.worker.acks import AckPipe
 from laraq.worker.bridge import AsyncBridge
 from laraq.worker.context import REDIS_DOWN, WorkerContext
-from laraq.worker.exitcodes import EXIT_REDIS_AUTH, explain, is_acl_denial
+from laraq.worker.exitcodes import EXIT_ERROR, EXIT_REDIS_AUTH, EXIT_REDIS_UNREACHABLE, explain, is_acl_denial
 from laraq.worker.leases import Buffered, Leases
 from laraq.worker.ratelimit import Repeated
 from laraq.worker.unstarted import Unstarted
@@ -92,6 +92,10 @@ class Reservation:
         self._redis_down_since: float | None = None
         #: seconds to wait before the next try while Redis is unreachable (0: it is reachable)
         self.reconnect_delay = 0.0
+        #: reserve rounds that failed in a row (0: the last one ran), and the exit code their fault
+        #: calls for (3: Redis unreachable, 1: anything else); a failed round is never an empty queue
+        self.failed_rounds = 0
+        self.failure_status = 0
         self._auth_refusals = 0
         #: reserved jobs not started yet, in order
         self.buffer: collections.deque[Buffered] = collections.deque()
@@ -148,6 +152,15 @@ class Reservation:
         self.leases.collect()
         self.leases.renew_due()
         self.unstarted.renew_due()
+
+    def settle(self) -> None:
+        """Read the replies that still hold finished jobs' bodies here: a lease renewal sent as a job
+        started (its call keeps the members it renewed, and the buffered entries with them) and the
+        written acks (kept to be sent again if the connection breaks). The ``--memory`` check settles
+        before it counts a process as over, so a big job that is done is not counted (Laravel measures
+        once its job has returned)."""
+        self.leases.collect()
+        self.flush_acks(force=True)
 
     def ack_deferred(self, job: Job) -> bool:
         """Is ``job``'s ``ZREM`` still among the deferred acks (not sent yet)?"""
@@ -333,7 +346,11 @@ class Reservation:
         want = self.reserve_count(self.options.concurrency - active, jobs_processed)
         if want <= 0:
             return None
-        pending = self.queue.reserve_batch_send(name, want, wait=block_for, handled=self.handled, window=self.window,
+        wait = self.queue.block_timeout()  # block_for, cut short when a delayed job comes due sooner
+        if wait is None:  # one is due now: a fresh reserve round (its migrate) takes it
+            self.took_unreadable = 0
+            return True
+        pending = self.queue.reserve_batch_send(name, want, wait=wait, handled=self.handled, window=self.window,
                                                 record=True)
         if pending is None:
             return None
@@ -341,7 +358,8 @@ class Reservation:
         try:
             woke = self.queue.reserve_wait(pending)
         except redis.exceptions.ResponseError as exc:  # :notify is not a list, say: the reserve still ran
-            self._reservation_failed(exc, "wait on")
+            if not self.queue.note_wait_refused(exc):
+                self._reservation_failed(exc, "wait on")
             woke = False
         except BaseException:
             self.ahead = None  # the connection is gone with the reply: what it reserved returns after retry_after
@@ -525,11 +543,15 @@ class Reservation:
         elif not self._refused_credentials(exc):
             log.exception("could not %s %s", what, ",".join(self.queues))
             self.reconnect_delay = 1.0
+            self.failed_rounds += 1
+            self.failure_status = EXIT_ERROR
 
     def _redis_lost(self, exc: BaseException) -> None:
         if self._refused_credentials(exc):
             return
         now = time.monotonic()
+        self.failed_rounds += 1
+        self.failure_status = EXIT_REDIS_UNREACHABLE
         if self._redis_down_since is None:
             self._redis_down_since = now
         self.reconnect_delay = min(30.0, max(1.0, self.reconnect_delay * 2))
@@ -538,6 +560,7 @@ class Reservation:
 
     def _redis_up(self) -> None:
         self._auth_refusals = 0
+        self.failed_rounds = 0
         if self._redis_down_since is not None:
             log.warning("Redis reachable again after %.0fs", time.monotonic() - self._redis_down_since)
         self._redis_down_since = None

@@ -74,3 +74,15 @@ class Timers:
             self._fired_second = second
             return 0.0
         return min(longest, max(0.0, wake - now + WAKE_MARGIN))
+
+    def wait_for(self, block_for: float) -> float | None:
+        """How long a ``block_for`` wait (``BLPOP :notify``; 0 = until a token comes) may last: cut short
+        to just after the next delayed job's due second, so that a job coming due during the wait is
+        migrated when it is due, not when the wait ends. None: a delayed job is due now (do not wait)."""
+        longest = block_for if block_for > 0 else math.inf
+        seconds = self.sleep_for(longest)
+        if seconds == math.inf:
+            return 0.0
+        if seconds <= 0:
+            return None
+        return seconds

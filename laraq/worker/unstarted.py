@@ -82,8 +82,9 @@ class Unstarted:
         return until
 
     def start(self, item: Buffered) -> bool:
-        """Remove ``item``'s record before it runs; False: do not run it (reclaimed by another worker,
-        or Redis could not be told; then it stays reserved and recorded, and is given back later)."""
+        """Remove ``item``'s record before it runs; False: do not run it now (reclaimed by another worker;
+        or Redis could not be told: then it is put back at the head of the buffer, still reserved and
+        recorded, for the loop to try again after a pause or give back at the stop)."""
         if item.unstarted_until == math.inf or item.start_sent:
             return True
         name = item.job.queue
@@ -102,6 +103,7 @@ class Unstarted:
             alive = self.queue.unstarted(name, [member], [_member(b) for b in others])
         except Exception as exc:
             self._unsent.warn(f"{item.job.name} (id {item.job.id})", exc)
+            self.buffer.appendleft(item)  # kept: started once Redis answers, or given back at the stop
             return False
         self._unsent.clear("unstarted records removed again")
         self._renewed(others, alive[1:], now + lease)

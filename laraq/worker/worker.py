@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -54,7 +55,7 @@ from laraq.worker.events import Listeners, OutputListener, WorkerListener
 from laraq.worker.execution import TICK, Executor
 from laraq.worker.leases import Buffered
 from laraq.worker.lifecycle import Lifecycle
-from laraq.worker.notes import RunNotes
+from laraq.worker.notes import RunNotes, release_free_memory
 from laraq.worker.output import Output
 from laraq.worker.reservation import Reservation
 from laraq.worker.running import Running
@@ -86,6 +87,9 @@ _UNKNOWN = object()
 _CHECK_EVERY = 0.25
 #: ``worker_looping`` is announced at most this often (seconds).
 _LOOPING_EVERY = 1.0
+#: ``--stop-when-empty``: reserve rounds that may fail in a row (retried with the reconnect backoff,
+#: about 15 s in all) before the worker stops with the fault's exit code.
+_STOP_WHEN_EMPTY_TRIES = 4
 #: The shortest wait after a reserve that found only jobs for PHP workers (seconds).
 _LEFT_FOR_PHP_PAUSE = 0.1
 
@@ -97,6 +101,8 @@ class ReservationSource(Protocol):
     took_reservation: bool
     took_unreadable: int
     reconnect_delay: float
+    failed_rounds: int
+    failure_status: int
     ahead: PendingReserve | None
     ahead_want: int
     ack_since: float | None
@@ -112,6 +118,7 @@ class ReservationSource(Protocol):
     def give_back_buffer(self) -> None: ...
     def flush_acks(self, *, force: bool = False) -> None: ...
     def housekeeping(self) -> None: ...
+    def settle(self) -> None: ...
 
 
 class JobExecutor(Protocol):
@@ -185,6 +192,7 @@ class Worker:
         self.queue = queue
         self.queues = names
         self.timers = Timers(queue, names)  # the idle sleep ends when the next delayed job is due
+        queue.wait_bound = self.timers.wait_for  # and so does a block_for wait
         self.options = options
         self.connection_name = connection_name
         self.version = version
@@ -206,6 +214,8 @@ class Worker:
         self.executor: JobExecutor = Executor(context, self.lifecycle, self.bridge, self.reservation,
                                               kill=kill, before_kill=self._before_kill)
         self._last_job_at: float | None = None
+        #: jobs_processed when the freed memory was last given back (see _settle_memory)
+        self._settled_at = 0
         self._looped_at = 0.0
         self._stop_announced = False
         self._unreported = 0
@@ -356,8 +366,13 @@ class Worker:
                 jobs_processed += 1
                 self._last_job_at = time.monotonic()
             else:
+                self._settle_memory(jobs_processed)
                 self.sleep(reservation.reconnect_delay or self.timers.sleep_for(opts.sleep))
-            status = self.stop_status(last_restart, started, jobs_processed, popped=popped)
+            # a pop that failed is not an empty queue (see _failed_not_empty)
+            failed = not popped and bool(reservation.failed_rounds) and bool(opts.stop_when_empty or opts.stop_when_empty_for)
+            status = self._failed_not_empty() if failed else None
+            if status is None:
+                status = self.stop_status(last_restart, started, jobs_processed, popped=popped or failed)
             if status is not None:
                 return self._stop(status)
 
@@ -431,7 +446,7 @@ class Worker:
         """Laravel's ``memoryExceeded``; the resident size it saw is kept for the stop's line."""
         if limit_mb <= 0 and self.version.memory_zero_is_unlimited:
             return False
-        return self.notes.over_memory(limit_mb)
+        return self.notes.over_memory(limit_mb, self.reservation.settle)
 
     def _restart_stamp(self) -> Any:
         if self.cache is None:
@@ -479,6 +494,9 @@ class Worker:
         can_run = self._should_run()
         #: over --memory: no more reserve rounds; the buffer is run, then the worker stops
         draining = False
+        #: over --memory while jobs ran: nothing new starts until they end, then it is measured again
+        #: (Laravel measures after its job returns, so a running job's own memory is not counted)
+        held = False
         log.info("worker %s (pid %d) processing [%s] on %s (Laravel %s profile, concurrency %d, batch %d%s)",
                  opts.name, os.getpid(), ",".join(self.queues), self.queue.redacted_url(), self.version,
                  opts.concurrency, opts.batch, ", prefetch" if opts.prefetch else "")
@@ -497,6 +515,14 @@ class Worker:
                 next_check = time.monotonic() + _CHECK_EVERY
                 continue
 
+            if held:
+                if executor.active > 0:
+                    await executor.wait_changed(TICK)
+                    continue
+                held = False
+                if self.memory_exceeded(opts.memory) and not (buffer or reservation.ahead is not None):
+                    return await self._fast_stop(self._why(EXIT_MEMORY_LIMIT, "over --memory"))
+                draining = draining or self.notes.memory_seen >= opts.memory
             free = opts.concurrency - executor.active
             reserved_round = False
             popped = False
@@ -528,6 +554,10 @@ class Worker:
                     break
                 item = buffer.popleft()
                 if not lease_ok(item):
+                    if buffer and buffer[0] is item:  # Redis did not answer: kept, tried again after a pause
+                        del item
+                        await executor.idle(1.0)
+                        break
                     continue
                 jobs_processed += 1
                 self._unreported += 1
@@ -548,6 +578,9 @@ class Worker:
                     status = self._why(EXIT_SUCCESS, "--max-jobs reached")
                 if status == EXIT_MEMORY_LIMIT and draining:
                     status = None  # said already; the buffer is being run
+                if status == EXIT_MEMORY_LIMIT and executor.active > 0:
+                    held, status = True, None  # measured again once the running jobs have returned
+                    continue
                 if status == EXIT_MEMORY_LIMIT and (buffer or reservation.ahead is not None):
                     # no restart storm: the jobs already reserved (a big one among them, maybe) are run,
                     # not given back to be reserved and given back again by the next process
@@ -567,6 +600,12 @@ class Worker:
 
             if reserved_round and not popped and executor.active == 0 and not buffer:
                 # an empty loop: Laravel's stop_when_empty / block / sleep
+                if reservation.failed_rounds and (opts.stop_when_empty or opts.stop_when_empty_for):
+                    status = self._failed_not_empty()
+                    if status is not None:
+                        return await self._fast_stop(status)
+                    await executor.idle(reservation.reconnect_delay or 1.0)
+                    continue
                 if opts.stop_when_empty:
                     return await self._fast_stop(self._why(EXIT_SUCCESS, "--stop-when-empty: no job to take"))
                 if opts.stop_when_empty_for and \
@@ -574,6 +613,7 @@ class Worker:
                     return await self._fast_stop(self._why(
                         EXIT_SUCCESS, f"--stop-when-empty-for: no job for {opts.stop_when_empty_for:g}s"))
                 reservation.flush_acks(force=True)
+                self._settle_memory(jobs_processed)
                 if reservation.reconnect_delay:
                     await executor.idle(reservation.reconnect_delay)
                 elif reservation.block_for_job(jobs_processed, executor.active):
@@ -600,6 +640,26 @@ class Worker:
         if left_for_php:
             seconds = max(seconds, _LEFT_FOR_PHP_PAUSE)
         await self.executor.idle(seconds)
+
+    def _failed_not_empty(self) -> int | None:
+        """``--stop-when-empty`` after a reserve round that failed: the queue was not seen empty (a reply
+        lost on its way may even have reserved a job), so the worker tries again, and after
+        :data:`_STOP_WHEN_EMPTY_TRIES` failed rounds in a row stops with the fault's exit code, not 0."""
+        reservation = self.reservation
+        if reservation.failed_rounds < _STOP_WHEN_EMPTY_TRIES:
+            return None
+        return self._why(reservation.failure_status or EXIT_ERROR,
+                         f"--stop-when-empty: {reservation.failed_rounds} reserve rounds failed in a row "
+                         "(the queue was never seen empty)")
+
+    def _settle_memory(self, jobs_processed: int) -> None:
+        """Once per busy spell, as the worker goes idle: the memory its jobs freed is given back to the
+        system (:func:`laraq.worker.notes.release_free_memory`), so an idle worker's resident size is
+        what it holds, not the high-water mark of the last burst."""
+        if jobs_processed != self._settled_at:
+            self._settled_at = jobs_processed
+            gc.collect(1)  # the young cycles the burst left (the boot's objects are frozen: not scanned)
+            release_free_memory()
 
     def _periodic_status(self, last_restart: Any, started: float) -> int | None:
         """The stop conditions that cost something, once per batch / ``_CHECK_EVERY`` (Laravel's order)."""
