@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
 import sys
 import tempfile
@@ -67,7 +68,7 @@ def run_side(sides: Sides, side: str, dues: list[int], args: argparse.Namespace,
     if side == "laraq":
         env = sides.laraq.env(log_path=log_path)
         env["LARAQ_LOG_TIME"] = "1"
-        cmd = sides.laraq.worker_cmd(queue, stop_when_empty=False, sleep=args.sleep)
+        cmd = sides.laraq.worker_cmd(queue, stop_when_empty=False, sleep=args.sleep) + shlex.split(args.laraq_args)
         cwd = sides.workdir
     else:
         assert sides.php is not None
@@ -172,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grace", type=float, default=120, help="seconds after the last due time before giving up")
     p.add_argument("--sides", default=None, help="laraq,artisan (default: both in quick mode, laraq in full)")
     p.add_argument("--artisan", action="store_true", help="also run artisan in full mode")
+    p.add_argument("--laraq-args", default="", help="more options for laraq's workers (e.g. '--acks batched')")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")
     p.add_argument("--keep", action="store_true", help="keep the work directory (worker logs)")
     args = p.parse_args(argv)

@@ -358,6 +358,7 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
         unhandled=params["unhandled"], unhandled_delay=params["unhandled_delay"],
         batch=params.get("batch", 100), prefetch=params.get("prefetch", True),
         php_queue=params.get("php_queue"), scan_window=params.get("scan_window", 200),
+        acks=params.get("acks") or "at-once",
     )
     json_logs = params.get("log_format") == "json"
     output = Output(settings.version, json_mode=params["json_mode"],

@@ -78,6 +78,11 @@ _CONFIG_ENV = "LARAQ_WORKER_CONFIG"
                    "or take it and requeue it untouched, release it, or fail it.")
 @click.option("--scan-window", type=click.IntRange(1), default=200, show_default=True,
               help="With --unhandled leave: how many jobs at the head of a queue one reserve looks at.")
+@click.option("--acks", type=click.Choice(["at-once", "batched"]), default="at-once", show_default=True,
+              help="at-once: a finished job's ZREM is written the moment it is done and buffered jobs are "
+                   "recorded, so a SIGKILL re-runs only the running jobs. batched: acks ride on the next "
+                   "reserve (within 50 ms): fewer system calls per job; a SIGKILL may re-run up to 50 ms of "
+                   "finished jobs and leaves buffered ones reserved until retry_after.")
 @click.option("--unhandled-delay", type=click.IntRange(1), default=10, show_default=True,
               help="Delay before an unhandled job is visible again (requeue/release).")
 @click.option("--php-queue", default=None,

@@ -87,6 +87,12 @@ class WorkerOptions:
     php_queue: str | None = None
     #: How many list heads one reserve looks at for jobs with a Python handler (``unhandled`` ``leave``).
     scan_window: int = 200
+    #: ``at-once``: each finished job's ``ZREM`` is written the moment it is done, and buffered jobs are
+    #: recorded as unstarted (a SIGKILL re-runs only the jobs that were running, and strands none).
+    #: ``batched``: acks ride on the next reserve call or go within 50 ms, and nothing is recorded
+    #: (fewer system calls per job; a SIGKILL may re-run the jobs finished in those 50 ms and leaves
+    #: the buffered ones in ``:reserved`` until ``retry_after``).
+    acks: str = "at-once"
 
 
 @dataclass(eq=False)

@@ -53,6 +53,9 @@ _REDIS_DOWN = REDIS_DOWN
 T = TypeVar("T")
 #: Deferred acks are sent at the latest this many seconds after the oldest one.
 _ACK_MAX_AGE = 0.05
+#: Written acks whose replies are read together (a reply is 4 bytes; the socket holds thousands): one
+#: ``recv`` per job cost more than the job on a VM's loopback. A forced flush reads them all.
+_READ_REPLIES_EVERY = 64
 
 
 class Failures(Protocol):
@@ -102,7 +105,9 @@ class Reservation:
         self._acks: dict[str, list[bytes]] = {}
         self._ack_lock = threading.Lock()
         #: acks written the moment a job is done, replies read later (None: Redis Cluster, pipelined ZREMs)
-        self.pipe = AckPipe(self.queue) if AckPipe.usable(self.queue) else None
+        self.pipe = AckPipe(self.queue) if AckPipe.usable(self.queue) and self.options.acks == "at-once" else None
+        if self.options.acks == "batched":
+            self.queue.unstarted_lease = 0  # no unstarted records either: their removal is a write per job
         #: a window full of jobs for PHP at the head of a queue: said once a minute at most
         self._left_alone = Repeated(log, "the first %d job(s) of queue %s have no Python handler: left for PHP "
                                     "workers (--unhandled leave)", every=60.0, level=logging.INFO)
@@ -432,7 +437,7 @@ class Reservation:
         process would exit with that job left in ``:reserved``, to run again after ``retry_after``).
         An unforced one leaves the sending to whoever is at it."""
         pipe = self.pipe
-        if pipe is not None and pipe.unconfirmed:
+        if pipe is not None and pipe.unconfirmed and (force or len(pipe.unconfirmed) >= _READ_REPLIES_EVERY):
             lost = pipe.collect(wait=force)
             if lost:
                 self._restore_acks(lost)
