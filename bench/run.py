@@ -1125,7 +1125,8 @@ def main(argv: list[str] | None = None) -> int:
                                 ("laraq_sync_handler", [], {"LARAQ_BENCH_SYNC": "1"}),
                                 ("laraq_sync_no_supervise", ["--no-supervise"], {"LARAQ_BENCH_SYNC": "1"}),
                                 ("laraq_concurrency_8", ["--concurrency", "8"], {}),
-                                ("laraq_quiet", ["--quiet"], {})]
+                                ("laraq_quiet", ["--quiet"], {}),
+                                ("laraq_acks_batched", ["--acks", "batched"], {})]
 
                     def variant_run(queue: str, spec_w: dict, extra: list[str], env_extra: dict[str, str]) -> dict:
                         clear_queue(r, queue)
@@ -1339,7 +1340,8 @@ def _targets(res: dict) -> list[str]:
                     "laraq_concurrency_8")
     if default and round_stats(noop.get("laraq")) is not None:
         # every row's best interleaved run, and the median run beside it (see interleaved_rounds)
-        stats = {k: round_stats(noop.get(k)) for k in (*variant_keys, "laraq_quiet", "ceiling", "fast_path_probe")}
+        stats = {k: round_stats(noop.get(k)) for k in (*variant_keys, "laraq_quiet", "laraq_acks_batched", "ceiling",
+                                                       "fast_path_probe")}
         best_key = max((k for k in variant_keys if stats[k]), key=lambda k: stats[k][0])  # type: ignore[index]
         mine = stats["laraq"]
         assert mine is not None
@@ -1367,9 +1369,12 @@ def _targets(res: dict) -> list[str]:
                 quiet = stats["laraq_quiet"]
                 if quiet:  # what the two console lines per job cost (artisan writes them too)
                     out.append(f"  (--quiet, no console lines: {both(quiet, theirs)})")
+                batched = stats["laraq_acks_batched"]
+                if batched:  # what writing each ack at once (issue 29's SIGKILL bound) costs
+                    out.append(f"  (--acks batched: {both(batched, theirs)})")
         out.append("  runs, jobs/s in the order they ran: " + "; ".join(
             f"{k} " + " / ".join(f"{v:,.0f}" for v in noop[k]["rounds_jobs_per_s"])
-            for k in (*variant_keys, "laraq_quiet", "ceiling", "fast_path_probe") if stats[k]))
+            for k in (*variant_keys, "laraq_quiet", "laraq_acks_batched", "ceiling", "fast_path_probe") if stats[k]))
     elif default:  # --no-variants: one run of each
         rows = {k: rate(noop, k) for k in variant_keys}
         best_key = max((k for k, v in rows.items() if v), key=lambda k: rows[k] or 0)
@@ -1454,6 +1459,7 @@ def render(res: dict) -> str:
                                   ("laraq --no-supervise, sync handler", "laraq_sync_no_supervise", None),
                                   ("laraq --concurrency 8", "laraq_concurrency_8", None),
                                   ("laraq --quiet (no per-job console lines)", "laraq_quiet", None),
+                                  ("laraq --acks batched", "laraq_acks_batched", None),
                                   ("the hashing alone, 1 process (no Redis, no laraq)", "hashing_1", None),
                                   ("the hashing alone, 2 processes", "hashing_2", None)]:
             row = out.get(key)

@@ -50,6 +50,7 @@ from laraq.stores.cache import MaintenanceMode
 from laraq.stores.failed import connect_database
 from laraq.worker import prefork
 from laraq.worker.exitcodes import explain
+from laraq.worker.notes import release_free_memory
 from laraq.worker.output import Output
 from laraq.worker.startup import (
     OpenedStore,
@@ -155,6 +156,7 @@ def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None) -> int:
     # collector's passes, so a long-running worker's collections only walk what jobs allocate.
     gc.collect()
     gc.freeze()
+    release_free_memory()  # what boot freed (the config, the app's first reads) goes back to the system
     try:
         return worker.run()
     except Exception as exc:
