@@ -132,7 +132,8 @@ def test_max_jobs_counts_what_is_asked_for_ahead(redis_server: Any, redis_client
 def test_a_lost_reply_strands_nothing(redis_server: Any, redis_client: Any, workers: list[Any]) -> None:
     # the connection of an ahead call breaks before its reply is read: the jobs it reserved wait in
     # :reserved until retry_after, as any reservation whose reply was lost; the acks it carried are sent
-    # again; a later worker runs the stranded jobs
+    # again. The failed round is retried, not taken for an empty queue (--stop-when-empty), so this
+    # worker may run the stranded jobs itself once they expire; a later worker runs whatever is left
     _fill(redis_server, 600)
     ran: list[int] = []
     worker = _worker(redis_server, _app(ran), workers, tries=3)  # a stranded job's retry is its 2nd attempt
@@ -152,7 +153,7 @@ def test_a_lost_reply_strands_nothing(redis_server: Any, redis_client: Any, work
     assert broken["done"]
     assert len(ran) == len(set(ran))
     stranded = redis_client.zcard(KEY + ":reserved")
-    assert stranded > 0 and len(ran) + stranded + redis_client.llen(KEY) == 600
+    assert len(ran) + stranded + redis_client.llen(KEY) == 600
     time.sleep(2.2)  # past retry_after: the stranded reservations expire
     again: list[int] = []
     later = _worker(redis_server, _app(again), workers, tries=3)

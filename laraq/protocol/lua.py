@@ -86,8 +86,11 @@ _RESERVE_LIB = """\
 local budget = tonumber(ARGV[2]) or 100
 local moved = 0
 
-local function reservable(member)
-  local decoded_ok, doc = pcall(cjson.decode, member)
+local function reservable(member, decoded)
+  local decoded_ok, doc = true, decoded
+  if doc == nil then
+    decoded_ok, doc = pcall(cjson.decode, member)
+  end
   if not decoded_ok or type(doc) ~= 'table' then
     return nil
   end
@@ -320,13 +323,29 @@ local function take_handled(wanted, window, names)
   if wanted <= 0 then
     return out
   end
-  local heads = redis.call('LRANGE', KEYS[1], 0, window - 1)
+  local heads = {}
+  local page = math.min(window, math.max(wanted, 16))
+  local listed_all = false
   local used = {}
   local last = 0
   local skipped = 0
-  for i = 1, #heads do
-    if (#out - 2) / 2 >= wanted or moved >= budget then
-      break
+  local i = 0
+  while (#out - 2) / 2 < wanted and moved < budget do
+    i = i + 1
+    if i > #heads then
+      if listed_all or #heads >= window then
+        break
+      end
+      local upto = math.min(window, #heads + page)
+      local more = redis.call('LRANGE', KEYS[1], #heads, upto - 1)
+      listed_all = #more < upto - #heads
+      for k = 1, #more do
+        heads[#heads + 1] = more[k]
+      end
+      page = page * 2
+      if i > #heads then
+        break
+      end
     end
     local member = heads[i]
     local decoded_ok, doc = pcall(cjson.decode, member)
@@ -334,7 +353,7 @@ local function take_handled(wanted, window, names)
     if usable and not handled(doc, names) then
       skipped = skipped + 1
     else
-      local reserved = usable and reservable(member)
+      local reserved = usable and reservable(member, doc)  -- decoded once, above
       if reserved then
         redis.call('ZADD', KEYS[2], ARGV[1], reserved)
         note_unstarted(member, reserved)

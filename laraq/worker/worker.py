@@ -520,9 +520,10 @@ class Worker:
                     await executor.wait_changed(TICK)
                     continue
                 held = False
-                if self.memory_exceeded(opts.memory) and not (buffer or reservation.ahead is not None):
-                    return await self._fast_stop(self._why(EXIT_MEMORY_LIMIT, "over --memory"))
-                draining = draining or self.notes.memory_seen >= opts.memory
+                if not draining and self.memory_exceeded(opts.memory):
+                    if not (buffer or reservation.ahead is not None):
+                        return await self._fast_stop(self._why(EXIT_MEMORY_LIMIT, "over --memory"))
+                    draining = self._run_reserved_then_stop()
             free = opts.concurrency - executor.active
             reserved_round = False
             popped = False
@@ -584,12 +585,7 @@ class Worker:
                 if status == EXIT_MEMORY_LIMIT and (buffer or reservation.ahead is not None):
                     # no restart storm: the jobs already reserved (a big one among them, maybe) are run,
                     # not given back to be reserved and given back again by the next process
-                    draining = True
-                    log.warning("memory limit of %d MB reached (this process: %.0f MB resident): taking no "
-                                "more jobs; running the %d already reserved before it exits with %d",
-                                opts.memory, self.notes.memory_seen, len(buffer) + reservation.ahead_want * (
-                                    reservation.ahead is not None), EXIT_MEMORY_LIMIT)
-                    status = None
+                    draining, status = self._run_reserved_then_stop(), None
                 if status is not None:
                     return await self._fast_stop(status)
                 can_run = self._should_run()
@@ -640,6 +636,17 @@ class Worker:
         if left_for_php:
             seconds = max(seconds, _LEFT_FOR_PHP_PAUSE)
         await self.executor.idle(seconds)
+
+    def _run_reserved_then_stop(self) -> bool:
+        """Over ``--memory`` with jobs already reserved (a big one among them, maybe): they are run, not
+        given back to be reserved and given back again by the next process (no restart storm); says so
+        and returns True (the loop's ``draining``)."""
+        reservation = self.reservation
+        reserved = len(reservation.buffer) + reservation.ahead_want * (reservation.ahead is not None)
+        log.warning("memory limit of %d MB reached (this process: %.0f MB resident): taking no more jobs; "
+                    "running the %d already reserved before it exits with %d",
+                    self.options.memory, self.notes.memory_seen, reserved, EXIT_MEMORY_LIMIT)
+        return True
 
     def _failed_not_empty(self) -> int | None:
         """``--stop-when-empty`` after a reserve round that failed: the queue was not seen empty (a reply

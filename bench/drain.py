@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""One worker drains a deep queue: jobs/s, worker CPU per job, Redis CPU per job and commands per job.
+
+Each variant is a ``laraq work`` with extra options (``--no-supervise --stop-when-empty`` always), run on
+``--jobs`` no-op ``EchoJob``s pushed as Laravel pushes them, in rounds that alternate the variants. The
+worker's CPU is ``RUSAGE_CHILDREN`` over its run (start-up included: about 15 µs per job at 20,000);
+Redis' is ``INFO commandstats`` summed, reset before each run. No console lines are kept (the worker's
+output goes to ``/dev/null``). Where ``bench/run.py`` compares with artisan and the ceilings, this
+isolates what an option costs the worker and Redis.
+
+    python3 bench/drain.py                                  # the default and --acks batched
+    python3 bench/drain.py "" "--acks batched" "--no-prefetch" --jobs 50000 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from scale import Sides, fill_list, loadavg  # noqa: E402
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("variants", nargs="*", help="extra options of each variant, one string each ('' = default)")
+    p.add_argument("--jobs", type=int, default=20000)
+    p.add_argument("--rounds", type=int, default=2)
+    args = p.parse_args()
+    variants = [shlex.split(v) for v in (args.variants or ["", "--acks batched"])]
+    print(f"[drain] {args.jobs:,} jobs, {args.rounds} round(s), load {loadavg()}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        sides = Sides(Path(tmp), php=False)
+        try:
+            client = sides.client
+            name = "drain"
+            keys = sides.keys(name)
+            template = sides.template(name)
+            for _ in range(args.rounds):
+                for extra in variants:
+                    fill_list(client, keys.list, template, args.jobs)
+                    cmd = [*sides.laraq.worker_cmd(name, stop_when_empty=True, sleep=1), "--no-supervise", *extra]
+                    client.config_resetstat()
+                    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    started = time.perf_counter()
+                    proc = subprocess.run(cmd, env=sides.laraq.env(log_path=None), cwd=tmp,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                    elapsed = time.perf_counter() - started
+                    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+                    stats = client.info("commandstats")
+                    redis_us = sum(v["usec"] for v in stats.values())
+                    calls = sum(v["calls"] for v in stats.values())
+                    label = " ".join(extra) or "default"
+                    print(f"{label:36s} exit {proc.returncode}  {args.jobs / elapsed:8,.0f} jobs/s  worker "
+                          f"{cpu / args.jobs * 1e6:6.1f} µs/job  Redis {redis_us / args.jobs:5.1f} µs/job  "
+                          f"{calls / args.jobs:.2f} commands/job", flush=True)
+                    if proc.returncode:
+                        sys.stderr.write(proc.stderr.decode(errors="replace")[-2000:])
+                        return 1
+                    if client.llen(keys.list) or client.zcard(keys.reserved):
+                        print("  jobs left in the queue!", flush=True)
+                        return 1
+        finally:
+            sides.stop()
+    print(f"[drain] load {loadavg()}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
