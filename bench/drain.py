@@ -9,7 +9,9 @@ output goes to ``/dev/null``). Where ``bench/run.py`` compares with artisan and 
 isolates what an option costs the worker and Redis.
 
     python3 bench/drain.py                                  # the default and --acks batched
-    python3 bench/drain.py "" "--acks batched" "--no-prefetch" --jobs 50000 --rounds 3
+    python3 bench/drain.py --jobs 50000 --rounds 3 -- "" "--acks batched" "--no-prefetch"
+
+(A variant that is one option, like ``--no-prefetch``, needs the ``--`` before the variants.)
 """
 
 from __future__ import annotations

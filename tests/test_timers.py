@@ -222,12 +222,17 @@ def test_reserve_limit_follows_the_configured_batch_size(redis_client: redis.Red
 # -- the worker wakes for a job PHP delayed ----------------------------------------------------------
 
 @pytest.mark.php
-def test_worker_with_a_long_sleep_runs_a_php_delayed_job_when_it_is_due(
-    laravel: str, redis_client: redis.Redis, redis_server: object, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("wait", "batch"), [("sleep", None), ("block_for", None), ("block_for", 1)],
+                         ids=["sleep", "block-for", "block-for-batch-1"])
+def test_worker_with_a_long_wait_runs_a_php_delayed_job_when_it_is_due(
+    laravel: str, redis_client: redis.Redis, redis_server: object, monkeypatch: pytest.MonkeyPatch,
+    wait: str, batch: int | None,
 ) -> None:
-    """PHP dispatches a job delayed by 2 s; a laraq worker that found nothing sleeps with --sleep=600.
-    With the timer it wakes when the job is due, runs it (never before its score) and stops at
-    --max-jobs 1; without it, the thread would still be asleep when the join gives up."""
+    """PHP dispatches a job delayed by 2 s; a laraq worker that found nothing waits ten minutes: a
+    ``--sleep=600``, or (``block_for`` 600) a ``BLPOP :notify``, which a delayed job never pushes to,
+    in the fast loop and the classic one. With the timer it wakes when the job is due, runs it (never
+    before its score) and stops at --max-jobs 1; without it, the thread would still be waiting when the
+    join gives up."""
     import threading
 
     import test_worker_support as support
@@ -237,7 +242,11 @@ def test_worker_with_a_long_sleep_runs_a_php_delayed_job_when_it_is_due(
 
     php = PhpApp(redis_server.port, version=laravel)  # type: ignore[attr-defined]
     monkeypatch.setenv("LARAQ_LOG", str(php.log_path))
-    params = default_params(laravel=php.release, sleep=600, max_jobs=1, quiet=True, memory=1 << 20, queue="later")
+    extra: dict[str, object] = {} if batch is None else {"batch": batch}
+    if wait == "block_for":
+        extra["block_for"] = 600
+    params = default_params(laravel=php.release, sleep=600, max_jobs=1, quiet=True, memory=1 << 20, queue="later",
+                            **extra)
     worker = build_worker(params, env=php.env, app=support.app)
     try:
         php.tool("dispatch", "python", "--queue=later", "--delay=2", "--args=" + json.dumps({"n": 1}))
@@ -248,51 +257,13 @@ def test_worker_with_a_long_sleep_runs_a_php_delayed_job_when_it_is_due(
         thread.join(120)
         if thread.is_alive():
             worker.signals.quit()
-            pytest.fail("the worker slept through a due delayed job (--sleep=600)")
+            redis_client.rpush(php.prefix + "queues:later:notify", 1)
+            pytest.fail(f"the worker waited out its {wait} of 600 s past a due delayed job")
         assert done == [0]
         runs = [r for r in php.runs() if r["runner"] == "python"]
         assert len(runs) == 1 and runs[0]["attempts"] == 1
         assert redis_client.zcard(php.prefix + "queues:later:delayed") == 0
         assert redis_client.llen(php.prefix + "queues:later") == 0
-    finally:
-        worker.close()
-
-
-@pytest.mark.php
-@pytest.mark.parametrize("batch", [None, 1], ids=["fast-loop", "batch-1"])
-def test_worker_blocking_on_notify_runs_a_php_delayed_job_when_it_is_due(
-    laravel: str, redis_client: redis.Redis, redis_server: object, monkeypatch: pytest.MonkeyPatch,
-    batch: int | None,
-) -> None:
-    """The same with ``block_for`` 600 (the worker waits on ``BLPOP :notify``, which a delayed job
-    never pushes to): the wait ends when the job is due, not after ten minutes."""
-    import threading
-
-    import test_worker_support as support
-    from phpapp import PhpApp
-
-    from laraq.cli.work import build_worker, default_params
-
-    php = PhpApp(redis_server.port, version=laravel)  # type: ignore[attr-defined]
-    monkeypatch.setenv("LARAQ_LOG", str(php.log_path))
-    extra = {} if batch is None else {"batch": batch}
-    params = default_params(laravel=php.release, sleep=600, block_for=600, max_jobs=1, quiet=True,
-                            memory=1 << 20, queue="later", **extra)
-    worker = build_worker(params, env=php.env, app=support.app)
-    try:
-        php.tool("dispatch", "python", "--queue=later", "--delay=2", "--args=" + json.dumps({"n": 1}))
-        done: list[int] = []
-        thread = threading.Thread(target=lambda: done.append(worker.daemon()), daemon=True)
-        thread.start()
-        thread.join(120)
-        if thread.is_alive():
-            worker.signals.quit()
-            redis_client.rpush(php.prefix + "queues:later:notify", 1)
-            pytest.fail("the worker waited out block_for=600 past a due delayed job")
-        assert done == [0]
-        runs = [r for r in php.runs() if r["runner"] == "python"]
-        assert len(runs) == 1 and runs[0]["attempts"] == 1
-        assert redis_client.zcard(php.prefix + "queues:later:delayed") == 0
     finally:
         worker.close()
 

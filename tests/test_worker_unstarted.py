@@ -189,45 +189,37 @@ def test_a_graceful_stop_clears_the_records(redis_client: redis.Redis) -> None:
     assert not redis_client.exists(keys.reserved)
 
 
-def test_batched_acks_write_nothing_per_job(redis_client: redis.Redis) -> None:
-    """``--acks batched`` (the throughput trade): no unstarted records and no per-job ``ZREM``; the acks
-    ride on the next reserve call or a flush, and the queue drains to the same end state."""
-    queue = RedisQueue(redis_client, prefix="b_", retry_after=90, version="13.0.0")
+def _drain_250(redis_client: redis.Redis, prefix: str, acks: str) -> tuple[RedisQueue, list[int], int]:
+    """250 jobs run by one worker with ``acks``; the queue, the jobs run, and the ``ZREM`` calls Redis saw."""
+    queue = RedisQueue(redis_client, prefix=prefix, retry_after=90, version="13.0.0")
     _push(queue, 250)
     ran: list[int] = []
     app = App()
     app.handler(NAME)(lambda data, job: ran.append(int(data["n"])))
     worker = Worker(app, queue, "default", options=WorkerOptions(sleep=0, batch=100, stop_when_empty=True,
-                                                                 memory=1 << 20, acks="batched"))
+                                                                 memory=1 << 20, acks=acks))
     worker.context.pace.average = 0.001
     redis_client.config_resetstat()
     try:
         assert worker.daemon() == 0
     finally:
         worker.close()
-    assert ran == list(range(250))
     keys = queue.keys()
     assert not redis_client.exists(keys.list, keys.reserved, keys.unstarted)
-    stats = redis_client.info("commandstats")
-    zrem_calls = int(stats.get("cmdstat_zrem", {}).get("calls", 0))
-    assert zrem_calls < 50, stats  # acks in bulk (inside the reserve script or one ZREM per flush), not 250
+    return queue, ran, int(redis_client.info("commandstats").get("cmdstat_zrem", {}).get("calls", 0))
+
+
+def test_batched_acks_write_nothing_per_job(redis_client: redis.Redis) -> None:
+    """``--acks batched`` (the throughput trade): no unstarted records and no per-job ``ZREM``; the acks
+    ride on the next reserve call or a flush, and the queue drains to the same end state."""
+    _queue, ran, zrem_calls = _drain_250(redis_client, "b_", "batched")
+    assert ran == list(range(250))
+    assert zrem_calls < 50  # acks in bulk (inside the reserve script or one ZREM per flush), not 250
 
 
 def test_acks_at_once_write_each_finished_job(redis_client: redis.Redis) -> None:
     """The default: a ZREM per finished job, written the moment it is done (and the next job's record
     removal with it)."""
-    queue = RedisQueue(redis_client, prefix="a_", retry_after=90, version="13.0.0")
-    _push(queue, 250)
-    app = App()
-    app.handler(NAME)(lambda data, job: None)
-    worker = Worker(app, queue, "default", options=WorkerOptions(sleep=0, batch=100, stop_when_empty=True,
-                                                                 memory=1 << 20))
-    worker.context.pace.average = 0.001
-    redis_client.config_resetstat()
-    try:
-        assert worker.daemon() == 0
-    finally:
-        worker.close()
-    keys = queue.keys()
-    assert not redis_client.exists(keys.list, keys.reserved, keys.unstarted)
-    assert int(redis_client.info("commandstats")["cmdstat_zrem"]["calls"]) >= 250
+    _queue, ran, zrem_calls = _drain_250(redis_client, "a_", "at-once")
+    assert ran == list(range(250))
+    assert zrem_calls >= 250
