@@ -212,11 +212,11 @@ def test_reserve_calls_move_due_jobs_in_bounded_chunks_to_laravels_end_state(red
     assert state["0:" + keys.notify] == state["0:" + ref + ":notify"]
 
 
-@pytest.mark.parametrize(("configured", "expected"), [(-1, RESERVE_MIGRATE_BOUND), (7, 7), (0, 0), (5000, 100)])
+@pytest.mark.parametrize(("configured", "expected"), [(-1, RESERVE_MIGRATE_BOUND), (7, 7), (0, 0), (5000, RESERVE_MIGRATE_BOUND)])
 def test_reserve_limit_follows_the_configured_batch_size(redis_client: redis.Redis, configured: int, expected: int) -> None:
     q = queue(redis_client, Clock(NOW), version="11", migration_batch_size=configured)
     assert q.reserve_migrate_limit(1) == expected
-    assert queue(redis_client, Clock(NOW), version="9.22", migration_batch_size=7).reserve_migrate_limit(1) == 100
+    assert queue(redis_client, Clock(NOW), version="9.22", migration_batch_size=7).reserve_migrate_limit(1) == RESERVE_MIGRATE_BOUND
 
 
 # -- the worker wakes for a job PHP delayed ----------------------------------------------------------

@@ -358,7 +358,7 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
         max_jobs=params["max_jobs"], max_time=params["max_time"],
         rest=params["rest"], once=params["once"], concurrency=params["concurrency"],
         unhandled=params["unhandled"], unhandled_delay=params["unhandled_delay"],
-        batch=params.get("batch", 100), prefetch=params.get("prefetch", True),
+        batch=params.get("batch", 32), prefetch=params.get("prefetch", True),
         php_queue=params.get("php_queue"), scan_window=params.get("scan_window", 200),
         acks=params.get("acks") or "at-once",
     )

@@ -66,7 +66,7 @@ _CONFIG_ENV = "LARAQ_WORKER_CONFIG"
               help="The app's config exported by `laraq config --from APP -o FILE` (default: LARAQ_APP_CONFIG).")
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=1, show_default=True,
               help="Jobs run at once by this worker.")
-@click.option("--batch", type=click.IntRange(1, 1000), default=100, show_default=True,
+@click.option("--batch", type=click.IntRange(1, 1000), default=32, show_default=True,
               help="Most jobs one reserve call takes (acks, migrate and pops in one Lua call). "
                    "1 = the classic loop: artisan's calls, one job at a time.")
 @click.option("--prefetch/--no-prefetch", default=True, show_default=True,

@@ -56,8 +56,8 @@ __all__ = [
 MIGRATE_BOUND = 500
 
 #: The most due members the worker's reserve script moves per call (at least the jobs it reserves,
-#: so the list fills as fast as it drains): keeps one reserve call near 1 ms.
-RESERVE_MIGRATE_BOUND = 100
+#: so the list fills as fast as it drains): keeps one reserve call under 1 ms at the default --batch.
+RESERVE_MIGRATE_BOUND = 32
 
 
 #: The unstarted lease (seconds): how soon after a SIGKILL the jobs its worker had buffered, never
