@@ -39,7 +39,7 @@ def release_free_memory() -> bool:
     Laravel's check reads, counts only what its allocator holds for live data; a resident size read
     right after a big job would also count the freed pages glibc had not returned yet."""
     try:
-        from laraq import _speedups
+        from laraq import _speedups  # optional dependency: the C build may be absent
     except ImportError:
         return False
     return bool(_speedups.release_free_memory())
