@@ -1,6 +1,7 @@
 """The worker's own account of itself in the log: one line when it stops (exit code and why), when it
 pauses and when it resumes (and why), and the resident size its ``--memory`` check measured
-(Laravel's ``Worker::memoryExceeded``, which compares ``memory_get_usage(true)``).
+(Laravel's ``Worker::memoryExceeded``, which compares ``memory_get_usage(true)``); and the memory an
+idle worker gives back.
 
 :class:`RunNotes` is kept by :class:`laraq.worker.worker.Worker`: its stop rules say why through
 :meth:`RunNotes.because`, its run checks say whether it runs through :meth:`RunNotes.state`, and the stop
@@ -55,6 +56,8 @@ class RunNotes:
         self.current = "running"
         #: the resident size (MB) the last ``--memory`` check measured
         self.memory_seen = 0.0
+        #: the job count when freed memory was last given back (see :meth:`went_idle`)
+        self._settled_at = 0
 
     def because(self, status: int, reason: str) -> int:
         """Remember why the worker stops; returns ``status``."""
@@ -76,6 +79,15 @@ class RunNotes:
             release_free_memory()
             self.memory_seen = rss_mb()
         return self.memory_seen >= limit_mb
+
+    def went_idle(self, jobs_processed: int) -> None:
+        """Once per busy spell, as the worker goes idle: the young cycles the burst left are collected
+        (boot's objects are frozen, not scanned) and the freed memory is given back, so an idle worker's
+        resident size is what it holds, not the high-water mark of the last burst."""
+        if jobs_processed != self._settled_at:
+            self._settled_at = jobs_processed
+            gc.collect(1)
+            release_free_memory()
 
     def state(self, state: str) -> None:
         """One line when the worker pauses or resumes, saying why."""

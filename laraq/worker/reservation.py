@@ -329,7 +329,7 @@ class Reservation:
                  and not (first_only and (index > 0 or self.queue.secondary_queue_had_job))]
         try:
             if len(names) == 1:
-                outcome = self._wait_then_reserve(names[0], block_for, jobs_processed, active)
+                outcome = self._wait_then_reserve(names[0], jobs_processed, active)
                 if outcome is not None:
                     return outcome
             for name in names:
@@ -339,7 +339,7 @@ class Reservation:
             self._redis_lost(exc)
         return False
 
-    def _wait_then_reserve(self, name: str, block_for: float, jobs_processed: int, active: int) -> bool | None:
+    def _wait_then_reserve(self, name: str, jobs_processed: int, active: int) -> bool | None:
         """Wait on one queue's ``:notify`` with the reserve written right behind the ``BLPOP`` (see
         :meth:`RedisQueue.reserve_batch_send`): Redis reserves the moment a token comes, and the worker
         reads the jobs without another round trip. On a token the reply is left for the loop to land as

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import gc
 import logging
 import os
 import signal
@@ -55,7 +54,7 @@ from laraq.worker.events import Listeners, OutputListener, WorkerListener
 from laraq.worker.execution import TICK, Executor
 from laraq.worker.leases import Buffered
 from laraq.worker.lifecycle import Lifecycle
-from laraq.worker.notes import RunNotes, release_free_memory
+from laraq.worker.notes import RunNotes
 from laraq.worker.output import Output
 from laraq.worker.reservation import Reservation
 from laraq.worker.running import Running
@@ -214,8 +213,6 @@ class Worker:
         self.executor: JobExecutor = Executor(context, self.lifecycle, self.bridge, self.reservation,
                                               kill=kill, before_kill=self._before_kill)
         self._last_job_at: float | None = None
-        #: jobs_processed when the freed memory was last given back (see _settle_memory)
-        self._settled_at = 0
         self._looped_at = 0.0
         self._stop_announced = False
         self._unreported = 0
@@ -366,7 +363,7 @@ class Worker:
                 jobs_processed += 1
                 self._last_job_at = time.monotonic()
             else:
-                self._settle_memory(jobs_processed)
+                self.notes.went_idle(jobs_processed)
                 self.sleep(reservation.reconnect_delay or self.timers.sleep_for(opts.sleep))
             # a pop that failed is not an empty queue (see _failed_not_empty)
             failed = not popped and bool(reservation.failed_rounds) and bool(opts.stop_when_empty or opts.stop_when_empty_for)
@@ -609,7 +606,7 @@ class Worker:
                     return await self._fast_stop(self._why(
                         EXIT_SUCCESS, f"--stop-when-empty-for: no job for {opts.stop_when_empty_for:g}s"))
                 reservation.flush_acks(force=True)
-                self._settle_memory(jobs_processed)
+                self.notes.went_idle(jobs_processed)
                 if reservation.reconnect_delay:
                     await executor.idle(reservation.reconnect_delay)
                 elif reservation.block_for_job(jobs_processed, executor.active):
@@ -658,15 +655,6 @@ class Worker:
         return self._why(reservation.failure_status or EXIT_ERROR,
                          f"--stop-when-empty: {reservation.failed_rounds} reserve rounds failed in a row "
                          "(the queue was never seen empty)")
-
-    def _settle_memory(self, jobs_processed: int) -> None:
-        """Once per busy spell, as the worker goes idle: the memory its jobs freed is given back to the
-        system (:func:`laraq.worker.notes.release_free_memory`), so an idle worker's resident size is
-        what it holds, not the high-water mark of the last burst."""
-        if jobs_processed != self._settled_at:
-            self._settled_at = jobs_processed
-            gc.collect(1)  # the young cycles the burst left (the boot's objects are frozen: not scanned)
-            release_free_memory()
 
     def _periodic_status(self, last_restart: Any, started: float) -> int | None:
         """The stop conditions that cost something, once per batch / ``_CHECK_EVERY`` (Laravel's order)."""
