@@ -41,6 +41,7 @@ from scale import Fleet, Sides, fill_delayed, laraq_worker_ready, loadavg, quant
 def lateness(log_path: Path, dues: list[int]) -> dict[str, Any]:
     """Per job: handle() start minus its due second (ms); the job number is in its uuid."""
     late: list[float] = []
+    per_second: dict[int, list[float]] = {}
     seen: set[int] = set()
     dup = 0
     if log_path.exists():
@@ -54,9 +55,24 @@ def lateness(log_path: Path, dues: list[int]) -> dict[str, Any]:
                 dup += 1
                 continue
             seen.add(n)
-            late.append((float(rec["t"]) - dues[n]) * 1000)
+            ms = (float(rec["t"]) - dues[n]) * 1000
+            late.append(ms)
+            per_second.setdefault(dues[n], []).append(ms)
     return {"fired": len(seen), "duplicates": dup, "early": sum(1 for v in late if v < 0),
-            "lateness_ms": {k: round(v, 1) for k, v in quantiles(late).items()}}
+            "lateness_ms": {k: round(v, 1) for k, v in quantiles(late).items()},
+            "split_ms": split(per_second)}
+
+
+def split(per_second: dict[int, list[float]]) -> dict[str, float]:
+    """Where a second's lateness goes: ``wake`` is how late its first job started (the worker noticing
+    the second), ``drain`` how long after that its last job started (the rate of the fleet); medians
+    over the seconds."""
+    wakes = [min(v) for v in per_second.values()]
+    drains = [max(v) - min(v) for v in per_second.values()]
+    if not wakes:
+        return {}
+    return {"wake_p50": round(quantiles(wakes)["p50"], 1), "wake_p90": round(quantiles(wakes)["p90"], 1),
+            "drain_p50": round(quantiles(drains)["p50"], 1), "drain_p90": round(quantiles(drains)["p90"], 1)}
 
 
 def run_side(sides: Sides, side: str, dues: list[int], args: argparse.Namespace, tag: str) -> dict[str, Any]:
@@ -151,13 +167,14 @@ def dues_for(jobs: int, over: float, burst: bool, lead: float) -> list[int]:
 
 
 def render(res: dict[str, Any]) -> str:
-    rows = ["| side | jobs | fired | lateness p50 / p90 / p99 / max (ms) | longest command | cmds > 1 ms | > 10 ms | load before → after |",
-            "|---|---:|---:|---|---|---:|---:|---|"]
+    rows = ["| side | jobs | fired | lateness p50 / p90 / p99 / max (ms) | a second's wake / drain, p50 (ms) | longest command | cmds > 1 ms | > 10 ms | load before → after |",
+            "|---|---:|---:|---|---|---|---:|---:|---|"]
     for r in res["runs"]:
         q = r["lateness_ms"]
         s = r["slowlog"]
+        sp = r.get("split_ms", {})
         rows.append(f"| {r['side']} | {r['jobs']:,} | {r['fired']:,} | {q['p50']:,} / {q['p90']:,} / {q['p99']:,} / "
-                    f"{q['max']:,} | {s['longest_us'] / 1000:.1f} ms `{s['longest_command'][:28]}` | {s['entries']:,} | "
+                    f"{q['max']:,} | {sp.get('wake_p50', '-')} / {sp.get('drain_p50', '-')} | {s['longest_us'] / 1000:.1f} ms `{s['longest_command'][:28]}` | {s['entries']:,} | "
                     f"{s['over_10ms']:,} | {r['load_before']} → {r['load_after']} |")
     return "\n".join(rows)
 

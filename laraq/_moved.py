@@ -10,7 +10,6 @@ package of production pieces, and the old module's one function is ``laraq.produ
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import sys
 import warnings
@@ -66,8 +65,10 @@ MOVED: dict[str, str] = {
 }
 
 
-class _Alias(importlib.abc.Loader):
-    """Loads an old path by putting the new module in its place in ``sys.modules``."""
+class _Alias:
+    """Loads an old path by putting the new module in its place in ``sys.modules``. (A loader and a finder
+    need only these methods; deriving from ``importlib.abc`` would import ``importlib.resources`` and
+    more, about 5 ms of every start.)"""
 
     def __init__(self, target: str) -> None:
         self.target = target
@@ -82,7 +83,7 @@ class _Alias(importlib.abc.Loader):
         sys.modules[module.__name__] = importlib.import_module(self.target)
 
 
-class _MovedFinder(importlib.abc.MetaPathFinder):
+class _MovedFinder:
     def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
         prefix, _, name = fullname.partition(".")
         if prefix != "laraq" or name not in MOVED:

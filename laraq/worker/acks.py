@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import socket
 import ssl
 import threading
@@ -55,6 +56,23 @@ def _receive(sock: Any, wait: bool) -> bytes | None:
         return None
     finally:
         sock.settimeout(before)
+
+
+def _send_all(sock: Any, data: bytes) -> None:
+    """``sock.sendall(data)`` in one system call when the kernel takes it all, as it does unless Redis
+    has stopped reading. A socket with a timeout makes ``sendall`` ``poll()`` before every ``send()``
+    (a second system call per ack); its descriptor is non-blocking, so a plain ``write()`` is tried
+    first and ``sendall`` finishes whatever it did not take, within the timeout. TLS sockets and
+    blocking ones (no timeout: ``sendall`` is already one call) go straight to ``sendall``."""
+    if sock.gettimeout() and not isinstance(sock, ssl.SSLSocket):
+        try:
+            sent = os.write(sock.fileno(), data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        if sent == len(data):
+            return
+        data = data[sent:]
+    sock.sendall(data)
 
 
 def _zrem(key: bytes, members: list[bytes]) -> bytes:
@@ -128,7 +146,7 @@ class AckPipe:
     def _send(self, packed: bytes, commands: list[tuple[str, list[bytes], bool]]) -> None:
         with self._lock:
             try:
-                self._socket().sendall(packed)
+                _send_all(self._socket(), packed)
             except BaseException:
                 self._broken()
                 raise
