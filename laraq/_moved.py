@@ -14,6 +14,10 @@ import importlib.machinery
 import sys
 import warnings
 from types import ModuleType
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader
 
 #: old module (under ``laraq.``) -> its new place
 MOVED: dict[str, str] = {
@@ -88,7 +92,7 @@ class _MovedFinder:
         prefix, _, name = fullname.partition(".")
         if prefix != "laraq" or name not in MOVED:
             return None
-        return importlib.machinery.ModuleSpec(fullname, _Alias("laraq." + MOVED[name]))
+        return importlib.machinery.ModuleSpec(fullname, cast("Loader", _Alias("laraq." + MOVED[name])))
 
 
 def install() -> None:

@@ -154,9 +154,9 @@ def test_stop_when_empty_never_takes_a_failed_reserve_for_an_empty_queue(
     """A reserve that fails (here ``:reserved`` is a string: every reserve script is refused) is
     retried, then the worker stops with exit 1 naming the failed rounds: never 0 for "no job to take"
     while a job waits. Fixed, the same worker takes the job and then stops empty."""
-    import laraq.worker.worker as worker_module
+    from laraq.worker import stoprules
 
-    monkeypatch.setattr(worker_module, "_STOP_WHEN_EMPTY_TRIES", 2)
+    monkeypatch.setattr(stoprules, "STOP_WHEN_EMPTY_TRIES", 2)
     queue = RedisQueue(redis_client, prefix=f"f{batch}_", retry_after=90, version="13.0.0")
     _push(queue, 1)
     redis_client.set(queue.keys().reserved, "not a sorted set")

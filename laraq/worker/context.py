@@ -13,10 +13,15 @@ budget reads). :class:`WorkerOptions` (``queue:work``'s options) is defined here
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import signal
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import redis
 
@@ -39,6 +44,8 @@ REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 #: ``--unhandled``: what happens to a job without a Python handler. ``leave``: it is never taken (the
 #: reserve takes only jobs with a handler and leaves the others where they are, for PHP workers).
 UnhandledPolicy = Literal["leave", "fail", "release", "requeue"]
+
+log = logging.getLogger("laraq.worker.worker")
 
 
 class CacheLike(Protocol):
@@ -114,6 +121,34 @@ class Signals:
         self.quit_status = status
         self.reason = reason or self.reason
         self.should_quit = True
+        self.wake.set()
+
+    def install_handlers(self) -> None:
+        """``queue:work``'s signals: SIGTERM/SIGINT/SIGQUIT finish the running jobs, then exit 0 (a second
+        one stops now, exit 1); SIGUSR2 pauses; SIGCONT resumes. Only possible in the main thread."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+            signal.signal(sig, self._on_quit)
+        signal.signal(signal.SIGUSR2, self._on_pause)
+        signal.signal(signal.SIGCONT, self._on_resume)
+
+    def _on_quit(self, signum: int, _frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.should_quit:
+            log.warning("second %s: stopping now; running jobs stay reserved until retry_after", name)
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(1)
+        self.quit(self.quit_status, f"{name} received")
+
+    def _on_pause(self, _signum: int, _frame: Any) -> None:
+        self.paused = True
+        self.wake.set()
+
+    def _on_resume(self, _signum: int, _frame: Any) -> None:
+        self.paused = False
         self.wake.set()
 
 

@@ -3,8 +3,8 @@
 
 Loop (:meth:`Worker.daemon`): unless the app is down (and no ``--force``) or the worker is paused
 (SIGUSR2), pop the first job of the ``--queue`` list (skipping paused queues, 12.40+), run it, rest;
-else sleep ``--sleep``. After every iteration :meth:`Worker.stop_status` decides whether to stop:
-quit signal, ``--memory`` (exit 12), ``queue:restart``, ``--stop-when-empty``,
+else sleep ``--sleep``. After every iteration the stop rules (:class:`~laraq.worker.stoprules.StopRules`)
+decide whether to stop: quit signal, ``--memory`` (exit 12), ``queue:restart``, ``--stop-when-empty``,
 ``--stop-when-empty-for``, ``--max-time``, ``--max-jobs`` - in Laravel's order. Restart, pause, maintenance
 and ``maxExceptions`` go through a :class:`laraq.stores.cache.CacheStore` (Redis, file or database store).
 
@@ -19,6 +19,8 @@ interfaces declared here (:class:`ReservationSource`, :class:`JobExecutor`):
 * :class:`~laraq.worker.lifecycle.Lifecycle` - ``Worker::process`` + ``CallQueuedHandler``: attempts,
   backoff, ``maxExceptions``, release, fail, unique locks, jobs without a Python handler;
 * :class:`~laraq.worker.bridge.AsyncBridge` - the event loop async handlers run on;
+* :class:`~laraq.worker.stoprules.StopRules` - ``daemonShouldRun`` and ``stopIfNecessary``: whether the
+  worker runs this round, and whether it stops;
 * :mod:`laraq.worker.events` - the listener seam every worker and job event goes through (console output
   included).
 
@@ -32,9 +34,6 @@ import collections
 import contextlib
 import logging
 import os
-import signal
-import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -54,10 +53,11 @@ from laraq.worker.events import Listeners, OutputListener, WorkerListener
 from laraq.worker.execution import TICK, Executor
 from laraq.worker.leases import Buffered
 from laraq.worker.lifecycle import Lifecycle
-from laraq.worker.notes import RunNotes
+from laraq.worker.notes import EXIT_MEMORY_LIMIT, RunNotes
 from laraq.worker.output import Output
 from laraq.worker.reservation import Reservation
 from laraq.worker.running import Running
+from laraq.worker.stoprules import EXIT_ERROR, EXIT_SUCCESS, StopRules
 from laraq.worker.timers import Timers
 
 __all__ = [
@@ -75,20 +75,12 @@ __all__ = [
 
 log = logging.getLogger("laraq.worker.worker")
 
-EXIT_SUCCESS = 0
-EXIT_ERROR = 1
 EXIT_USAGE = 2
-EXIT_MEMORY_LIMIT = 12
-
-_UNKNOWN = object()
 
 #: restart / memory / max-time are read once per reserve round and at least this often.
 _CHECK_EVERY = 0.25
 #: ``worker_looping`` is announced at most this often (seconds).
 _LOOPING_EVERY = 1.0
-#: ``--stop-when-empty``: reserve rounds that may fail in a row (retried with the reconnect backoff,
-#: about 15 s in all) before the worker stops with the fault's exit code.
-_STOP_WHEN_EMPTY_TRIES = 4
 #: The shortest wait after a reserve that found only jobs for PHP workers (seconds).
 _LEFT_FOR_PHP_PAUSE = 0.1
 
@@ -212,13 +204,13 @@ class Worker:
         self.reservation: ReservationSource = Reservation(context, self.bridge, self.lifecycle)
         self.executor: JobExecutor = Executor(context, self.lifecycle, self.bridge, self.reservation,
                                               kill=kill, before_kill=self._before_kill)
-        self._last_job_at: float | None = None
         self._looped_at = 0.0
         self._stop_announced = False
         self._unreported = 0
-        #: why the worker stops (the stop's log line), and whether it runs or is paused (and why)
         #: the log's account of the worker: why it stops, pauses, resumes; what --memory measured
         self.notes = RunNotes(options.name, options.memory)
+        #: whether it runs this round, and whether (and why) it stops: Laravel's order
+        self.rules = StopRules(context, self.notes, self.reservation, self.executor, self.maintenance)
 
     # -- what others read and set on the worker (listeners, the CLI, tests) --------------------------------
 
@@ -332,7 +324,7 @@ class Worker:
         """The per-job loop: what ``queue:work`` does, call for call (``--batch 1``)."""
         opts = self.options
         reservation, executor = self.reservation, self.executor
-        last_restart = self._restart_stamp()
+        last_restart = self.rules.restart_stamp()
         started = time.monotonic()
         jobs_processed = 0
         log.info("worker %s (pid %d) processing [%s] on %s (Laravel %s profile, concurrency %d)",
@@ -341,9 +333,9 @@ class Worker:
         self._starting()
         while True:
             self._looping()
-            if not self._should_run():
+            if not self.rules.should_run():
                 self.sleep(opts.sleep if opts.sleep > 0 else 1)
-                status = self.stop_status(last_restart, started, 0, popped=False)
+                status = self.rules.status(last_restart, started, 0, popped=False)
                 if status is not None:
                     return self._stop(status)
                 continue
@@ -356,26 +348,26 @@ class Worker:
                 jobs_processed += 1
                 executor.submit(job)
                 executor.wait_for_slot()
-                self._last_job_at = time.monotonic()
+                self.rules.job_taken()
                 if opts.rest > 0:
                     self.sleep(opts.rest)
             elif popped:
                 jobs_processed += 1
-                self._last_job_at = time.monotonic()
+                self.rules.job_taken()
             else:
                 self.notes.went_idle(jobs_processed)
                 self.sleep(reservation.reconnect_delay or self.timers.sleep_for(opts.sleep))
             # a pop that failed is not an empty queue (see _failed_not_empty)
             failed = not popped and bool(reservation.failed_rounds) and bool(opts.stop_when_empty or opts.stop_when_empty_for)
-            status = self._failed_not_empty() if failed else None
+            status = self.rules.failed_not_empty() if failed else None
             if status is None:
-                status = self.stop_status(last_restart, started, jobs_processed, popped=popped or failed)
+                status = self.rules.status(last_restart, started, jobs_processed, popped=popped or failed)
             if status is not None:
                 return self._stop(status)
 
     def run_once(self) -> int:
         """``--once``: one pop, one job (Laravel's ``runNextJob``), still under the timeout watchdog."""
-        if self._down() and not self.options.force:
+        if self.rules.down() and not self.options.force:
             self.sleep(self.options.sleep)
             return EXIT_SUCCESS
         self._starting()
@@ -389,70 +381,10 @@ class Worker:
         self._announce_stop(EXIT_SUCCESS)
         return EXIT_SUCCESS
 
-    def _should_run(self) -> bool:
-        if self.executor.kill_pending:
-            return False
-        if self.signals.paused:
-            self._note_state("paused (SIGUSR2; SIGCONT resumes)")
-            return False
-        if self._down() and not self.options.force:
-            self._note_state("paused: the app is down for maintenance (php artisan down; --force works anyway)")
-            return False
-        self._note_state("running")
-        return True
-
-    def _note_state(self, state: str) -> None:
-        """One log line when the worker pauses or resumes, saying why."""
-        self.notes.state(state)
-
-    def _down(self) -> bool:
-        """Is the app down for maintenance? (a broken probe counts as "up" and is logged)"""
-        try:
-            return bool(self.maintenance())
-        except Exception as exc:  # a broken maintenance probe must not stop the worker
-            log.warning("maintenance-mode check failed: %s", exc)
-            return False
-
-    def stop_status(self, last_restart: Any, started: float, jobs_processed: int, *, popped: bool) -> int | None:
-        """Laravel's ``stopIfNecessary``: the exit code to stop with, or ``None`` to keep going."""
-        opts = self.options
-        if self.signals.should_quit:
-            return self._why(self.signals.quit_status, self.signals.reason or "told to quit")
-        if self.memory_exceeded(opts.memory):
-            return self._why(EXIT_MEMORY_LIMIT, "over --memory")
-        stamp = self._restart_stamp()
-        if stamp is not _UNKNOWN and last_restart is not _UNKNOWN and stamp != last_restart:
-            return self._why(EXIT_SUCCESS, "queue:restart was broadcast")
-        if opts.stop_when_empty and not popped:
-            return self._why(EXIT_SUCCESS, "--stop-when-empty: no job to take")
-        if opts.stop_when_empty_for and not popped and not self.executor.running \
-                and time.monotonic() - (self._last_job_at or started) >= opts.stop_when_empty_for:
-            return self._why(EXIT_SUCCESS, f"--stop-when-empty-for: no job for {opts.stop_when_empty_for:g}s")
-        if opts.max_time and time.monotonic() - started >= opts.max_time:
-            return self._why(EXIT_SUCCESS, "--max-time reached")
-        if opts.max_jobs and jobs_processed >= opts.max_jobs:
-            return self._why(EXIT_SUCCESS, "--max-jobs reached")
-        return None
-
     def _stop(self, status: int) -> int:
         self.executor.drain()
         self._announce_stop(status)
         return status
-
-    def memory_exceeded(self, limit_mb: int) -> bool:
-        """Laravel's ``memoryExceeded``; the resident size it saw is kept for the stop's line."""
-        if limit_mb <= 0 and self.version.memory_zero_is_unlimited:
-            return False
-        return self.notes.over_memory(limit_mb, self.reservation.settle)
-
-    def _restart_stamp(self) -> Any:
-        if self.cache is None:
-            return None
-        try:
-            return self.cache.restart_timestamp()
-        except Exception as exc:
-            log.warning("could not read the queue:restart signal: %s", exc)
-            return _UNKNOWN
 
     def sleep(self, seconds: float) -> None:
         """Sleep, waking early for a quit/pause/resume signal."""
@@ -484,11 +416,11 @@ class Worker:
         lease_ok = reservation.lease_ok
         start_job = executor.start_job
         executor.start_watchdog()
-        last_restart = self._restart_stamp()
+        last_restart = self.rules.restart_stamp()
         started = time.monotonic()
         jobs_processed = 0
         next_check = started + _CHECK_EVERY
-        can_run = self._should_run()
+        can_run = self.rules.should_run()
         #: over --memory: no more reserve rounds; the buffer is run, then the worker stops
         draining = False
         #: over --memory while jobs ran: nothing new starts until they end, then it is measured again
@@ -505,10 +437,10 @@ class Worker:
                 reservation.give_back_buffer()
                 self._looping()  # as in classic_daemon: heartbeats (Horizon) go on while paused or down
                 await executor.idle(opts.sleep if opts.sleep > 0 else 1)
-                status = self.stop_status(last_restart, started, jobs_processed, popped=False)
+                status = self.rules.status(last_restart, started, jobs_processed, popped=False)
                 if status is not None:
                     return await self._fast_stop(status)
-                can_run = self._should_run()
+                can_run = self.rules.should_run()
                 next_check = time.monotonic() + _CHECK_EVERY
                 continue
 
@@ -517,7 +449,7 @@ class Worker:
                     await executor.wait_changed(TICK)
                     continue
                 held = False
-                if not draining and self.memory_exceeded(opts.memory):
+                if not draining and self.rules.memory_exceeded(opts.memory):
                     if not (buffer or reservation.ahead is not None):
                         return await self._fast_stop(self._why(EXIT_MEMORY_LIMIT, "over --memory"))
                     draining = self._run_reserved_then_stop()
@@ -543,7 +475,7 @@ class Worker:
                     popped = got > 0 or reservation.took_reservation
                     jobs_processed += unreadable
                     if popped:
-                        self._last_job_at = time.monotonic()
+                        self.rules.job_taken()
                     # a full batch: more are waiting; asked for after this pass's status reads, which
                     # would otherwise queue behind the reserve script on Redis
                     full_batch = got + unreadable >= want and got > 0
@@ -563,7 +495,7 @@ class Worker:
                 popped = True
                 start_job(item.job)
                 del item  # a job that finished at once must not stay alive (its command) until the memory check
-                self._last_job_at = time.monotonic()
+                self.rules.job_taken()
                 if opts.rest > 0:
                     await executor.idle(opts.rest)
             now = time.monotonic()
@@ -571,7 +503,7 @@ class Worker:
                 next_check = now + _CHECK_EVERY
                 self._looping()
                 self._report_popped()
-                status = self._periodic_status(last_restart, started)
+                status = self.rules.periodic(last_restart, started)
                 if status is None and opts.max_jobs and jobs_processed >= opts.max_jobs:
                     status = self._why(EXIT_SUCCESS, "--max-jobs reached")
                 if status == EXIT_MEMORY_LIMIT and draining:
@@ -585,7 +517,7 @@ class Worker:
                     draining, status = self._run_reserved_then_stop(), None
                 if status is not None:
                     return await self._fast_stop(status)
-                can_run = self._should_run()
+                can_run = self.rules.should_run()
             if full_batch and can_run and not signals.paused and not draining:
                 reservation.send_ahead(jobs_processed, executor.active)
             if opts.max_jobs and jobs_processed >= opts.max_jobs and not buffer:
@@ -594,15 +526,14 @@ class Worker:
             if reserved_round and not popped and executor.active == 0 and not buffer:
                 # an empty loop: Laravel's stop_when_empty / block / sleep
                 if reservation.failed_rounds and (opts.stop_when_empty or opts.stop_when_empty_for):
-                    status = self._failed_not_empty()
+                    status = self.rules.failed_not_empty()
                     if status is not None:
                         return await self._fast_stop(status)
                     await executor.idle(reservation.reconnect_delay or 1.0)
                     continue
                 if opts.stop_when_empty:
                     return await self._fast_stop(self._why(EXIT_SUCCESS, "--stop-when-empty: no job to take"))
-                if opts.stop_when_empty_for and \
-                        time.monotonic() - (self._last_job_at or started) >= opts.stop_when_empty_for:
+                if self.rules.empty_for(started):
                     return await self._fast_stop(self._why(
                         EXIT_SUCCESS, f"--stop-when-empty-for: no job for {opts.stop_when_empty_for:g}s"))
                 reservation.flush_acks(force=True)
@@ -645,30 +576,6 @@ class Worker:
                     self.options.memory, self.notes.memory_seen, reserved, EXIT_MEMORY_LIMIT)
         return True
 
-    def _failed_not_empty(self) -> int | None:
-        """``--stop-when-empty`` after a reserve round that failed: the queue was not seen empty (a reply
-        lost on its way may even have reserved a job), so the worker tries again, and after
-        :data:`_STOP_WHEN_EMPTY_TRIES` failed rounds in a row stops with the fault's exit code, not 0."""
-        reservation = self.reservation
-        if reservation.failed_rounds < _STOP_WHEN_EMPTY_TRIES:
-            return None
-        return self._why(reservation.failure_status or EXIT_ERROR,
-                         f"--stop-when-empty: {reservation.failed_rounds} reserve rounds failed in a row "
-                         "(the queue was never seen empty)")
-
-    def _periodic_status(self, last_restart: Any, started: float) -> int | None:
-        """The stop conditions that cost something, once per batch / ``_CHECK_EVERY`` (Laravel's order)."""
-        if self.signals.should_quit:
-            return self._why(self.signals.quit_status, self.signals.reason or "told to quit")
-        if self.memory_exceeded(self.options.memory):
-            return self._why(EXIT_MEMORY_LIMIT, "over --memory")
-        stamp = self._restart_stamp()
-        if stamp is not _UNKNOWN and last_restart is not _UNKNOWN and stamp != last_restart:
-            return self._why(EXIT_SUCCESS, "queue:restart was broadcast")
-        if self.options.max_time and time.monotonic() - started >= self.options.max_time:
-            return self._why(EXIT_SUCCESS, "--max-time reached")
-        return None
-
     async def _fast_stop(self, status: int) -> int:
         """Give the buffer back, let running jobs finish (or settle after a timeout), flush acks."""
         reservation, executor = self.reservation, self.executor
@@ -704,28 +611,5 @@ class Worker:
 
     def install_signal_handlers(self) -> None:
         """SIGTERM/SIGINT/SIGQUIT: finish running jobs, then exit 0 (a second one: stop now).
-        SIGUSR2: pause. SIGCONT: resume. Only possible in the main thread."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
-            signal.signal(sig, self._on_quit_signal)
-        signal.signal(signal.SIGUSR2, self._on_pause_signal)
-        signal.signal(signal.SIGCONT, self._on_resume_signal)
-
-    def _on_quit_signal(self, signum: int, _frame: Any) -> None:
-        if self.signals.should_quit:
-            log.warning("second %s: stopping now; running jobs stay reserved until retry_after",
-                        signal.Signals(signum).name)
-            with contextlib.suppress(Exception):
-                sys.stdout.flush()
-                sys.stderr.flush()
-            os._exit(EXIT_ERROR)
-        self.signals.quit(self.signals.quit_status, f"{signal.Signals(signum).name} received")
-
-    def _on_pause_signal(self, _signum: int, _frame: Any) -> None:
-        self.signals.paused = True
-        self.signals.wake.set()
-
-    def _on_resume_signal(self, _signum: int, _frame: Any) -> None:
-        self.signals.paused = False
-        self.signals.wake.set()
+        SIGUSR2: pause. SIGCONT: resume. Only possible in the main thread (see :class:`Signals`)."""
+        self.signals.install_handlers()
