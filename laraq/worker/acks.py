@@ -82,6 +82,9 @@ def _zrem(key: bytes, members: list[bytes]) -> bytes:
     parts += [b"$%d\r\n%s\r\n" % (len(m), m) for m in members]
     return b"".join(parts)
 
+#: ``ZREM key member`` in RESP, for ``%`` with (len(key), key, len(member), member)
+_ZREM_ONE = b"*3\r\n$4\r\nZREM\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n"
+
 log = logging.getLogger("laraq.worker.worker")
 
 
@@ -130,6 +133,17 @@ class AckPipe:
             return
         packed = b"".join(_zrem(self._unstarted_key(name) if record else self._key(name), members)
                           for name, members, record in commands)
+        self._send(packed, commands)
+
+    def write_one(self, name: str, member: bytes, started: tuple[str, bytes] | None = None) -> None:
+        """:meth:`write` of one finished job (the loop's case: one ack per job), packed in one step."""
+        key = self._key(name)
+        packed = _ZREM_ONE % (len(key), key, len(member), member)
+        commands = [(name, [member], False)]
+        if started is not None:
+            key = self._unstarted_key(started[0])
+            packed += _ZREM_ONE % (len(key), key, len(started[1]), started[1])
+            commands.append((started[0], [started[1]], True))
         self._send(packed, commands)
 
     def write_started(self, name: str, members: list[bytes]) -> None:

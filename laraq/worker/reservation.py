@@ -403,8 +403,8 @@ class Reservation:
                 # the next buffered job's unstarted record goes in the same write (one send() for both)
                 claimed = self.unstarted.claim_next() if self.bridge.on_loop_thread() else None
                 try:
-                    self.pipe.write({job.queue: [job.reserved]},
-                                    None if claimed is None else self.unstarted.record_of(claimed))
+                    self.pipe.write_one(job.queue, job.reserved,
+                                        None if claimed is None else self.unstarted.record_of(claimed))
                     return
                 except Exception:  # kept below; the next flush meets the fault and reports it
                     if claimed is not None:
