@@ -16,7 +16,9 @@ import pytest
 import redis
 from conftest import corpus_dir, dump_redis, require
 
-from laraq.protocol.lua import ACK_CHUNK, MIGRATE_CHUNK, POISON_SKIPS_PER_CALL, SCRIPT_TEXTS, Scripts
+from laraq.protocol.lua import SCRIPT_TEXTS, Scripts
+from laraq.protocol.lua_laraq import ACK_CHUNK
+from laraq.protocol.lua_laravel import MIGRATE_CHUNK, POISON_SKIPS_PER_CALL
 
 L, D, R, N, P = "p_queues:q", "p_queues:q:delayed", "p_queues:q:reserved", "p_queues:q:notify", "p_queues:q:poison"
 

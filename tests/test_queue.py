@@ -16,7 +16,9 @@ import pytest
 import redis
 from conftest import RedisServer, dump_redis, require
 
-from laraq.protocol.queue import QueueKeys, RedisQueue, ReservedJob, has_hash_tag, redact_url
+from laraq.protocol.keys import QueueKeys, has_hash_tag
+from laraq.protocol.queue import RedisQueue, ReservedJob
+from laraq.protocol.urls import redact_url
 from laraq.protocol.versions import LaravelVersion
 
 NOW = 1_700_000_000

@@ -16,7 +16,8 @@ import pytest
 import redis
 from conftest import dump_redis, require
 
-from laraq.protocol.queue import MIGRATE_BOUND, RESERVE_MIGRATE_BOUND, RedisQueue
+from laraq.protocol.queue import MIGRATE_BOUND, RedisQueue
+from laraq.protocol.reserve import RESERVE_MIGRATE_BOUND
 from laraq.worker.timers import WAKE_MARGIN, Timers
 
 PFX = "t_"

@@ -166,7 +166,7 @@ def test_a_started_job_is_never_reclaimed(redis_client: redis.Redis) -> None:
     queue.push_raw(build_string_payload("13.0.0", NAME, {"n": 1}))
     queue.push_raw(build_string_payload("13.0.0", NAME, {"n": 2}))
     keys = queue.keys()
-    from laraq.protocol.lua import unstarted_member
+    from laraq.protocol.lua_laraq import unstarted_member
     started, buffered = queue.reserve_batch(count=2, record=True)
     assert queue.unstarted("default", [unstarted_member(started.reserved, started.body)]) == [True]
     _wait_for_leases_to_run_out(redis_client, keys.unstarted)

@@ -10,7 +10,7 @@ list of ``host:port``), else the connection's ``REDIS_HOST``/``REDIS_PORT``/``RE
 
 On a cluster the queue's keys must share a hash slot: Laravel documents naming queues ``{default}``
 (every version), and 13.5+ wraps untagged names itself (``queues:{default}``;
-:meth:`laraq.protocol.queue.QueueKeys.for_queue`). redis-py's ``RedisCluster`` follows ``MOVED`` and ``ASK``
+:meth:`laraq.protocol.keys.QueueKeys.for_queue`). redis-py's ``RedisCluster`` follows ``MOVED`` and ``ASK``
 redirections (slot migration during a reshard) for commands and scripts; every laraq script touches
 keys of one queue only, hence of one slot.
 """

@@ -66,7 +66,8 @@ from laraq.ops.transfers import (
     destination_identity,
     find_held,
 )
-from laraq.protocol.queue import QueueKeys, RedisQueue
+from laraq.protocol.keys import QueueKeys
+from laraq.protocol.queue import RedisQueue
 from laraq.protocol.versions import LaravelVersion
 
 __all__ = ["GIVE_SCRIPT", "TRANSFER_MARK", "DestinationError", "HeldElsewhere", "ImportLineError", "Transfer", "TransferSummary",

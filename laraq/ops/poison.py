@@ -19,7 +19,7 @@ from laraq.protocol.queue import RedisQueue
 
 __all__ = ["PoisonOutcome", "drop_poison", "poison_readable", "poison_reason", "requeue_poison"]
 
-# The pop script's own test of a member (laraq/lua.py): JSON object, numeric attempts, re-encodable.
+# The pop script's own test of a member (protocol/lua_laravel.py): JSON object, numeric attempts, re-encodable.
 _RESERVABLE = """\
 local function reservable(member)
   local decoded_ok, doc = pcall(cjson.decode, member)

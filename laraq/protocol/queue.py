@@ -3,9 +3,9 @@
 :class:`RedisQueue` does what ``Illuminate\\Queue\\RedisQueue`` does, call for call, for the Laravel
 version it is configured with (every version difference comes from :mod:`laraq.protocol.versions`):
 
-* key names (:class:`QueueKeys`): ``<prefix>queues:<name>`` and its ``:delayed``, ``:reserved`` and
-  ``:notify`` companions, plus laraq's own ``:poison`` dead-letter list; ``{name}`` hash tags on
-  cluster connections from 13.5;
+* key names (:class:`~laraq.protocol.keys.QueueKeys`): ``<prefix>queues:<name>`` and its ``:delayed``,
+  ``:reserved`` and ``:notify`` companions, plus laraq's own ``:poison`` dead-letter list; ``{name}``
+  hash tags on cluster connections from 13.5;
 * ``pop`` = migrate ``:delayed`` → list, migrate ``:reserved`` → list (unless ``retry_after`` is
   ``None``), the pop script, and optionally ``BLPOP :notify`` plus one retry: the same round trips as
   Laravel;
@@ -14,6 +14,10 @@ version it is configured with (every version difference comes from :mod:`laraq.p
 
 Redis is addressed with raw bytes: no serializer, no compression, ``decode_responses`` off. Unlike
 Laravel, redis-py does not add a key prefix, so every key carries the prefix itself.
+
+The worker's own operations on a queue (batch reserves, acks, lease renewals, give-backs, the unstarted
+record), which Laravel has no counterpart for, are methods of :class:`RedisQueue` too; they are written in
+:mod:`laraq.protocol.reserve` (:class:`~laraq.protocol.reserve.ReserveMixin`).
 """
 
 from __future__ import annotations
@@ -22,18 +26,21 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any, cast
-from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis
 
-from laraq.protocol.lua import RECLAIM_CHUNK, PendingCall, Scripts, blocking
+from laraq.protocol.keys import QueueKeys, has_hash_tag
+from laraq.protocol.lua import Scripts
+from laraq.protocol.pooled import blocking
 from laraq.protocol.redis_retry import fail_fast_on_auth
+from laraq.protocol.reserve import UNSTARTED_LEASE, ReserveMixin
 from laraq.protocol.routing import QueueForwards, queue_name_of
+from laraq.protocol.urls import describe_client, redact_url
 from laraq.protocol.versions import DEFAULT_VERSION, LaravelVersion
 
 log = logging.getLogger(__name__)
@@ -41,6 +48,8 @@ log = logging.getLogger(__name__)
 Delay = int | float | datetime | timedelta
 PayloadLike = bytes | bytearray | memoryview | str | Any
 
+# QueueKeys, has_hash_tag and redact_url live in keys.py and urls.py now; they stay importable from here
+# for code written against this module's names.
 __all__ = [
     "QueueKeys",
     "RedisQueue",
@@ -54,89 +63,6 @@ __all__ = [
 #: laraq moves them in commands of at most this many until none is left, with the same end state and
 #: order (see ``compat-docs/performance.md``), so Redis is never held for long by one of them.
 MIGRATE_BOUND = 500
-
-#: The most due members the worker's reserve script moves per call (at least the jobs it reserves,
-#: so the list fills as fast as it drains): keeps one reserve call under 1 ms at the default --batch.
-RESERVE_MIGRATE_BOUND = 32
-
-
-#: The unstarted lease (seconds): how soon after a SIGKILL the jobs its worker had buffered, never
-#: started, are given back (attempts not spent) by the next reserve of any laraq worker on the queue.
-UNSTARTED_LEASE = 15.0
-
-
-# -- key names -----------------------------------------------------------------------------------
-
-def has_hash_tag(name: str) -> bool:
-    """True if ``name`` holds a Redis Cluster hash tag: a ``{`` and, later, a ``}`` with text between.
-
-    Like Redis' own slot rule, only the first ``{`` and the first ``}`` after it count.
-    """
-    opening = name.find("{")
-    if opening < 0:
-        return False
-    closing = name.find("}", opening + 1)
-    return closing > opening + 1
-
-
-@dataclass(frozen=True)
-class QueueKeys:
-    """The Redis keys of one queue, prefix included (redis-py adds no prefix of its own)."""
-
-    prefix: str
-    name: str
-    hash_tagged: bool = False
-
-    @classmethod
-    def for_queue(
-        cls,
-        name: str,
-        *,
-        prefix: str = "",
-        version: LaravelVersion | str = DEFAULT_VERSION,
-        cluster: bool = False,
-    ) -> QueueKeys:
-        """Keys as ``RedisQueue`` of ``version`` names them on a (cluster) connection.
-
-        On a cluster connection 13.5+ wraps a name without a hash tag in braces (``queues:{name}``);
-        older versions never do (users had to name the queue ``{name}`` themselves).
-        """
-        version = LaravelVersion.parse(version)
-        tagged = bool(cluster and version.cluster_hash_tags and not has_hash_tag(name))
-        return cls(prefix, name, tagged)
-
-    @property
-    def base(self) -> str:
-        """The list key, e.g. ``laravel_database_queues:default``."""
-        shown = "{" + self.name + "}" if self.hash_tagged else self.name
-        return f"{self.prefix}queues:{shown}"
-
-    @property
-    def list(self) -> str:
-        return self.base
-
-    @property
-    def delayed(self) -> str:
-        return self.base + ":delayed"
-
-    @property
-    def reserved(self) -> str:
-        return self.base + ":reserved"
-
-    @property
-    def notify(self) -> str:
-        return self.base + ":notify"
-
-    @property
-    def unstarted(self) -> str:
-        """laraq's record of reserved jobs not started yet (a ZSET, not Laravel's; see
-        :data:`laraq.protocol.lua.UNSTARTED`)."""
-        return self.base + ":laraq-unstarted"
-
-    @property
-    def poison(self) -> str:
-        """laraq's dead-letter list for members the pop script could not reserve (not Laravel's)."""
-        return self.base + ":poison"
 
 
 # -- reserved jobs -------------------------------------------------------------------------------
@@ -153,66 +79,6 @@ class ReservedJob:
     queue: str
     body: bytes
     reserved: bytes
-
-
-@dataclass(frozen=True)
-class PendingReserve:
-    """A :meth:`RedisQueue.reserve_batch_send` whose reply is not read yet (``sent_at``: its ``now``)."""
-
-    queue: str
-    keys: QueueKeys
-    call: PendingCall
-    sent_at: int
-    #: a selective reserve (``handled`` names given): its reply carries the count of members left alone
-    selective: bool = False
-
-
-# -- URLs ----------------------------------------------------------------------------------------
-
-def redact_url(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (user names are kept), safe to log."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = quote(parts.username or "", safe="")
-    netloc = f"{user}:***@{host}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
-
-def _describe_client(client: Any) -> str:
-    """A password-free URL-like description of an existing redis-py client."""
-    if isinstance(client, redis.RedisCluster):
-        nodes = ",".join(f"{n.host}:{n.port}" for n in client.get_nodes()[:3])
-        return f"redis-cluster://{nodes}"
-    pool = getattr(client, "connection_pool", None)
-    service = getattr(pool, "service_name", None)
-    if service is not None:
-        watchers = getattr(getattr(pool, "sentinel_manager", None), "sentinels", [])
-        found = [c.connection_pool.connection_kwargs for c in watchers]
-        sentinels = ",".join(f"{k.get('host')}:{k.get('port')}" for k in found)
-        return f"redis-sentinel://{sentinels}/{service}"
-    kwargs: dict[str, Any] = dict(getattr(pool, "connection_kwargs", {}) or {})
-    if "path" in kwargs:
-        return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
-    scheme = "redis"
-    conn_class = getattr(pool, "connection_class", None)
-    if conn_class is not None and "SSL" in getattr(conn_class, "__name__", ""):
-        scheme = "rediss"
-    host = kwargs.get("host", "localhost")
-    port = kwargs.get("port", 6379)
-    auth = ""
-    if kwargs.get("username"):
-        auth = quote(str(kwargs["username"]), safe="")
-    if kwargs.get("password"):
-        auth += ":***"
-    if auth:
-        auth += "@"
-    return f"{scheme}://{auth}{host}:{port}/{kwargs.get('db', 0)}"
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -253,7 +119,7 @@ def _payload_id(payload: bytes) -> str | None:
 
 # -- the queue -----------------------------------------------------------------------------------
 
-class RedisQueue:
+class RedisQueue(ReserveMixin):
     """One Laravel Redis queue connection (``config/queue.php`` → ``connections.redis``).
 
     ``client`` is a redis-py client (``decode_responses`` must be off) or a URL: ``redis://``,
@@ -309,7 +175,7 @@ class RedisQueue:
         self.whole_second_waits = False
         self.migration_batch_size = migration_batch_size
         #: seconds of the unstarted lease on each job a batch reserve takes (laraq's record of buffered
-        #: jobs, reclaimed when its worker died; see :data:`laraq.protocol.lua.UNSTARTED`); 0: no record
+        #: jobs, reclaimed when its worker died; see :data:`laraq.protocol.lua_laraq.UNSTARTED`); 0: no record
         self.unstarted_lease = UNSTARTED_LEASE
         self.clock = clock
         self.scripts = Scripts(self.client)
@@ -327,7 +193,7 @@ class RedisQueue:
         """Where this queue connects, without any password (safe for logs and errors)."""
         if self._url is not None:
             return redact_url(self._url)
-        return _describe_client(self.client)
+        return describe_client(self.client)
 
     def queue_name(self, queue: str | Enum | None = None) -> str:
         """The unprefixed queue name (``enum_value(queue) ?: default``)."""
@@ -485,54 +351,17 @@ class RedisQueue:
             log.warning("moved %d unreadable member(s) of %s to %s", result.poisoned, keys.list, keys.poison)
         return [ReservedJob(name, job, reserved) for job, reserved in result.jobs]
 
-    def reserve_batch(self, queue: str | None = None, count: int = 1,
-                      acks: list[bytes] | tuple[bytes, ...] = (), *, handled: list[str] | None = None,
-                      window: int = 100, record: bool = False) -> list[ReservedJob]:
-        """The worker's fast path: in ONE script call, ``ZREM`` the ``acks`` (reserved members of
-        finished jobs), run Laravel's ``migrate`` and reserve up to ``count`` jobs (never blocks).
-
-        Each job is reserved exactly as :meth:`pop` reserves it, the migrate follows this version's
-        rules (``LIMIT migration_batch_size`` from 9.23, no ``:reserved`` migrate when
-        ``retry_after`` is ``None``). ``count`` may be 0 (acks and migrate only).
-
-        ``handled`` (names with a Python handler): reserve only such jobs among the first ``window``
-        list members and leave every other member where it is (a queue shared with PHP workers;
-        :attr:`last_skipped` says how many were left alone).
-
-        ``record``: the jobs go to a buffer, not straight to a handler: each is recorded as unstarted
-        (:attr:`unstarted_lease`), and its record must be removed when it starts (:meth:`unstarted`).
-        """
-        name, keys, now, args, options = self._reserve_batch_call(queue, count, acks, record)
-        return self._reserved(name, keys, self.scripts.reserve_batch(*args, **options, handled=handled,
-                                                                     window=window))
-
-    def reserve_batch_send(self, queue: str | None = None, count: int = 1,
-                           acks: list[bytes] | tuple[bytes, ...] = (), *,
-                           wait: float | None = None, handled: list[str] | None = None,
-                           window: int = 100, record: bool = False) -> PendingReserve | None:
-        """:meth:`reserve_batch`, sent now and read later with :meth:`reserve_batch_receive`: Redis reserves
-        the next jobs while the worker runs the ones it has. None when this client cannot split a call
-        (Redis Cluster): use :meth:`reserve_batch`.
-
-        ``wait`` (seconds, 0 = forever): a ``BLPOP :notify`` with that timeout goes first on the same
-        connection, so the reserve runs on Redis the moment a token arrives or the wait ends, as
-        Laravel's pop retries at once after its ``BLPOP``, without the round trip between the two.
-        Read whether a token came with :meth:`reserve_wait` first. The reservation's ``now`` (its
-        expiry and the migrate's clock) is the send time, as with any call sent ahead: the worker
-        renews a lease the wait made stale before the job starts."""
-        name, keys, now, args, options = self._reserve_batch_call(queue, count, acks, record)
-        first = None if wait is None else ("BLPOP", keys.notify, wait)
-        pending = self.scripts.reserve_batch_send(*args, **options, first=first, handled=handled, window=window)
-        return None if pending is None else PendingReserve(name, keys, pending, now, handled is not None)
-
-    def reserve_wait(self, pending: PendingReserve) -> bool:
-        """The ``BLPOP`` of a :meth:`reserve_batch_send` with ``wait``: True if a ``:notify`` token came,
-        False if the wait timed out (blocks until one of the two). The reserve's reply is next."""
-        return bool(self.scripts.receive_first(pending.call, self.block_for or 0))
+    def _reserved(self, name: str, keys: QueueKeys, result: Any) -> list[ReservedJob]:
+        """The jobs of a batch reserve's reply (:mod:`laraq.protocol.reserve`), its counts noted."""
+        self.last_poisoned = result.poisoned
+        self.last_skipped = result.skipped
+        if result.poisoned:
+            log.warning("moved %d unreadable member(s) of %s to %s", result.poisoned, keys.list, keys.poison)
+        return [ReservedJob(name, job, reserved) for job, reserved in result.jobs]
 
     def wait_for_token(self, queue: str | None = None) -> bool:
         """``BLPOP :notify`` for ``block_for`` seconds (0: until a token comes); True if one came. The
-        socket's read timeout is lengthened by the wait (see :meth:`Scripts.blocking`)."""
+        socket's read timeout is lengthened by the wait (see :func:`laraq.protocol.pooled.blocking`)."""
         return self._wait_on(self.keys(self.queue_name(queue)).notify)
 
     def block_timeout(self) -> float | None:
@@ -579,90 +408,6 @@ class RedisQueue:
         except (redis.exceptions.MovedError, redis.exceptions.AskError):  # the slot moved: the client follows it
             return bool(self.client.blpop([notify_key], timeout=timeout))
 
-    def _reserve_batch_call(self, queue: str | None, count: int, acks: list[bytes] | tuple[bytes, ...],
-                            record: bool = False) -> tuple[str, QueueKeys, int, tuple[str, ...], dict[str, Any]]:
-        """The ``reserve_batch`` script's keys and arguments for a reserve made now, by this version's rules."""
-        name = self.queue_name(queue)
-        keys = self.keys(name)
-        now = self.current_time()
-        expiry = now if self.retry_after is None else now + int(self.retry_after)
-        limit = self.reserve_migrate_limit(count)
-        options: dict[str, Any] = {"expires_at": expiry, "count": count, "now": now, "migrate_limit": limit,
-                                   "migrate_reserved": self.retry_after is not None, "acks": acks}
-        lease = self.unstarted_seconds
-        if lease > 0:  # expired records are reclaimed by every batch reserve, recording or not
-            options.update(unstarted_key=keys.unstarted, unstarted_lease=lease if record else 0.0)
-        return name, keys, now, (keys.list, keys.reserved, keys.notify, keys.poison, keys.delayed), options
-
-    def reserve_batch_receive(self, pending: PendingReserve) -> list[ReservedJob]:
-        """The jobs a :meth:`reserve_batch_send` reserved (raises what reading the reply raised)."""
-        result = self.scripts.reserve_batch_result(self.scripts.receive(pending.call), selective=pending.selective)
-        return self._reserved(pending.queue, pending.keys, result)
-
-    def _reserved(self, name: str, keys: QueueKeys, result: Any) -> list[ReservedJob]:
-        self.last_poisoned = result.poisoned
-        self.last_skipped = result.skipped
-        if result.poisoned:
-            log.warning("moved %d unreadable member(s) of %s to %s", result.poisoned, keys.list, keys.poison)
-        return [ReservedJob(name, job, reserved) for job, reserved in result.jobs]
-
-    def ack(self, acks: dict[str, list[bytes]]) -> None:
-        """``ZREM :reserved`` many finished jobs, one command per queue, in one pipeline."""
-        if not acks:
-            return
-        pipe = self.client.pipeline(transaction=False)
-        for name, members in acks.items():
-            if members:
-                pipe.zrem(self.keys(name).reserved, *members)
-        pipe.execute()
-
-    def renew(self, queue: str, members: list[bytes]) -> list[bool]:
-        """Push the reservations of ``members`` forward by ``retry_after`` (``ZADD XX``); False = gone."""
-        if self.retry_after is None or not members:
-            return [True] * len(members)
-        return self.scripts.renew(self.keys(queue).reserved, members, self.available_at(self.retry_after))
-
-    def renew_send(self, queue: str, members: list[bytes]) -> tuple[PendingCall, int] | None:
-        """:meth:`renew`, sent now (``Scripts.receive`` + ``Scripts.renew_result`` read it later): the
-        call and the expiry it sets. None when this client cannot split a call or nothing needs it."""
-        if self.retry_after is None or not members:
-            return None
-        expiry = self.available_at(self.retry_after)
-        pending = self.scripts.renew_send(self.keys(queue).reserved, members, expiry)
-        return None if pending is None else (pending, expiry)
-
-    def give_back(self, queue: str, jobs: list[ReservedJob]) -> int:
-        """Hand reserved, never-started jobs back to the head of the list (original bodies, attempts
-        not burned, one ``:notify`` token each), in their order; only those still reserved by us.
-        Their unstarted records go too."""
-        keys = self.keys(queue)
-        return self.scripts.give_back(keys.list, keys.reserved, keys.notify, [(j.reserved, j.body) for j in jobs],
-                                      keys.unstarted)
-
-    @property
-    def unstarted_seconds(self) -> float:
-        """The unstarted lease in effect: :attr:`unstarted_lease`, and at most a third of ``retry_after``
-        (so that after a SIGKILL the reclaim comes before Laravel's migrate of the same jobs, which would
-        bring them back with an attempt spent)."""
-        lease = float(self.unstarted_lease or 0.0)
-        return lease if self.retry_after is None else min(lease, self.retry_after / 3)
-
-    def unstarted(self, queue: str, starting: Sequence[bytes], buffered: Sequence[bytes] = ()) -> list[bool]:
-        """Remove the unstarted records (:func:`~laraq.protocol.lua.unstarted_member`) of ``starting``
-        jobs and renew those of ``buffered`` ones by :attr:`unstarted_seconds`: True per record still there."""
-        return self.scripts.unstarted(self.keys(queue).unstarted, self.unstarted_seconds, starting, buffered)
-
-    def reclaim(self, queue: str | None = None) -> int:
-        """Give back the jobs of dead workers' buffers (unstarted lease run out) to the head of the list,
-        attempts not spent; how many were given back."""
-        keys = self.keys(queue)
-        total = 0
-        while True:
-            looked, given = self.scripts.reclaim(keys.list, keys.reserved, keys.notify, keys.unstarted)
-            total += given
-            if looked < RECLAIM_CHUNK:
-                return total
-
     def migrate(self, keys: QueueKeys | str | None = None) -> None:
         """Laravel's ``migrate``: due ``:delayed`` jobs, then expired ``:reserved`` ones (if
         ``retry_after`` is not ``None``), onto the tail of the list."""
@@ -691,14 +436,6 @@ class RedisQueue:
             moved.extend(chunk)
             if len(chunk) < want:
                 return moved
-
-    def reserve_migrate_limit(self, count: int) -> int:
-        """The migrate ``LIMIT`` inside one reserve call: this version's ``migration_batch_size`` (9.23+,
-        when set), never more than :data:`RESERVE_MIGRATE_BOUND` or ``count`` (whichever is larger).
-        Due jobs left over move on the next calls, which come at once while jobs keep coming."""
-        bound = max(int(count), RESERVE_MIGRATE_BOUND)
-        configured = self.migration_batch_size if self.version.migrate_has_limit else -1
-        return bound if configured < 0 else min(configured, bound)
 
     # -- finishing a job -----------------------------------------------------------------------------
 

@@ -33,9 +33,10 @@ from typing import Protocol, TypeVar
 import redis
 
 from laraq.bus.job import Job
-from laraq.protocol.lua import RECORD_MAX_BYTES
+from laraq.protocol.lua_laravel import RECORD_MAX_BYTES
 from laraq.protocol.payload import Payload, PayloadError
-from laraq.protocol.queue import PendingReserve, ReservedJob
+from laraq.protocol.queue import ReservedJob
+from laraq.protocol.reserve import PendingReserve
 from laraq.stores.failed import format_exception
 from laraq.worker.acks import AckPipe
 from laraq.worker.bridge import AsyncBridge

@@ -30,7 +30,7 @@ import math
 import time
 from typing import TYPE_CHECKING
 
-from laraq.protocol.lua import unstarted_member
+from laraq.protocol.lua_laraq import unstarted_member
 from laraq.worker.ratelimit import Repeated
 
 if TYPE_CHECKING:

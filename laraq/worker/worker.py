@@ -43,7 +43,8 @@ from laraq.bus.handlers import HandlerRegistry
 from laraq.bus.job import Job
 from laraq.bus.models import ModelLoader
 from laraq.protocol.encryption import Encrypter
-from laraq.protocol.queue import PendingReserve, RedisQueue
+from laraq.protocol.queue import RedisQueue
+from laraq.protocol.reserve import PendingReserve
 from laraq.protocol.versions import DEFAULT_VERSION, LaravelVersion
 from laraq.stores.failed import FailedJobStore
 from laraq.worker.bridge import AsyncBridge
