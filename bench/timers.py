@@ -148,7 +148,7 @@ def script_costs(sides: Sides, jobs: int, repeat: int) -> dict[str, Any]:
     for _ in range(repeat):
         client.delete(keys.list, keys.delayed, keys.reserved, keys.notify)
         fill_delayed(client, keys.delayed, template, [now - 1] * jobs)
-        out["laraq reserve (100 jobs)"].append(_duration_us(client, lambda: queue.reserve_batch(name, 100)))
+        out["laraq reserve (100 jobs)"].append(_duration_us(client, lambda: queue.reserving.reserve_batch(name, 100)))
         out["laraq migrate command"].append(_duration_us(client, lambda: queue.scripts.migrate(
             keys.delayed, keys.list, keys.notify, now, MIGRATE_BOUND)))
         if len(out["Laravel 8 migrate (all due)"]) < 3:

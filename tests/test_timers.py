@@ -201,11 +201,11 @@ def test_reserve_calls_move_due_jobs_in_bounded_chunks_to_laravels_end_state(red
     ref = "ref_queues:default"
     redis_client.copy(keys.delayed, ref + ":delayed")
     redis_client.eval(script, 3, ref + ":delayed", ref, ref + ":notify", NOW)
-    assert q.reserve_migrate_limit(10) == RESERVE_MIGRATE_BOUND
-    assert q.reserve_migrate_limit(250) == 250  # never fewer than the jobs one call reserves
+    assert q.reserving.reserve_migrate_limit(10) == RESERVE_MIGRATE_BOUND
+    assert q.reserving.reserve_migrate_limit(250) == 250  # never fewer than the jobs one call reserves
     calls = 0
     while redis_client.zcard(keys.delayed):
-        assert q.reserve_batch("default", 0) == []
+        assert q.reserving.reserve_batch("default", 0) == []
         calls += 1
         assert redis_client.llen(keys.list) == min(count, calls * RESERVE_MIGRATE_BOUND)
     assert calls == 3
@@ -217,8 +217,8 @@ def test_reserve_calls_move_due_jobs_in_bounded_chunks_to_laravels_end_state(red
 @pytest.mark.parametrize(("configured", "expected"), [(-1, RESERVE_MIGRATE_BOUND), (7, 7), (0, 0), (5000, RESERVE_MIGRATE_BOUND)])
 def test_reserve_limit_follows_the_configured_batch_size(redis_client: redis.Redis, configured: int, expected: int) -> None:
     q = queue(redis_client, Clock(NOW), version="11", migration_batch_size=configured)
-    assert q.reserve_migrate_limit(1) == expected
-    assert queue(redis_client, Clock(NOW), version="9.22", migration_batch_size=7).reserve_migrate_limit(1) == RESERVE_MIGRATE_BOUND
+    assert q.reserving.reserve_migrate_limit(1) == expected
+    assert queue(redis_client, Clock(NOW), version="9.22", migration_batch_size=7).reserving.reserve_migrate_limit(1) == RESERVE_MIGRATE_BOUND
 
 
 # -- the worker wakes for a job PHP delayed ----------------------------------------------------------

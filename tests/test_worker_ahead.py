@@ -137,7 +137,7 @@ def test_a_lost_reply_strands_nothing(redis_server: Any, redis_client: Any, work
     _fill(redis_server, 600)
     ran: list[int] = []
     worker = _worker(redis_server, _app(ran), workers, tries=3)  # a stranded job's retry is its 2nd attempt
-    receive = worker.queue.reserve_batch_receive
+    receive = worker.queue.reserving.reserve_batch_receive
     broken = {"done": False}
 
     def receive_once_broken(pending: Any) -> Any:
@@ -147,7 +147,7 @@ def test_a_lost_reply_strands_nothing(redis_server: Any, redis_client: Any, work
             raise redis.exceptions.ConnectionError("connection lost (test)")
         return receive(pending)
 
-    worker.queue.reserve_batch_receive = receive_once_broken
+    worker.queue.reserving.reserve_batch_receive = receive_once_broken
     worker.queue.retry_after = 1
     assert worker.daemon() == 0
     assert broken["done"]

@@ -55,7 +55,7 @@ def test_takes_only_handled_jobs_and_leaves_the_rest_in_order(redis_client: redi
                command_job("App\\Jobs\\Php", 3), string_job("App\\Handlers\\Foo@bar", 4),
                command_job("App\\Jobs\\Py", 5), b"not json", command_job("App\\Jobs\\Php", 6)]
     push(redis_client, queue, members)
-    taken = queue.reserve_batch(count=10, handled=["App\\Jobs\\Py", "App\\Handlers\\Foo@bar"], window=100)
+    taken = queue.reserving.reserve_batch(count=10, handled=["App\\Jobs\\Py", "App\\Handlers\\Foo@bar"], window=100)
     assert [t.body for t in taken] == [members[1], members[4], members[5]]
     # the PHP-only ones stay in the list in their order; the unreadable member is parked as pop parks it
     assert redis_client.lrange(keys.list, 0, -1) == [members[0], members[2], members[3], members[7]]
@@ -78,11 +78,11 @@ def test_window_bounds_the_look_and_a_head_it_cannot_run_is_never_moved(redis_cl
     keys = queue.keys()
     members = [command_job("App\\Jobs\\Php", n) for n in range(5)] + [command_job("App\\Jobs\\Py", 9)]
     push(redis_client, queue, members)
-    assert queue.reserve_batch(count=5, handled=["App\\Jobs\\Py"], window=3) == []
+    assert queue.reserving.reserve_batch(count=5, handled=["App\\Jobs\\Py"], window=3) == []
     assert redis_client.lrange(keys.list, 0, -1) == members
     assert redis_client.zcard(keys.reserved) == 0
     assert redis_client.llen(keys.notify) == len(members)
-    taken = queue.reserve_batch(count=5, handled=["App\\Jobs\\Py"], window=10)
+    taken = queue.reserving.reserve_batch(count=5, handled=["App\\Jobs\\Py"], window=10)
     assert [t.body for t in taken] == [members[5]]
     assert redis_client.lrange(keys.list, 0, -1) == members[:5]
 
@@ -103,7 +103,7 @@ def test_names_match_as_the_app_resolves_them(redis_client: redis.Redis) -> None
     ]
     queue = RedisQueue(redis_client, prefix="p_", retry_after=90)
     push(redis_client, queue, members)
-    taken = queue.reserve_batch(count=20, handled=app.names, window=100)
+    taken = queue.reserving.reserve_batch(count=20, handled=app.names, window=100)
     expected = [m for m in members if app.resolve(Payload.parse(m)) is not None]
     assert [t.body for t in taken] == expected
     assert len(expected) == 5
@@ -113,7 +113,7 @@ def test_batch_mode_without_names_is_unchanged(redis_client: redis.Redis) -> Non
     queue = RedisQueue(redis_client, prefix="p_", retry_after=90)
     members = [command_job("App\\Jobs\\Php", 0), command_job("App\\Jobs\\Py", 1)]
     push(redis_client, queue, members)
-    assert [t.body for t in queue.reserve_batch(count=5)] == members
+    assert [t.body for t in queue.reserving.reserve_batch(count=5)] == members
 
 
 @pytest.mark.parametrize("batch", [1, 100], ids=["classic", "fast"])

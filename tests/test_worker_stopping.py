@@ -204,7 +204,7 @@ def test_a_buffered_job_whose_renewal_is_not_answered_is_kept_not_stranded(
         if int(data["n"]) == 0:
             time_module.sleep(1.1)  # the second job now starts in a later second than it was reserved in
 
-    real_renew = queue.renew
+    real_renew = queue.reserving.renew
     refused: list[int] = []
 
     def renew_once_unanswered(name: str, members: list[bytes]) -> list[bool]:
@@ -213,8 +213,8 @@ def test_a_buffered_job_whose_renewal_is_not_answered_is_kept_not_stranded(
             raise redis.exceptions.ConnectionError("Connection reset by peer (injected)")
         return real_renew(name, members)
 
-    monkeypatch.setattr(queue, "renew_send", lambda name, members: None)
-    monkeypatch.setattr(queue, "renew", renew_once_unanswered)
+    monkeypatch.setattr(queue.reserving, "renew_send", lambda name, members: None)
+    monkeypatch.setattr(queue.reserving, "renew", renew_once_unanswered)
     worker = Worker(app, queue, "default", options=WorkerOptions(stop_when_empty=True, sleep=0, batch=2,
                                                                  memory=1 << 20))
     worker.context.pace.average = 0.001  # the first round takes both jobs

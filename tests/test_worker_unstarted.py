@@ -127,11 +127,11 @@ def test_a_reclaimed_job_goes_back_byte_for_byte_to_the_head(redis_client: redis
     for body in bodies:
         queue.push_raw(body)
     keys = queue.keys()
-    taken = queue.reserve_batch(count=2, record=True)
+    taken = queue.reserving.reserve_batch(count=2, record=True)
     assert [t.body for t in taken] == bodies[:2]
     assert redis_client.zcard(keys.unstarted) == 2
     _wait_for_leases_to_run_out(redis_client, keys.unstarted)
-    assert queue.reclaim() == 2
+    assert queue.reserving.reclaim() == 2
     assert sorted(redis_client.lrange(keys.list, 0, 1)) == bodies[:2]
     assert redis_client.lrange(keys.list, 2, -1) == bodies[2:]
     assert redis_client.zcard(keys.reserved) == 0
@@ -146,13 +146,13 @@ def test_laravels_migrate_and_the_reclaim_give_a_job_back_once(redis_client: red
     queue.push_raw(build_string_payload("13.0.0", NAME, {"n": 1}))
     queue.push_raw(build_string_payload("13.0.0", NAME, {"n": 2}))
     keys = queue.keys()
-    first, second = queue.reserve_batch(count=2, record=True)
+    first, second = queue.reserving.reserve_batch(count=2, record=True)
     # PHP's migrate of an expired reservation (Laravel's script, as laraq's pop runs it) takes job 1 back
     redis_client.zadd(keys.reserved, {first.reserved: 0}, xx=True)
     queue.migrate(keys)
     assert redis_client.lrange(keys.list, 0, -1) == [first.reserved]
     _wait_for_leases_to_run_out(redis_client, keys.unstarted)
-    assert queue.reclaim() == 1  # job 2 only; job 1 is already back
+    assert queue.reserving.reclaim() == 1  # job 2 only; job 1 is already back
     assert redis_client.lrange(keys.list, 0, -1) == [second.body, first.reserved]
     assert redis_client.zcard(keys.unstarted) == 0
     queue.migrate(keys)  # nothing left for it
@@ -167,14 +167,14 @@ def test_a_started_job_is_never_reclaimed(redis_client: redis.Redis) -> None:
     queue.push_raw(build_string_payload("13.0.0", NAME, {"n": 2}))
     keys = queue.keys()
     from laraq.protocol.lua_laraq import unstarted_member
-    started, buffered = queue.reserve_batch(count=2, record=True)
-    assert queue.unstarted("default", [unstarted_member(started.reserved, started.body)]) == [True]
+    started, buffered = queue.reserving.reserve_batch(count=2, record=True)
+    assert queue.reserving.unstarted("default", [unstarted_member(started.reserved, started.body)]) == [True]
     _wait_for_leases_to_run_out(redis_client, keys.unstarted)
-    assert queue.reclaim() == 1
+    assert queue.reserving.reclaim() == 1
     assert redis_client.zrange(keys.reserved, 0, -1) == [started.reserved]
     assert redis_client.lrange(keys.list, 0, -1) == [buffered.body]
     # starting the reclaimed one now says it is gone: the worker does not run it
-    assert queue.unstarted("default", [unstarted_member(buffered.reserved, buffered.body)]) == [False]
+    assert queue.reserving.unstarted("default", [unstarted_member(buffered.reserved, buffered.body)]) == [False]
 
 
 def test_a_graceful_stop_clears_the_records(redis_client: redis.Redis) -> None:
@@ -182,8 +182,8 @@ def test_a_graceful_stop_clears_the_records(redis_client: redis.Redis) -> None:
     queue = RedisQueue(redis_client, prefix="k_", retry_after=90, version="13.0.0")
     for n in range(5):
         queue.push_raw(build_string_payload("13.0.0", NAME, {"n": n}))
-    taken = queue.reserve_batch(count=5, record=True)
-    assert queue.give_back("default", taken) == 5
+    taken = queue.reserving.reserve_batch(count=5, record=True)
+    assert queue.reserving.give_back("default", taken) == 5
     keys = queue.keys()
     assert not redis_client.exists(keys.unstarted)
     assert not redis_client.exists(keys.reserved)

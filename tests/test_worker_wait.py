@@ -168,7 +168,7 @@ def _waiting_worker(redis_server: Any, redis_client: Any, workers: list[Any], ra
     worker = _worker(redis_server, _app(ran, started), workers, stop_when_empty=False, **opts)
     calls: dict[str, int] = {}
     for name in count:
-        _count(worker.queue, name, calls)
+        _count(worker.queue.reserving, name, calls)
     running = _Running(worker)
     try:
         wait_for(lambda: _blocked_on_notify(redis_client), timeout=30)
@@ -226,7 +226,7 @@ def test_a_stop_during_the_wait_hands_a_job_that_arrives_back_untouched(
     ran: list[int] = []
     worker = _worker(redis_server, _app(ran), workers, block_for=2, stop_when_empty=False)
     calls: dict[str, int] = {}
-    _count(worker.queue, "give_back", calls)
+    _count(worker.queue.reserving, "give_back", calls)
     running = _Running(worker)
     wait_for(lambda: _blocked_on_notify(redis_client), timeout=30)
     worker.should_quit = True  # SIGTERM's flag: the wait goes on until a token or its timeout
@@ -273,13 +273,13 @@ def test_a_wait_longer_than_the_socket_timeout_runs_its_course(
 
 def _renewal_meets(worker: Any, before_send: Any) -> None:
     """Run ``before_send(members)`` just before each lease renewal is sent without waiting."""
-    original = worker.queue.renew_send
+    original = worker.queue.reserving.renew_send
 
     def renew_send(queue: str, members: list[bytes]) -> Any:
         before_send(members)
         return original(queue, members)
 
-    worker.queue.renew_send = renew_send
+    worker.queue.reserving.renew_send = renew_send
 
 
 def test_a_renewal_answered_after_our_own_ack_is_not_reported_as_lost(
@@ -367,7 +367,7 @@ def test_the_stop_waits_for_an_ack_the_watchdog_is_still_sending(
             time.sleep(0.5)
 
     worker = _worker(redis_server, app, workers, stop_when_empty=True)
-    original = worker.queue.ack
+    original = worker.queue.reserving.ack
     from_watchdog: list[int] = []
 
     def slow_from_watchdog(acks: dict[str, list[bytes]]) -> None:
@@ -376,7 +376,7 @@ def test_the_stop_waits_for_an_ack_the_watchdog_is_still_sending(
             time.sleep(1.0)
         original(acks)
 
-    worker.queue.ack = slow_from_watchdog
+    worker.queue.reserving.ack = slow_from_watchdog
     worker.reservation.pipe = None  # acks deferred, as on Redis Cluster (no AckPipe): the path under test
     for n in (1, 2, 3):
         _push(redis_client, n)

@@ -16,8 +16,8 @@ Redis is addressed with raw bytes: no serializer, no compression, ``decode_respo
 Laravel, redis-py does not add a key prefix, so every key carries the prefix itself.
 
 The worker's own operations on a queue (batch reserves, acks, lease renewals, give-backs, the unstarted
-record), which Laravel has no counterpart for, are methods of :class:`RedisQueue` too; they are written in
-:mod:`laraq.protocol.reserve` (:class:`~laraq.protocol.reserve.ReserveMixin`).
+record), which Laravel has no counterpart for, are the queue's ``reserving``
+(:class:`~laraq.protocol.reserve.Reserving`, :mod:`laraq.protocol.reserve`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from laraq.protocol.keys import QueueKeys, has_hash_tag
 from laraq.protocol.lua import Scripts
 from laraq.protocol.pooled import blocking
 from laraq.protocol.redis_retry import fail_fast_on_auth
-from laraq.protocol.reserve import UNSTARTED_LEASE, ReserveMixin
+from laraq.protocol.reserve import UNSTARTED_LEASE, Reserving
 from laraq.protocol.routing import QueueForwards, queue_name_of
 from laraq.protocol.urls import describe_client, redact_url
 from laraq.protocol.versions import DEFAULT_VERSION, LaravelVersion
@@ -119,7 +119,7 @@ def _payload_id(payload: bytes) -> str | None:
 
 # -- the queue -----------------------------------------------------------------------------------
 
-class RedisQueue(ReserveMixin):
+class RedisQueue:
     """One Laravel Redis queue connection (``config/queue.php`` → ``connections.redis``).
 
     ``client`` is a redis-py client (``decode_responses`` must be off) or a URL: ``redis://``,
@@ -186,6 +186,8 @@ class RedisQueue(ReserveMixin):
         #: How many list members the last selective reserve looked at and left alone (no Python handler).
         self.last_skipped = 0
         self._keys: dict[str, QueueKeys] = {}
+        #: the worker's batch reserve, acks, renewals, give-backs and unstarted records on this queue
+        self.reserving = Reserving(self)
 
     # -- naming and time ---------------------------------------------------------------------------
 
@@ -351,7 +353,7 @@ class RedisQueue(ReserveMixin):
             log.warning("moved %d unreadable member(s) of %s to %s", result.poisoned, keys.list, keys.poison)
         return [ReservedJob(name, job, reserved) for job, reserved in result.jobs]
 
-    def _reserved(self, name: str, keys: QueueKeys, result: Any) -> list[ReservedJob]:
+    def reserved_jobs(self, name: str, keys: QueueKeys, result: Any) -> list[ReservedJob]:
         """The jobs of a batch reserve's reply (:mod:`laraq.protocol.reserve`), its counts noted."""
         self.last_poisoned = result.poisoned
         self.last_skipped = result.skipped

@@ -1,11 +1,12 @@
-"""The worker's side of a queue that Laravel's ``RedisQueue`` has no counterpart for: batch reserves,
+"""The worker's side of a queue, which Laravel's ``RedisQueue`` has no counterpart for: batch reserves,
 acks, lease renewals, give-backs and laraq's unstarted record.
 
-:class:`ReserveMixin` holds these methods of :class:`laraq.protocol.queue.RedisQueue` (its one user):
-they are called on a ``RedisQueue`` as before and read its settings, keys and clock. They run laraq's
-own scripts (:mod:`laraq.protocol.lua_laraq`), and what they reserve is reserved exactly as Laravel's pop
-reserves a job, by this queue's version's rules (migrate ``LIMIT``, no ``:reserved`` migrate when
-``retry_after`` is ``None``).
+:class:`Reserving` is a queue's ``reserving`` (``queue.reserving.reserve_batch(...)``), built by
+:class:`laraq.protocol.queue.RedisQueue` with itself and calling only its public names: its settings
+(``retry_after``, ``migration_batch_size``, ``unstarted_lease``), keys, clock and scripts. It runs laraq's
+own scripts (:mod:`laraq.protocol.lua_laraq`), and a job it reserves is reserved exactly as Laravel's pop
+reserves one, by the queue's version's rules (migrate ``LIMIT``, no ``:reserved`` migrate when
+``retry_after`` is ``None``); the reply becomes jobs through :meth:`RedisQueue.reserved_jobs`, as a pop's does.
 """
 
 from __future__ import annotations
@@ -19,13 +20,7 @@ from laraq.protocol.lua import PendingCall
 from laraq.protocol.lua_laraq import RECLAIM_CHUNK
 
 if TYPE_CHECKING:
-    from enum import Enum
-
-    import redis
-
-    from laraq.protocol.lua import Scripts
-    from laraq.protocol.queue import Delay, ReservedJob
-    from laraq.protocol.versions import LaravelVersion
+    from laraq.protocol.queue import RedisQueue, ReservedJob
 
 #: The most due members the worker's reserve script moves per call (at least the jobs it reserves,
 #: so the list fills as fast as it drains): keeps one reserve call under 1 ms at the default --batch.
@@ -38,7 +33,7 @@ UNSTARTED_LEASE = 15.0
 
 @dataclass(frozen=True)
 class PendingReserve:
-    """A :meth:`RedisQueue.reserve_batch_send` whose reply is not read yet (``sent_at``: its ``now``)."""
+    """A :meth:`Reserving.reserve_batch_send` whose reply is not read yet (``sent_at``: its ``now``)."""
 
     queue: str
     keys: QueueKeys
@@ -48,23 +43,12 @@ class PendingReserve:
     selective: bool = False
 
 
-class ReserveMixin:
-    """:class:`~laraq.protocol.queue.RedisQueue`'s batch reserve and lease operations (see the module)."""
+class Reserving:
+    """laraq's reserve protocol on one :class:`~laraq.protocol.queue.RedisQueue` (see the module): the
+    queue's ``reserving``. It reads the queue's public settings, keys and clock, and runs its scripts."""
 
-    if TYPE_CHECKING:  # what RedisQueue, the class these methods belong to, gives them
-        client: redis.RedisCluster | redis.Redis
-        scripts: Scripts
-        version: LaravelVersion
-        retry_after: int | None
-        block_for: int | float | None
-        migration_batch_size: int
-        unstarted_lease: float
-
-        def queue_name(self, queue: str | Enum | None = None) -> str: ...
-        def keys(self, queue: str | Enum | None = None) -> QueueKeys: ...
-        def current_time(self) -> int: ...
-        def available_at(self, delay: Delay | None = 0) -> int: ...
-        def _reserved(self, name: str, keys: QueueKeys, result: Any) -> list[ReservedJob]: ...
+    def __init__(self, queue: RedisQueue) -> None:
+        self.queue = queue
 
     def reserve_batch(self, queue: str | None = None, count: int = 1,
                       acks: list[bytes] | tuple[bytes, ...] = (), *, handled: list[str] | None = None,
@@ -84,7 +68,7 @@ class ReserveMixin:
         (:attr:`unstarted_lease`), and its record must be removed when it starts (:meth:`unstarted`).
         """
         name, keys, now, args, options = self._reserve_batch_call(queue, count, acks, record)
-        return self._reserved(name, keys, self.scripts.reserve_batch(*args, **options, handled=handled,
+        return self.queue.reserved_jobs(name, keys, self.queue.scripts.reserve_batch(*args, **options, handled=handled,
                                                                      window=window))
 
     def reserve_batch_send(self, queue: str | None = None, count: int = 1,
@@ -103,29 +87,29 @@ class ReserveMixin:
         renews a lease the wait made stale before the job starts."""
         name, keys, now, args, options = self._reserve_batch_call(queue, count, acks, record)
         first = None if wait is None else ("BLPOP", keys.notify, wait)
-        pending = self.scripts.reserve_batch_send(*args, **options, first=first, handled=handled, window=window)
+        pending = self.queue.scripts.reserve_batch_send(*args, **options, first=first, handled=handled, window=window)
         return None if pending is None else PendingReserve(name, keys, pending, now, handled is not None)
 
     def reserve_wait(self, pending: PendingReserve) -> bool:
         """The ``BLPOP`` of a :meth:`reserve_batch_send` with ``wait``: True if a ``:notify`` token came,
         False if the wait timed out (blocks until one of the two). The reserve's reply is next."""
-        return bool(self.scripts.receive_first(pending.call, self.block_for or 0))
+        return bool(self.queue.scripts.receive_first(pending.call, self.queue.block_for or 0))
 
     def reserve_batch_receive(self, pending: PendingReserve) -> list[ReservedJob]:
         """The jobs a :meth:`reserve_batch_send` reserved (raises what reading the reply raised)."""
-        result = self.scripts.reserve_batch_result(self.scripts.receive(pending.call), selective=pending.selective)
-        return self._reserved(pending.queue, pending.keys, result)
+        result = self.queue.scripts.reserve_batch_result(self.queue.scripts.receive(pending.call), selective=pending.selective)
+        return self.queue.reserved_jobs(pending.queue, pending.keys, result)
 
     def _reserve_batch_call(self, queue: str | None, count: int, acks: list[bytes] | tuple[bytes, ...],
                             record: bool = False) -> tuple[str, QueueKeys, int, tuple[str, ...], dict[str, Any]]:
         """The ``reserve_batch`` script's keys and arguments for a reserve made now, by this version's rules."""
-        name = self.queue_name(queue)
-        keys = self.keys(name)
-        now = self.current_time()
-        expiry = now if self.retry_after is None else now + int(self.retry_after)
+        name = self.queue.queue_name(queue)
+        keys = self.queue.keys(name)
+        now = self.queue.current_time()
+        expiry = now if self.queue.retry_after is None else now + int(self.queue.retry_after)
         limit = self.reserve_migrate_limit(count)
         options: dict[str, Any] = {"expires_at": expiry, "count": count, "now": now, "migrate_limit": limit,
-                                   "migrate_reserved": self.retry_after is not None, "acks": acks}
+                                   "migrate_reserved": self.queue.retry_after is not None, "acks": acks}
         lease = self.unstarted_seconds
         if lease > 0:  # expired records are reclaimed by every batch reserve, recording or not
             options.update(unstarted_key=keys.unstarted, unstarted_lease=lease if record else 0.0)
@@ -136,40 +120,40 @@ class ReserveMixin:
         when set), never more than :data:`RESERVE_MIGRATE_BOUND` or ``count`` (whichever is larger).
         Due jobs left over move on the next calls, which come at once while jobs keep coming."""
         bound = max(int(count), RESERVE_MIGRATE_BOUND)
-        configured = self.migration_batch_size if self.version.migrate_has_limit else -1
+        configured = self.queue.migration_batch_size if self.queue.version.migrate_has_limit else -1
         return bound if configured < 0 else min(configured, bound)
 
     def ack(self, acks: dict[str, list[bytes]]) -> None:
         """``ZREM :reserved`` many finished jobs, one command per queue, in one pipeline."""
         if not acks:
             return
-        pipe = self.client.pipeline(transaction=False)
+        pipe = self.queue.client.pipeline(transaction=False)
         for name, members in acks.items():
             if members:
-                pipe.zrem(self.keys(name).reserved, *members)
+                pipe.zrem(self.queue.keys(name).reserved, *members)
         pipe.execute()
 
     def renew(self, queue: str, members: list[bytes]) -> list[bool]:
         """Push the reservations of ``members`` forward by ``retry_after`` (``ZADD XX``); False = gone."""
-        if self.retry_after is None or not members:
+        if self.queue.retry_after is None or not members:
             return [True] * len(members)
-        return self.scripts.renew(self.keys(queue).reserved, members, self.available_at(self.retry_after))
+        return self.queue.scripts.renew(self.queue.keys(queue).reserved, members, self.queue.available_at(self.queue.retry_after))
 
     def renew_send(self, queue: str, members: list[bytes]) -> tuple[PendingCall, int] | None:
         """:meth:`renew`, sent now (``Scripts.receive`` + ``Scripts.renew_result`` read it later): the
         call and the expiry it sets. None when this client cannot split a call or nothing needs it."""
-        if self.retry_after is None or not members:
+        if self.queue.retry_after is None or not members:
             return None
-        expiry = self.available_at(self.retry_after)
-        pending = self.scripts.renew_send(self.keys(queue).reserved, members, expiry)
+        expiry = self.queue.available_at(self.queue.retry_after)
+        pending = self.queue.scripts.renew_send(self.queue.keys(queue).reserved, members, expiry)
         return None if pending is None else (pending, expiry)
 
     def give_back(self, queue: str, jobs: list[ReservedJob]) -> int:
         """Hand reserved, never-started jobs back to the head of the list (original bodies, attempts
         not burned, one ``:notify`` token each), in their order; only those still reserved by us.
         Their unstarted records go too."""
-        keys = self.keys(queue)
-        return self.scripts.give_back(keys.list, keys.reserved, keys.notify, [(j.reserved, j.body) for j in jobs],
+        keys = self.queue.keys(queue)
+        return self.queue.scripts.give_back(keys.list, keys.reserved, keys.notify, [(j.reserved, j.body) for j in jobs],
                                       keys.unstarted)
 
     @property
@@ -177,21 +161,21 @@ class ReserveMixin:
         """The unstarted lease in effect: :attr:`unstarted_lease`, and at most a third of ``retry_after``
         (so that after a SIGKILL the reclaim comes before Laravel's migrate of the same jobs, which would
         bring them back with an attempt spent)."""
-        lease = float(self.unstarted_lease or 0.0)
-        return lease if self.retry_after is None else min(lease, self.retry_after / 3)
+        lease = float(self.queue.unstarted_lease or 0.0)
+        return lease if self.queue.retry_after is None else min(lease, self.queue.retry_after / 3)
 
     def unstarted(self, queue: str, starting: Sequence[bytes], buffered: Sequence[bytes] = ()) -> list[bool]:
         """Remove the unstarted records (:func:`~laraq.protocol.lua_laraq.unstarted_member`) of ``starting``
         jobs and renew those of ``buffered`` ones by :attr:`unstarted_seconds`: True per record still there."""
-        return self.scripts.unstarted(self.keys(queue).unstarted, self.unstarted_seconds, starting, buffered)
+        return self.queue.scripts.unstarted(self.queue.keys(queue).unstarted, self.unstarted_seconds, starting, buffered)
 
     def reclaim(self, queue: str | None = None) -> int:
         """Give back the jobs of dead workers' buffers (unstarted lease run out) to the head of the list,
         attempts not spent; how many were given back."""
-        keys = self.keys(queue)
+        keys = self.queue.keys(queue)
         total = 0
         while True:
-            looked, given = self.scripts.reclaim(keys.list, keys.reserved, keys.notify, keys.unstarted)
+            looked, given = self.queue.scripts.reclaim(keys.list, keys.reserved, keys.notify, keys.unstarted)
             total += given
             if looked < RECLAIM_CHUNK:
                 return total

@@ -46,7 +46,7 @@ class Buffered:
     #: its unstarted record's lease is known to last at least until then (unix seconds; see
     #: :mod:`laraq.worker.unstarted`); inf: not recorded
     unstarted_until: float = math.inf
-    #: its member in the unstarted record (:func:`laraq.protocol.lua.unstarted_member`), made when needed
+    #: its member in the unstarted record (:func:`laraq.protocol.lua_laraq.unstarted_member`), made when needed
     unstarted: bytes = b""
     #: its record's removal was already written (with the ack of the job before it)
     start_sent: bool = False
@@ -110,7 +110,7 @@ class Leases:
             return True
         self.output.flush()  # a held success line does not wait on this round trip
         try:
-            alive = self.queue.renew(item.job.queue, [b.job.reserved for b in items])
+            alive = self.queue.reserving.renew(item.job.queue, [b.job.reserved for b in items])
         except Exception as exc:
             # kept at the head of the buffer: started once Redis answers, or given back at the stop (a
             # job dropped here would wait in :reserved for retry_after and come back with an attempt spent)
@@ -135,7 +135,7 @@ class Leases:
         usual case for a batch reserved along with a wait (its ``now`` is the time the wait began)."""
         self.collect()
         try:
-            sent = self.queue.renew_send(items[0].job.queue, [b.job.reserved for b in items])
+            sent = self.queue.reserving.renew_send(items[0].job.queue, [b.job.reserved for b in items])
         except Exception:  # the synchronous renewal meets the same fault and reports it
             return False
         if sent is None:
@@ -208,7 +208,7 @@ class Leases:
             by_queue.setdefault(b.job.queue, []).append(b)
         for name, items in by_queue.items():
             try:
-                alive = self.queue.renew(name, [b.job.reserved for b in items])
+                alive = self.queue.reserving.renew(name, [b.job.reserved for b in items])
             except Exception as exc:
                 self._unrenewed.warn(f"{len(items)} buffered job(s) on {name}", exc)
                 self._renew_at = now  # still due: try again on the next pass

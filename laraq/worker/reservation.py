@@ -207,7 +207,7 @@ class Reservation:
                         acks[name] = mine
                     continue
                 try:
-                    reserved = self.queue.reserve_batch(name, want - count, mine, handled=self.handled,
+                    reserved = self.queue.reserving.reserve_batch(name, want - count, mine, handled=self.handled,
                                                         window=self.window, record=True)
                 except BaseException:
                     acks.setdefault(name, []).extend(mine)
@@ -221,7 +221,7 @@ class Reservation:
                     self.queue.secondary_queue_had_job = True
                 count += self._buffer_reserved(reserved, math.floor(expiry_base), expiry_base)
             if acks:
-                self.queue.ack(acks)
+                self.queue.reserving.ack(acks)
                 acks = {}
             self._redis_up()
         except Exception as exc:
@@ -281,7 +281,7 @@ class Reservation:
         if acks:
             self._restore_acks(acks)
         try:
-            pending = self.queue.reserve_batch_send(name, want, mine, handled=self.handled, window=self.window,
+            pending = self.queue.reserving.reserve_batch_send(name, want, mine, handled=self.handled, window=self.window,
                                                     record=True)
         except Exception:  # the next (synchronous) reserve round meets the same fault and reports it
             pending = None
@@ -301,7 +301,7 @@ class Reservation:
         self.took_unreadable = 0
         self.left_for_php = 0
         try:
-            reserved = self.queue.reserve_batch_receive(pending)
+            reserved = self.queue.reserving.reserve_batch_receive(pending)
         except Exception as exc:
             if acks:  # maybe applied, maybe not: ZREM again (removing a member twice is harmless)
                 self._restore_acks({pending.queue: acks})
@@ -342,7 +342,7 @@ class Reservation:
 
     def _wait_then_reserve(self, name: str, jobs_processed: int, active: int) -> bool | None:
         """Wait on one queue's ``:notify`` with the reserve written right behind the ``BLPOP`` (see
-        :meth:`RedisQueue.reserve_batch_send`): Redis reserves the moment a token comes, and the worker
+        :meth:`Reserving.reserve_batch_send`): Redis reserves the moment a token comes, and the worker
         reads the jobs without another round trip. On a token the reply is left for the loop to land as
         a batch asked for ahead (True). On a timeout it is landed here: True if jobs came anyway (pushed
         without a token), False for Laravel's sleep and a fresh reserve round. None: this client cannot
@@ -356,13 +356,13 @@ class Reservation:
         if wait is None:  # one is due now: a fresh reserve round (its migrate) takes it
             self.took_unreadable = 0
             return True
-        pending = self.queue.reserve_batch_send(name, want, wait=wait, handled=self.handled, window=self.window,
+        pending = self.queue.reserving.reserve_batch_send(name, want, wait=wait, handled=self.handled, window=self.window,
                                                 record=True)
         if pending is None:
             return None
         self.ahead, self._ahead_acks, self.ahead_want = pending, [], want
         try:
-            woke = self.queue.reserve_wait(pending)
+            woke = self.queue.reserving.reserve_wait(pending)
         except redis.exceptions.ResponseError as exc:  # :notify is not a list, say: the reserve still ran
             if not self.queue.note_wait_refused(exc):
                 self._reservation_failed(exc, "wait on")
@@ -389,7 +389,7 @@ class Reservation:
         self.buffer.clear()
         for name, jobs in by_queue.items():
             try:
-                given = self.queue.give_back(name, jobs)
+                given = self.queue.reserving.give_back(name, jobs)
                 log.info("gave %d buffered job(s) back to %s", given, name)
             except Exception as exc:
                 log.warning("could not give %d buffered job(s) back to %s (%s): they return after "
@@ -454,7 +454,7 @@ class Reservation:
             lost = {}
             try:
                 if pipe is None:
-                    self.queue.ack(acks)
+                    self.queue.reserving.ack(acks)
                 else:
                     pipe.write(acks)  # when it raises, nothing of acks was sent
                     lost = pipe.collect(wait=force)
@@ -506,10 +506,10 @@ class Reservation:
         queue = self.queue
         first_rule = self.version.blocks_only_on_first_queue
         block = (not queue.secondary_queue_had_job and index == 0) if first_rule else True
-        got = queue.reserve_batch(name, 1, handled=self.handled, window=self.window)
+        got = queue.reserving.reserve_batch(name, 1, handled=self.handled, window=self.window)
         self.left_for_php = queue.last_skipped
         if not got and not self.left_for_php and block and queue.block_for is not None and queue.wait_for_token(name):
-            got = queue.reserve_batch(name, 1, handled=self.handled, window=self.window)
+            got = queue.reserving.reserve_batch(name, 1, handled=self.handled, window=self.window)
             self.left_for_php = queue.last_skipped
         if first_rule and index == 0:
             queue.secondary_queue_had_job = False

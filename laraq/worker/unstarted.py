@@ -1,13 +1,13 @@
 """Unstarted records: what makes a SIGKILL cost a buffered, never-started job nothing (issue 29 §3).
 
 Every job the batched reserve buffers is also recorded, in the same Lua call, in laraq's own ZSET
-``queues:NAME:laraq-unstarted`` with a short lease on Redis' clock (``RedisQueue.unstarted_seconds``:
+``queues:NAME:laraq-unstarted`` with a short lease on Redis' clock (``Reserving.unstarted_seconds``:
 15 s, at most a third of ``retry_after``). While it waits in the buffer the worker renews that lease (:meth:`Unstarted.renew_due`). When it
 starts, its record is removed *before* the handler runs (:meth:`Unstarted.start`). Any laraq batch
 reserve on the queue first gives back the jobs whose record expired (their worker died): each one
 still in ``:reserved`` goes back to the head of the list as it was pushed, attempts not spent; the
 running job's record was removed, so it stays in ``:reserved`` and comes back after ``retry_after``
-with its attempt spent, as artisan's running job does. See :data:`laraq.protocol.lua.UNSTARTED`.
+with its attempt spent, as artisan's running job does. See :data:`laraq.protocol.lua_laraq.UNSTARTED`.
 
 The order that makes it exact: a started job's record is gone from Redis before its handler can
 have done anything. The removal is written on the ack connection (:class:`~laraq.worker.acks.AckPipe`,
@@ -69,7 +69,7 @@ class Unstarted:
 
     @property
     def lease(self) -> float:
-        return self.queue.unstarted_seconds
+        return self.queue.reserving.unstarted_seconds
 
     def recorded(self, reserved_at: float) -> float:
         """Jobs reserved (and recorded) by a call sent at ``reserved_at`` (unix seconds): the time until
@@ -100,7 +100,7 @@ class Unstarted:
         others = [b for b in self.buffer if b.job.queue == name and b.unstarted_until != math.inf
                   and not b.start_sent]
         try:
-            alive = self.queue.unstarted(name, [member], [_member(b) for b in others])
+            alive = self.queue.reserving.unstarted(name, [member], [_member(b) for b in others])
         except Exception as exc:
             self._unsent.warn(f"{item.job.name} (id {item.job.id})", exc)
             self.buffer.appendleft(item)  # kept: started once Redis answers, or given back at the stop
@@ -139,7 +139,7 @@ class Unstarted:
             return
         for name, members in self.pipe.take_lost_starts().items():
             try:
-                self.queue.unstarted(name, members)
+                self.queue.reserving.unstarted(name, members)
             except Exception as exc:
                 self._unrenewed.warn(len(members), exc)
                 self.pipe.keep_lost_starts(name, members)
@@ -156,7 +156,7 @@ class Unstarted:
         self._reclaim_at = now + lease / 2
         for name in self.queues:
             try:
-                given = self.queue.reclaim(name)
+                given = self.queue.reserving.reclaim(name)
             except Exception:  # the next reserve call meets the same fault and reports it
                 return
             if given:
@@ -180,7 +180,7 @@ class Unstarted:
         self._renew_at = math.inf
         for name, items in by_queue.items():
             try:
-                alive = self.queue.unstarted(name, [], [_member(b) for b in items])
+                alive = self.queue.reserving.unstarted(name, [], [_member(b) for b in items])
             except Exception as exc:
                 self._unrenewed.warn(len(items), exc)
                 self._renew_at = min(self._renew_at, now + 1.0)
