@@ -19,6 +19,11 @@ the bench's own polling is one ``LLEN``/``ZCARD`` round trip per 100 ms.
     python3 bench/timers.py                     # full: 1,000,000 over 10 minutes (laraq only unless --artisan)
     python3 bench/timers.py --burst --quick     # 20k due in the same second
     python3 bench/timers.py --jobs 200000 --over 120 --json out.json
+    python3 bench/timers.py --jobs 200000 --over 120 --record memory   # the worker's own lateness
+
+``--record memory``: laraq's jobs note their start in memory and a thread writes the lines every 100 ms.
+By default each job appends its line to the file (open, write, close), as the PHP fixture does: on a
+2-core VM that is 30-50 µs per job, which every later job of the same second waits for.
 """
 
 from __future__ import annotations
@@ -84,6 +89,8 @@ def run_side(sides: Sides, side: str, dues: list[int], args: argparse.Namespace,
     if side == "laraq":
         env = sides.laraq.env(log_path=log_path)
         env["LARAQ_LOG_TIME"] = "1"
+        if args.record == "memory":
+            env["LARAQ_LOG_BUFFERED"] = "1"
         cmd = sides.laraq.worker_cmd(queue, stop_when_empty=False, sleep=args.sleep) + shlex.split(args.laraq_args)
         cwd = sides.workdir
     else:
@@ -110,6 +117,7 @@ def run_side(sides: Sides, side: str, dues: list[int], args: argparse.Namespace,
         time.sleep(0.5)  # the last lines
         fleet.stop()
     out = {"side": side, "jobs": len(dues), "workers": args.workers, "sleep": args.sleep,
+           "record": args.record if side == "laraq" else "file", "laraq_args": args.laraq_args if side == "laraq" else "",
            "load_before": load_before, "load_after": loadavg(), **lateness(log_path, dues),
            "slowlog": slowlog(client)}
     out["left"] = int(client.llen(keys.list) + client.zcard(keys.delayed) + client.zcard(keys.reserved))
@@ -190,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grace", type=float, default=120, help="seconds after the last due time before giving up")
     p.add_argument("--sides", default=None, help="laraq,artisan (default: both in quick mode, laraq in full)")
     p.add_argument("--artisan", action="store_true", help="also run artisan in full mode")
+    p.add_argument("--record", choices=("file", "memory"), default="file",
+                   help="how laraq's jobs record their start: a file append per job, as PHP's fixture does "
+                        "(file), or in memory, written every 100 ms (memory: the worker's own lateness)")
     p.add_argument("--laraq-args", default="", help="more options for laraq's workers (e.g. '--acks batched')")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")
     p.add_argument("--keep", action="store_true", help="keep the work directory (worker logs)")

@@ -129,3 +129,28 @@ def test_a_broken_maintenance_probe_counts_as_up(caplog: pytest.LogCaptureFixtur
     with caplog.at_level(logging.WARNING, "laraq.worker.worker"):
         assert rules.should_run()
     assert "maintenance-mode check failed: no storage/framework/down" in caplog.text
+
+
+def test_the_batched_loop_reads_the_restart_stamp_at_most_every_quarter_second() -> None:
+    """Read on every reserve round of a burst, the stamp would cost one cache round trip per batch."""
+    reads: list[float] = []
+
+    class Counting(_Cache):
+        def restart_timestamp(self) -> Any:
+            reads.append(time.monotonic())
+            return super().restart_timestamp()
+
+    cache = Counting(100)
+    rules, _ = _rules(cache=cache, memory=1 << 20)
+    started = time.monotonic()
+    for _ in range(50):
+        assert rules.periodic(100, started) is None
+    assert len(reads) == 1
+    cache.stamp = 101
+    assert rules.periodic(100, started) is None  # not read again yet
+    rules._stamp_read_at -= stoprules.RESTART_READ_EVERY
+    assert rules.periodic(100, started) == 0
+    assert len(reads) == 2 and rules.notes.reason == "queue:restart was broadcast"
+    # the per-job loop's rules (Laravel's stopIfNecessary after every job) read it every time
+    assert rules.status(101, started, 0, popped=True) is None
+    assert len(reads) == 3

@@ -40,11 +40,17 @@ __all__ = ["AckPipe"]
 
 def _receive(sock: Any, wait: bool) -> bytes | None:
     """What the socket has (``wait``: block for it, within the connection's own timeout); None when
-    nothing has come yet. One system call when not waiting (TLS sockets take no flags: a zero timeout)."""
+    nothing has come yet. One system call when not waiting (TLS sockets take no flags: a zero timeout).
+
+    A socket with a timeout has a non-blocking descriptor, and Python ``poll()``s it before each
+    ``recv``, for up to the timeout, whatever the flags: a "don't wait" ``recv`` would wait for the
+    reply of the ack just written. A plain ``read()`` of the descriptor does not wait."""
     if wait:
         return bytes(sock.recv(65536))
     if not isinstance(sock, ssl.SSLSocket):
         try:
+            if sock.gettimeout():
+                return os.read(sock.fileno(), 65536)
             return bytes(sock.recv(65536, socket.MSG_DONTWAIT))
         except (BlockingIOError, InterruptedError):
             return None

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from laraq.worker.context import WorkerContext
 from laraq.worker.notes import EXIT_MEMORY_LIMIT, RunNotes
 
-__all__ = ["EXIT_ERROR", "EXIT_SUCCESS", "STOP_WHEN_EMPTY_TRIES", "UNKNOWN", "StopRules"]
+__all__ = ["EXIT_ERROR", "EXIT_SUCCESS", "RESTART_READ_EVERY", "STOP_WHEN_EMPTY_TRIES", "UNKNOWN", "StopRules"]
 
 log = logging.getLogger("laraq.worker.worker")
 
@@ -37,6 +37,10 @@ UNKNOWN = object()
 
 #: Failed reserve rounds in a row after which ``--stop-when-empty`` stops with the fault's exit code.
 STOP_WHEN_EMPTY_TRIES = 4
+
+#: The batched loop reads ``queue:restart``'s stamp (a round trip to the cache) at most this often
+#: (seconds): not on every reserve round of a burst, where it would be one wait per batch.
+RESTART_READ_EVERY = 0.25
 
 
 class _Reserving(Protocol):
@@ -72,6 +76,8 @@ class StopRules:
         self.maintenance = maintenance
         #: when (monotonic) the last job was taken: ``--stop-when-empty-for`` counts from it
         self.last_job_at: float | None = None
+        #: when (monotonic) :meth:`periodic` last read the restart stamp
+        self._stamp_read_at = -RESTART_READ_EVERY
 
     def why(self, status: int, reason: str) -> int:
         """Remember why the worker stops (the stop's log line says it once); returns ``status``."""
@@ -128,14 +134,18 @@ class StopRules:
 
     def periodic(self, last_restart: Any, started: float) -> int | None:
         """The rules that cost something (the memory reading, the restart stamp), read by the batched
-        loop once per batch / ``_CHECK_EVERY``, in Laravel's order."""
+        loop once per batch / ``_CHECK_EVERY``, in Laravel's order; the stamp at most every
+        :data:`RESTART_READ_EVERY` seconds."""
         if self.signals.should_quit:
             return self.why(self.signals.quit_status, self.signals.reason or "told to quit")
         if self.memory_exceeded(self.options.memory):
             return self.why(EXIT_MEMORY_LIMIT, "over --memory")
-        if self._restarted(last_restart):
-            return self.why(EXIT_SUCCESS, "queue:restart was broadcast")
-        if self.options.max_time and time.monotonic() - started >= self.options.max_time:
+        now = time.monotonic()
+        if now - self._stamp_read_at >= RESTART_READ_EVERY:
+            self._stamp_read_at = now
+            if self._restarted(last_restart):
+                return self.why(EXIT_SUCCESS, "queue:restart was broadcast")
+        if self.options.max_time and now - started >= self.options.max_time:
             return self.why(EXIT_SUCCESS, "--max-time reached")
         return None
 
