@@ -128,21 +128,17 @@ class AckPipe:
     def _pool(self) -> Any:
         return getattr(self.queue.client, "connection_pool", None)
 
-    def write(self, acks: dict[str, list[bytes]], started: tuple[str, bytes] | None = None) -> None:
-        """Write one ``ZREM`` per queue now (no reply read), and with ``started`` (queue, record) the
-        removal of the next job's unstarted record in the same write. Raises what writing raised;
-        nothing was then sent."""
+    def write(self, acks: dict[str, list[bytes]]) -> None:
+        """Write one ``ZREM`` per queue now (no reply read): acks that waited (sent again after a broken
+        connection, or deferred while Redis was away). Raises what writing raised; nothing was then sent."""
         commands = [(name, members, False) for name, members in acks.items() if members]
-        if started is not None:
-            commands.append((started[0], [started[1]], True))
         if not commands:
             return
-        packed = b"".join(_zrem(self._unstarted_key(name) if record else self._key(name), members)
-                          for name, members, record in commands)
-        self._send(packed, commands)
+        self._send(b"".join(_zrem(self._key(name), members) for name, members, _ in commands), commands)
 
     def write_one(self, name: str, member: bytes, started: tuple[str, bytes] | None = None) -> None:
-        """:meth:`write` of one finished job (the loop's case: one ack per job), packed in one step."""
+        """The ack of one finished job (the loop's case), and with ``started`` (queue, record) the removal
+        of the next job's unstarted record, in one write. Raises what writing raised; nothing was then sent."""
         key = self._key(name)
         packed = _ZREM_ONE % (len(key), key, len(member), member)
         commands = [(name, [member], False)]
