@@ -52,13 +52,13 @@ def laraq(app: PhpApp, queue: str, *, in_process: bool) -> float:
                             queue=queue, **extra)
     worker = build_worker(params, env=app.env, app=handlers)
     try:
-        if worker.callqueued.php is not None:
-            worker.callqueued.php.ping()  # the boot is start-up, like artisan's
+        if worker.callqueued.steps.php is not None:
+            worker.callqueued.steps.php.ping()  # the boot is start-up, like artisan's
         started = time.perf_counter()
         worker.daemon()
     finally:
-        if worker.callqueued.php is not None:
-            worker.callqueued.php.close()
+        if worker.callqueued.steps.php is not None:
+            worker.callqueued.steps.php.close()
         worker.close()
     return time.perf_counter() - started
 

@@ -9,7 +9,7 @@ artisan in turn) and started again at once. When every job has run and the queue
 that ran more than once is charged to the runner of its *first* run (the one killed before its
 acknowledgement); the report is re-runs per kill for each kind. A worker's at-least-once window is
 the job it was running plus, for laraq, the finished jobs whose ``ZREM`` was still deferred (at most
-about 50 ms of work: ``laraq.worker.reservation._ACK_MAX_AGE``). Nothing else is compared: the numbers
+about 50 ms of work: ``laraq.protocol.acks.ACK_MAX_AGE``). Nothing else is compared: the numbers
 depend on the job length and the kill times.
 """
 

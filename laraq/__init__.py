@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from laraq import _moved
 from laraq._version import __version__
 
 if TYPE_CHECKING:
@@ -85,4 +84,3 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_EXPORTS})
 
 
-_moved.install()

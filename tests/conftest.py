@@ -33,7 +33,7 @@ def corpus_dir() -> Path:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # laraq's no-project fallback failed-job store (laraq.worker.startup) must not write to the user's home
+    # laraq's no-project fallback failed-job store (laraq.cli.startup) must not write to the user's home
     if "LARAQ_STATE_DIR" not in os.environ:
         import tempfile
 
@@ -194,7 +194,21 @@ CORE_MODULES = frozenset({
 })
 
 
+#: ``bash scripts/test --fast`` (``LARAQ_FAST=1``): the developer's loop runs only what needs no PHP: the
+#: tests that take the ``php`` or ``laravel`` fixture, or are marked ``php``, are left out (CI runs them all).
+FAST = os.environ.get("LARAQ_FAST", "").lower() in ("1", "true", "yes")
+
+
+def _needs_php(item: pytest.Item) -> bool:
+    names = getattr(item, "fixturenames", ())
+    return "php" in names or "laravel" in names or item.get_closest_marker("php") is not None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if FAST:
+        kept = [item for item in items if not _needs_php(item)]
+        config.hook.pytest_deselected(items=[item for item in items if _needs_php(item)])
+        items[:] = kept
     if os.environ.get("LARAQ_CORE_MATRIX", "").lower() not in ("1", "true", "yes"):
         return
     for item in items:

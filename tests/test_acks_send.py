@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 
-from laraq.worker import acks
+from laraq.protocol import acks
 
 
 def _pair(timeout: float | None) -> tuple[socket.socket, socket.socket]:

@@ -96,9 +96,9 @@ def test_top_level_names_resolve_lazily_to_their_modules() -> None:
 def test_laraq_work_parses_and_execs_without_importing_the_worker() -> None:
     """Until it becomes the supervisor, ``laraq work`` has imported its options and prefork, nothing heavier."""
     code = ("from laraq.cli import main\nimport click\nmain.get_command(click.Context(main), 'work')\n"
-            "from laraq.worker import prefork")
+            "from laraq.production import prefork")
     modules = modules_after(code)
-    assert "laraq.cli.work_command" in modules and "laraq.worker.prefork" in modules
+    assert "laraq.cli.work_command" in modules and "laraq.production.prefork" in modules
     assert heavy(modules) == []
     from laraq.cli.work import work_cmd
     from laraq.cli.work_command import work_cmd as light

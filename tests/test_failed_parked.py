@@ -74,7 +74,7 @@ def python_runs(php: PhpApp) -> list[str]:
 
 
 def join_flush(worker: Worker) -> None:
-    thread = worker.lifecycle.parked._thread
+    thread = worker.settle.parked._thread
     if thread is not None:
         thread.join(60)
 
@@ -136,7 +136,7 @@ def test_database_restarted_under_a_running_worker(
 
     env = {**php.env, **server.env}
     worker = make_worker(php, workers, env=env, queue="db", stop_when_empty=False)
-    worker.lifecycle.parked.every = 0.5  # the timer that writes parked rows (15 s by default)
+    worker.settle.parked.every = 0.5  # the timer that writes parked rows (15 s by default)
     status: list[int] = []
     thread = threading.Thread(target=lambda: status.append(worker.daemon()), daemon=True)
     thread.start()
@@ -171,7 +171,7 @@ def test_database_restarted_under_a_running_worker(
         third = dispatch_failing(php, "db")  # the store's own connection is back
         wait_for(lambda: rows() == [first, second, third], timeout=60)
     finally:
-        worker.should_quit = True
+        worker.signals.quit()
         worker.signals.wake.set()
         thread.join(60)
     assert status == [0]

@@ -1,5 +1,5 @@
 """First contact: version detection, the start-up banner / ``laraq config``, and every start-up fault as one
-line with its exit code (``laraq.worker.exitcodes``) and the job kept.
+line with its exit code (``laraq.config.faults``) and the job kept.
 
 Detection is checked on real app layouts: the Laravel 8 fixture on Debian's system-wide framework
 (``/usr/share/php/Illuminate``, loaded by ``bootstrap/autoload.php``), a ``composer.lock``, and a
@@ -19,11 +19,11 @@ import redis
 from click.testing import CliRunner
 from conftest import LARAVEL_APP, RedisServer, free_port, require
 
+from laraq import exitcodes
 from laraq.bus.dispatch import Dispatcher
 from laraq.cli import main as cli
 from laraq.config.settings import LaravelSettings, detect_version
 from laraq.protocol.queue import RedisQueue
-from laraq.worker import exitcodes
 
 DEBIAN_FRAMEWORK = Path("/usr/share/php/Illuminate/Foundation/Application.php")
 KEY = "base64:" + "A" * 43 + "="

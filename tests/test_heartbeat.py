@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from types import SimpleNamespace
 
 import click
 import pytest
@@ -13,6 +12,16 @@ from click.testing import CliRunner
 
 from laraq.cli.production import COMMANDS
 from laraq.production.heartbeat import Heartbeat, check_health, live_workers, registry_key
+from laraq.protocol.versions import LaravelVersion
+from laraq.worker.context import WorkerOptions
+from laraq.worker.events import (
+    JobFailed,
+    JobProcessed,
+    JobProcessing,
+    JobReleased,
+    WorkerStarting,
+    WorkerStopping,
+)
 
 cli = click.Group("laraq", commands={c.name: c for c in COMMANDS})
 PREFIX = "hb_"
@@ -25,9 +34,8 @@ def env(redis_server, redis_client, tmp_path):
 
 
 def worker_like(queues=("default",), name="default"):
-    """The attributes a listener reads from a worker (real workers: test_production_worker.py)."""
-    return SimpleNamespace(queues=list(queues), options=SimpleNamespace(name=name), connection_name="redis",
-                           version="12.67")
+    """The event a worker starts with (real workers: test_production_worker.py)."""
+    return WorkerStarting("redis", list(queues), WorkerOptions(name=name), LaravelVersion.parse("12.67"))
 
 
 def _redis_seconds(client) -> float:
@@ -56,21 +64,21 @@ def test_each_worker_has_its_own_record_and_stopping_removes_only_its_own(redis_
         assert set(records) == {a.id, b.id}
         ra = records[a.id]
         assert (ra.pid, ra.ppid, ra.name, ra.queues, ra.laravel) == (os.getpid(), os.getppid(), "alpha",
-                                                                     ["high", "default"], "12.67")
+                                                                     ["high", "default"], "12.67.0")
         assert 0 < redis_client.ttl(f"{registry_key(PREFIX)}:{a.id}") <= a.ttl
         # job events only touch memory; the next beat carries them
         jobs = [object() for _ in range(5)]
         for job in jobs[:3]:
-            a.job_processing(job)
-            a.job_processed(job, 0.01)
-        a.job_processing(jobs[3])
-        a.job_failed(jobs[3], RuntimeError("x"), 0.5)
-        a.job_processing(jobs[4])
-        a.job_released(jobs[4], 0, None)  # a handler's own release: still running until job_processed
+            a.job_processing(JobProcessing(job))
+            a.job_processed(JobProcessed(job, 0.01))
+        a.job_processing(JobProcessing(jobs[3]))
+        a.job_failed(JobFailed(jobs[3], RuntimeError("x"), 0.5))
+        a.job_processing(JobProcessing(jobs[4]))
+        a.job_released(JobReleased(jobs[4], 0, None))  # a handler's own release: still running until job_processed
         assert wait_until(lambda: {r.id: r for r in live_workers(redis_client, PREFIX)}[a.id].jobs_done == 3)
         ra = {r.id: r for r in live_workers(redis_client, PREFIX)}[a.id]
         assert (ra.jobs_done, ra.jobs_failed, ra.jobs_released, ra.in_flight) == (3, 1, 1, 1)
-        a.worker_stopping(None, 0)
+        a.worker_stopping(WorkerStopping(0, "done", WorkerOptions()))
         assert [r.id for r in live_workers(redis_client, PREFIX)] == [b.id]
         assert not (tmp_path / "a.id").exists()
         assert check_health(redis_client, PREFIX, within=10, queues=["emails"])[0]

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from laraq.app import App, load_app
-from laraq.bus.job import Job
+from laraq.bus.job import Job, QueueActions
+from laraq.cli.output import Output, format_run_time
 from laraq.protocol.payload import Payload, build_object_payload, build_string_payload
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.versions import LaravelVersion
-from laraq.worker.output import Output, format_run_time
 
 V8 = LaravelVersion.parse("8")
 V13 = LaravelVersion.parse("13")
@@ -31,7 +31,8 @@ def pop_job(queue: RedisQueue, body: str, failures: list[Any] | None = None) -> 
     reserved = queue.pop("q")
     assert reserved is not None
     hook = (lambda job, exc: failures.append((job, exc))) if failures is not None else None
-    return Job(queue, reserved, Payload.parse(reserved.body, version=V8), connection_name="redis", on_fail=hook)
+    return Job(queue, reserved, Payload.parse(reserved.body, version=V8), connection_name="redis",
+               actions=QueueActions(hook))
 
 
 def test_job_identity_and_attempts(queue: RedisQueue) -> None:
@@ -73,7 +74,8 @@ def test_abandoned_job_ignores_the_handler(queue: RedisQueue, redis_client: Any)
     job.release(1)
     job.fail(RuntimeError("late"))
     assert redis_client.zcard("p_queues:q:reserved") == 1 and failures == []
-    job.fail_internal(RuntimeError("timeout"), from_watchdog=True)  # the watchdog still may
+    assert job.mark_failed(from_watchdog=True)  # the watchdog still may (its timeout bookkeeping)
+    QueueActions(lambda j, e: failures.append((j, e))).fail(job, RuntimeError("timeout"))
     assert redis_client.zcard("p_queues:q:reserved") == 0 and len(failures) == 1
 
 

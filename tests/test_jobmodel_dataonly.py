@@ -49,7 +49,7 @@ def laraq_drain(app: PhpApp, workers: list[Worker], queue: str) -> Worker:
                             queue=queue, php_queue="php")
     worker = build_worker(params, env=app.env, app=handlers)
     workers.append(worker)
-    assert worker.callqueued.php is None  # no --php-app, no --env-file: the app is not on this host
+    assert worker.callqueued.steps.php is None  # no --php-app, no --env-file: the app is not on this host
     assert worker.daemon() == 0
     return worker
 

@@ -20,9 +20,9 @@ import test_worker_support as support
 from phpapp import PhpApp
 
 from laraq.app import App
-from laraq.bus.callqueued import continuation_conflict
 from laraq.bus.handoff import continuation_payload, is_continuation
 from laraq.bus.phpprocess import PhpProcess, PhpStepError, app_on_host
+from laraq.bus.phpsteps import continuation_conflict
 from laraq.cli.work import build_worker, default_params
 from laraq.protocol.payload import Payload
 from laraq.protocol.versions import LaravelVersion
@@ -56,7 +56,7 @@ def laraq_worker(app: PhpApp, workers: list[Worker], queue: str) -> Worker:
                             queue=queue, php_app=str(app.path))
     worker = build_worker(params, env=app.env, app=handlers)
     workers.append(worker)
-    assert worker.callqueued.php is not None
+    assert worker.callqueued.steps.php is not None
     return worker
 
 
@@ -65,8 +65,8 @@ def laraq_drain(app: PhpApp, workers: list[Worker], queue: str) -> None:
     try:
         assert worker.daemon() == 0
     finally:
-        assert worker.callqueued.php is not None
-        worker.callqueued.php.close()
+        assert worker.callqueued.steps.php is not None
+        worker.callqueued.steps.php.close()
 
 
 def artisan_drain(app: PhpApp, queues: str) -> None:
@@ -196,8 +196,8 @@ def test_mixed_fleet_on_a_shared_queue(app: PhpApp, redis_client: Any, workers: 
         php.communicate(timeout=300)
     finally:
         thread.join(300)
-        assert worker.callqueued.php is not None
-        worker.callqueued.php.close()
+        assert worker.callqueued.steps.php is not None
+        worker.callqueued.steps.php.close()
     artisan_drain(app, "sq")  # what was left when both stopped (a step queued just after artisan stopped)
     per_chain: dict[str, dict[int, list[int]]] = {"pq": {}, "sq": {}}
     runners = set()

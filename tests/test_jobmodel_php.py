@@ -129,7 +129,7 @@ def test_next_step_is_queued_exactly_as_php_queues_it(app: PhpApp, redis_client:
     params = default_params(laravel=app.release, sleep=0, quiet=True, memory=1 << 20, queue="lq", once=True)
     worker = build_worker(params, env=app.env, app=support.app)
     workers.append(worker)
-    assert worker.run_once() == 0
+    assert worker.daemon() == 0
     artisan_drain(app, "default")  # the hand-over: PHP dispatches step 2
     (php_next,) = redis_client.lrange(app.prefix + "queues:" + "pq", 0, -1)
     (py_next,) = redis_client.lrange(app.prefix + "queues:" + "lq", 0, -1)
@@ -252,7 +252,7 @@ def run_once_both(app: PhpApp, workers: list[Worker]) -> None:
     params = default_params(laravel=app.release, sleep=0, quiet=True, memory=1 << 20, queue="lq", once=True)
     worker = build_worker(params, env=app.env, app=support.app)
     workers.append(worker)
-    assert worker.run_once() == 0
+    assert worker.daemon() == 0
 
 
 def echo_runs(app: PhpApp, queue: str) -> int:

@@ -1,7 +1,7 @@
-"""The two line sinks (:mod:`laraq.worker.linesink`): the C one prints exactly what the pure-Python one prints.
+"""The two line sinks (:mod:`laraq.cli.linesink`): the C one prints exactly what the pure-Python one prints.
 
 On a real descriptor the C sink (``laraq/_lines.c``) writes each job's first and success line itself,
-from the templates :class:`laraq.worker.output.Output` builds. Each case here prints the same jobs through
+from the templates :class:`laraq.cli.output.Output` builds. Each case here prints the same jobs through
 both sinks and compares the text, for every console style, with and without colour, at several
 widths, and with names and ids that are long, non-ASCII or not valid UTF-8, and ids that are missing
 or not strings. The
@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from conftest import require
 
+from laraq.cli import linesink
+from laraq.cli.output import Output
 from laraq.protocol.versions import LaravelVersion
-from laraq.worker import linesink
-from laraq.worker.output import Output
 
 STAMPS = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|\d+\.\d\dms")
 
@@ -210,6 +210,6 @@ def test_the_c_sink_refuses_what_it_cannot_print(c_sink: None) -> None:
 
 
 def test_laraq_config_says_which_sink_prints(pure: bool) -> None:
-    from laraq.worker.startup import console_lines_path
+    from laraq.cli.startup import console_lines_path
 
     assert console_lines_path() == ("pure Python (LARAQ_PURE_PYTHON is set)" if pure else "C (laraq._speedups)")

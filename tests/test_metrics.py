@@ -16,6 +16,7 @@ from laraq.cli.production import COMMANDS
 from laraq.production.metrics import Metrics, sample_queues
 from laraq.protocol.payload import Payload
 from laraq.protocol.queue import RedisQueue
+from laraq.worker.events import JobFailed, JobProcessed, JobProcessing, JobReleased, JobTimedOut
 
 cli = click.Group("laraq", commands={c.name: c for c in COMMANDS})
 PREFIX = "m_"
@@ -47,12 +48,12 @@ def test_job_events_become_labelled_counters_and_histograms(queue):
     m = Metrics(registry=registry)
     jobs = [popped(queue, "media") for _ in range(4)]
     for job in jobs:
-        m.job_processing(job)
-    m.job_processed(jobs[0], 0.2)
-    m.job_processed(jobs[1], 3.0)
-    m.job_released(jobs[2], 10, RuntimeError("again"))
-    m.job_timed_out(jobs[3])
-    m.job_failed(jobs[3], TimeoutError("slow"), 61.0)
+        m.job_processing(JobProcessing(job))
+    m.job_processed(JobProcessed(jobs[0], 0.2))
+    m.job_processed(JobProcessed(jobs[1], 3.0))
+    m.job_released(JobReleased(jobs[2], 10, RuntimeError("again")))
+    m.job_timed_out(JobTimedOut(jobs[3]))
+    m.job_failed(JobFailed(jobs[3], TimeoutError("slow"), 61.0))
     get = registry.get_sample_value
     labels = {"queue": "media", "job": "App\\Jobs\\Resize"}
     assert get("laraq_jobs_processed_total", labels) == 2

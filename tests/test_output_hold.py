@@ -10,7 +10,7 @@ line is ever late where it matters.
 
 Every stream here is a real descriptor, written as a real worker's stdout is: one end of a
 ``SOCK_SEQPACKET`` socket pair, which keeps each ``write()`` as one packet, so a test sees the writes
-themselves. Each test runs with both sinks (:mod:`laraq.worker.linesink`): the C one and the pure-Python one.
+themselves. Each test runs with both sinks (:mod:`laraq.cli.linesink`): the C one and the pure-Python one.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from test_worker_support import wait_for
 
 from laraq.app import App
 from laraq.bus.dispatch import Dispatcher
+from laraq.cli import linesink
+from laraq.cli.output import Output
 from laraq.cli.work import build_worker, default_params
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.versions import LaravelVersion
-from laraq.worker import linesink
-from laraq.worker.output import Output
 
 PREFIX = "laravel_database_"
 ECHO = "App\\Jobs\\EchoJob"
@@ -179,7 +179,8 @@ def test_quiet_holds_nothing(stream: Any) -> None:
 def test_the_listener_prints_through_the_same_lines_as_job(stream: Any, tmp_path: Path) -> None:
     """The worker's per-job events (``Listeners`` -> ``OutputListener``) and ``Output.job`` print the same
     text, in every console style and in --json."""
-    from laraq.worker.events import Listeners, OutputListener
+    from laraq.cli.output import OutputListener
+    from laraq.worker.events import JobProcessed, JobProcessing, Listeners
 
     stamps = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+\+00:00)?|\d+\.\d\dms|\"duration\":[\d.e-]+")
     for version, json_mode in (("8.83.27", False), ("9.30.0", False), ("11.0.0", False), ("12.20.0", True)):
@@ -192,8 +193,8 @@ def test_the_listener_prints_through_the_same_lines_as_job(stream: Any, tmp_path
                 for n in range(3):
                     job = _Job(n)
                     if via_events:
-                        events.emit("job_processing", job)
-                        events.emit("job_processed", job, 0.001)
+                        events.emit(JobProcessing(job))  # type: ignore[arg-type]
+                        events.emit(JobProcessed(job, 0.001))  # type: ignore[arg-type]
                     else:
                         out.job(job, "starting")
                         out.job(job, "success")
@@ -208,7 +209,7 @@ def test_a_job_that_never_finishes_here_is_forgotten_in_time(stream: Any, monkey
     """What the printer keeps of a started job (its id, name and start) is bounded: a job abandoned at its
     timeout never gets a last line, and a long-running worker must not keep it forever. A job whose entry
     was dropped still prints its own name (and, before 9.21, id)."""
-    import laraq.worker.output as output_mod
+    import laraq.cli.output as output_mod
 
     monkeypatch.setattr(output_mod, "_MAX_STARTED", 3)
     out = Output(LaravelVersion.parse(version), stream=stream)
@@ -300,7 +301,7 @@ def test_the_last_success_line_is_out_before_the_worker_waits_for_more(
         # the worker now sleeps 30 s for more work: the third line must not wait for that
         wait_for(lambda: _text(stream).count("Processed:") == 3, timeout=10)
     finally:
-        worker.should_quit = True
+        worker.signals.quit()
         worker.signals.wake.set()
         thread.join(30)
     assert status == [0]

@@ -375,7 +375,7 @@ def test_corpus_reserved_and_released(redis_client: redis.Redis, folder: str) ->
         redis_client.flushall()
         queue.push_raw(path.read_bytes())
         job = queue.pop()
-        assert job is not None and queue.last_poisoned == 0, path.name
+        assert job is not None and queue.poison_size() == 0, path.name
 
 
 @pytest.mark.php

@@ -24,8 +24,8 @@ from middleware_php import ECHO, app_fixture, drain, kind_fixture  # noqa: F401 
 from phpapp import PhpApp
 
 from laraq.bus.rate_limiter import clean_key
+from laraq.cli.startup import limiter_warnings
 from laraq.protocol.versions import LaravelVersion
-from laraq.worker.startup import limiter_warnings
 from laraq.worker.worker import Worker
 
 pytestmark = pytest.mark.php

@@ -125,32 +125,32 @@ def test_block_for_wait_ends_when_the_next_delayed_job_is_due(redis_client: redi
     no wait at all; nothing scheduled keeps Laravel's wait."""
     clock = Clock(NOW + 0.4)
     q = queue(redis_client, clock, block_for=30)
-    timers = Timers(q, ["default"])
-    q.wait_bound = timers.wait_for
-    assert q.block_timeout() == 30
+    bound = Timers(q, ["default"]).wait_for
+    assert q.block_timeout(bound) == 30
     redis_client.zadd(q.keys("default").delayed, {body(1): NOW + 3})
-    assert q.block_timeout() == pytest.approx(2.6 + WAKE_MARGIN, abs=0.001)
+    assert q.block_timeout(bound) == pytest.approx(2.6 + WAKE_MARGIN, abs=0.001)
+    assert q.block_timeout() == 30  # no bound: Laravel's own wait
     q.block_for = 0
-    assert q.block_timeout() == pytest.approx(2.6 + WAKE_MARGIN, abs=0.001)
+    assert q.block_timeout(bound) == pytest.approx(2.6 + WAKE_MARGIN, abs=0.001)
     q.block_for = 2
-    assert q.block_timeout() == 2
+    assert q.block_timeout(bound) == 2
     clock.now = NOW + 3.1
-    assert q.block_timeout() is None  # due now: the pop that follows migrates it
+    assert q.block_timeout(bound) is None  # due now: the pop that follows migrates it
     redis_client.delete(q.keys("default").delayed)
     q.block_for = 0
-    assert q.block_timeout() == 0  # nothing scheduled: until a token comes, as Laravel waits
+    assert q.block_timeout(bound) == 0  # nothing scheduled: until a token comes, as Laravel waits
 
 
 def test_block_for_wait_on_a_server_without_fractional_timeouts(redis_client: redis.Redis) -> None:
     """Redis before 6.0 refuses a fractional ``BLPOP`` timeout: the queue notes it once and rounds up."""
     clock = Clock(NOW + 0.4)
     q = queue(redis_client, clock, block_for=30)
-    q.wait_bound = Timers(q, ["default"]).wait_for
+    bound = Timers(q, ["default"]).wait_for
     redis_client.zadd(q.keys("default").delayed, {body(1): NOW + 3})
     refused = redis.exceptions.ResponseError("timeout is not an integer or out of range")
     assert q.note_wait_refused(refused)
     assert not q.note_wait_refused(refused)  # said once
-    assert q.block_timeout() == 3.0
+    assert q.block_timeout(bound) == 3.0
     assert not q.note_wait_refused(redis.exceptions.ResponseError("WRONGTYPE Operation against a key"))
 
 
@@ -205,7 +205,7 @@ def test_reserve_calls_move_due_jobs_in_bounded_chunks_to_laravels_end_state(red
     assert q.reserving.reserve_migrate_limit(250) == 250  # never fewer than the jobs one call reserves
     calls = 0
     while redis_client.zcard(keys.delayed):
-        assert q.reserving.reserve_batch("default", 0) == []
+        assert q.reserving.reserve_batch("default", 0).jobs == []
         calls += 1
         assert redis_client.llen(keys.list) == min(count, calls * RESERVE_MIGRATE_BOUND)
     assert calls == 3

@@ -2,7 +2,7 @@
 
 A supervisor that restarts on 3 ("Redis unreachable", worth retrying) would loop forever on a certificate
 the CA does not sign; 6 ("bad settings") tells it, and the operator, that only a settings change helps.
-``laraq.worker.exitcodes.explain`` picks the code; the job stays in Redis in every case.
+``laraq.config.faults.explain`` picks the code; the job stays in Redis in every case.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from click.testing import CliRunner
 from conftest import RedisServer, free_port, require
 from test_queue import _make_tls_files
 
+from laraq import exitcodes
 from laraq.bus.dispatch import Dispatcher
 from laraq.cli import main as cli
 from laraq.protocol.queue import RedisQueue
-from laraq.worker import exitcodes
 
 QUEUE_KEY = "laravel_database_queues:default"
 

@@ -124,7 +124,7 @@ def test_async_handler_is_cancelled_at_its_timeout(php: PhpApp, redis_client: An
     kills: list[int] = []
     worker.executor.kill = lambda: kills.append(1)
 
-    assert worker.run_once() == 0
+    assert worker.daemon() == 0
     assert kills == []  # cancelled cleanly: no need to kill the process
     # like a killed PHP worker: not failed (attempt 1 of 3), left reserved until retry_after
     assert redis_client.zcard(php.prefix + "queues:t:reserved") == 1
@@ -139,7 +139,7 @@ def test_sync_timeout_fails_last_attempt_then_kills(php: PhpApp, redis_client: A
     kills: list[int] = []
     worker.executor.kill = lambda: kills.append(1)
 
-    worker.run_once()
+    worker.daemon()
     assert kills  # the handler thread cannot be interrupted: the process would be SIGKILLed
     (row,) = failed_rows(php)
     # the text each line's own worker writes, 10.10+'s TimeoutExceededException or the older one

@@ -42,19 +42,21 @@ def _worker(redis_server: Any, app: App, workers: list[Any], **opts: Any) -> Any
 
 
 def _counting(worker: Any) -> dict[str, int]:
+    """Count the batches asked for ahead (sent without waiting, no ``:notify`` wait first) and landed."""
     calls = {"sent": 0, "landed": 0}
-    send, land = worker.reservation.send_ahead, worker.reservation.land_ahead
+    reserving = worker.reserver.reserving
+    send, land = reserving.reserve_batch_send, reserving.reserve_batch_receive
 
-    def counted_send(jobs: int, active: int) -> None:
-        before = worker.reservation.ahead
-        send(jobs, active)
-        calls["sent"] += worker.reservation.ahead is not None and worker.reservation.ahead is not before
+    def counted_send(*args: Any, **kwargs: Any) -> Any:
+        pending = send(*args, **kwargs)
+        calls["sent"] += pending is not None and kwargs.get("wait") is None
+        return pending
 
-    def counted_land() -> int:
+    def counted_land(pending: Any) -> Any:
         calls["landed"] += 1
-        return land()
+        return land(pending)
 
-    worker.reservation.send_ahead, worker.reservation.land_ahead = counted_send, counted_land
+    reserving.reserve_batch_send, reserving.reserve_batch_receive = counted_send, counted_land
     return calls
 
 
@@ -94,9 +96,9 @@ def test_a_stop_while_a_batch_is_out_gives_it_back_untouched(redis_server: Any, 
 
     def stop_once_ahead_is_out(count: int) -> None:
         w = holder["worker"]
-        if count >= 150 and w.reservation.ahead is not None and not w.should_quit:
-            holder["out_when_stopped"] = True
-            w.should_quit = True
+        if count >= 150 and w.reserver.buffered > len(w.reserver.buffer) and not w.signals.should_quit:
+            holder["out_when_stopped"] = True  # a batch asked for ahead is out
+            w.signals.quit()
 
     worker = holder["worker"] = _worker(redis_server, _app(ran, stop_once_ahead_is_out), workers,
                                         stop_when_empty=False)
@@ -137,7 +139,7 @@ def test_a_lost_reply_strands_nothing(redis_server: Any, redis_client: Any, work
     _fill(redis_server, 600)
     ran: list[int] = []
     worker = _worker(redis_server, _app(ran), workers, tries=3)  # a stranded job's retry is its 2nd attempt
-    receive = worker.queue.reserving.reserve_batch_receive
+    receive = worker.reserver.reserving.reserve_batch_receive
     broken = {"done": False}
 
     def receive_once_broken(pending: Any) -> Any:
@@ -147,7 +149,7 @@ def test_a_lost_reply_strands_nothing(redis_server: Any, redis_client: Any, work
             raise redis.exceptions.ConnectionError("connection lost (test)")
         return receive(pending)
 
-    worker.queue.reserving.reserve_batch_receive = receive_once_broken
+    worker.reserver.reserving.reserve_batch_receive = receive_once_broken
     worker.queue.retry_after = 1
     assert worker.daemon() == 0
     assert broken["done"]

@@ -17,7 +17,8 @@ import test_worker_support as support
 from phpapp import PhpApp
 
 from laraq.cli.work import build_worker, default_params
-from laraq.worker.events import EVENT_KINDS, WorkerListener
+from laraq.worker import events
+from laraq.worker.events import WorkerListener
 from laraq.worker.worker import Worker
 
 pytestmark = pytest.mark.php
@@ -43,33 +44,34 @@ class Recorder(WorkerListener):
         with self._lock:
             self.events.append((kind, uuid, detail))
 
-    def worker_starting(self, worker: Any) -> None:
+    def worker_starting(self, event: events.WorkerStarting) -> None:
         self._add("worker_starting", None)
 
-    def job_reserved(self, job: Any) -> None:
-        self._add("job_reserved", job.id)
+    def job_reserved(self, event: events.JobReserved) -> None:
+        self._add("job_reserved", event.job.id)
 
-    def job_processing(self, job: Any) -> None:
-        self._add("job_processing", job.id)
+    def job_processing(self, event: events.JobProcessing) -> None:
+        self._add("job_processing", event.job.id)
 
-    def job_processed(self, job: Any, runtime: float) -> None:
-        assert runtime >= 0
-        self._add("job_processed", job.id)
+    def job_processed(self, event: events.JobProcessed) -> None:
+        assert event.runtime >= 0
+        self._add("job_processed", event.job.id)
 
-    def job_released(self, job: Any, delay: int, exc: BaseException | None) -> None:
-        self._add("job_released", job.id, (delay, None if exc is None else str(exc)))
+    def job_released(self, event: events.JobReleased) -> None:
+        exc = event.exception
+        self._add("job_released", event.job.id, (event.delay, None if exc is None else str(exc)))
 
-    def job_failed(self, job: Any, exc: BaseException | None, runtime: float | None) -> None:
-        self._add("job_failed", job.id, type(exc).__name__)
+    def job_failed(self, event: events.JobFailed) -> None:
+        self._add("job_failed", event.job.id, type(event.exception).__name__)
 
-    def job_timed_out(self, job: Any) -> None:
-        self._add("job_timed_out", job.id)
+    def job_timed_out(self, event: events.JobTimedOut) -> None:
+        self._add("job_timed_out", event.job.id)
 
-    def job_unhandled(self, job: Any, action: str, detail: str) -> None:
-        self._add("job_unhandled", job.id, action)
+    def job_unhandled(self, event: events.JobUnhandled) -> None:
+        self._add("job_unhandled", event.job.id, event.action)
 
-    def worker_stopping(self, worker: Any, status: int) -> None:
-        self._add("worker_stopping", None, status)
+    def worker_stopping(self, event: events.WorkerStopping) -> None:
+        self._add("worker_stopping", None, event.status)
 
     def of(self, uuid: str) -> list[tuple[str, Any]]:
         return [(kind, detail) for kind, u, detail in self.events if u == uuid]
@@ -86,6 +88,7 @@ class Raiser(WorkerListener):
         raise RuntimeError(f"listener broke in {kind}")
 
 
+EVENT_KINDS = [name for name in vars(WorkerListener) if name.startswith(("job_", "worker_"))]
 for _kind in EVENT_KINDS:  # override every method, so the fan-out calls them all
     setattr(Raiser, _kind, lambda self, *_a, _k=_kind: self._boom(_k))
 

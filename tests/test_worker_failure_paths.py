@@ -340,7 +340,7 @@ def test_redis_password_never_logged_when_unreachable(app_env: PhpApp, extra: li
     url = free_port_url().replace("redis://", "redis://user:s3cretpw@")
     worker = popen_laraq(app_env, "--queue=py", "--redis-url", url, "-vv", *extra)
     try:
-        code = worker.wait(60)  # unreachable at start: one line, exit 3 (laraq.worker.exitcodes)
+        code = worker.wait(60)  # unreachable at start: one line, exit 3 (laraq.config.faults)
     finally:
         if worker.poll() is None:
             worker.kill()

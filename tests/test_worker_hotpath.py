@@ -77,7 +77,7 @@ def test_async_jobs_run_in_their_own_task_and_context(redis_server: Any, redis_c
 
     _fill(redis_server, ["ok", "sleep", "ok", "fail", "ok"])
     worker = _worker(redis_server, app, workers, tries=1)
-    start_job = worker.executor.start_job
+    start_job = worker.executor.start
 
     def start_job_watched(job: Any) -> None:
         starting.append(1)
@@ -86,7 +86,7 @@ def test_async_jobs_run_in_their_own_task_and_context(redis_server: Any, redis_c
         finally:
             starting.pop()
 
-    worker.executor.start_job = start_job_watched
+    worker.executor.start = start_job_watched
     assert worker.daemon() == 0
     # every first step ran at once (the shortcut under test: Python 3.12's eager start, or the worker's
     # own on 3.11), in the job's own task; a plain loop on 3.11 runs it in the next loop pass, same task

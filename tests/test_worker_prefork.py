@@ -1,4 +1,4 @@
-"""``laraq work --processes N``: one small supervisor (``laraq.worker.prefork``), N worker processes.
+"""``laraq work --processes N``: one small supervisor (``laraq.production.prefork``), N worker processes.
 
 Correctness only, nothing timed: the jobs are shared by all workers and each runs once; a worker that
 dies by SIGKILL is replaced and its job is run again after ``retry_after`` (as artisan under

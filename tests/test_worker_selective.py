@@ -55,12 +55,13 @@ def test_takes_only_handled_jobs_and_leaves_the_rest_in_order(redis_client: redi
                command_job("App\\Jobs\\Php", 3), string_job("App\\Handlers\\Foo@bar", 4),
                command_job("App\\Jobs\\Py", 5), b"not json", command_job("App\\Jobs\\Php", 6)]
     push(redis_client, queue, members)
-    taken = queue.reserving.reserve_batch(count=10, handled=["App\\Jobs\\Py", "App\\Handlers\\Foo@bar"], window=100)
+    reserved = queue.reserving.reserve_batch(count=10, handled=["App\\Jobs\\Py", "App\\Handlers\\Foo@bar"], window=100)
+    taken = reserved.jobs
     assert [t.body for t in taken] == [members[1], members[4], members[5]]
     # the PHP-only ones stay in the list in their order; the unreadable member is parked as pop parks it
     assert redis_client.lrange(keys.list, 0, -1) == [members[0], members[2], members[3], members[7]]
     assert redis_client.lrange(keys.poison, 0, -1) == [b"not json"]
-    assert queue.last_skipped == 4
+    assert reserved.skipped == 4 and reserved.poisoned == 1
     # one :notify token per member taken from the list (3 reserved + 1 poisoned), as pops consume them
     assert redis_client.llen(keys.notify) == len(members) - 4
     # each reserved member is what Laravel's own pop script writes for the same body
@@ -78,11 +79,11 @@ def test_window_bounds_the_look_and_a_head_it_cannot_run_is_never_moved(redis_cl
     keys = queue.keys()
     members = [command_job("App\\Jobs\\Php", n) for n in range(5)] + [command_job("App\\Jobs\\Py", 9)]
     push(redis_client, queue, members)
-    assert queue.reserving.reserve_batch(count=5, handled=["App\\Jobs\\Py"], window=3) == []
+    assert queue.reserving.reserve_batch(count=5, handled=["App\\Jobs\\Py"], window=3).jobs == []
     assert redis_client.lrange(keys.list, 0, -1) == members
     assert redis_client.zcard(keys.reserved) == 0
     assert redis_client.llen(keys.notify) == len(members)
-    taken = queue.reserving.reserve_batch(count=5, handled=["App\\Jobs\\Py"], window=10)
+    taken = queue.reserving.reserve_batch(count=5, handled=["App\\Jobs\\Py"], window=10).jobs
     assert [t.body for t in taken] == [members[5]]
     assert redis_client.lrange(keys.list, 0, -1) == members[:5]
 
@@ -103,7 +104,7 @@ def test_names_match_as_the_app_resolves_them(redis_client: redis.Redis) -> None
     ]
     queue = RedisQueue(redis_client, prefix="p_", retry_after=90)
     push(redis_client, queue, members)
-    taken = queue.reserving.reserve_batch(count=20, handled=app.names, window=100)
+    taken = queue.reserving.reserve_batch(count=20, handled=app.names, window=100).jobs
     expected = [m for m in members if app.resolve(Payload.parse(m)) is not None]
     assert [t.body for t in taken] == expected
     assert len(expected) == 5
@@ -113,7 +114,7 @@ def test_batch_mode_without_names_is_unchanged(redis_client: redis.Redis) -> Non
     queue = RedisQueue(redis_client, prefix="p_", retry_after=90)
     members = [command_job("App\\Jobs\\Php", 0), command_job("App\\Jobs\\Py", 1)]
     push(redis_client, queue, members)
-    assert [t.body for t in queue.reserving.reserve_batch(count=5)] == members
+    assert [t.body for t in queue.reserving.reserve_batch(count=5).jobs] == members
 
 
 @pytest.mark.parametrize("batch", [1, 100], ids=["classic", "fast"])

@@ -193,7 +193,6 @@ def test_a_buffered_job_whose_renewal_is_not_answered_is_kept_not_stranded(
     import time as time_module
 
     queue = RedisQueue(redis_client, prefix="rn_", retry_after=30, version="13.0.0")
-    queue.unstarted_lease = 0  # no unstarted record: the jobs rely on the lease alone
     _push(queue, 2)
     ran: list[int] = []
     app = App()
@@ -204,7 +203,11 @@ def test_a_buffered_job_whose_renewal_is_not_answered_is_kept_not_stranded(
         if int(data["n"]) == 0:
             time_module.sleep(1.1)  # the second job now starts in a later second than it was reserved in
 
-    real_renew = queue.reserving.renew
+    # no unstarted record: the jobs rely on the lease alone
+    worker = Worker(app, queue, "default", options=WorkerOptions(stop_when_empty=True, sleep=0, batch=2,
+                                                                 memory=1 << 20, unstarted_lease=0))
+    reserving = worker.reserver.reserving
+    real_renew = reserving.renew
     refused: list[int] = []
 
     def renew_once_unanswered(name: str, members: list[bytes]) -> list[bool]:
@@ -213,10 +216,8 @@ def test_a_buffered_job_whose_renewal_is_not_answered_is_kept_not_stranded(
             raise redis.exceptions.ConnectionError("Connection reset by peer (injected)")
         return real_renew(name, members)
 
-    monkeypatch.setattr(queue.reserving, "renew_send", lambda name, members: None)
-    monkeypatch.setattr(queue.reserving, "renew", renew_once_unanswered)
-    worker = Worker(app, queue, "default", options=WorkerOptions(stop_when_empty=True, sleep=0, batch=2,
-                                                                 memory=1 << 20))
+    monkeypatch.setattr(reserving, "renew_send", lambda name, members: None)
+    monkeypatch.setattr(reserving, "renew", renew_once_unanswered)
     worker.context.pace.average = 0.001  # the first round takes both jobs
     try:
         with caplog.at_level(logging.INFO, logger="laraq.worker.worker"):

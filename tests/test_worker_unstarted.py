@@ -27,6 +27,7 @@ from laraq.app import App
 from laraq.bus.job import Job
 from laraq.protocol.payload import build_string_payload
 from laraq.protocol.queue import RedisQueue
+from laraq.protocol.reserve import Reserving
 from laraq.stores.failed import FileFailedJobStore
 from laraq.worker.worker import Worker, WorkerOptions
 
@@ -37,6 +38,7 @@ KILL_SCRIPT = r"""
 import os, signal, sys
 from laraq.app import App
 from laraq.protocol.queue import RedisQueue
+from laraq.protocol.reserve import Reserving
 from laraq.worker.worker import Worker, WorkerOptions
 
 log, port = sys.argv[1], int(sys.argv[2])
@@ -50,8 +52,8 @@ def run(data, job):
         os.kill(os.getpid(), signal.SIGKILL)  # killed while this job runs, the rest of the batch buffered
 
 queue = RedisQueue(f"redis://127.0.0.1:{port}/0", prefix="k_", retry_after=90, version="13.0.0")
-queue.unstarted_lease = 2.0
-worker = Worker(app, queue, "default", options=WorkerOptions(sleep=0, batch=100, max_tries=1, memory=1 << 20))
+worker = Worker(app, queue, "default", options=WorkerOptions(sleep=0, batch=100, max_tries=1, memory=1 << 20,
+                                                             unstarted_lease=2.0))
 worker.context.pace.average = 0.001
 worker.daemon()
 """
@@ -84,7 +86,6 @@ def test_a_sigkill_gives_the_unstarted_buffer_back_unspent(redis_server: Any, re
     worker then runs each of jobs 31-99 exactly once, with ``attempts`` 1 as if they had never been
     reserved, and fails none; job 30 stays reserved with its attempt spent, as artisan's running job."""
     queue = RedisQueue(redis_client, prefix="k_", retry_after=90, version="13.0.0")
-    queue.unstarted_lease = 2.0
     _push(queue, 100)
     log = tmp_path / "runs.txt"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
@@ -106,7 +107,7 @@ def test_a_sigkill_gives_the_unstarted_buffer_back_unspent(redis_server: Any, re
     failed = FileFailedJobStore(tmp_path / "failed-jobs.json")
     worker = Worker(app, queue, "default", failer=failed,
                     options=WorkerOptions(sleep=0, batch=100, max_tries=1, stop_when_empty=True,
-                                         memory=1 << 20))
+                                         memory=1 << 20, unstarted_lease=2.0))
     worker.daemon()
 
     # every never-started job ran once, unspent; none failed without running
@@ -122,16 +123,16 @@ def test_a_sigkill_gives_the_unstarted_buffer_back_unspent(redis_server: Any, re
 def test_a_reclaimed_job_goes_back_byte_for_byte_to_the_head(redis_client: redis.Redis) -> None:
     """The body given back is the one that was pushed (PHP's bytes, attempts 0), ahead of the rest."""
     queue = RedisQueue(redis_client, prefix="k_", retry_after=90, version="13.0.0")
-    queue.unstarted_lease = 1.0
+    reserving = Reserving(queue, unstarted_lease=1.0)
     bodies = [b'{"uuid":"u%d","job":"X@run","data":{"s":"caf\\u00e9 \\/ %d"},"attempts":0}' % (n, n) for n in range(4)]
     for body in bodies:
         queue.push_raw(body)
     keys = queue.keys()
-    taken = queue.reserving.reserve_batch(count=2, record=True)
+    taken = reserving.reserve_batch(count=2, record=True).jobs
     assert [t.body for t in taken] == bodies[:2]
     assert redis_client.zcard(keys.unstarted) == 2
     _wait_for_leases_to_run_out(redis_client, keys.unstarted)
-    assert queue.reserving.reclaim() == 2
+    assert reserving.reclaim() == 2
     assert sorted(redis_client.lrange(keys.list, 0, 1)) == bodies[:2]
     assert redis_client.lrange(keys.list, 2, -1) == bodies[2:]
     assert redis_client.zcard(keys.reserved) == 0
@@ -142,17 +143,17 @@ def test_laravels_migrate_and_the_reclaim_give_a_job_back_once(redis_client: red
     """A buffered job whose ``:reserved`` entry Laravel's own migrate moved back (PHP's pop) is only
     forgotten by the reclaim; one the reclaim gave back is not found by the migrate: one copy either way."""
     queue = RedisQueue(redis_client, prefix="k_", retry_after=90, version="13.0.0")
-    queue.unstarted_lease = 1.0
+    reserving = Reserving(queue, unstarted_lease=1.0)
     queue.push_raw(build_string_payload("13.0.0", NAME, {"n": 1}))
     queue.push_raw(build_string_payload("13.0.0", NAME, {"n": 2}))
     keys = queue.keys()
-    first, second = queue.reserving.reserve_batch(count=2, record=True)
+    first, second = reserving.reserve_batch(count=2, record=True).jobs
     # PHP's migrate of an expired reservation (Laravel's script, as laraq's pop runs it) takes job 1 back
     redis_client.zadd(keys.reserved, {first.reserved: 0}, xx=True)
     queue.migrate(keys)
     assert redis_client.lrange(keys.list, 0, -1) == [first.reserved]
     _wait_for_leases_to_run_out(redis_client, keys.unstarted)
-    assert queue.reserving.reclaim() == 1  # job 2 only; job 1 is already back
+    assert reserving.reclaim() == 1  # job 2 only; job 1 is already back
     assert redis_client.lrange(keys.list, 0, -1) == [second.body, first.reserved]
     assert redis_client.zcard(keys.unstarted) == 0
     queue.migrate(keys)  # nothing left for it
@@ -162,28 +163,29 @@ def test_laravels_migrate_and_the_reclaim_give_a_job_back_once(redis_client: red
 def test_a_started_job_is_never_reclaimed(redis_client: redis.Redis) -> None:
     """Once its record is removed (the start), a job whose lease would have run out stays reserved."""
     queue = RedisQueue(redis_client, prefix="k_", retry_after=90, version="13.0.0")
-    queue.unstarted_lease = 1.0
+    reserving = Reserving(queue, unstarted_lease=1.0)
     queue.push_raw(build_string_payload("13.0.0", NAME, {"n": 1}))
     queue.push_raw(build_string_payload("13.0.0", NAME, {"n": 2}))
     keys = queue.keys()
     from laraq.protocol.lua_laraq import unstarted_member
-    started, buffered = queue.reserving.reserve_batch(count=2, record=True)
-    assert queue.reserving.unstarted("default", [unstarted_member(started.reserved, started.body)]) == [True]
+    started, buffered = reserving.reserve_batch(count=2, record=True).jobs
+    assert reserving.unstarted("default", [unstarted_member(started.reserved, started.body)]) == [True]
     _wait_for_leases_to_run_out(redis_client, keys.unstarted)
-    assert queue.reserving.reclaim() == 1
+    assert reserving.reclaim() == 1
     assert redis_client.zrange(keys.reserved, 0, -1) == [started.reserved]
     assert redis_client.lrange(keys.list, 0, -1) == [buffered.body]
     # starting the reclaimed one now says it is gone: the worker does not run it
-    assert queue.reserving.unstarted("default", [unstarted_member(buffered.reserved, buffered.body)]) == [False]
+    assert reserving.unstarted("default", [unstarted_member(buffered.reserved, buffered.body)]) == [False]
 
 
 def test_a_graceful_stop_clears_the_records(redis_client: redis.Redis) -> None:
     """Jobs handed back on a stop leave no record behind."""
     queue = RedisQueue(redis_client, prefix="k_", retry_after=90, version="13.0.0")
+    reserving = queue.reserving
     for n in range(5):
         queue.push_raw(build_string_payload("13.0.0", NAME, {"n": n}))
-    taken = queue.reserving.reserve_batch(count=5, record=True)
-    assert queue.reserving.give_back("default", taken) == 5
+    taken = reserving.reserve_batch(count=5, record=True).jobs
+    assert reserving.give_back("default", taken) == 5
     keys = queue.keys()
     assert not redis_client.exists(keys.unstarted)
     assert not redis_client.exists(keys.reserved)

@@ -32,9 +32,9 @@ from test_worker_support import popen_laraq, wait_for
 from laraq.app import App
 from laraq.bus.dispatch import Dispatcher
 from laraq.cli.work import build_worker, default_params
+from laraq.protocol import acks as acks_module
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.versions import LaravelVersion
-from laraq.worker import reservation
 
 PREFIX = "laravel_database_"
 ECHO = "App\\Jobs\\EchoJob"
@@ -142,7 +142,7 @@ class _Running:
         self.thread.start()
 
     def stop(self) -> int | None:
-        self.worker.should_quit = True
+        self.worker.signals.quit()
         self.worker.signals.wake.set()
         self.thread.join(30)
         return self.status[0] if self.status else None
@@ -168,7 +168,7 @@ def _waiting_worker(redis_server: Any, redis_client: Any, workers: list[Any], ra
     worker = _worker(redis_server, _app(ran, started), workers, stop_when_empty=False, **opts)
     calls: dict[str, int] = {}
     for name in count:
-        _count(worker.queue.reserving, name, calls)
+        _count(worker.reserver.reserving, name, calls)
     running = _Running(worker)
     try:
         wait_for(lambda: _blocked_on_notify(redis_client), timeout=30)
@@ -195,7 +195,7 @@ def test_the_reserve_rides_with_the_wait_and_the_lease_is_renewed_without_waitin
     assert ran == [0, 1, 2]
     assert calls["reserve_wait"] >= 3  # each job came through the wait's own reserve
     assert calls["renew_send"] == 3 and calls["renew"] == 0  # renewed as it started, never waited for
-    assert worker.reservation.leases.renewal is None  # its reply was read
+    assert worker.reserver.leases.renewal is None  # its reply was read
 
 
 def test_a_timed_out_wait_still_runs_a_job_pushed_without_a_token(
@@ -226,10 +226,10 @@ def test_a_stop_during_the_wait_hands_a_job_that_arrives_back_untouched(
     ran: list[int] = []
     worker = _worker(redis_server, _app(ran), workers, block_for=2, stop_when_empty=False)
     calls: dict[str, int] = {}
-    _count(worker.queue.reserving, "give_back", calls)
+    _count(worker.reserver.reserving, "give_back", calls)
     running = _Running(worker)
     wait_for(lambda: _blocked_on_notify(redis_client), timeout=30)
-    worker.should_quit = True  # SIGTERM's flag: the wait goes on until a token or its timeout
+    worker.signals.quit()  # SIGTERM's flag: the wait goes on until a token or its timeout
     _push(redis_client, 3)
     running.thread.join(30)
     assert running.status == [0]
@@ -267,19 +267,19 @@ def test_a_wait_longer_than_the_socket_timeout_runs_its_course(
         wait_for(lambda: waits["reserve_wait"] >= 3, timeout=30)  # two waits ran to their timeout
         _push(redis_client, 9)
         wait_for(lambda: ran == [9], timeout=30)
-    assert worker.reservation._redis_down_since is None
+    assert worker.reserver._down_since is None
     assert "unreachable" not in caplog.text
 
 
 def _renewal_meets(worker: Any, before_send: Any) -> None:
     """Run ``before_send(members)`` just before each lease renewal is sent without waiting."""
-    original = worker.queue.reserving.renew_send
+    original = worker.reserver.reserving.renew_send
 
     def renew_send(queue: str, members: list[bytes]) -> Any:
         before_send(members)
         return original(queue, members)
 
-    worker.queue.reserving.renew_send = renew_send
+    worker.reserver.reserving.renew_send = renew_send
 
 
 def test_a_renewal_answered_after_our_own_ack_is_not_reported_as_lost(
@@ -289,7 +289,7 @@ def test_a_renewal_answered_after_our_own_ack_is_not_reported_as_lost(
     # finished job must not overtake it (the loop reads the renewal's reply before sending acks), or
     # the reply says "gone" for a job no one else touched. Forced here: acks are due at once, and the
     # script cache is flushed as the renewal is sent, so Redis runs it only when its reply is read.
-    monkeypatch.setattr(reservation, "_ACK_MAX_AGE", 0.0)
+    monkeypatch.setattr(acks_module, "ACK_MAX_AGE", 0.0)
     ran: list[int] = []
     with _waiting_worker(redis_server, redis_client, workers, ran, count=("renew_send",)) as (worker, calls):
         _renewal_meets(worker, lambda members: redis_client.script_flush())
@@ -298,7 +298,7 @@ def test_a_renewal_answered_after_our_own_ack_is_not_reported_as_lost(
             time.sleep(1.1)  # a later second than the wait began: the lease is renewed as the job starts
             _push(redis_client, n)
             wait_for(lambda n=n: len(ran) > n, timeout=30)
-        wait_for(lambda: worker.reservation.leases.renewal is None, timeout=30)
+        wait_for(lambda: worker.reserver.leases.renewal is None, timeout=30)
     assert ran == [0, 1] and calls["renew_send"] == 2
     assert "left :reserved" not in caplog.text and "taken back" not in caplog.text
 
@@ -324,7 +324,7 @@ def test_a_renewal_answered_after_our_own_release_is_not_reported_as_lost(
         time.sleep(1.1)
         _push(redis_client, 1)
         wait_for(lambda: attempts == [1, 2], timeout=30)
-        wait_for(lambda: redis_client.zcard(KEY + ":reserved") == 0 and worker.reservation.leases.renewal is None, timeout=30)
+        wait_for(lambda: redis_client.zcard(KEY + ":reserved") == 0 and worker.reserver.leases.renewal is None, timeout=30)
     finally:
         assert running.stop() == 0
     assert redis_client.llen(KEY) == 0 and redis_client.zcard(KEY + ":delayed") == 0
@@ -336,10 +336,10 @@ def test_a_started_job_someone_else_deleted_is_reported(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # the job is taken off :reserved by another client just before its renewal is sent; this
     # worker's own ack is still deferred when the reply comes, so the reply can only mean that
-    monkeypatch.setattr(reservation, "_ACK_MAX_AGE", 60.0)
+    monkeypatch.setattr(acks_module, "ACK_MAX_AGE", 60.0)
     ran: list[int] = []
     with _waiting_worker(redis_server, redis_client, workers, ran) as (worker, _calls):
-        worker.reservation.pipe = None  # acks deferred (as on Redis Cluster): a "gone" can only be someone else
+        worker.acks.pipe = None  # acks deferred (as on Redis Cluster): a "gone" can only be someone else
         _renewal_meets(worker, lambda members: redis_client.zrem(KEY + ":reserved", *members))
         wait_for(lambda: _blocked_on_notify(redis_client), timeout=30)
         time.sleep(1.1)
@@ -367,7 +367,7 @@ def test_the_stop_waits_for_an_ack_the_watchdog_is_still_sending(
             time.sleep(0.5)
 
     worker = _worker(redis_server, app, workers, stop_when_empty=True)
-    original = worker.queue.reserving.ack
+    original = worker.acks.send
     from_watchdog: list[int] = []
 
     def slow_from_watchdog(acks: dict[str, list[bytes]]) -> None:
@@ -376,8 +376,8 @@ def test_the_stop_waits_for_an_ack_the_watchdog_is_still_sending(
             time.sleep(1.0)
         original(acks)
 
-    worker.queue.reserving.ack = slow_from_watchdog
-    worker.reservation.pipe = None  # acks deferred, as on Redis Cluster (no AckPipe): the path under test
+    worker.acks.send = slow_from_watchdog
+    worker.acks.pipe = None  # acks deferred, as on Redis Cluster (no AckPipe): the path under test
     for n in (1, 2, 3):
         _push(redis_client, n)
     assert worker.daemon() == 0

@@ -1,420 +1,244 @@
-"""What Laravel's ``Illuminate\\Queue\\CallQueuedHandler`` does around ``handle()`` when Python runs the job:
-the unique lock, the chain (``Illuminate\\Bus\\Queueable::dispatchNextJobInChain`` /
-``invokeChainCatchCallbacks``), the batch (``Illuminate\\Bus\\Batchable`` + ``DatabaseBatchRepository``)
-and the class's own ``failed()`` method.
+"""Laravel's ``Illuminate\\Queue\\CallQueuedHandler`` for jobs Python runs: the command, ``handle()`` through
+the job's middleware, what follows a success, and the failure side (``CallQueuedHandler::failed``).
 
-The rule, in one place:
+One object, both sides, as Laravel's is:
 
-* **Unique lock** (``ShouldBeUnique``): when the key is known to Python - the command has a
-  ``uniqueId`` *property* - laraq releases it itself, at PHP's moment: before the
-  handler for ``unique="until_processing"``, after success unless the job released itself, and on
-  final failure. When ``uniqueId()`` is a method, only PHP can compute the key: the release is handed
-  to PHP (:mod:`laraq.bus.handoff`) and never guessed (an old ``unique=True`` deleted
-  ``laravel_unique_job:<class>`` here, which is not the lock of such a job).
-* **Chain**: after a success (not released, not failed) with a non-empty ``chained``, the next job is
-  dispatched by PHP's own ``ensureNextJobInChainIsDispatched`` on the original command - the payload
-  PHP builds for it is byte for byte what ``queue:work`` would push. ``chained`` rides in the command,
-  so it survives release and retry untouched.
-* **Batch**: after a success with a ``batchId``, PHP's ``ensureSuccessfulBatchJobIsRecorded`` runs
-  (row lock, counts, ``then``/``finally``/``progress`` callbacks in PHP); after a failure,
-  ``CallQueuedHandler::failed`` records it (``failed_job_ids``, cancel unless ``allowFailures``,
-  ``catch``/``finally``).
-* **Failure**: PHP's ``CallQueuedHandler::failed`` runs once on the original payload (lock, batch, catch
-  callbacks, the class's ``failed()``), after laraq wrote the ``failed_jobs`` row: in-process for every
-  object job, as artisan does; by hand-off when the job has chain ``catch`` callbacks, a batch, a
-  PHP-side unique key, or the handler asks for its PHP ``failed()`` method (``php_failed=True``).
+* **the command** (``getCommand``): unserialized, decrypted for a ``ShouldBeEncrypted`` job (:meth:`decode`);
+  a string job (``Class@method``) gets its ``data``;
+* **who runs it**: :meth:`php_only` (13.6+ debounced jobs only PHP can judge) and :meth:`php_reason` (a
+  middleware laraq does not run, a ``middleware()`` method, a model or enum with no Python twin, a job
+  PHP must finish without ``APP_KEY``): such a job goes back to PHP untouched;
+* **call** (:meth:`call`, :meth:`call_async`): a missing model (``handleModelNotFound``), the
+  ``ShouldBeUniqueUntilProcessing`` lock, the serialized middleware (:mod:`laraq.bus.middleware`) around
+  the handler; then :meth:`after_success`: the unique lock, the chain's next step and the batch record
+  (:class:`~laraq.bus.phpsteps.PhpSteps`);
+* **failed** (:meth:`failed`): the Python ``failed`` callback, then PHP's own ``failed()`` side (lock,
+  batch, chain ``catch``).
 
-Where PHP's part runs (see ``compat-docs/worker.md``, "The job model"):
-
-* **in-process PHP** - when the app is on the worker's host (:func:`laraq.bus.phpprocess.app_on_host`), the
-  worker's :class:`~laraq.bus.phpprocess.PhpProcess` runs those ``CallQueuedHandler`` steps synchronously,
-  at artisan's moment: before the handler, right after success and right after the failure, before the
-  worker takes its next job. Nothing is queued for PHP and ``APP_KEY`` is not needed.
-* **hand-off** - otherwise the steps go as a continuation job (:mod:`laraq.bus.handoff`) to the PHP queue,
-  which must be a queue laraq does not work (:func:`continuation_conflict` refuses the rest at start).
-  A continuation is a signed closure, so it needs ``APP_KEY``; without it a job that needs PHP is not run
-  at all: it goes back to PHP untouched (see :meth:`CallQueued.unsupported`).
+The worker (``Worker::process`` in :mod:`laraq.worker.process`) calls it and knows nothing of chains,
+batches or unique locks; deleting, releasing and failing the job in Redis is the worker's settle step.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+import re
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Protocol
 
-from laraq.bus.handoff import FAILURE_CODE, SUCCESS_CODE, continuation_payload, continuation_title
-from laraq.protocol.serializer import PHPObject, PHPSerializeError, deref, loads
-from laraq.stores import batches
-from laraq.stores.failed import php_class_name
+from laraq.bus import middleware, models, schema
+from laraq.bus.job import Job, JobAbandoned
+from laraq.bus.phpsteps import PhpSteps
+from laraq.protocol.payload import PayloadError
+from laraq.protocol.phparray import loads_php_arrays, php_arrays
+from laraq.protocol.redis_retry import retrying
+from laraq.protocol.serializer import PHPSerializeError
 
 if TYPE_CHECKING:
-    from laraq.bus.job import Job
-    from laraq.bus.phpprocess import PhpProcess
-    from laraq.protocol.queue import RedisQueue
+    from laraq.bus.handlers import Handler, HandlerRegistry
+    from laraq.protocol.encryption import Encrypter
     from laraq.protocol.versions import LaravelVersion
 
-__all__ = ["CallQueued", "continuation_conflict"]
+__all__ = ["CallQueuedHandler"]
 
 log = logging.getLogger("laraq.worker.worker")
 
-#: The job attribute :meth:`CallQueued.before_handle` sets when a ``ShouldBeUniqueUntilProcessing`` lock
-#: waits for the job's middleware (11.40+): the middleware gate calls it once the job may run.
-MIDDLEWARE_PASSED = "on_middleware_passed"
+#: A non-empty ``debounceOwner`` property in a serialized command (13.6+ debounce).
+_DEBOUNCED = re.compile(r's:13:"debounceOwner";s:[1-9][0-9]*:')
+
+#: Runs blocking work off the event loop's thread.
+OffLoop = Callable[..., Awaitable[Any]]
 
 
-def _non_empty(value: Any) -> bool:
-    if isinstance(value, dict | list):
-        return len(value) > 0
-    return value not in (None, "", False)
+class Runner(Protocol):
+    """Where a handler runs (:class:`laraq.worker.bridge.AsyncBridge`)."""
+
+    def call(self, handler: Handler, argument: Any, job: Job, running: Any) -> None:
+        """Run ``handler`` to its end on this thread (an ``async def`` one on the worker's loop)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Facts:
-    """The parts of a command the PHP-spanning steps depend on."""
+class CallQueuedHandler:
+    """``CallQueuedHandler`` for one worker (see the module)."""
 
-    chained: bool = False
-    catch: bool = False
-    batch_id: str | None = None
-    #: the ``uniqueId`` property (``""`` when it is null), None when the command has none
-    unique_id: str | None = None
-    #: job middleware is serialized on the command (see :mod:`laraq.bus.middleware`)
-    middleware: bool = False
-
-    @classmethod
-    def of(cls, command: PHPObject | None) -> _Facts:
-        if command is None:
-            return _NO_FACTS
-        # CallQueuedHandler reads these from outside the object: only *public* properties count, and
-        # a public property's wire name is its plain name (a dict lookup, no name resolution)
-        get = command._props.get
-        chained = get("chained")
-        catch = get("chainCatchCallbacks")
-        batch = get("batchId")
-        unique = get("uniqueId", _MISSING)
-        middleware = get("middleware")
-        if not (chained or catch or batch or middleware) and unique is _MISSING and type(chained) not in _ODD \
-                and type(catch) not in _ODD and type(batch) not in _ODD and type(middleware) not in _ODD:
-            return _NO_FACTS  # the usual job: all empty (falsy, and not one of the falsy values _non_empty counts)
-        batch = deref(batch)
-        unique = deref(unique)
-        return cls(
-            chained=_non_empty(deref(chained)),
-            catch=_non_empty(deref(catch)),
-            batch_id=str(batch) if _non_empty(batch) else None,
-            unique_id=None if unique is _MISSING else "" if unique is None else str(unique),
-            middleware=_non_empty(deref(middleware)),
-        )
-
-
-_MISSING = object()
-_NO_FACTS = _Facts()
-#: Falsy values ``_non_empty`` still counts as set (an object without properties, empty bytes).
-_ODD = (PHPObject, bytes)
-
-
-class CallQueued:
-    """The PHP-spanning steps of one worker (chain, batch, unique lock, PHP ``failed()``)."""
-
-    def __init__(self, queue: RedisQueue, version: LaravelVersion, *, cache: Any, signing_key: bytes | None,
-                 connection_name: str, php_queue: str | None = None) -> None:
-        self.queue = queue
+    def __init__(self, app: HandlerRegistry, version: LaravelVersion, steps: PhpSteps, *, cache: Any = None,
+                 encrypter: Encrypter | None = None, model_loader: models.ModelLoader | None = None) -> None:
+        self.app = app
         self.version = version
+        self.steps = steps
         self.cache = cache
-        self.signing_key = signing_key
-        self.connection_name = connection_name
-        #: Where continuations go: a queue PHP workers serve (default: the connection's default queue).
-        self.php_queue = php_queue
-        #: The app's own CallQueuedHandler in a PHP process on this host (None: hand-off by continuation).
-        self.php: PhpProcess | None = None
+        self.encrypter = encrypter
+        self.model_loader = model_loader
 
-    def use_php(self, process: PhpProcess | None) -> None:
-        """Run PHP's steps in ``process`` (synchronously), not as continuations."""
-        self.php = process
+    # -- the command -------------------------------------------------------------------------------------
 
-    def send_to_php(self, job: Job, reason: str, worked: list[str]) -> bool:
-        """A job only PHP can run (middleware laraq does not know, debounce, an enum with no Python twin):
-        moved once, untouched (attempts not burned), to ``--php-queue`` when that is a queue this worker
-        does not take, with one log line; False when there is no such queue (the caller puts it back on
-        its own queue for the PHP workers there). Pushed before the reservation goes: a crash in between
-        leaves it twice, never lost."""
-        target = self.php_queue
-        if not target or target in worked or target == job.queue:
-            return False
-        self.queue.push_raw(job.body, target)
-        self.queue.delete_reserved(job.reserved_job)
-        log.warning("%s (id %s on %s): moved untouched to queue %s for PHP: %s", job.name, job.id, job.queue,
-                    target, reason)
-        return True
-
-    @property
-    def path(self) -> str:
-        """Which path PHP's steps take: ``in-process PHP`` or ``hand-off on queue X``."""
-        if self.php is not None:
-            return f"in-process PHP ({self.php.base_path})"
-        return f"hand-off on queue {self.php_queue or self.queue.default_queue}"
-
-    # -- what a job needs ----------------------------------------------------------------------------
-
-    @staticmethod
-    def _command(job: Job) -> PHPObject | None:
-        command = job.command
-        return command if isinstance(command, PHPObject) else None
-
-    def facts(self, job: Job) -> _Facts:
-        """What the command says (read once per job: property lookups are not free on the hot path)."""
-        facts = job.model_facts
-        if facts is None:
-            facts = job.model_facts = _Facts.of(self._command(job))
-        return facts
-
-    def _unique_mode(self, job: Job) -> Any:
-        handler = job.handler
-        return None if handler is None else handler.unique
-
-    def _python_unique_id(self, job: Job) -> str | None:
-        """The ``uniqueId`` Python can compute (a property), else None."""
-        return self.facts(job).unique_id
-
-    def _unique_known(self, job: Job) -> bool:
-        return self._unique_mode(job) is not False and self._python_unique_id(job) is not None
-
-    def _unique_for_php(self, job: Job) -> bool:
-        mode = self._unique_mode(job)
-        return bool(mode) and self._python_unique_id(job) is None
-
-    def chained(self, job: Job) -> bool:
-        return self.facts(job).chained
-
-    def has_catch_callbacks(self, job: Job) -> bool:
-        return self.facts(job).catch
-
-    def batch_id(self, job: Job) -> str | None:
-        return self.facts(job).batch_id
-
-    def success_steps(self, job: Job) -> list[str]:
-        steps = []
-        if self.chained(job):
-            steps.append("chain")
-        if self.batch_id(job):
-            steps.append("batch")
-        mode = self._unique_mode(job)
-        # a lock Python cannot release goes with PHP's steps: declared (uniqueId() method), or, when a
-        # continuation runs anyway, whatever PHP finds (it checks ShouldBeUnique itself)
-        if mode != "until_processing" and mode is not False and not self._unique_known(job) \
-                and (self._unique_for_php(job) or steps):
-            steps.append("unique")
-        return steps
-
-    def needs_php_on_failure(self, job: Job) -> bool:
-        """Does ``CallQueuedHandler::failed`` have work on this failure? In-process: for every object job,
-        as artisan calls it (the class's own ``failed()`` included); by hand-off: only when the job says so."""
-        if self.php is not None and self._command(job) is not None:
-            return True
-        handler = job.handler
-        return (self.has_catch_callbacks(job) or self.batch_id(job) is not None or self._unique_for_php(job)
-                or bool(handler is not None and getattr(handler, "php_failed", False)))
-
-    def unsupported(self, job: Job) -> str | None:
-        """Why this job cannot be run by Python now (it then goes back to PHP untouched), or None."""
-        if self.signing_key is not None or self.php is not None:
-            return None
-        needs = [what for what, yes in (
-            ("a chain", self.chained(job) or self.has_catch_callbacks(job)),
-            ("a batch", self.batch_id(job) is not None),
-            ("a uniqueId() method", self._unique_for_php(job)),
-        ) if yes]
-        if not needs:
-            return None
-        return f"{job.name} has {' and '.join(needs)}, which PHP finishes, and APP_KEY is not set"
-
-    # -- the steps -------------------------------------------------------------------------------------
-
-    def before_handle(self, job: Job) -> None:
-        """``ShouldBeUniqueUntilProcessing``: the lock goes before ``handle()``: before the job's middleware
-        up to 11.39, once the middleware let the job through from 11.40 (then the middleware gate calls
-        the job's ``on_middleware_passed``, see :func:`laraq.bus.middleware.enter`)."""
-        if self._unique_mode(job) != "until_processing":
-            return
-        if job.payload.version.until_processing_lock_after_middleware and self.facts(job).middleware:
-            setattr(job, MIDDLEWARE_PASSED, lambda: self._release_until_processing(job))  # noqa: B010
-            return
-        self._release_until_processing(job)
-
-    def _release_until_processing(self, job: Job) -> None:
-        setattr(job, MIDDLEWARE_PASSED, None)  # noqa: B010 - once
-        if self._unique_known(job):
-            self.release_unique(job)
+    def decode(self, job: Job, handler: Handler) -> Any:
+        """The handler's first argument: the unserialized (decrypted) command, or ``data``."""
+        if job.command is not None:
+            return job.command
+        if handler.kind == "string":
+            job.command = php_arrays(job.payload.data)
+            return job.command
+        text = job.payload.command
+        if text is None:
+            raise PayloadError(f"{job.name} (uuid {job.uuid}) has no data.command to unserialize")
+        raw: bytes | str
+        if job.payload.is_encrypted_command:
+            if self.encrypter is None:
+                raise RuntimeError(f"Unable to extract job payload: {job.name} is encrypted and APP_KEY is not set")
+            try:
+                raw = self.encrypter.decrypt(text, unserialize=True)
+            except Exception as exc:
+                raise RuntimeError(f"Cannot decrypt the command of {job.name} (uuid {job.uuid}): {exc}") from exc
         else:
-            self._php_steps(job, ["unique-now"])
+            raw = text  # the str itself: an ASCII command is read in place, without a copy at the peak
+        try:
+            job.command = loads_php_arrays(raw)
+        except PHPSerializeError as exc:
+            raise PHPSerializeError(f"Cannot unserialize the command of {job.name} (uuid {job.uuid}): {exc}") from exc
+        return job.command
 
-    def _middleware_stopped(self, job: Job) -> None:
-        """The middleware stopped a ``ShouldBeUniqueUntilProcessing`` job without releasing it (its lock is
-        still held, 11.40+): 12.21+ free the lock all the same (the pipeline's ``finally``), 11.40 to 12.20
-        leave it to expire."""
-        if job.payload.version.until_processing_lock_freed_when_stopped:
-            self._release_until_processing(job)
-        else:
-            setattr(job, MIDDLEWARE_PASSED, None)  # noqa: B010
+    # -- who runs it ---------------------------------------------------------------------------------------
+
+    def php_only(self, job: Job) -> str | None:
+        """Why only PHP's ``CallQueuedHandler`` can run this job as meant, or None.
+
+        A debounced job (13.6+ ``#[DebounceFor]``: a non-empty ``debounceOwner`` in its command) must be
+        deleted unsent when a newer dispatch superseded it, which is decided by the job's own
+        ``debounceId()``/``debounceVia()`` PHP methods; laraq cannot evaluate them, so the job goes back
+        to PHP, loudly, instead of running superseded copies. The verdict is kept on the job (an encrypted
+        command is decrypted for it once)."""
+        if job.php_only is None:
+            job.php_only = self._debounced(job) or ""
+        return job.php_only or None
+
+    def _debounced(self, job: Job) -> str | None:
+        text = job.payload.command
+        if not text or not self.version.since("13.6"):
+            return None
+        if job.payload.is_encrypted_command:
+            if self.encrypter is None:
+                return None  # the decode step reports the missing key
+            try:
+                text = self.encrypter.decrypt(text, unserialize=True).decode("utf-8", "replace")
+            except Exception:
+                return None  # the decode step reports it
+        if _DEBOUNCED.search(text):
+            return (f"{job.name} is debounced (#[DebounceFor], Laravel 13.6+): only PHP can tell whether a "
+                    "newer dispatch superseded it")
+        return None
+
+    def php_reason(self, job: Job, handler: Handler) -> str | None:
+        """Why this object job goes back to PHP although Python has its handler, or None; restores its
+        models for the handler on the way (:func:`laraq.bus.models.prepare`). A command that cannot be
+        decoded is not sent back: it fails in the handler's run, where PHP meets it too."""
+        if handler.kind != "command":
+            return None
+        try:
+            self.decode(job, handler)
+        except Exception:
+            return None
+        reason = self.steps.unsupported(job) or schema.handler_reason(self.app.job_schemas.get(handler.name), handler)
+        facts = self.steps.facts(job)
+        if reason is None and facts.middleware:
+            reason = middleware.unsupported(job, self.cache, self.app.rate_limiters)
+        if reason is None:
+            reason = models.prepare(job, self.model_loader, self.app.enums,
+                                    php_settles=facts.batch_id is not None or facts.unique_id is not None
+                                    or bool(handler.unique))
+        return reason
+
+    # -- call -------------------------------------------------------------------------------------------------
+
+    def _enter(self, job: Job) -> middleware.Gate | None:
+        """Before ``handle()``: the until-processing lock, then the job's middleware (None: none)."""
+        self.steps.before_handle(job)
+        return middleware.enter(job, self.cache, self.app.rate_limiters) if self.steps.facts(job).middleware else None
+
+    def _missing_model(self, job: Job) -> None:
+        """``handleModelNotFound`` (see :func:`laraq.bus.models.settle`): deletes the job or raises."""
+        models.settle(job, self.app.job_schemas.get(getattr(job.handler, "name", "")))
+
+    def call(self, job: Job, handler: Handler, runner: Runner, running: Any = None) -> None:
+        """``handle()`` through the job's middleware (a ``ThrottlesExceptions`` around it may take the
+        handler's exception, as PHP's catch does); raises what the job raised. ``running``: the worker's
+        record of the run, handed to ``runner``."""
+        if job.restore_error is not None:
+            self._missing_model(job)
+            return
+        gate = self._enter(job)
+        try:
+            if gate is None or gate.proceed:
+                runner.call(handler, self.decode(job, handler), job, running)
+                if gate is not None:
+                    gate.succeeded()
+        except Exception as exc:
+            if gate is None or isinstance(exc, JobAbandoned) or not gate.caught(job, exc):
+                raise
+        finally:
+            if gate is not None:
+                gate.exit()
+
+    async def call_async(self, job: Job, handler: Handler, off_loop: OffLoop) -> None:
+        """:meth:`call` for an ``async def`` handler, awaited on the worker's loop (the gate's blocking
+        steps off it)."""
+        argument = self.decode(job, handler)
+        if job.restore_error is not None:
+            await off_loop(self._missing_model, job)
+            return
+        gate = self._enter(job)
+        try:
+            if gate is None or gate.proceed:
+                await handler.func(argument, job)
+                if gate is not None:
+                    await off_loop(gate.succeeded)
+        except Exception as exc:
+            if gate is None or isinstance(exc, JobAbandoned) or not await off_loop(gate.caught, job, exc):
+                raise
+        finally:
+            if gate is not None:
+                gate.exit()
 
     def after_success(self, job: Job) -> None:
-        """After a handler returned (and the job did not release itself): lock, chain, batch."""
-        if getattr(job, MIDDLEWARE_PASSED, None) is not None:
-            self._middleware_stopped(job)
-        if self.facts(job) is _NO_FACTS and self._unique_mode(job) is None:
-            # the usual job (no chain, batch or uniqueId; no unique declared in Python): no steps, and no
-            # lock Python knows of; only the 11.39+ Context lock may be left to release
-            self._release_context_lock(job)
+        """After ``handle()`` returned, unless the job released or failed itself: the unique lock, the
+        chain's next step, the batch record. Raises when that hand-over cannot be made (the worker then
+        releases the job as after an exception, never deleting it with its chain lost)."""
+        if job.restore_error is not None or job.is_released or job.has_failed:
             return
-        steps = self.success_steps(job)
-        if self._unique_known(job) and self._unique_mode(job) != "until_processing":
-            self.release_unique(job)
-        elif "unique" not in steps:
-            self._release_context_lock(job)
-        if steps:
-            counts = self._batch_data(job, success=True) if "batch" in steps and self.php is None else None
-            self._php_steps(job, steps, counts)
-
-    def after_failure(self, job: Job, exc: BaseException) -> None:
-        """After ``failed_jobs`` was written: PHP's ``failed()`` side, or the lock when Python knows it."""
-        if self.needs_php_on_failure(job) and self.php is not None:
-            self.php.failed(job.body, self.connection_name, job.queue, job.uuid or "", php_class_name(exc), str(exc))
-        elif self.needs_php_on_failure(job) and self.signing_key is not None:
-            counts = self._batch_data(job, success=False)
-            self._push(job, FAILURE_CODE, {"uuid": job.uuid or "", "class": php_class_name(exc),
-                                           "message": str(exc), "counts": counts}, "failed")
-        elif self._unique_known(job) and self._unique_mode(job) != "until_processing":
-            self.release_unique(job)
-        else:
-            self._release_context_lock(job)
-
-    def release_unique(self, job: Job) -> None:
-        unique_id = self._python_unique_id(job)
-        if self.cache is None or unique_id is None:
-            return
-        command = self._command(job)
-        owner = command.get("uniqueLockOwner") if command is not None else None
-        class_name = job.payload.command_name or job.name
-        # 12.41+ key the lock by displayName() only when the class has that method; the payload's
-        # displayName differs from the class name exactly then
-        display = job.display_name if job.display_name not in (None, class_name) else None
         try:
-            self.cache.unique_lock_release(class_name, unique_id, display, owner=owner or None)
+            self.steps.after_success(job)
         except Exception as exc:
-            log.warning("could not release the unique lock of %s: %s", job.name, exc)
+            log.error("%s (uuid %s) ran, but what follows it could not be queued: %s", job.name, job.uuid, exc)
+            raise
 
-    def _release_context_lock(self, job: Job) -> None:
-        """11.39+: a ``ShouldBeUnique`` job with no hint (no ``uniqueId`` property, handler ``unique=None``)
-        is still known by the lock key ``PendingDispatch`` put in the payload's hidden Context (with the
-        owner, 13.24+): released with that exact key after success or final failure."""
-        lock = context_lock(job.payload.decoded)
-        if lock is None or self.cache is None or self._unique_mode(job) is not None \
-                or self.facts(job).unique_id is not None:
-            return
-        name, owner, store = lock
-        release = getattr(self.cache, "release_lock", None)
-        if release is None or (store and store != getattr(self.cache, "store_name", store)):
-            log.warning("%s (uuid %s): its unique lock %s is in cache store %r, which laraq does not hold: "
-                        "left to expire", job.name, job.uuid, name, store)
-            return
+    # -- failed -----------------------------------------------------------------------------------------------
+
+    def failed(self, job: Job, error: BaseException,
+               run_coroutine: Callable[[Coroutine[Any, Any, Any]], Any]) -> None:
+        """``CallQueuedHandler::failed``, after the ``failed_jobs`` row: the Python ``failed`` callback, then
+        PHP's side (unique lock, batch, chain ``catch``, the class's ``failed()``)."""
         try:
-            release(name, owner=owner or None)
+            callback = None if job.restore_error is not None else self.app.failed_callback(job.payload)
+            if callback is not None:
+                result = callback(job.command, job, error)
+                if asyncio.iscoroutine(result):
+                    run_coroutine(result)
+        except Exception:
+            log.exception("the failed() callback of %s raised", job.name)
+        finally:
+            self._php_failed(job, error)
+
+    def _php_failed(self, job: Job, error: BaseException) -> None:
+        handler = job.handler
+        try:
+            if job.command is None and handler is not None and handler.kind == "command":
+                self.decode(job, handler)  # failed before it ran (max attempts): still PHP's failed()
         except Exception as exc:
-            log.warning("could not release the unique lock of %s: %s", job.name, exc)
-
-    def _php_steps(self, job: Job, steps: list[str], counts: list[int] | None = None) -> None:
-        """Run the success-side steps now in the PHP process, else hand them to PHP by continuation."""
-        if self.php is not None:
-            self.php.success(job.body, self.connection_name, job.queue, steps)
-            return
-        self._push(job, SUCCESS_CODE, {"steps": steps, "counts": counts}, self._label(job, steps))
-
-    def _batch_data(self, job: Job, *, success: bool) -> list[int] | None:
-        """Data-only path (no PHP on this host): the batch row's counts, ``failed_job_ids`` and cancel,
-        written now (:mod:`laraq.stores.batches`); the continuation then runs only the PHP part with
-        these counts. None when the job has no batch, no database, or the row is not there."""
-        batch = self.batch_id(job)
-        db = job.app_db
-        if self.php is not None or batch is None or db is None or not job.uuid or not hasattr(db, "connection"):
-            return None
+            log.warning("%s (uuid %s): cannot read its command for the failure steps: %s", job.name, job.uuid, exc)
+        if isinstance(job.restore_error, models.ModelNotFoundError):
+            return  # PHP cannot rebuild the command either: no failed(), catch or batch step runs
         try:
-            record = batches.record_success if success else batches.record_failure
-            counts = record(db, batch, job.uuid)
+            retrying(lambda: self.steps.after_failure(job, error))
         except Exception as exc:
-            log.warning("%s (uuid %s): could not record it in batch %s (%s): PHP records it later", job.name,
-                        job.uuid, batch, " ".join(str(exc).split())[:300])
-            return None
-        return None if counts is None else [counts.pending_jobs, counts.failed_jobs]
-
-    def _label(self, job: Job, steps: list[str]) -> str:
-        """What the continuation does, for its Horizon name: a speculative ``unique`` step (PHP checks
-        ``ShouldBeUnique`` itself) is not named unless the handler declares the job unique."""
-        named = [("unique lock" if s == "unique-now" else s) for s in steps
-                 if s != "unique" or self._unique_mode(job)]
-        return " + ".join(named) or "unique lock"
-
-    def _push(self, job: Job, code: str, use: dict[str, Any], about: str) -> None:
-        if self.signing_key is None:
-            log.error("%s (uuid %s) needs PHP for %s but APP_KEY is not set: not handed over",
-                      job.name, job.uuid, about)
-            return
-        data = job.payload.decoded.get("data")
-        variables = {"data": data if isinstance(data, dict) else {}, "body": job.body,
-                     "connection": self.connection_name, "queue": job.queue, "counts": None, **use}
-        body = continuation_payload(self.version, self.signing_key, code=code, use=variables, about=about)
-        target = self.php_queue or self.queue.default_queue
-        self.queue.push_raw(body, target)
-        log.info("%s (uuid %s): %s handed to PHP on queue %s as %r", job.name, job.uuid, about, target,
-                 continuation_title(about))
-
-
-def continuation_conflict(queues: list[str], php_queue: str | None, default_queue: str, *,
-                          in_process: bool, signing_key: bool,
-                          unhandled: str = "leave") -> tuple[str, str] | None:
-    """``("refuse" | "warn", one line)`` when continuations could land where this worker takes them, else None.
-
-    Nothing is handed off when the PHP steps run in-process, or without ``APP_KEY`` (such jobs are not
-    run). ``--php-queue`` naming a queue this worker works is refused: its continuations would bounce.
-    The connection's default queue (no ``--php-queue``) among the worked queues is the shared-queue
-    topology (PHP workers on the same queue take the continuations), so it is only warned about: with
-    no PHP worker there, the continuations would wait. That holds only while this worker leaves jobs it
-    has no handler for in the list (``--unhandled leave``); with any other policy it would take its own
-    continuations (requeue them, release them, or fail them), so that is refused too.
-    """
-    if in_process or not signing_key:
-        return None
-    target = php_queue or default_queue
-    if target not in queues:
-        return None
-    what = f"chain steps, batch callbacks and PHP failed() are handed to PHP on queue {target!r}"
-    fix = ("set --php-queue to a queue only PHP workers serve, or run where the app is (--php-app PATH, or "
-           "--env-file inside the app) so PHP runs them in-process")
-    if php_queue:
-        return "refuse", f"{what} (--php-queue), which this worker takes itself: {fix}"
-    if unhandled != "leave":
-        return "refuse", (f"{what} (the connection's default queue), which this worker takes with "
-                          f"--unhandled {unhandled}: use --unhandled leave (the default), or {fix}")
-    return "warn", f"{what} (the connection's default queue), which this worker also takes: keep a PHP worker " \
-                   f"on it, or {fix}"
-
-
-def context_lock(payload: dict[str, Any]) -> tuple[str, str | None, str | None] | None:
-    """(lock key, owner, cache store) from the payload's hidden Context (11.39+ unique dispatch), or None."""
-    ctx = payload.get("illuminate:log:context")
-    hidden = ctx.get("hidden") if isinstance(ctx, dict) else None
-    if not isinstance(hidden, dict):
-        return None
-
-    def text(name: str) -> str | None:
-        raw = hidden.get(name)
-        if not isinstance(raw, str):
-            return None
-        try:
-            value = loads(raw.encode("utf-8"))
-        except PHPSerializeError:
-            return None
-        return value if isinstance(value, str) else None
-
-    key = text("laravel_unique_job_key")
-    if not key:
-        return None
-    return key, text("laravel_unique_job_lock_owner"), text("laravel_unique_job_cache_store")
+            log.error("%s (uuid %s): could not hand its failure steps (chain catch, batch, failed()) to PHP: %s",
+                      job.name, job.uuid, exc)

@@ -1,15 +1,14 @@
 """One reserved job as a handler sees it: Laravel's ``RedisJob`` (``Jobs/Job.php`` + ``Jobs/RedisJob.php``).
 
-A :class:`Job` wraps the two strings :meth:`laraq.protocol.queue.RedisQueue.pop` returned: ``body`` (the
-member as it was in the list: payload accessors and ``failed_jobs.payload``) and ``reserved`` (the
-re-encoded member in ``:reserved``, the only string that deletes or releases the reservation).
+A :class:`Job` wraps the two strings a reserve returned: ``body`` (the member as it was in the list:
+payload accessors and ``failed_jobs.payload``) and ``reserved`` (the re-encoded member in ``:reserved``,
+the only string that deletes or releases the reservation).
 
-* :meth:`Job.delete` is ``ZREM :reserved <reserved>`` (sent with the worker's next reserve call on
-  its batched fast path);
-* :meth:`Job.release` is Laravel's release script (``ZREM`` + ``ZADD :delayed now+delay``);
-* :meth:`Job.fail` marks the job failed, deletes it, and hands it to the worker's failure hook, which
-  calls the Python ``failed`` callback, releases a ShouldBeUnique lock and writes ``failed_jobs``
-  (in Laravel the ``JobFailed`` listener of ``queue:work`` writes that row).
+Its state (deleted, released, failed) is recorded here, as Laravel's ``Job`` records it; what each action
+does in Redis and in the failed store belongs to a :class:`JobActions`: in a worker its settle step
+(:class:`laraq.worker.settle.Settle`: the ack, the release script, the failure bookkeeping), elsewhere
+:class:`QueueActions` (straight on the queue). A handler's own ``release()``/``delete()``/``fail()`` go
+through the same actions as the worker's, at the moment they are called, as in Laravel.
 
 Once the worker's watchdog has declared the job timed out, the job is *abandoned*: a handler thread
 that is still running can no longer delete, release or fail it (Laravel would have killed the
@@ -26,7 +25,7 @@ import _thread
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from laraq.protocol.payload import Payload
 from laraq.protocol.queue import RedisQueue, ReservedJob
@@ -40,6 +39,8 @@ from laraq.stores.failed import (
 
 __all__ = [
     "Job",
+    "JobActions",
+    "QueueActions",
     "JobAbandoned",
     "LaraqJobError",
     "ManuallyFailedError",
@@ -53,7 +54,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 FailHook = Callable[["Job", BaseException | None], None]
-AckHook = Callable[["Job"], None]
+Delay = int | float | timedelta | datetime
 
 
 # -- exceptions with PHP identities ---------------------------------------------------------------
@@ -78,6 +79,44 @@ class JobAbandoned(Exception):  # noqa: N818 - a control-flow signal, not an err
     """Raised in a handler's thread when its job timed out and was taken over by the watchdog."""
 
 
+# -- what the actions do ---------------------------------------------------------------------------
+
+class JobActions(Protocol):
+    """What a job's delete, release and fail do beyond its own state (see the module)."""
+
+    def delete(self, job: Job) -> None:
+        """``ZREM :reserved``: the job is done."""
+
+    def release(self, job: Job, delay: Delay) -> None:
+        """Laravel's release script: back on ``:delayed`` after ``delay``; the attempt counts."""
+
+    def fail(self, job: Job, exc: BaseException | None) -> None:
+        """The reservation goes and the failure is recorded (``failed_jobs``, callbacks, ``JobFailed``)."""
+
+
+class QueueActions:
+    """A job's actions outside a worker: straight on its queue; a failure goes to ``on_fail`` (if any)."""
+
+    def __init__(self, on_fail: FailHook | None = None) -> None:
+        self.on_fail = on_fail
+
+    def delete(self, job: Job) -> None:
+        job.redis_queue.delete_reserved(job.reserved_job)
+
+    def release(self, job: Job, delay: Delay) -> None:
+        job.redis_queue.release(job.reserved_job, delay)
+
+    def fail(self, job: Job, exc: BaseException | None) -> None:
+        try:
+            job.redis_queue.delete_reserved(job.reserved_job)
+        finally:
+            if self.on_fail is not None:
+                self.on_fail(job, exc)
+
+
+_DIRECT = QueueActions()
+
+
 # -- the job -------------------------------------------------------------------------------------
 
 class Job:
@@ -90,17 +129,13 @@ class Job:
         payload: Payload,
         *,
         connection_name: str = "redis",
-        on_fail: FailHook | None = None,
-        acker: AckHook | None = None,
+        actions: JobActions | None = None,
     ) -> None:
         self.redis_queue = queue
-        #: The worker's fast path defers ``delete()``'s ``ZREM`` to its next reserve call (see
-        #: ``compat-docs/worker.md``); without an acker the ``ZREM`` is sent at once.
-        self._acker = acker
         self.reserved_job = reserved
         self.payload = payload
         self.connection_name = connection_name
-        self._on_fail = on_fail
+        self._actions: JobActions = actions or _DIRECT
         self._lock = _thread.RLock()  # the C lock itself: threading.RLock() is a Python call per job
         self._deleted = False
         self._released = False
@@ -108,9 +143,9 @@ class Job:
         self._abandoned = False
         #: The unserialized command (object jobs) or ``data`` (string jobs), once the worker decoded it.
         self.command: Any = None
-        #: The :class:`laraq.app.Handler` running this job (set by the worker).
+        #: The :class:`laraq.bus.handlers.Handler` running this job (see :meth:`bind`).
         self.handler: Any = None
-        #: What :mod:`laraq.bus.callqueued` read from the command (chain, batch, uniqueId), once.
+        #: What :mod:`laraq.bus.phpsteps` read from the command (chain, batch, uniqueId), once.
         self.model_facts: Any = None
         #: ``time.perf_counter()`` when the handler started (set by the worker; ``None`` before).
         self.started_at: float | None = None
@@ -118,11 +153,15 @@ class Job:
         self.release_delay: int = 0
         #: A model the command names is missing (or could not be loaded): see :mod:`laraq.bus.models`.
         self.restore_error: BaseException | None = None
-        #: The app's database (a :class:`laraq.bus.models.ModelLoader`), set by the worker; None without DB_*.
+        #: The app's database (a :class:`laraq.bus.models.ModelLoader`), see :meth:`bind`; None without DB_*.
         self.app_db: Any = None
-        #: Why only PHP can run this job (a reason string), ``""`` when laraq can; ``None`` until the
-        #: worker looked (see ``Lifecycle._php_only``: decided once per job, not once per caller).
+        #: Why only PHP can run this job (a reason string), ``""`` when laraq can; ``None`` until
+        #: :class:`laraq.bus.callqueued.CallQueuedHandler` looked (decided once per job).
         self.php_only: str | None = None
+
+    def bind(self, handler: Any, actions: JobActions, app_db: Any = None) -> None:
+        """The worker's handler for this job, where its actions go, and the app's database."""
+        self.handler, self._actions, self.app_db = handler, actions, app_db
 
     def __repr__(self) -> str:
         return f"<Job {self.name} id={self.id} attempts={self.attempts} queue={self.queue}>"
@@ -235,49 +274,57 @@ class Job:
             return False
         return True
 
-    # -- actions -----------------------------------------------------------------------------------
+    # -- state: what happened, recorded once; True when the caller does the action's work -------------
 
-    def delete(self) -> None:
-        """Remove the reservation (``ZREM :reserved``): the job is done."""
+    def mark_deleted(self) -> bool:
+        """Record a delete; False when it must not happen (abandoned after its timeout)."""
         with self._lock:
             if not self._check_live("delete"):
-                return
+                return False
             self._deleted = True
-            if self._acker is not None:
-                self._acker(self)
-            else:
-                self.redis_queue.delete_reserved(self.reserved_job)
+            return True
 
-    def release(self, delay: int | float | timedelta | datetime = 0) -> None:
-        """Put the job back on the queue after ``delay`` seconds; the attempt counts."""
+    def mark_released(self, delay: Delay) -> bool:
+        """Record a release after ``delay``; False when it must not happen."""
         with self._lock:
             if not self._check_live("release"):
-                return
+                return False
             self._released = True
             queue = self.redis_queue
             self.release_delay = max(0, queue.available_at(delay) - queue.current_time())
-            queue.release(self.reserved_job, delay)
+            return True
+
+    def mark_failed(self, *, from_watchdog: bool = False) -> bool:
+        """Record a failure (``Job::fail``'s ``markAsFailed``); True when the reservation must still go and
+        the failure be recorded: not once the job was deleted. The watchdog may fail an abandoned job
+        (its timeout bookkeeping)."""
+        with self._lock:
+            if self._abandoned and not from_watchdog:
+                self._check_live("fail")
+                return False
+            self._failed = True
+            if self._deleted:
+                return False
+            self._deleted = True
+            return True
+
+    # -- actions (InteractsWithQueue) ---------------------------------------------------------------------
+
+    def delete(self) -> None:
+        """Remove the reservation (``ZREM :reserved``): the job is done."""
+        if self.mark_deleted():
+            self._actions.delete(self)
+
+    def release(self, delay: Delay = 0) -> None:
+        """Put the job back on the queue after ``delay`` seconds; the attempt counts."""
+        if self.mark_released(delay):
+            self._actions.release(self, delay)
 
     def batch_cancelled(self) -> bool:
         """``$this->batch()?->cancelled()``: was this job's batch cancelled? (False outside a batch)."""
         return batches.batch_cancelled(self)
 
     def fail(self, exc: BaseException | None = None) -> None:
-        """Fail the job: delete it, run the failed callback and write ``failed_jobs``."""
-        self.fail_internal(exc, from_watchdog=False)
-
-    def fail_internal(self, exc: BaseException | None, *, from_watchdog: bool) -> None:
-        """``Job::fail``; the watchdog may still fail an abandoned job (timeout bookkeeping)."""
-        with self._lock:
-            if self._abandoned and not from_watchdog:
-                self._check_live("fail")
-                return
-            self._failed = True
-            if self._deleted:
-                return
-            try:
-                self._deleted = True
-                self.redis_queue.delete_reserved(self.reserved_job)
-            finally:
-                if self._on_fail is not None:
-                    self._on_fail(self, exc)
+        """Fail the job: delete it, run the failed callbacks and write ``failed_jobs``."""
+        if self.mark_failed():
+            self._actions.fail(self, exc)

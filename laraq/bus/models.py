@@ -393,7 +393,7 @@ def delete_when_missing(job: Any, schema: Any = None) -> bool:
     return False
 
 
-def settle(job: Any, schema: Any, retrying: Callable[[Callable[[], Any]], Any]) -> None:
+def settle(job: Any, schema: Any) -> None:
     """After the max-attempts check, for a job whose restore failed: a missing model deletes the job
     (``deleteWhenMissingModels``) or fails it at once and raises; a database error is raised as a job
     exception like any other (released with its backoff)."""
@@ -401,7 +401,7 @@ def settle(job: Any, schema: Any, retrying: Callable[[Callable[[], Any]], Any]) 
     if not isinstance(error, ModelNotFoundError):
         raise error
     if delete_when_missing(job, schema):
-        retrying(job.delete)
+        job.delete()
         return
     job.fail(error)
     raise error

@@ -1,7 +1,7 @@
 """One place where a fault of the surroundings becomes one line and a documented exit code, for every command.
 
 :class:`LaraqGroup` is the ``laraq`` click group: a command that lets a Redis, database or configuration
-error escape gets the line and code of :func:`laraq.worker.exitcodes.explain` (``Redis ... refused the
+error escape gets the line and code of :func:`laraq.config.faults.explain` (``Redis ... refused the
 credentials ...; set REDIS_PASSWORD ...``, exit 4) instead of a traceback. Unknown exceptions still show
 their traceback: they are bugs, and hiding them would help nobody.
 """
@@ -34,8 +34,8 @@ class LaraqGroup(click.Group):
             raise
         except Exception as exc:
             # start-up: the worker package is imported only when a command failed (laraq --version needs none of it)
-            from laraq.worker.exitcodes import explain  # start-up: as above
-            from laraq.worker.startup import StartupError  # start-up: as above
+            from laraq.cli.startup import StartupError  # start-up: as above
+            from laraq.config.faults import explain  # start-up: as above
             if isinstance(exc, StartupError):
                 raise LaraqError(exc.message, exc.exit_code) from exc
             explained = explain(exc)

@@ -1,6 +1,6 @@
 """``laraq config``: what ``laraq work`` would connect to and use, as its start-up banner says it (or JSON).
 
-The same facts as the banner (:func:`laraq.worker.startup.describe_setup`): the Laravel profile and how it was
+The same facts as the banner (:func:`laraq.cli.startup.describe_setup`): the Laravel profile and how it was
 chosen, where the app's configuration was read, the Redis URL with the password masked, prefix, queues,
 ``retry_after``/``block_for``, the cache and failed-job stores, the handlers of ``--app``, and warnings;
 then every setting laraq takes from the app with where its value came from (cached config, booted app,
@@ -23,10 +23,10 @@ import click
 from laraq.app import App
 from laraq.cli.common import APP_CONFIG_HELP, APP_PATH_HELP
 from laraq.cli.errors import LaraqError
+from laraq.cli.startup import StartupError, check_redis, queue_warnings, render_setup
 from laraq.cli.work import default_params, prepare
 from laraq.config.appconfig import AppConfigError, export_app_config, find_app_path
 from laraq.config.phpworkers import shared_queue_warnings
-from laraq.worker.startup import StartupError, check_redis, queue_warnings, render_setup
 
 __all__ = ["config_cmd"]
 

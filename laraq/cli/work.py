@@ -1,6 +1,6 @@
 """``laraq work``: ``php artisan queue:work`` for Python handlers, with a built-in supervisor.
 
-``laraq work`` parses its options and then becomes the small supervisor of :mod:`laraq.worker.prefork`
+``laraq work`` parses its options and then becomes the small supervisor of :mod:`laraq.production.prefork`
 (about 10 MB: it imports no laraq code), which runs ``--processes`` worker processes (default 1) and
 forwards signals to them. Laravel enforces a job timeout by SIGKILLing its own process and relies on
 supervisord to start a new one; laraq's worker does the same when a synchronous handler overruns
@@ -33,26 +33,11 @@ import click
 import redis
 
 from laraq.app import App, load_app
-from laraq.bus.callqueued import continuation_conflict
 from laraq.bus.models import ModelLoader
 from laraq.bus.phpprocess import PhpProcess, PhpStepError, app_on_host
-from laraq.cli.work_command import work_cmd
-from laraq.config.effective import effective_settings, with_flags
-from laraq.config.phpworkers import shared_queue_warnings
-from laraq.config.settings import make_redis, parse_redis_url
-from laraq.production.listeners import attach_listeners
-from laraq.production.logs import JobLogListener, configure_logging, json_logging_active
-from laraq.protocol.phparray import set_command_limits
-from laraq.protocol.queue import RedisQueue
-from laraq.protocol.routing import QueueForwards
-from laraq.stores.batches import BatchTable
-from laraq.stores.cache import MaintenanceMode
-from laraq.stores.failed import connect_database
-from laraq.worker import prefork
-from laraq.worker.exitcodes import explain
-from laraq.worker.notes import release_free_memory
-from laraq.worker.output import Output
-from laraq.worker.startup import (
+from laraq.bus.phpsteps import PhpSteps, continuation_conflict
+from laraq.cli.output import Output, OutputListener
+from laraq.cli.startup import (
     OpenedStore,
     StartupError,
     check_app_key,
@@ -64,7 +49,24 @@ from laraq.worker.startup import (
     queue_warnings,
     render_setup,
 )
-from laraq.worker.worker import EXIT_ERROR, EXIT_USAGE, Worker, WorkerOptions
+from laraq.cli.work_command import work_cmd
+from laraq.config.effective import effective_settings, with_flags
+from laraq.config.faults import explain
+from laraq.config.phpworkers import shared_queue_warnings
+from laraq.config.settings import make_redis, parse_redis_url
+from laraq.exitcodes import EXIT_ERROR, EXIT_USAGE
+from laraq.production import prefork
+from laraq.production.listeners import attach_listeners
+from laraq.production.logs import JobLogListener, configure_logging, json_logging_active
+from laraq.protocol.phparray import set_command_limits
+from laraq.protocol.queue import RedisQueue
+from laraq.protocol.routing import QueueForwards
+from laraq.stores.batches import BatchTable
+from laraq.stores.cache import MaintenanceMode
+from laraq.stores.failed import connect_database
+from laraq.worker.context import WorkerOptions
+from laraq.worker.notes import release_free_memory
+from laraq.worker.worker import Worker
 
 # ``work_cmd`` (the options and the exec into the supervisor) is in laraq.cli.work_command, which imports
 # nothing heavy: the ``laraq work`` process does not import this module before it becomes the supervisor.
@@ -232,7 +234,7 @@ class Prepared:
 
 def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app: App | None = None,
             checks: bool = True, strict: bool = True) -> Prepared:
-    """Resolve the settings, the app and the stores (:mod:`laraq.worker.startup`); raises :class:`StartupError`.
+    """Resolve the settings, the app and the stores (:mod:`laraq.cli.startup`); raises :class:`StartupError`.
 
     ``checks`` pings Redis and looks for jobs under other prefixes (off for in-process test workers);
     ``strict=False`` (``laraq config``) reports a store or APP_KEY fault as a warning instead.
@@ -342,8 +344,8 @@ def _mask_url(url: str) -> str:
     return f"{scheme}://{auth}{parts.get('host', '127.0.0.1')}:{parts.get('port', 6379)}/{parts.get('database', 0)}"
 
 
-def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapping[str, str] | None = None,
-                 app: App | None = None, on_jobs_popped: Any = None, prepared: Prepared | None = None) -> Worker:
+def build_worker(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app: App | None = None,
+                 on_jobs_popped: Any = None, prepared: Prepared | None = None) -> Worker:
     """Build a :class:`~laraq.worker.worker.Worker` from ``laraq work``'s options and the Laravel settings.
 
     ``env`` replaces ``os.environ`` as the source of Laravel settings; ``app`` replaces ``--app``.
@@ -363,18 +365,23 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
         acks=params.get("acks") or "at-once",
     )
     json_logs = params.get("log_format") == "json"
-    output = Output(settings.version, json_mode=params["json_mode"],
-                    quiet=params["quiet"] or (json_logs and not params["json_mode"]), verbosity=params["verbose"])
+    listeners: list[Any] = []
+    if not (params["quiet"] or (json_logs and not params["json_mode"])):
+        listeners.append(OutputListener(Output(settings.version, json_mode=params["json_mode"],
+                                               verbosity=params["verbose"])))
+    listeners.append(JobLogListener(job_lines=json_logs))
     connection_name = params.get("connection") or settings.connection_name
+    steps = PhpSteps(p.queue, settings.version, cache=p.cache,
+                     signing_key=p.encrypter.key if p.encrypter is not None else None,
+                     connection_name=connection_name, php_queue=options.php_queue)
+    _use_php(steps, params, env)
     worker = Worker(
         p.app, p.queue, p.queues, options=options, connection_name=connection_name, version=settings.version,
-        cache=p.cache, failer=p.failer, encrypter=p.encrypter, output=output,
-        maintenance=MaintenanceMode(settings, p.cache), on_job_popped=on_job_popped,
-        on_jobs_popped=on_jobs_popped, listeners=[JobLogListener(job_lines=json_logs)],
+        cache=p.cache, failer=p.failer, encrypter=p.encrypter, steps=steps,
+        maintenance=MaintenanceMode(settings, p.cache), on_jobs_popped=on_jobs_popped, listeners=listeners,
         model_loader=ModelLoader(lambda name: connect_database(settings.database(name)), p.app.model_schemas,
                                  BatchTable(settings.batch_database, settings.batch_table)),
     )
-    _use_php(worker, params, settings, env)
     horizon = _horizon_listener(params, settings, p.queue.client)
     if horizon is not None:
         worker.add_listener(horizon)
@@ -382,29 +389,29 @@ def build_worker(params: dict[str, Any], *, on_job_popped: Any = None, env: Mapp
     return worker
 
 
-def _use_php(worker: Worker, params: dict[str, Any], settings: Any, env: Mapping[str, str] | None) -> None:
+def _use_php(steps: PhpSteps, params: dict[str, Any], env: Mapping[str, str] | None) -> None:
     """The in-process PHP of :mod:`laraq.bus.phpprocess` when the app is on this host."""
     try:
         base = app_on_host(params.get("php_app") or params.get("app_path"), params.get("env_file"))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     if base is not None:
-        worker.callqueued.use_php(PhpProcess(base, env=env))
+        steps.use_php(PhpProcess(base, env=env))
 
 
 def _check_continuations(worker: Worker, params: dict[str, Any]) -> None:
     """At start: boot the in-process PHP (a broken app is said now, and the worker hands off instead);
     refuse a hand-off whose continuations this worker would take itself (bounce or starve)."""
-    php = worker.callqueued.php
-    if php is not None:
+    steps = worker.callqueued.steps
+    if steps.php is not None:
         try:
-            php.ping()
+            steps.php.ping()
         except PhpStepError as exc:
             log.error("the app at %s cannot be booted by PHP (%s): chain steps, batches, unique locks and PHP "
-                      "failed() are handed to PHP by continuation instead", php.base_path, exc)
-            worker.callqueued.use_php(None)
+                      "failed() are handed to PHP by continuation instead", steps.php.base_path, exc)
+            steps.use_php(None)
     problem = continuation_conflict(worker.queues, params.get("php_queue"), worker.queue.default_queue,
-                                    in_process=worker.callqueued.php is not None,
+                                    in_process=steps.php is not None,
                                     signing_key=worker.encrypter is not None,
                                     unhandled=params.get("unhandled") or "leave")
     if problem is not None and problem[0] == "refuse":
@@ -443,7 +450,7 @@ def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any
     return HorizonListener(horizon_client, hs, signal_pid=signal_pid)
 
 
-# -- the worker process under the supervisor (laraq.worker.prefork) ---------------------------------------
+# -- the worker process under the supervisor (laraq.production.prefork) ---------------------------------------
 
 def _die_with_parent(parent: int) -> None:
     """Ask Linux to SIGKILL this process when the supervisor dies (best effort elsewhere)."""

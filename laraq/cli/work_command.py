@@ -1,4 +1,4 @@
-"""``laraq work``'s command line: its options, and the exec into the supervisor (:mod:`laraq.worker.prefork`).
+"""``laraq work``'s command line: its options, and the exec into the supervisor (:mod:`laraq.production.prefork`).
 
 This module imports click and a few standard modules, no worker and no Redis client, so that looking
 the command up (``laraq --help``, ``laraq work --help``, a usage error) stays light. When the command
@@ -149,14 +149,14 @@ def work_cmd(**params: Any) -> None:
 
 
 def _exec_supervisor(params: dict[str, Any], processes: int) -> None:
-    """Fork the workers, then become the small supervisor of :mod:`laraq.worker.prefork` (this process
+    """Fork the workers, then become the small supervisor of :mod:`laraq.production.prefork` (this process
     image is replaced; the workers, forked before, are its children and are adopted).
 
-    The workers go on in this interpreter (:func:`laraq.worker.prefork.fork_workers`): a worker of its own
+    The workers go on in this interpreter (:func:`laraq.production.prefork.fork_workers`): a worker of its own
     ``posix_spawn`` would start a third interpreter and import everything again (about 0.1 s of CPU and
     more of wall time on a loaded host; see compat-docs/performance.md, issue 33).
     """
-    from laraq.worker import prefork  # start-up: the supervisor's module, imported just before the exec
+    from laraq.production import prefork  # start-up: the supervisor's module, imported just before the exec
 
     os.environ[_CONFIG_ENV] = json.dumps(params)
     # The worker's modules, imported once before the fork (the workers share those pages until they

@@ -43,7 +43,19 @@ from laraq.horizon.settings import HorizonSettings
 from laraq.horizon.supervisors import NO_SIGNAL_PID, HorizonMaster
 from laraq.horizon.trimming import Trimmer
 from laraq.stores.failed import format_exception
-from laraq.worker.events import WorkerListener
+from laraq.worker.events import (
+    JobFailed,
+    JobProcessed,
+    JobProcessing,
+    JobReleased,
+    JobReserved,
+    JobTimedOut,
+    JobUnhandled,
+    Looping,
+    WorkerListener,
+    WorkerStarting,
+    WorkerStopping,
+)
 
 __all__ = ["HorizonListener"]
 
@@ -90,8 +102,8 @@ class HorizonListener(WorkerListener):
 
     # -- the worker -------------------------------------------------------------------------------------
 
-    def worker_starting(self, worker: Any) -> None:
-        opts = worker.options
+    def worker_starting(self, event: WorkerStarting) -> None:
+        opts = event.options
         supervisor_pid = None
         if self.signal_pid != NO_SIGNAL_PID:
             self.relay = SupervisorRelay()
@@ -99,30 +111,26 @@ class HorizonListener(WorkerListener):
         else:
             supervisor_pid = NO_SIGNAL_PID
         self.master = HorizonMaster(
-            self.client, self.settings, connection=worker.connection_name, queues=",".join(worker.queues),
-            processes=max(1, int(getattr(opts, "concurrency", 1))), signal_pid=self.signal_pid,
-            supervisor_pid=supervisor_pid,
-            worker_name=getattr(opts, "name", "default"),
-            options={"backoff": getattr(opts, "backoff", 0), "force": getattr(opts, "force", False),
-                     "tries": getattr(opts, "max_tries", 1), "max_time": getattr(opts, "max_time", 0),
-                     "max_jobs": getattr(opts, "max_jobs", 0), "memory": getattr(opts, "memory", 128),
-                     "sleep": getattr(opts, "sleep", 3), "timeout": getattr(opts, "timeout", 60),
-                     "rest": getattr(opts, "rest", 0)},
+            self.client, self.settings, connection=event.connection, queues=",".join(event.queues),
+            processes=max(1, int(opts.concurrency)), signal_pid=self.signal_pid, supervisor_pid=supervisor_pid,
+            worker_name=opts.name,
+            options={"backoff": opts.backoff, "force": opts.force, "tries": opts.max_tries,
+                     "max_time": opts.max_time, "max_jobs": opts.max_jobs, "memory": opts.memory,
+                     "sleep": opts.sleep, "timeout": opts.timeout, "rest": opts.rest},
         )
         self.master.flush_commands()
         gone = self.master.forget_dead_laraq_masters()
         if gone:
             log.info("horizon: removed stale laraq masters %s", ", ".join(gone))
-        self._persist(worker)
+        self._persist(paused=False)
         pid = "none" if self.master.signal_pid == NO_SIGNAL_PID else self.master.signal_pid
         sup_pid = "none" if self.master.supervisor_pid == NO_SIGNAL_PID else self.master.supervisor_pid
         log.info("horizon: master %s (signals to pid %s), supervisor %s (signals to pid %s); Horizon %s (%s)",
                  self.master.name, pid, self.master.supervisor, sup_pid, self.settings.version,
                  self.settings.version_source)
 
-    def _persist(self, worker: Any) -> None:
+    def _persist(self, *, paused: bool) -> None:
         assert self.master is not None
-        paused = bool(getattr(worker, "paused", False))
         if not paused:
             self._supervisor_paused = False  # resumed, at whichever level
         self.master.persist(paused=paused, supervisor_only=paused and self._supervisor_paused)
@@ -146,7 +154,7 @@ class HorizonListener(WorkerListener):
             return actions
         return relay.actions()
 
-    def worker_looping(self, worker: Any) -> None:
+    def worker_looping(self, event: Looping) -> None:
         master = self.master
         if master is None:
             return
@@ -159,11 +167,11 @@ class HorizonListener(WorkerListener):
                 continue
             self._obey(action, supervisor=command.supervisor, source=command.command)
         self._flush_started()
-        self._persist(worker)
+        self._persist(paused=event.paused)
         if self.trimmer is not None and not master.php_master_alive():
             self.trimmer.tick()
 
-    def worker_stopping(self, worker: Any, status: int) -> None:
+    def worker_stopping(self, event: WorkerStopping) -> None:
         # jobs that never started were handed back to the queue: their records stay pending
         self._flush_started()
         with self._lock:
@@ -185,25 +193,30 @@ class HorizonListener(WorkerListener):
             job._horizon_payload = cached
         return cached
 
-    def job_reserved(self, job: Any) -> None:
+    def job_reserved(self, event: JobReserved) -> None:
+        job = event.job
         key, fields = self.records.reserved_write(self._payload(job), time.time())
         with self._lock:
             self._held[id(job)] = (key, fields, False)
 
-    def job_processing(self, job: Any) -> None:
+    def job_processing(self, event: JobProcessing) -> None:
+        job = event.job
         with self._lock:
             held = self._held.get(id(job))
             if held is not None:
                 self._held[id(job)] = (held[0], held[1], True)
 
-    def job_timed_out(self, job: Any) -> None:
+    def job_timed_out(self, event: JobTimedOut) -> None:
+        job = event.job
         self.records.write(self._take(job))
 
-    def job_released(self, job: Any, delay: int, exc: BaseException | None) -> None:
+    def job_released(self, event: JobReleased) -> None:
+        job, delay = event.job, event.delay
         self.records.released(job.connection_name, job.queue, self._payload(job), before=self._take(job),
                               delay=delay)
 
-    def job_processed(self, job: Any, runtime: float) -> None:
+    def job_processed(self, event: JobProcessed) -> None:
+        job, runtime = event.job, event.runtime
         # A job that released itself was never deleted: Horizon's JobDeleted (completion, metrics)
         # does not fire for it; a failed one is recorded by job_failed.
         if job.is_released or job.has_failed:
@@ -211,7 +224,8 @@ class HorizonListener(WorkerListener):
         self.records.completed(job.connection_name, job.queue, self._payload(job), runtime * 1000.0,
                                before=self._take(job))
 
-    def job_failed(self, job: Any, exc: BaseException | None, runtime: float | None) -> None:
+    def job_failed(self, event: JobFailed) -> None:
+        job, exc = event.job, event.exception
         text = "" if exc is None else format_exception(exc, job_name=getattr(job, "name", None))
         context = None
         ctx = getattr(exc, "context", None)
@@ -223,7 +237,8 @@ class HorizonListener(WorkerListener):
         self.records.failed(job.connection_name, job.queue, self._payload(job), text, context,
                             before=self._take(job))
 
-    def job_unhandled(self, job: Any, action: str, detail: str) -> None:
+    def job_unhandled(self, event: JobUnhandled) -> None:
+        job, action = event.job, event.action
         before = self._take(job)
         if action == "requeue":  # the original body went back on the list for PHP
             self.records.released(job.connection_name, job.queue, self._payload(job, body=True), before=before)

@@ -37,7 +37,19 @@ from pathlib import Path
 from typing import Any
 
 from laraq._version import __version__
-from laraq.worker.events import WorkerListener
+from laraq.worker.events import (
+    JobFailed,
+    JobProcessed,
+    JobProcessing,
+    JobReleased,
+    JobReserved,
+    JobTimedOut,
+    JobUnhandled,
+    Looping,
+    WorkerListener,
+    WorkerStarting,
+    WorkerStopping,
+)
 
 __all__ = ["Heartbeat", "WorkerRecord", "live_workers", "check_health", "registry_key", "DEFAULT_INTERVAL",
            "DEFAULT_TTL"]
@@ -203,13 +215,11 @@ class Heartbeat(WorkerListener):
 
     # -- listener hooks: in-memory only, except start and stop ------------------------------------------
 
-    def worker_starting(self, worker: Any) -> None:
+    def worker_starting(self, event: WorkerStarting) -> None:
         self._static = {
-            "host": self.host, "pid": str(self.pid), "ppid": str(self.ppid),
-            "name": str(getattr(getattr(worker, "options", None), "name", "default")),
-            "connection": str(getattr(worker, "connection_name", "")),
-            "queues": ",".join(getattr(worker, "queues", [])),
-            "laravel": str(getattr(worker, "version", "")), "laraq": __version__,
+            "host": self.host, "pid": str(self.pid), "ppid": str(self.ppid), "name": str(event.options.name),
+            "connection": event.connection, "queues": ",".join(event.queues), "laravel": str(event.version),
+            "laraq": __version__,
         }
         self._looped = time.monotonic()
         self._static["started"] = repr(time.time())
@@ -222,41 +232,48 @@ class Heartbeat(WorkerListener):
         self._thread = threading.Thread(target=self._run, name="laraq-heartbeat", daemon=True)
         self._thread.start()
 
-    def worker_looping(self, worker: Any) -> None:
+    def worker_looping(self, event: Looping) -> None:
         self._looped = time.monotonic()
 
-    def job_reserved(self, job: Any) -> None:
+    def job_reserved(self, event: JobReserved) -> None:
+        job = event.job
         with self._lock:
             self._held[id(job)] = (str(job.id or ""), time.time())
 
-    def job_unhandled(self, job: Any, action: str, detail: str) -> None:
+    def job_unhandled(self, event: JobUnhandled) -> None:
+        job = event.job
         with self._lock:
             self._held.pop(id(job), None)
 
-    def job_processing(self, job: Any) -> None:
+    def job_processing(self, event: JobProcessing) -> None:
+        job = event.job
         with self._lock:
             self._running.add(id(job))
 
-    def job_processed(self, job: Any, runtime: float) -> None:
+    def job_processed(self, event: JobProcessed) -> None:
+        job = event.job
         with self._lock:
             self.done += 1
             self._running.discard(id(job))
             self._held.pop(id(job), None)
 
-    def job_released(self, job: Any, delay: int, exc: BaseException | None) -> None:
+    def job_released(self, event: JobReleased) -> None:
+        job, exc = event.job, event.exception
         with self._lock:
             self.released += 1
             if exc is not None:  # a handler's own release is followed by job_processed
                 self._running.discard(id(job))
                 self._held.pop(id(job), None)
 
-    def job_failed(self, job: Any, exc: BaseException | None, runtime: float | None) -> None:
+    def job_failed(self, event: JobFailed) -> None:
+        job = event.job
         with self._lock:
             self.failed += 1
             self._running.discard(id(job))
             self._held.pop(id(job), None)
 
-    def job_timed_out(self, job: Any) -> None:
+    def job_timed_out(self, event: JobTimedOut) -> None:
+        job = event.job
         with self._lock:
             self._running.discard(id(job))
             self._held.pop(id(job), None)
@@ -265,7 +282,7 @@ class Heartbeat(WorkerListener):
     def in_flight(self) -> int:
         return len(self._running)
 
-    def worker_stopping(self, worker: Any, status: int) -> None:
+    def worker_stopping(self, event: WorkerStopping) -> None:
         self.stop()
 
     # -- the record ------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ def build_listeners(worker: Any, params: dict[str, Any]) -> list[Any]:
         from laraq.production.metrics import Metrics
 
         listeners.append(Metrics(port=params["metrics_port"], addr=params.get("metrics_addr") or "0.0.0.0",
-                                 sample_interval=float(params.get("metrics_interval") or 15.0)))
+                                 sample_interval=float(params.get("metrics_interval") or 15.0), queue=worker.queue))
     if params.get("otel") or os.environ.get("LARAQ_OTEL", "") not in ("", "0", "false"):
         # optional dependency: opentelemetry (laraq[otel]) is imported only when tracing is asked for
         from laraq.production.otel import OtelListener, instrument_dispatch

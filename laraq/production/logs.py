@@ -30,7 +30,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from laraq.worker.events import WorkerListener
+from laraq.worker.events import (
+    JobFailed,
+    JobProcessed,
+    JobProcessing,
+    JobReleased,
+    JobUnhandled,
+    WorkerListener,
+)
 from laraq.worker.logtext import short
 
 if TYPE_CHECKING:
@@ -166,7 +173,8 @@ class JobLogListener(WorkerListener):
         self.job_lines = job_lines
         self.log = logging.getLogger("laraq.bus.job")
 
-    def job_processing(self, job: Job) -> None:
+    def job_processing(self, event: JobProcessing) -> None:
+        job = event.job
         _current_job.set(job)
         if self.job_lines:
             self.log.info("job processing", extra={**job_fields(job), "status": "processing"})
@@ -187,14 +195,18 @@ class JobLogListener(WorkerListener):
         level = logging.ERROR if status == "failed" else logging.WARNING if status == "released" else logging.INFO
         self.log.log(level, message, extra=fields)
 
-    def job_processed(self, job: Job, runtime: float) -> None:
+    def job_processed(self, event: JobProcessed) -> None:
+        job, runtime = event.job, event.runtime
         self._done(job, "processed", "job processed", runtime)
 
-    def job_released(self, job: Job, delay: int, exc: BaseException | None) -> None:
+    def job_released(self, event: JobReleased) -> None:
+        job, delay, exc = event.job, event.delay, event.exception
         self._done(job, "released", f"job released for {delay}s", None, exc, delay=delay)
 
-    def job_failed(self, job: Job, exc: BaseException | None, runtime: float | None) -> None:
+    def job_failed(self, event: JobFailed) -> None:
+        job, exc, runtime = event.job, event.exception, event.runtime
         self._done(job, "failed", "job failed", runtime, exc)
 
-    def job_unhandled(self, job: Job, action: str, detail: str) -> None:
+    def job_unhandled(self, event: JobUnhandled) -> None:
+        job, detail = event.job, event.detail
         self._done(job, "unhandled", f"no Python handler: {detail}", None)

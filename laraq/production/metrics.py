@@ -45,7 +45,17 @@ from prometheus_client import (
 from laraq.production.heartbeat import live_workers
 from laraq.production.multiproc import MULTIPROC_ENV, multiprocess_dir, use_multiprocess_dir
 from laraq.production.running import STATES, reserved_jobs, running_counts
-from laraq.worker.events import WorkerListener
+from laraq.worker.events import (
+    JobFailed,
+    JobProcessed,
+    JobProcessing,
+    JobReleased,
+    JobTimedOut,
+    JobUnhandled,
+    WorkerListener,
+    WorkerStarting,
+    WorkerStopping,
+)
 
 __all__ = ["Metrics", "QueueSampler", "sample_queues", "exposition", "multiprocess_dir", "use_multiprocess_dir",
            "reap_dead_processes", "MULTIPROC_ENV"]
@@ -168,7 +178,9 @@ class Metrics(WorkerListener):
     """
 
     def __init__(self, *, port: int | None = None, addr: str = "0.0.0.0", sample_interval: float = 15.0,
-                 registry: CollectorRegistry | None = None) -> None:
+                 registry: CollectorRegistry | None = None, queue: Any = None) -> None:
+        #: the queue connection whose queues are sampled (the worker's), None: no sampling
+        self.queue = queue
         self.port = port
         self.addr = addr
         self.sample_interval = sample_interval
@@ -193,7 +205,7 @@ class Metrics(WorkerListener):
                         multiprocess_mode=live)
         self.in_flight = Gauge("laraq_jobs_in_flight", "Jobs being run now.", registry=reg, multiprocess_mode=live)
         self.sampler = QueueSampler(self.registry, multiprocess=self.multiprocess)
-        self._worker: Any = None
+        self._queues: list[str] | None = None
         self._running: set[int] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -203,8 +215,8 @@ class Metrics(WorkerListener):
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
-    def worker_starting(self, worker: Any) -> None:
-        self._worker = worker
+    def worker_starting(self, event: WorkerStarting) -> None:
+        self._queues = list(event.queues)
         if self.multiprocess:
             reap_dead_processes(multiprocess_dir() or "")
         self.up.set(1)
@@ -214,7 +226,7 @@ class Metrics(WorkerListener):
         self._thread = threading.Thread(target=self._run, name="laraq-metrics", daemon=True)
         self._thread.start()
 
-    def worker_stopping(self, worker: Any, status: int) -> None:
+    def worker_stopping(self, event: WorkerStopping) -> None:
         self.up.set(0)
         self._stop.set()
         thread, self._thread = self._thread, None
@@ -242,35 +254,41 @@ class Metrics(WorkerListener):
                 self._running.discard(id(job))
             self.in_flight.set(len(self._running))
 
-    def job_processing(self, job: Any) -> None:
+    def job_processing(self, event: JobProcessing) -> None:
+        job = event.job
         self._running_changed(job, True)
         pushed = _pushed_at(job)
         if pushed is not None:
             self.pickup.labels(_job_labels(job)[0]).observe(max(0.0, time.time() - pushed))
 
-    def job_processed(self, job: Any, runtime: float) -> None:
+    def job_processed(self, event: JobProcessed) -> None:
+        job, runtime = event.job, event.runtime
         labels = _job_labels(job)
         self.processed.labels(*labels).inc()
         self.runtime.labels(*labels).observe(runtime)
         self._running_changed(job, False)
 
-    def job_released(self, job: Any, delay: int, exc: BaseException | None) -> None:
+    def job_released(self, event: JobReleased) -> None:
+        job, exc = event.job, event.exception
         self.released.labels(*_job_labels(job)).inc()
         if exc is not None:  # a handler's own release is followed by job_processed
             self._running_changed(job, False)
 
-    def job_failed(self, job: Any, exc: BaseException | None, runtime: float | None) -> None:
+    def job_failed(self, event: JobFailed) -> None:
+        job, runtime = event.job, event.runtime
         labels = _job_labels(job)
         self.failed.labels(*labels).inc()
         if runtime is not None:
             self.runtime.labels(*labels).observe(runtime)
         self._running_changed(job, False)
 
-    def job_timed_out(self, job: Any) -> None:
+    def job_timed_out(self, event: JobTimedOut) -> None:
+        job = event.job
         self.timed_out.labels(*_job_labels(job)).inc()
         self._running_changed(job, False)
 
-    def job_unhandled(self, job: Any, action: str, detail: str) -> None:
+    def job_unhandled(self, event: JobUnhandled) -> None:
+        job, action = event.job, event.action
         self.unhandled.labels(*_job_labels(job), action).inc()
 
     # -- serving and sampling ---------------------------------------------------------------------------------
@@ -299,11 +317,10 @@ class Metrics(WorkerListener):
                  " (all workers of " + str(multiprocess_dir()) + ")" if self.multiprocess else "")
 
     def _sample(self) -> None:
-        worker = self._worker
-        if worker is None:
+        if self.queue is None or self._queues is None:
             return
         try:
-            self.sampler.update(worker.queue, worker.queues)
+            self.sampler.update(self.queue, self._queues)
         except Exception as exc:
             log.debug("metrics: queue sampling failed: %s", exc)
 

@@ -36,7 +36,14 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from laraq.bus.dispatch import Dispatcher
-from laraq.worker.events import WorkerListener
+from laraq.worker.events import (
+    JobFailed,
+    JobProcessed,
+    JobProcessing,
+    JobReleased,
+    JobTimedOut,
+    WorkerListener,
+)
 
 if TYPE_CHECKING:
     from laraq.bus.job import Job
@@ -78,7 +85,8 @@ class OtelListener(WorkerListener):
     def __init__(self, tracer_provider: Any = None) -> None:
         self.tracer = trace.get_tracer("laraq", tracer_provider=tracer_provider)
 
-    def job_processing(self, job: Job) -> None:
+    def job_processing(self, event: JobProcessing) -> None:
+        job = event.job
         decoded = job.payload.decoded
         producer = trace_context(decoded)
         attributes: dict[str, str | int] = {
@@ -110,16 +118,20 @@ class OtelListener(WorkerListener):
             span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:200] if exc else outcome))
         span.end()
 
-    def job_processed(self, job: Job, runtime: float) -> None:
+    def job_processed(self, event: JobProcessed) -> None:
+        job = event.job
         self._end(job, "processed")
 
-    def job_released(self, job: Job, delay: int, exc: BaseException | None) -> None:
+    def job_released(self, event: JobReleased) -> None:
+        job, exc = event.job, event.exception
         self._end(job, "released", exc)
 
-    def job_failed(self, job: Job, exc: BaseException | None, runtime: float | None) -> None:
+    def job_failed(self, event: JobFailed) -> None:
+        job, exc = event.job, event.exception
         self._end(job, "failed", exc)
 
-    def job_timed_out(self, job: Job) -> None:
+    def job_timed_out(self, event: JobTimedOut) -> None:
+        job = event.job
         self._end(job, "timed_out")
 
 

@@ -25,7 +25,11 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
-from laraq.worker.events import WorkerListener
+from laraq.worker.events import (
+    JobFailed,
+    JobReleased,
+    WorkerListener,
+)
 
 if TYPE_CHECKING:
     from laraq.bus.job import Job
@@ -85,8 +89,10 @@ class ErrorReporter(WorkerListener):
                                                              "connection", "attempt")})
             scope.capture_exception(exc)
 
-    def job_released(self, job: Job, delay: int, exc: BaseException | None) -> None:
+    def job_released(self, event: JobReleased) -> None:
+        job, exc = event.job, event.exception
         self._report(job, exc, "released")
 
-    def job_failed(self, job: Job, exc: BaseException | None, runtime: float | None) -> None:
+    def job_failed(self, event: JobFailed) -> None:
+        job, exc = event.job, event.exception
         self._report(job, exc, "failed")

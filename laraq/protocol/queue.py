@@ -38,7 +38,7 @@ from laraq.protocol.keys import QueueKeys, has_hash_tag
 from laraq.protocol.lua import Scripts
 from laraq.protocol.pooled import blocking
 from laraq.protocol.redis_retry import fail_fast_on_auth
-from laraq.protocol.reserve import UNSTARTED_LEASE, Reserving
+from laraq.protocol.reserve import Reserved, Reserving
 from laraq.protocol.routing import QueueForwards, queue_name_of
 from laraq.protocol.urls import describe_client, redact_url
 from laraq.protocol.versions import DEFAULT_VERSION, LaravelVersion
@@ -168,25 +168,15 @@ class RedisQueue:
         self.prefix = self.version.default_redis_prefix(app_name) if prefix is None else prefix
         self.retry_after = retry_after
         self.block_for = block_for
-        #: cuts a ``block_for`` wait short (the worker's :meth:`laraq.worker.timers.Timers.wait_for`: until
-        #: the next delayed job is due; None from it: one is due now, do not wait). None: Laravel's wait.
-        self.wait_bound: Callable[[float], float | None] | None = None
         #: the server refused a fractional ``BLPOP`` timeout (Redis before 6.0): waits are whole seconds
         self.whole_second_waits = False
         self.migration_batch_size = migration_batch_size
-        #: seconds of the unstarted lease on each job a batch reserve takes (laraq's record of buffered
-        #: jobs, reclaimed when its worker died; see :data:`laraq.protocol.lua_laraq.UNSTARTED`); 0: no record
-        self.unstarted_lease = UNSTARTED_LEASE
         self.clock = clock
         self.scripts = Scripts(self.client)
         #: 11.27+: a queue after the first one yielded a job since the first queue was last polled.
         self.secondary_queue_had_job = False
-        #: How many members the last pop moved to ``:poison``.
-        self.last_poisoned = 0
-        #: How many list members the last selective reserve looked at and left alone (no Python handler).
-        self.last_skipped = 0
         self._keys: dict[str, QueueKeys] = {}
-        #: the worker's batch reserve, acks, renewals, give-backs and unstarted records on this queue
+        #: the worker's batch reserve, renewals, give-backs and unstarted records on this queue
         self.reserving = Reserving(self)
 
     # -- naming and time ---------------------------------------------------------------------------
@@ -298,42 +288,50 @@ class RedisQueue:
 
     # -- reading -----------------------------------------------------------------------------------
 
-    def pop(self, queue: str | None = None, index: int = 0) -> ReservedJob | None:
+    def pop(self, queue: str | None = None, index: int = 0,
+            wait_bound: Callable[[float], float | None] | None = None) -> ReservedJob | None:
         """``pop``: migrate due jobs, reserve the next job, optionally block on ``:notify``.
 
-        ``index`` is the position of ``queue`` in the worker's ``--queue`` list. From 11.27 only the
-        first queue blocks, and only if no later queue yielded a job since the first queue was last
-        polled (that state lives on this instance, as in Laravel). Before 11.27 every pop may block.
+        ``index`` is the position of ``queue`` in the worker's ``--queue`` list: whether it may block
+        follows :meth:`blocks_at`. ``wait_bound`` cuts a ``block_for`` wait short (see :meth:`block_timeout`).
         """
         name = self.queue_name(queue)
         keys = self.keys(name)
         self.migrate(keys)
+        job, reserved = self._retrieve_next_job(keys, self.blocks_at(index), wait_bound)
+        took = reserved is not None and job is not None
+        self.popped_at(index, took)
+        return ReservedJob(name, job, reserved) if took else None  # type: ignore[arg-type]
 
-        first_queue_rule = self.version.blocks_only_on_first_queue
-        block = (not self.secondary_queue_had_job and index == 0) if first_queue_rule else True
+    def blocks_at(self, index: int) -> bool:
+        """May a pop of the ``index``-th queue of the worker's list block on ``:notify``? From 11.27 only the
+        first queue, and only if no later queue yielded a job since the first was last polled (that state
+        lives on this instance, as in Laravel); before 11.27 every pop may block."""
+        if not self.version.blocks_only_on_first_queue:
+            return True
+        return not self.secondary_queue_had_job and index == 0
 
-        job, reserved = self._retrieve_next_job(keys, block)
-
-        if first_queue_rule and index == 0:
+    def popped_at(self, index: int, took: bool) -> None:
+        """A pop (or a worker's reserve) of the ``index``-th queue ran: keep 11.27+'s first-queue state."""
+        if not self.version.blocks_only_on_first_queue:
+            return
+        if index == 0:
             self.secondary_queue_had_job = False
-        if reserved is None or job is None:
-            return None
-        if first_queue_rule and index > 0:
+        elif took:
             self.secondary_queue_had_job = True
-        return ReservedJob(name, job, reserved)
 
-    def _retrieve_next_job(self, keys: QueueKeys, block: bool) -> tuple[bytes | None, bytes | None]:
+    def _retrieve_next_job(self, keys: QueueKeys, block: bool,
+                           wait_bound: Callable[[float], float | None] | None) -> tuple[bytes | None, bytes | None]:
         result = self.scripts.pop(
             keys.list, keys.reserved, keys.notify, keys.poison, self.available_at(self.retry_after)
         )
-        self.last_poisoned = result.poisoned
         if result.poisoned:
             log.warning(
                 "moved %d unreadable member(s) of %s to %s (not JSON or no numeric attempts)",
                 result.poisoned, keys.list, keys.poison,
             )
-        if result.job is None and self.block_for is not None and block and self._wait_on(keys.notify):
-            return self._retrieve_next_job(keys, False)
+        if result.job is None and self.block_for is not None and block and self._wait_on(keys.notify, wait_bound):
+            return self._retrieve_next_job(keys, False, wait_bound)
         return result.job, result.reserved
 
     def pop_many(self, queue: str | None = None, count: int = 1) -> list[ReservedJob]:
@@ -348,31 +346,29 @@ class RedisQueue:
         result = self.scripts.pop_many(
             keys.list, keys.reserved, keys.notify, keys.poison, self.available_at(self.retry_after), count
         )
-        self.last_poisoned = result.poisoned
         if result.poisoned:
             log.warning("moved %d unreadable member(s) of %s to %s", result.poisoned, keys.list, keys.poison)
         return [ReservedJob(name, job, reserved) for job, reserved in result.jobs]
 
-    def reserved_jobs(self, name: str, keys: QueueKeys, result: Any) -> list[ReservedJob]:
-        """The jobs of a batch reserve's reply (:mod:`laraq.protocol.reserve`), its counts noted."""
-        self.last_poisoned = result.poisoned
-        self.last_skipped = result.skipped
+    def reserved_jobs(self, name: str, keys: QueueKeys, result: Any) -> Reserved:
+        """What a batch reserve's reply (:mod:`laraq.protocol.reserve`) took and counted."""
         if result.poisoned:
             log.warning("moved %d unreadable member(s) of %s to %s", result.poisoned, keys.list, keys.poison)
-        return [ReservedJob(name, job, reserved) for job, reserved in result.jobs]
+        return Reserved([ReservedJob(name, job, reserved) for job, reserved in result.jobs], result.skipped,
+                        result.poisoned)
 
-    def wait_for_token(self, queue: str | None = None) -> bool:
+    def wait_for_token(self, queue: str | None = None,
+                       wait_bound: Callable[[float], float | None] | None = None) -> bool:
         """``BLPOP :notify`` for ``block_for`` seconds (0: until a token comes); True if one came. The
         socket's read timeout is lengthened by the wait (see :func:`laraq.protocol.pooled.blocking`)."""
-        return self._wait_on(self.keys(self.queue_name(queue)).notify)
+        return self._wait_on(self.keys(self.queue_name(queue)).notify, wait_bound)
 
-    def block_timeout(self) -> float | None:
+    def block_timeout(self, wait_bound: Callable[[float], float | None] | None = None) -> float | None:
         """The ``BLPOP :notify`` timeout of the next wait (0: until a token comes): ``block_for``, cut
-        short by :attr:`wait_bound`; None: a delayed job is due now, so no wait (pop again at once)."""
+        short by ``wait_bound`` (the worker's :meth:`laraq.worker.timers.Timers.wait_for`: until the next
+        delayed job is due); None: a delayed job is due now, so no wait (pop again at once)."""
         block_for = self.block_for or 0
-        if self.wait_bound is None:
-            return block_for
-        wait = self.wait_bound(block_for)
+        wait = block_for if wait_bound is None else wait_bound(block_for)
         if wait is None or wait == 0:
             return wait
         if self.whole_second_waits:
@@ -383,14 +379,14 @@ class RedisQueue:
     def note_wait_refused(self, exc: BaseException) -> bool:
         """Was ``exc`` a server refusing a fractional ``BLPOP`` timeout? Then later waits are whole seconds."""
         if isinstance(exc, redis.exceptions.ResponseError) and "timeout" in str(exc).lower() \
-                and not self.whole_second_waits and self.wait_bound is not None:
+                and not self.whole_second_waits:
             self.whole_second_waits = True
             log.info("this Redis takes whole-second BLPOP timeouts only: block_for waits end on whole seconds")
             return True
         return False
 
-    def _wait_on(self, notify_key: str) -> bool:
-        timeout = self.block_timeout()
+    def _wait_on(self, notify_key: str, wait_bound: Callable[[float], float | None] | None) -> bool:
+        timeout = self.block_timeout(wait_bound)
         if timeout is None:
             return True  # a delayed job is due: the pop that follows migrates it, as after a token
         try:
@@ -398,7 +394,7 @@ class RedisQueue:
         except redis.exceptions.ResponseError as exc:
             if not self.note_wait_refused(exc):
                 raise
-            return self._wait_on(notify_key)
+            return self._wait_on(notify_key, wait_bound)
 
     def _blpop(self, notify_key: str, timeout: float) -> bool:
         command = ("BLPOP", notify_key, timeout)

@@ -1,4 +1,5 @@
-"""redis-py's command retry, minus refused logins: :func:`fail_fast_on_auth` installs it on a client.
+"""redis-py's command retry, minus refused logins (:func:`fail_fast_on_auth` installs it on a client), and
+the retry of a write whose outcome is already decided (:func:`retrying`).
 
 redis-py (8.x) retries a command that hit a ``ConnectionError`` ten times with a backoff, and its
 ``AuthenticationError`` is a ``ConnectionError``: when the password changes under a running worker and
@@ -11,13 +12,20 @@ redis-py's retry for everything else and raises a refused login at once (after d
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import redis
 from redis.retry import Retry
 
-__all__ = ["AuthFailFastRetry", "fail_fast_on_auth"]
+__all__ = ["REDIS_DOWN", "AuthFailFastRetry", "fail_fast_on_auth", "retrying"]
+
+log = logging.getLogger("laraq.worker.worker")
+
+#: The errors that mean "Redis is unreachable right now" (retry, never lose the outcome).
+REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 T = TypeVar("T")
 
@@ -70,3 +78,21 @@ def fail_fast_on_auth(client: Any) -> None:
     if backoff is None or retries is None or errors is None:
         return
     client.set_retry(AuthFailFastRetry(backoff, retries, errors))
+
+
+def retrying(action: Callable[[], T], attempts: int = 4) -> T | None:
+    """Run a Redis write whose outcome is decided (an ack, a release, a failure's bookkeeping), retrying
+    while Redis is unreachable (0.5 s, then doubling); after ``attempts`` it is logged and given up: the
+    job then stays reserved until ``retry_after``, as a killed worker's would."""
+    delay = 0.5
+    for attempt in range(attempts):
+        try:
+            return action()
+        except REDIS_DOWN as exc:
+            if attempt == attempts - 1:
+                log.error("Redis write failed after %d attempts (%s): the job stays reserved until retry_after",
+                          attempts, exc)
+                return None
+            time.sleep(delay)
+            delay *= 2
+    return None

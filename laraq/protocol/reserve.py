@@ -1,19 +1,19 @@
 """The worker's side of a queue, which Laravel's ``RedisQueue`` has no counterpart for: batch reserves,
-acks, lease renewals, give-backs and laraq's unstarted record.
+lease renewals, give-backs, put-backs and laraq's unstarted record.
 
-:class:`Reserving` is a queue's ``reserving`` (``queue.reserving.reserve_batch(...)``), built by
-:class:`laraq.protocol.queue.RedisQueue` with itself and calling only its public names: its settings
-(``retry_after``, ``migration_batch_size``, ``unstarted_lease``), keys, clock and scripts. It runs laraq's
+:class:`Reserving` calls only a :class:`laraq.protocol.queue.RedisQueue`'s public names: its settings
+(``retry_after``, ``migration_batch_size``), keys, clock and scripts. A queue's ``reserving`` is one with
+the default unstarted lease; a worker builds its own with the lease its ack mode calls for. It runs laraq's
 own scripts (:mod:`laraq.protocol.lua_laraq`), and a job it reserves is reserved exactly as Laravel's pop
 reserves one, by the queue's version's rules (migrate ``LIMIT``, no ``:reserved`` migrate when
-``retry_after`` is ``None``); the reply becomes jobs through :meth:`RedisQueue.reserved_jobs`, as a pop's does.
+``retry_after`` is ``None``, the 11.27+ first-queue rule); a reply is handed back as a :class:`Reserved`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from laraq.protocol.keys import QueueKeys
 from laraq.protocol.lua import PendingCall
@@ -31,6 +31,15 @@ RESERVE_MIGRATE_BOUND = 32
 UNSTARTED_LEASE = 15.0
 
 
+class Reserved(NamedTuple):
+    """What one reserve call took: the jobs in list order, the list members a selective reserve looked at
+    and left alone (no Python handler), and the unreadable members it moved to ``:poison``."""
+
+    jobs: list[ReservedJob]
+    skipped: int = 0
+    poisoned: int = 0
+
+
 @dataclass(frozen=True)
 class PendingReserve:
     """A :meth:`Reserving.reserve_batch_send` whose reply is not read yet (``sent_at``: its ``now``)."""
@@ -44,15 +53,22 @@ class PendingReserve:
 
 
 class Reserving:
-    """laraq's reserve protocol on one :class:`~laraq.protocol.queue.RedisQueue` (see the module): the
-    queue's ``reserving``. It reads the queue's public settings, keys and clock, and runs its scripts."""
+    """laraq's reserve protocol on one :class:`~laraq.protocol.queue.RedisQueue` (see the module). It reads
+    the queue's public settings, keys and clock, and runs its scripts. ``unstarted_lease``: seconds of the
+    record each buffered job gets (0: no records, and no reclaim of dead workers' buffers)."""
 
-    def __init__(self, queue: RedisQueue) -> None:
+    def __init__(self, queue: RedisQueue, unstarted_lease: float = UNSTARTED_LEASE) -> None:
         self.queue = queue
+        self.unstarted_lease = unstarted_lease
+
+    @property
+    def retry_after(self) -> int | None:
+        """The queue's ``retry_after``: how long a reservation lasts."""
+        return self.queue.retry_after
 
     def reserve_batch(self, queue: str | None = None, count: int = 1,
                       acks: list[bytes] | tuple[bytes, ...] = (), *, handled: list[str] | None = None,
-                      window: int = 100, record: bool = False) -> list[ReservedJob]:
+                      window: int = 100, record: bool = False, index: int | None = None) -> Reserved:
         """The worker's fast path: in ONE script call, ``ZREM`` the ``acks`` (reserved members of
         finished jobs), run Laravel's ``migrate`` and reserve up to ``count`` jobs (never blocks).
 
@@ -61,15 +77,20 @@ class Reserving:
         migrate when ``retry_after`` is ``None``). ``count`` may be 0 (acks and migrate only).
 
         ``handled`` (names with a Python handler): reserve only such jobs among the first ``window``
-        list members and leave every other member where it is (a queue shared with PHP workers;
-        :attr:`last_skipped` says how many were left alone).
+        list members and leave every other member where it is (a queue shared with PHP workers; the
+        reply's ``skipped`` says how many were left alone).
 
         ``record``: the jobs go to a buffer, not straight to a handler: each is recorded as unstarted
         (:attr:`unstarted_lease`), and its record must be removed when it starts (:meth:`unstarted`).
+        ``index``: the queue's place in a worker's ``--queue`` list, for the first-queue rule
+        (:meth:`RedisQueue.popped_at`).
         """
         name, keys, now, args, options = self._reserve_batch_call(queue, count, acks, record)
-        return self.queue.reserved_jobs(name, keys, self.queue.scripts.reserve_batch(*args, **options, handled=handled,
-                                                                     window=window))
+        reserved = self.queue.reserved_jobs(name, keys, self.queue.scripts.reserve_batch(
+            *args, **options, handled=handled, window=window))
+        if index is not None:
+            self.queue.popped_at(index, bool(reserved.jobs))
+        return reserved
 
     def reserve_batch_send(self, queue: str | None = None, count: int = 1,
                            acks: list[bytes] | tuple[bytes, ...] = (), *,
@@ -95,10 +116,14 @@ class Reserving:
         False if the wait timed out (blocks until one of the two). The reserve's reply is next."""
         return bool(self.queue.scripts.receive_first(pending.call, self.queue.block_for or 0))
 
-    def reserve_batch_receive(self, pending: PendingReserve) -> list[ReservedJob]:
-        """The jobs a :meth:`reserve_batch_send` reserved (raises what reading the reply raised)."""
-        result = self.queue.scripts.reserve_batch_result(self.queue.scripts.receive(pending.call), selective=pending.selective)
-        return self.queue.reserved_jobs(pending.queue, pending.keys, result)
+    def reserve_batch_receive(self, pending: PendingReserve) -> Reserved:
+        """What a :meth:`reserve_batch_send` reserved (raises what reading the reply raised); it was sent
+        for the first queue of a worker's list."""
+        result = self.queue.scripts.reserve_batch_result(self.queue.scripts.receive(pending.call),
+                                                         selective=pending.selective)
+        reserved = self.queue.reserved_jobs(pending.queue, pending.keys, result)
+        self.queue.popped_at(0, bool(reserved.jobs))
+        return reserved
 
     def _reserve_batch_call(self, queue: str | None, count: int, acks: list[bytes] | tuple[bytes, ...],
                             record: bool = False) -> tuple[str, QueueKeys, int, tuple[str, ...], dict[str, Any]]:
@@ -123,16 +148,6 @@ class Reserving:
         configured = self.queue.migration_batch_size if self.queue.version.migrate_has_limit else -1
         return bound if configured < 0 else min(configured, bound)
 
-    def ack(self, acks: dict[str, list[bytes]]) -> None:
-        """``ZREM :reserved`` many finished jobs, one command per queue, in one pipeline."""
-        if not acks:
-            return
-        pipe = self.queue.client.pipeline(transaction=False)
-        for name, members in acks.items():
-            if members:
-                pipe.zrem(self.queue.keys(name).reserved, *members)
-        pipe.execute()
-
     def renew(self, queue: str, members: list[bytes]) -> list[bool]:
         """Push the reservations of ``members`` forward by ``retry_after`` (``ZADD XX``); False = gone."""
         if self.queue.retry_after is None or not members:
@@ -148,6 +163,10 @@ class Reserving:
         pending = self.queue.scripts.renew_send(self.queue.keys(queue).reserved, members, expiry)
         return None if pending is None else (pending, expiry)
 
+    def renew_receive(self, pending: PendingCall) -> list[bool]:
+        """The answer of a :meth:`renew_send`: True per member still reserved (raises what reading raised)."""
+        return self.queue.scripts.renew_result(self.queue.scripts.receive(pending))
+
     def give_back(self, queue: str, jobs: list[ReservedJob]) -> int:
         """Hand reserved, never-started jobs back to the head of the list (original bodies, attempts
         not burned, one ``:notify`` token each), in their order; only those still reserved by us.
@@ -156,12 +175,23 @@ class Reserving:
         return self.queue.scripts.give_back(keys.list, keys.reserved, keys.notify, [(j.reserved, j.body) for j in jobs],
                                       keys.unstarted)
 
+    def requeue(self, job: ReservedJob, delay: int) -> None:
+        """Swap a reservation for the untouched body on ``:delayed`` in ``delay`` seconds (attempts not
+        spent): a job this worker took and leaves for PHP workers."""
+        keys = self.queue.keys(job.queue)
+        self.queue.scripts.requeue(keys.reserved, keys.delayed, job.reserved, self.queue.available_at(delay), job.body)
+
+    def put_back(self, job: ReservedJob, delay: int) -> None:
+        """The untouched body back on ``:delayed`` in ``delay`` seconds, whatever became of its reservation
+        (a failure whose ``failed_jobs`` row could not be written anywhere)."""
+        self.queue.client.zadd(self.queue.keys(job.queue).delayed, {job.body: self.queue.available_at(delay)})
+
     @property
     def unstarted_seconds(self) -> float:
         """The unstarted lease in effect: :attr:`unstarted_lease`, and at most a third of ``retry_after``
         (so that after a SIGKILL the reclaim comes before Laravel's migrate of the same jobs, which would
         bring them back with an attempt spent)."""
-        lease = float(self.queue.unstarted_lease or 0.0)
+        lease = float(self.unstarted_lease or 0.0)
         return lease if self.queue.retry_after is None else min(lease, self.queue.retry_after / 3)
 
     def unstarted(self, queue: str, starting: Sequence[bytes], buffered: Sequence[bytes] = ()) -> list[bool]:

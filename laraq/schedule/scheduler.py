@@ -51,7 +51,7 @@ from laraq.bus.dispatch import Dispatcher
 from laraq.protocol.queue import RedisQueue
 from laraq.schedule.entries import Entry, JobTarget, Plan, ScheduledRun, function_handler, function_job_name
 from laraq.schedule.store import ScheduleStore
-from laraq.worker.events import WorkerListener
+from laraq.worker.events import WorkerListener, WorkerStarting, WorkerStopping
 
 __all__ = ["ClaimResult", "ScheduledRun", "Scheduler", "function_handler", "redis_clock"]
 
@@ -310,10 +310,10 @@ def attach_to_worker(worker: Any) -> Scheduler:
         return scheduler
 
     class ScheduleListener(WorkerListener):
-        def worker_starting(self, _worker: Any) -> None:
+        def worker_starting(self, event: WorkerStarting) -> None:
             scheduler.start()
 
-        def worker_stopping(self, _worker: Any, _status: int) -> None:
+        def worker_stopping(self, event: WorkerStopping) -> None:
             scheduler.stop()
 
     worker.add_listener(ScheduleListener())

@@ -1,51 +1,29 @@
-"""The worker: ``php artisan queue:work``'s loop (``Illuminate\\Queue\\Worker``), built from objects.
+"""The worker: ``php artisan queue:work`` (``Illuminate\\Queue\\Worker``), built from a few objects.
 
-:mod:`.worker` is the loop and its stop rules; it calls a reservation source (:mod:`.reservation`,
-with :mod:`.leases`), an executor (:mod:`.execution`, tasks started by :mod:`.eager`, the event loop in
-:mod:`.bridge`, a running job in :mod:`.running`) and the job lifecycle (:mod:`.lifecycle`), all over
-one :mod:`.context`, and tells listeners what happened (:mod:`.events`, the console lines in :mod:`.output` and
-:mod:`.linesink`). :mod:`.startup` opens what a worker needs, :mod:`.prefork` supervises worker
-processes, :mod:`.exitcodes` turns a fault into one line and an exit code; :mod:`.timers` says how long
-an idle worker sleeps. The loop's names below are imported when first read.
+One job from reserve to ack: the loop (:mod:`.worker`) takes a batch from the reserver (:mod:`.reserver`,
+with :mod:`.leases` and :mod:`.unstarted`), starts each job on the executor (:mod:`.executor`: tasks by
+:mod:`.eager`, the event loop in :mod:`.bridge`, a running job in :mod:`.running`), which runs it through
+``Worker::process`` (:mod:`.process`) to an outcome that the settle step carries out (:mod:`.settle`); the
+stop rules (:mod:`.stoprules`) answer each round. All of them read one :mod:`.context` and tell
+listeners what happened (:mod:`.events`). The loop's names below are imported when first read, so that
+a listener module importing :mod:`.events` does not load the whole worker.
 """
 
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from laraq.worker.worker import (
-        EXIT_ERROR,
-        EXIT_MEMORY_LIMIT,
-        EXIT_SUCCESS,
-        EXIT_USAGE,
-        CacheLike,
-        JobExecutor,
-        ReservationSource,
-        UnhandledPolicy,
-        Worker,
-        WorkerOptions,
-    )
+    from laraq.worker.context import CacheLike, UnhandledPolicy, WorkerOptions
+    from laraq.worker.worker import Worker
 
-__all__ = [
-    "EXIT_ERROR",
-    "EXIT_MEMORY_LIMIT",
-    "EXIT_SUCCESS",
-    "EXIT_USAGE",
-    "CacheLike",
-    "JobExecutor",
-    "ReservationSource",
-    "UnhandledPolicy",
-    "Worker",
-    "WorkerOptions",
-]
+__all__ = ["CacheLike", "UnhandledPolicy", "Worker", "WorkerOptions"]
 
 
 def __getattr__(name: str) -> Any:
-    """The loop's names, imported on first use: ``laraq work`` imports :mod:`.prefork` (and ``laraq`` its
-    error texts from :mod:`.exitcodes`) without loading the whole worker (start-up, issue 33)."""
+    """The loop's names, imported on first use."""
     if name not in __all__:
         raise AttributeError(f"module 'laraq.worker' has no attribute {name!r}")
-    from laraq.worker import worker  # start-up: see above
+    from laraq.worker import context, worker  # start-up: see the module's docstring
 
-    value = getattr(worker, name)
+    value = getattr(worker if name == "Worker" else context, name)
     globals()[name] = value
     return value

@@ -1,14 +1,14 @@
 """What the worker's objects share: the settings every one of them reads, the stop signals, the pace.
 
-The worker (:mod:`laraq.worker.worker`) is built from objects that call each other through small
-declared interfaces: the loop, the reservation source, the executor and the job lifecycle. What all of
-them read is in one :class:`WorkerContext` with public fields (the queue connection, ``queue:work``'s
-options, the version profile, the listeners, the output, the cache...), built once by
+The worker (:mod:`laraq.worker.worker`) is built from a few objects that call each other through small
+declared interfaces: the loop, the reserver, the executor, ``Worker::process`` and the settle step. What
+all of them read is one :class:`WorkerContext` with public fields (the queue connection, ``queue:work``'s
+options, the version profile, the listeners, the stores...), built once by
 :class:`~laraq.worker.worker.Worker` and passed to each constructor. Two small mutable records are
 shared on purpose and say so: :class:`Signals` (quit, pause, the wake-up of a sleep: set by signal
-handlers, the reservation source's refused-credentials stop and read by the loop and the executor) and
-:class:`Pace` (the measured job duration the executor records and the reservation source's prefetch
-budget reads). :class:`WorkerOptions` (``queue:work``'s options) is defined here too.
+handlers and by the reserver's refused-credentials stop, read by the loop and the executor) and
+:class:`Pace` (the measured job duration the executor records and the reserver's prefetch budget reads).
+:class:`WorkerOptions` (``queue:work``'s options) is defined here too.
 """
 
 from __future__ import annotations
@@ -19,27 +19,18 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-import redis
-
 if TYPE_CHECKING:
-    from laraq.bus.callqueued import CallQueued
+    from laraq.bus.callqueued import CallQueuedHandler
     from laraq.bus.handlers import HandlerRegistry
-    from laraq.bus.models import ModelLoader
-    from laraq.protocol.encryption import Encrypter
     from laraq.protocol.queue import RedisQueue
     from laraq.protocol.versions import LaravelVersion
     from laraq.stores.failed import FailedJobStore
     from laraq.worker.events import Listeners
-    from laraq.worker.output import Output
 
-__all__ = ["REDIS_DOWN", "CacheLike", "Pace", "Signals", "UnhandledPolicy", "WorkerContext", "WorkerOptions"]
-
-#: The errors that mean "Redis is unreachable right now" (retry, never lose the outcome).
-REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+__all__ = ["CacheLike", "Pace", "Signals", "UnhandledPolicy", "WorkerContext", "WorkerOptions"]
 
 #: ``--unhandled``: what happens to a job without a Python handler. ``leave``: it is never taken (the
 #: reserve takes only jobs with a handler and leaves the others where they are, for PHP workers).
@@ -101,6 +92,9 @@ class WorkerOptions:
     #: (fewer system calls per job; a SIGKILL may re-run the jobs finished in those 50 ms and leaves
     #: the buffered ones in ``:reserved`` until ``retry_after``).
     acks: str = "at-once"
+    #: Seconds a buffered job's unstarted record lasts while its worker is alive to renew it: how soon the
+    #: buffer of a killed worker goes back to the queue, attempts not spent (at most a third of ``retry_after``).
+    unstarted_lease: float = 15.0
 
 
 @dataclass(eq=False)
@@ -172,15 +166,9 @@ class WorkerContext:
     version: LaravelVersion
     connection_name: str
     events: Listeners
-    output: Output
-    #: chain, batch, unique lock and PHP failed() steps around the handler (CallQueuedHandler's)
-    callqueued: CallQueued
+    #: ``CallQueuedHandler``: the command, middleware, chain, batch, unique lock and PHP failed() steps
+    callqueued: CallQueuedHandler
     cache: CacheLike | None = None
     failer: FailedJobStore | None = None
-    encrypter: Encrypter | None = None
-    #: loads SerializesModels rows through the app's DB_* settings (None: no database configured)
-    model_loader: ModelLoader | None = None
     signals: Signals = field(default_factory=Signals)
     pace: Pace = field(default_factory=Pace)
-    #: called once per popped job on the classic path (the supervisor's progress report)
-    on_job_popped: Callable[[], None] | None = None

@@ -1,80 +1,158 @@
-"""The worker's event seam: what happened to the worker and to each job, told to listeners.
+"""The worker's events, as small typed objects, and the listeners they are told to.
 
-Laravel's worker fires ``WorkerStarting``, ``Looping``, ``JobPopped``, ``JobProcessing``,
-``JobProcessed``, ``JobReleasedAfterException``, ``JobFailed``, ``JobTimedOut`` and ``WorkerStopping``
-through its event dispatcher; console output, Horizon and any app listener hang off them. laraq's
-equivalent is :class:`WorkerListener`: subclass it, override the methods you care about, and pass it
-as ``Worker(..., listeners=[...])`` or :meth:`laraq.worker.worker.Worker.add_listener`. The console / JSON
-:class:`~laraq.worker.output.Output` is one such listener (:class:`OutputListener`), so there is one place
-where job outcomes are announced. Heartbeats, metrics and structured logs are listeners too.
+Laravel's worker fires ``WorkerStarting``, ``Looping``, ``JobPopped``, ``JobProcessing``, ``JobProcessed``,
+``JobReleasedAfterException``, ``JobFailed``, ``JobTimedOut`` and ``WorkerStopping`` (``Illuminate\\Queue\\Events``)
+through its dispatcher; console output, Horizon and app listeners hang off them. laraq's are the classes
+below, told to a :class:`WorkerListener`: subclass it, override the methods you care about (each takes
+one event), and pass it as ``Worker(..., listeners=[...])`` or :meth:`laraq.worker.worker.Worker.add_listener`.
+Console output, Horizon's records, heartbeats, metrics and structured logs are all such listeners.
 
-Order per job: ``job_reserved`` → ``job_processing`` → exactly one outcome: ``job_processed`` (the
-handler returned; a job that released itself also gets ``job_released(delay, None)`` just before),
-``job_released`` (after an exception, with its backoff), ``job_failed``, ``job_timed_out`` (the
-watchdog took it; ``job_failed`` follows if the timeout failed it), or, instead of ``job_processing``
-and an outcome, ``job_unhandled`` (no Python handler: requeued, released or failed back to PHP;
-``job_failed`` follows the ``fail`` action).
-A job failed before it runs (max attempts already exceeded) gets ``job_failed`` after
-``job_processing``, as Laravel's ``JobProcessing`` precedes its ``JobFailed``.
+Order per job: :class:`JobReserved` → :class:`JobProcessing` → exactly one outcome: :class:`JobProcessed`
+(the handler returned; a job that released itself also gets :class:`JobReleased` with no exception just
+before), :class:`JobReleased` (after an exception, with its backoff), :class:`JobFailed`, or
+:class:`JobTimedOut` (the watchdog took it; :class:`JobFailed` follows if the timeout failed it). A job that
+goes back to PHP gets :class:`JobUnhandled` instead of :class:`JobProcessing` and an outcome
+(:class:`JobFailed` follows its ``fail`` action). A job failed before it runs (max attempts already
+exceeded) gets :class:`JobFailed` after :class:`JobProcessing`, as Laravel's ``JobProcessing`` precedes its
+``JobFailed``.
 
 :class:`Listeners` fans an event out. A listener that raises is logged once per kind of event (then
-silently skipped for that kind) and never changes what happens to the job.
+silently skipped for that kind) and never changes what happens to the job. Job events are told on the
+thread that did the work (the loop, a slot thread, the watchdog): a listener must be thread-safe and quick.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from laraq.bus.job import Job
-    from laraq.worker.output import Output
+    from laraq.protocol.versions import LaravelVersion
+    from laraq.worker.context import WorkerOptions
 
-__all__ = ["EVENT_KINDS", "Listeners", "OutputListener", "WorkerListener"]
+__all__ = [
+    "JobFailed", "JobProcessed", "JobProcessing", "JobReleased", "JobReserved", "JobTimedOut", "JobUnhandled",
+    "Listeners", "Looping", "WorkerListener", "WorkerStarting", "WorkerStopping",
+]
 
 log = logging.getLogger("laraq.worker.events")
 
 
+@dataclass(slots=True)
+class WorkerStarting:
+    """Settings are resolved; the first reserve comes next (Laravel's ``WorkerStarting``)."""
+
+    connection: str
+    queues: list[str]
+    options: WorkerOptions
+    version: LaravelVersion
+
+
+@dataclass(slots=True)
+class Looping:
+    """The loop is alive, at most about once a second (Laravel's ``Looping``); ``paused``: by SIGUSR2."""
+
+    connection: str
+    queues: list[str]
+    paused: bool
+
+
+@dataclass(slots=True)
+class WorkerStopping:
+    """The worker is about to exit with ``status``, for ``reason`` (Laravel's ``WorkerStopping``)."""
+
+    status: int
+    reason: str
+    options: WorkerOptions
+
+
+@dataclass(slots=True)
+class JobReserved:
+    """Taken from the queue, before any check (Laravel's ``JobPopped``)."""
+
+    job: Job
+
+
+@dataclass(slots=True)
+class JobProcessing:
+    """The handler is about to run."""
+
+    job: Job
+
+
+@dataclass(slots=True)
+class JobProcessed:
+    """The handler returned; ``runtime`` in seconds."""
+
+    job: Job
+    runtime: float
+
+
+@dataclass(slots=True)
+class JobReleased:
+    """Back on the queue after ``delay`` seconds; ``exception`` is None for a handler's own release."""
+
+    job: Job
+    delay: int
+    exception: BaseException | None
+
+
+@dataclass(slots=True)
+class JobFailed:
+    """Failed for good (``failed_jobs`` written); ``runtime`` from :class:`JobProcessing` (None: it never got
+    there)."""
+
+    job: Job
+    exception: BaseException | None
+    runtime: float | None
+
+
+@dataclass(slots=True)
+class JobTimedOut:
+    """The watchdog took the job over at its timeout."""
+
+    job: Job
+
+
+@dataclass(slots=True)
+class JobUnhandled:
+    """Not run here: back to PHP. ``action`` is ``requeue``, ``release`` or ``fail``."""
+
+    job: Job
+    action: str
+    detail: str
+
+
+Event = (WorkerStarting | Looping | WorkerStopping | JobReserved | JobProcessing | JobProcessed | JobReleased
+         | JobFailed | JobTimedOut | JobUnhandled)
+
+#: each event's listener method
+_METHODS: dict[type[Any], str] = {
+    WorkerStarting: "worker_starting", Looping: "worker_looping", WorkerStopping: "worker_stopping",
+    JobReserved: "job_reserved", JobProcessing: "job_processing", JobProcessed: "job_processed",
+    JobReleased: "job_released", JobFailed: "job_failed", JobTimedOut: "job_timed_out",
+    JobUnhandled: "job_unhandled",
+}
+
+
 class WorkerListener:
-    """Base class of worker listeners: every method is a no-op; override the ones you need.
+    """Base class of worker listeners: every method is a no-op; override the ones you need."""
 
-    Job events are called on the thread that did the work (a slot thread, the asyncio loop's thread
-    or the watchdog), so a listener must be thread-safe and quick.
-    """
+    def worker_starting(self, event: WorkerStarting) -> None: ...
+    def worker_looping(self, event: Looping) -> None: ...
+    def worker_stopping(self, event: WorkerStopping) -> None: ...
+    def job_reserved(self, event: JobReserved) -> None: ...
+    def job_processing(self, event: JobProcessing) -> None: ...
+    def job_processed(self, event: JobProcessed) -> None: ...
+    def job_released(self, event: JobReleased) -> None: ...
+    def job_failed(self, event: JobFailed) -> None: ...
+    def job_timed_out(self, event: JobTimedOut) -> None: ...
+    def job_unhandled(self, event: JobUnhandled) -> None: ...
 
-    def worker_starting(self, worker: Any) -> None:
-        """Settings are resolved; the first pop comes next."""
-
-    def worker_looping(self, worker: Any) -> None:
-        """The loop is alive (at most about once a second while running)."""
-
-    def job_reserved(self, job: Job) -> None:
-        """Popped/reserved, before any check."""
-
-    def job_processing(self, job: Job) -> None:
-        """The handler is about to run."""
-
-    def job_processed(self, job: Job, runtime: float) -> None:
-        """The handler returned; ``runtime`` in seconds."""
-
-    def job_released(self, job: Job, delay: int, exc: BaseException | None) -> None:
-        """Put back on the queue after ``delay`` seconds; ``exc`` is ``None`` for a handler's own release."""
-
-    def job_failed(self, job: Job, exc: BaseException | None, runtime: float | None) -> None:
-        """Failed for good (``failed_jobs`` written); ``runtime`` counts from ``job_processing``
-        (``None`` if the job never got there: no Python handler)."""
-
-    def job_timed_out(self, job: Job) -> None:
-        """The watchdog took the job over at its timeout."""
-
-    def job_unhandled(self, job: Job, action: str, detail: str) -> None:
-        """No Python handler: ``action`` is ``requeue``, ``release`` or ``fail`` (back to PHP)."""
-
-    def worker_stopping(self, worker: Any, status: int) -> None:
-        """The worker is about to return ``status``."""
-
-
-EVENT_KINDS = tuple(name for name in vars(WorkerListener) if not name.startswith("_"))
+    def flush(self) -> None:
+        """The worker is about to wait: write out anything held back (console lines, say)."""
 
 
 class Listeners:
@@ -82,61 +160,41 @@ class Listeners:
 
     def __init__(self, listeners: list[WorkerListener] | None = None) -> None:
         self._all: list[WorkerListener] = []
-        self._by_kind: dict[str, list[tuple[WorkerListener, Any]]] = {kind: [] for kind in EVENT_KINDS}
+        self._by_type: dict[type[Any], list[tuple[WorkerListener, Any]]] = {kind: [] for kind in _METHODS}
+        self._flushing: list[WorkerListener] = []
         self._broken: set[tuple[int, str]] = set()
         for listener in listeners or ():
             self.add(listener)
 
     def add(self, listener: WorkerListener) -> None:
         self._all.append(listener)
-        for kind in EVENT_KINDS:
+        for kind, name in _METHODS.items():
             # only the methods a listener overrides are called: a no-op costs nothing per job
-            if getattr(type(listener), kind, None) is not getattr(WorkerListener, kind):
-                self._by_kind[kind].append((listener, getattr(listener, kind)))
+            if getattr(type(listener), name, None) is not getattr(WorkerListener, name):
+                self._by_type[kind].append((listener, getattr(listener, name)))
+        if type(listener).flush is not WorkerListener.flush:
+            self._flushing.append(listener)
 
     def __iter__(self) -> Any:
         return iter(self._all)
 
-    def emit(self, kind: str, *args: Any) -> None:
-        """Call ``kind`` on every listener; a raising listener never breaks the caller."""
-        for listener, method in self._by_kind[kind]:
+    def wants(self, kind: type[Any]) -> bool:
+        """Does any listener take events of ``kind``? (an event nobody takes need not be made)"""
+        return bool(self._by_type[kind])
+
+    def emit(self, event: Event) -> None:
+        """Tell every listener of ``event``'s kind; a raising listener never breaks the caller."""
+        for listener, method in self._by_type[type(event)]:
             try:
-                method(*args)
+                method(event)
             except Exception as exc:
-                key = (id(listener), kind)
+                key = (id(listener), _METHODS[type(event)])
                 if key not in self._broken:
                     self._broken.add(key)
-                    log.error("worker listener %s raised in %s (logged once): %s: %s",
-                              type(listener).__name__, kind, type(exc).__name__, exc,
-                              exc_info=(type(exc), exc, exc.__traceback__))
+                    log.error("worker listener %s raised in %s (logged once): %s: %s", type(listener).__name__,
+                              key[1], type(exc).__name__, exc, exc_info=(type(exc), exc, exc.__traceback__))
 
-
-class OutputListener(WorkerListener):
-    """``queue:work``'s console / ``--json`` lines, driven by the events (see :mod:`laraq.worker.output`)."""
-
-    def __init__(self, output: Output) -> None:
-        self.output = output
-        # Every job has these two events: the printer's own methods take them, one Python call less
-        # per line (Listeners.add picks the instance's attribute; the methods below say the same).
-        self.job_processing = output.started  # type: ignore[method-assign]
-        self.job_processed = output.succeeded  # type: ignore[method-assign]
-
-    def worker_starting(self, worker: Any) -> None:
-        self.output.starting_banner(",".join(worker.queues))
-
-    def job_processing(self, job: Job) -> None:
-        self.output.started(job)
-
-    def job_processed(self, job: Job, runtime: float) -> None:
-        self.output.succeeded(job)
-
-    def job_released(self, job: Job, delay: int, exc: BaseException | None) -> None:
-        if exc is not None:
-            self.output.job(job, "released_after_exception", exc)
-
-    def job_failed(self, job: Job, exc: BaseException | None, runtime: float | None) -> None:
-        self.output.job(job, "failed", exc)
-
-    def job_unhandled(self, job: Job, action: str, detail: str) -> None:
-        if action != "fail":  # a failed unhandled job prints its failure line
-            self.output.job(job, "unhandled", detail=detail)
+    def flush(self) -> None:
+        """The worker is about to wait: each listener writes out what it holds."""
+        for listener in self._flushing:
+            listener.flush()

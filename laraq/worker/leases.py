@@ -10,9 +10,10 @@ when no migrate can have taken the job back yet (:meth:`Leases._renew_ahead`, re
 ``retry_after`` (:meth:`Leases.renew_due`). Every renewal is ``ZADD XX``: a member that is gone
 stays gone.
 
-Owned by the reservation source (:class:`laraq.worker.reservation.Reservation`), which builds it with
-the queue, the output, its buffer (the one deque both work on, changed in place) and the question
-whether a job's ack is still among the deferred ones (:class:`AckQuery`).
+Owned by the reserver (:class:`laraq.worker.reserver.Reserver`), which builds it with the worker's
+:class:`~laraq.protocol.reserve.Reserving`, the listeners' flush (a held console line does not wait on a
+round trip), its buffer (the one deque both work on, changed in place) and the question whether a job's
+ack is still among the deferred ones (:meth:`laraq.protocol.acks.Acks.deferred`).
 """
 
 from __future__ import annotations
@@ -21,18 +22,18 @@ import collections
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from laraq.bus.job import Job
-from laraq.worker.ratelimit import Repeated
+from laraq.repeated import Repeated
 
 if TYPE_CHECKING:
     from laraq.protocol.lua import PendingCall
-    from laraq.protocol.queue import RedisQueue
-    from laraq.worker.output import Output
+    from laraq.protocol.reserve import Reserving
 
-__all__ = ["AckQuery", "Buffered", "Leases"]
+__all__ = ["Buffered", "Leases"]
 
 log = logging.getLogger("laraq.worker.worker")
 
@@ -48,8 +49,6 @@ class Buffered:
     unstarted_until: float = math.inf
     #: its member in the unstarted record (:func:`laraq.protocol.lua_laraq.unstarted_member`), made when needed
     unstarted: bytes = b""
-    #: its record's removal was already written (with the ack of the job before it)
-    start_sent: bool = False
 
 
 def _apply_renewal(items: list[Buffered], alive: list[bool], lease: float, lost: str) -> set[int]:
@@ -71,18 +70,13 @@ def _drop(buffer: collections.deque[Buffered], gone: set[int]) -> None:
     buffer.extend(kept)
 
 
-class AckQuery(Protocol):
-    def __call__(self, job: Job) -> bool:
-        """Is ``job``'s ``ZREM`` still among the deferred acks (not sent yet)?"""
-
-
 class Leases:
     """The leases of buffered jobs: checked before a start, renewed while they wait."""
 
-    def __init__(self, queue: RedisQueue, output: Output, buffer: collections.deque[Buffered],
-                 ack_deferred: AckQuery) -> None:
-        self.queue = queue
-        self.output = output
+    def __init__(self, reserving: Reserving, flush: Callable[[], None], buffer: collections.deque[Buffered],
+                 ack_deferred: Callable[[str, bytes], bool]) -> None:
+        self.reserving = reserving
+        self.flush = flush
         self.buffer = buffer
         self.ack_deferred = ack_deferred
         #: the earliest time (unix seconds) at which a buffered lease needs renewing
@@ -98,7 +92,7 @@ class Leases:
         first whenever a reservation made now would expire later (so a started job gets the same
         ``retry_after`` from its start as a Laravel pop gives it); the rest of the buffer is renewed
         in the same call. A job someone else migrated back is dropped, never run."""
-        retry_after = self.queue.retry_after
+        retry_after = self.reserving.retry_after
         if retry_after is None:
             return True
         now = time.time()
@@ -108,9 +102,9 @@ class Leases:
         items = [item, *(b for b in self.buffer if b.job.queue == item.job.queue and b.lease_until < fresh)]
         if item.lease_until - now >= retry_after / 2 and self._renew_ahead(items):
             return True
-        self.output.flush()  # a held success line does not wait on this round trip
+        self.flush()  # a held success line does not wait on this round trip
         try:
-            alive = self.queue.reserving.renew(item.job.queue, [b.job.reserved for b in items])
+            alive = self.reserving.renew(item.job.queue, [b.job.reserved for b in items])
         except Exception as exc:
             # kept at the head of the buffer: started once Redis answers, or given back at the stop (a
             # job dropped here would wait in :reserved for retry_after and come back with an attempt spent)
@@ -125,8 +119,8 @@ class Leases:
 
     def note_lease(self, lease: float) -> None:
         """Jobs were buffered with a lease until ``lease`` (unix seconds): renew them past its half."""
-        if self.queue.retry_after is not None:
-            self._renew_at = min(self._renew_at, lease - self.queue.retry_after / 2)
+        if self.reserving.retry_after is not None:
+            self._renew_at = min(self._renew_at, lease - self.reserving.retry_after / 2)
 
     def _renew_ahead(self, items: list[Buffered]) -> bool:
         """Renew leases that are stale but far from over without waiting for the reply: no migrate can
@@ -135,7 +129,7 @@ class Leases:
         usual case for a batch reserved along with a wait (its ``now`` is the time the wait began)."""
         self.collect()
         try:
-            sent = self.queue.reserving.renew_send(items[0].job.queue, [b.job.reserved for b in items])
+            sent = self.reserving.renew_send(items[0].job.queue, [b.job.reserved for b in items])
         except Exception:  # the synchronous renewal meets the same fault and reports it
             return False
         if sent is None:
@@ -156,12 +150,12 @@ class Leases:
         pending, items = self.renewal
         self.renewal = None
         try:
-            alive = self.queue.scripts.renew_result(self.queue.scripts.receive(pending))
+            alive = self.reserving.renew_receive(pending)
         except Exception as exc:
             self._unrenewed.warn(f"{len(items)} job(s): they keep their earlier lease", exc)
             for b, before in items:
                 b.lease_until = before
-                self._renew_at = min(self._renew_at, before - (self.queue.retry_after or 0) / 2)
+                self._renew_at = min(self._renew_at, before - (self.reserving.retry_after or 0) / 2)
             return
         gone = {id(b) for (b, _before), ok in zip(items, alive, strict=False) if not ok}
         if not gone:
@@ -186,11 +180,11 @@ class Leases:
             return True
         if not job.is_deleted:
             return False
-        return not self.ack_deferred(job)
+        return not self.ack_deferred(job.queue, job.reserved)
 
     def renew_due(self) -> None:
         """Push the reservation of buffered jobs past half their ``retry_after`` forward (``ZADD XX``)."""
-        retry_after = self.queue.retry_after
+        retry_after = self.reserving.retry_after
         if retry_after is None or not self.buffer:
             return
         now = time.time()
@@ -208,7 +202,7 @@ class Leases:
             by_queue.setdefault(b.job.queue, []).append(b)
         for name, items in by_queue.items():
             try:
-                alive = self.queue.reserving.renew(name, [b.job.reserved for b in items])
+                alive = self.reserving.renew(name, [b.job.reserved for b in items])
             except Exception as exc:
                 self._unrenewed.warn(f"{len(items)} buffered job(s) on {name}", exc)
                 self._renew_at = now  # still due: try again on the next pass

@@ -3,9 +3,8 @@ pauses and when it resumes (and why), and the resident size its ``--memory`` che
 (Laravel's ``Worker::memoryExceeded``, which compares ``memory_get_usage(true)``); and the memory an
 idle worker gives back.
 
-:class:`RunNotes` is kept by :class:`laraq.worker.worker.Worker`: its stop rules say why through
-:meth:`RunNotes.because`, its run checks say whether it runs through :meth:`RunNotes.state`, and the stop
-is said once by :meth:`RunNotes.stopped` (issue 27 §5).
+:class:`RunNotes` is kept by :class:`laraq.worker.worker.Worker`: its run checks say whether it runs
+through :meth:`RunNotes.state`, and the stop is said once by :meth:`RunNotes.stopped`.
 """
 
 from __future__ import annotations
@@ -16,12 +15,12 @@ import os
 import resource
 from collections.abc import Callable
 
+from laraq.exitcodes import EXIT_MEMORY_LIMIT
+
 __all__ = ["RunNotes", "release_free_memory", "rss_mb"]
 
 log = logging.getLogger("laraq.worker.worker")
 
-#: The exit code of a stop over ``--memory`` (Laravel's ``Worker::EXIT_MEMORY_LIMIT``).
-EXIT_MEMORY_LIMIT = 12
 
 
 def rss_mb() -> float:
@@ -52,17 +51,11 @@ class RunNotes:
     def __init__(self, name: str, memory_limit: int) -> None:
         self.name = name
         self.memory_limit = memory_limit
-        self.reason = ""
         self.current = "running"
         #: the resident size (MB) the last ``--memory`` check measured
         self.memory_seen = 0.0
         #: the job count when freed memory was last given back (see :meth:`went_idle`)
         self._settled_at = 0
-
-    def because(self, status: int, reason: str) -> int:
-        """Remember why the worker stops; returns ``status``."""
-        self.reason = reason
-        return status
 
     def over_memory(self, limit_mb: int, settle: Callable[[], None] | None = None) -> bool:
         """Measure the resident size now and compare it with ``limit_mb``. A size at or over it is
@@ -99,11 +92,11 @@ class RunNotes:
         else:
             log.info("worker %s %s", self.name, state)
 
-    def stopped(self, status: int) -> None:
+    def stopped(self, status: int, reason: str) -> None:
         """The stop's one line: the exit code and why (over ``--memory``: the size the check measured,
         before anything was given back)."""
         if status == EXIT_MEMORY_LIMIT:
             log.warning("worker %s stopping (exit %d): memory limit of %d MB reached (this process: %.0f MB "
                         "resident when checked)", self.name, status, self.memory_limit, self.memory_seen)
         else:
-            log.info("worker %s stopping (exit %d): %s", self.name, status, self.reason or "done")
+            log.info("worker %s stopping (exit %d): %s", self.name, status, reason or "done")

@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from laraq.stores.parked import ParkedFailures, parked_key
-from laraq.worker.events import WorkerListener
+from laraq.worker.events import Looping, WorkerListener, WorkerStarting, WorkerStopping
 
 if TYPE_CHECKING:
     from laraq.bus.job import Job
@@ -58,14 +58,14 @@ class ParkingListener(WorkerListener):
         self._next = time.monotonic() + self.every
         return True
 
-    def worker_starting(self, worker: Any) -> None:
+    def worker_starting(self, event: WorkerStarting) -> None:
         self._flush_soon()
 
-    def worker_looping(self, worker: Any) -> None:
+    def worker_looping(self, event: Looping) -> None:
         if time.monotonic() >= self._next:
             self._flush_soon()
 
-    def worker_stopping(self, worker: Any, status: int) -> None:
+    def worker_stopping(self, event: WorkerStopping) -> None:
         # a short-lived worker (--once, --stop-when-empty) lets the flush it started at start finish
         thread = self._thread
         if thread is not None and thread.is_alive():

@@ -1,25 +1,26 @@
-"""Unstarted records: what makes a SIGKILL cost a buffered, never-started job nothing (issue 29 §3).
+"""Unstarted records: what makes a SIGKILL cost a buffered, never-started job nothing.
 
 Every job the batched reserve buffers is also recorded, in the same Lua call, in laraq's own ZSET
-``queues:NAME:laraq-unstarted`` with a short lease on Redis' clock (``Reserving.unstarted_seconds``:
-15 s, at most a third of ``retry_after``). While it waits in the buffer the worker renews that lease (:meth:`Unstarted.renew_due`). When it
-starts, its record is removed *before* the handler runs (:meth:`Unstarted.start`). Any laraq batch
-reserve on the queue first gives back the jobs whose record expired (their worker died): each one
-still in ``:reserved`` goes back to the head of the list as it was pushed, attempts not spent; the
-running job's record was removed, so it stays in ``:reserved`` and comes back after ``retry_after``
-with its attempt spent, as artisan's running job does. See :data:`laraq.protocol.lua_laraq.UNSTARTED`.
+``queues:NAME:laraq-unstarted`` with a short lease on Redis' clock (``Reserving.unstarted_seconds``: 15 s,
+at most a third of ``retry_after``). While it waits in the buffer the worker renews that lease
+(:meth:`Unstarted.renew_due`). When it starts, its record is removed *before* the handler runs
+(:meth:`Unstarted.start`). Any laraq batch reserve on the queue first gives back the jobs whose record
+expired (their worker died): each one still in ``:reserved`` goes back to the head of the list as it was
+pushed, attempts not spent; the running job's record was removed, so it stays in ``:reserved`` and comes
+back after ``retry_after`` with its attempt spent, as artisan's running job does. See
+:data:`laraq.protocol.lua_laraq.UNSTARTED`.
 
-The order that makes it exact: a started job's record is gone from Redis before its handler can
-have done anything. The removal is written on the ack connection (:class:`~laraq.worker.acks.AckPipe`,
-one ``send()``, the reply read later; after a finished job, in the same write as its ack:
-:meth:`Unstarted.claim_next`) when the record's lease has at least a third of its length left, so
-the command reaches Redis long before anyone may reclaim the job (once the bytes are in the kernel,
-killing this process no longer stops them). Otherwise (the buffer waited behind a long
-job, a reply was lost, Redis Cluster) the removal is one round trip whose answer decides: a record
-another worker reclaimed meanwhile means the job is not run here, it is already back in the list.
+The order that makes it exact: a started job's record is gone from Redis before its handler can have
+done anything. The removal is written on the ack connection (:meth:`laraq.protocol.acks.Acks.start`: one
+``send()``, the reply read later; after a finished job, in the same write as its ack:
+:meth:`Unstarted.next_record`) when the record's lease has at least a third of its length left, so the
+command reaches Redis long before anyone may reclaim the job (once the bytes are in the kernel, killing
+this process no longer stops them). Otherwise (the buffer waited behind a long job, a reply was lost,
+Redis Cluster) the removal is one round trip whose answer decides: a record another worker reclaimed
+meanwhile means the job is not run here, it is already back in the list.
 
-Owned by the reservation source (:class:`laraq.worker.reservation.Reservation`), which builds it with
-the queue, its ack pipe and its buffer (the one deque, changed in place).
+Owned by the reserver (:class:`laraq.worker.reserver.Reserver`), which builds it with the worker's
+:class:`~laraq.protocol.reserve.Reserving`, its acks and its buffer (the one deque, changed in place).
 """
 
 from __future__ import annotations
@@ -31,11 +32,11 @@ import time
 from typing import TYPE_CHECKING
 
 from laraq.protocol.lua_laraq import unstarted_member
-from laraq.worker.ratelimit import Repeated
+from laraq.repeated import Repeated
 
 if TYPE_CHECKING:
-    from laraq.protocol.queue import RedisQueue
-    from laraq.worker.acks import AckPipe
+    from laraq.protocol.acks import Acks
+    from laraq.protocol.reserve import Reserving
     from laraq.worker.leases import Buffered
 
 __all__ = ["Unstarted"]
@@ -53,10 +54,10 @@ def _member(item: Buffered) -> bytes:
 class Unstarted:
     """The unstarted records of the buffered jobs: removed at start, renewed while they wait."""
 
-    def __init__(self, queue: RedisQueue, pipe: AckPipe | None, buffer: collections.deque[Buffered],
+    def __init__(self, reserving: Reserving, acks: Acks, buffer: collections.deque[Buffered],
                  queues: list[str] | None = None) -> None:
-        self.queue = queue
-        self.pipe = pipe
+        self.reserving = reserving
+        self.acks = acks
         self.buffer = buffer
         #: the queues whose dead workers' buffers this worker reclaims between reserves (see reclaim_due)
         self.queues = list(queues or [])
@@ -69,7 +70,7 @@ class Unstarted:
 
     @property
     def lease(self) -> float:
-        return self.queue.reserving.unstarted_seconds
+        return self.reserving.unstarted_seconds
 
     def recorded(self, reserved_at: float) -> float:
         """Jobs reserved (and recorded) by a call sent at ``reserved_at`` (unix seconds): the time until
@@ -85,22 +86,17 @@ class Unstarted:
         """Remove ``item``'s record before it runs; False: do not run it now (reclaimed by another worker;
         or Redis could not be told: then it is put back at the head of the buffer, still reserved and
         recorded, for the loop to try again after a pause or give back at the stop)."""
-        if item.unstarted_until == math.inf or item.start_sent:
+        if item.unstarted_until == math.inf:
             return True
         name = item.job.queue
         member = _member(item)
         now = time.time()
         lease = self.lease
-        if self.pipe is not None and item.unstarted_until - now >= lease / 3:
-            try:
-                self.pipe.write_started(name, [member])
-                return True
-            except Exception:  # the round trip below meets the same fault and reports it
-                pass
-        others = [b for b in self.buffer if b.job.queue == name and b.unstarted_until != math.inf
-                  and not b.start_sent]
+        if self.acks.start(name, member, write=item.unstarted_until - now >= lease / 3):
+            return True
+        others = [b for b in self.buffer if b.job.queue == name and b.unstarted_until != math.inf]
         try:
-            alive = self.queue.reserving.unstarted(name, [member], [_member(b) for b in others])
+            alive = self.reserving.unstarted(name, [member], [_member(b) for b in others])
         except Exception as exc:
             self._unsent.warn(f"{item.job.name} (id {item.job.id})", exc)
             self.buffer.appendleft(item)  # kept: started once Redis answers, or given back at the stop
@@ -112,37 +108,27 @@ class Unstarted:
                         "unstarted lease ran out): not running it here", item.job.name, item.job.id)
         return alive[0]
 
-    def claim_next(self) -> Buffered | None:
-        """The job at the head of the buffer, if its record's removal may ride on an ack being written
-        now (one ``send()`` for both; the loop starts that job next): its lease must leave room, as for
-        :meth:`start`'s write. The caller writes ``(queue, _member(item))`` and, if the write fails,
-        sets ``start_sent`` back to False. Should the job then not start after all (its reservation was
-        lost, the worker stops), a graceful stop still gives it back; only a SIGKILL before its start
-        leaves it reserved until ``retry_after``, as before this record existed."""
-        if not self.buffer or self.pipe is None:
+    def next_record(self) -> tuple[str, bytes] | None:
+        """(queue, record) of the job at the head of the buffer, if its record's removal may ride on an ack
+        written now (one ``send()`` for both; the loop starts that job next): its lease must leave room, as
+        for :meth:`start`'s write. Should the job then not start after all (its reservation was lost, the
+        worker stops), a graceful stop still gives it back; only a SIGKILL before its start leaves it
+        reserved until ``retry_after``, as a job with no record is."""
+        if not self.buffer or self.acks.pipe is None:
             return None
         head = self.buffer[0]
-        if head.start_sent or head.unstarted_until == math.inf or \
-                head.unstarted_until - time.time() < self.lease / 3:
+        if head.unstarted_until == math.inf or head.unstarted_until - time.time() < self.lease / 3:
             return None
-        head.start_sent = True
-        return head
-
-    @staticmethod
-    def record_of(item: Buffered) -> tuple[str, bytes]:
-        """(queue, record member) of a buffered job."""
-        return item.job.queue, _member(item)
+        return head.job.queue, _member(head)
 
     def resend(self) -> None:
         """Send again the removals whose replies a broken ack connection lost (removing twice is harmless)."""
-        if self.pipe is None or not self.pipe.lost_starts:
-            return
-        for name, members in self.pipe.take_lost_starts().items():
+        for name, members in self.acks.lost_starts().items():
             try:
-                self.queue.reserving.unstarted(name, members)
+                self.reserving.unstarted(name, members)
             except Exception as exc:
                 self._unrenewed.warn(len(members), exc)
-                self.pipe.keep_lost_starts(name, members)
+                self.acks.keep_lost_starts(name, members)
 
     def reclaim_due(self) -> None:
         """Every half lease, give back the buffers of dead workers on this worker's queues even while it
@@ -156,7 +142,7 @@ class Unstarted:
         self._reclaim_at = now + lease / 2
         for name in self.queues:
             try:
-                given = self.queue.reserving.reclaim(name)
+                given = self.reserving.reclaim(name)
             except Exception:  # the next reserve call meets the same fault and reports it
                 return
             if given:
@@ -175,12 +161,13 @@ class Unstarted:
         lease = self.lease
         by_queue: dict[str, list[Buffered]] = {}
         for b in self.buffer:
-            if b.unstarted_until != math.inf and not b.start_sent:
+            # a record removed with the last ack is gone already: its job starts next
+            if b.unstarted_until != math.inf and not self.acks.sent_with_ack(_member(b)):
                 by_queue.setdefault(b.job.queue, []).append(b)
         self._renew_at = math.inf
         for name, items in by_queue.items():
             try:
-                alive = self.queue.reserving.unstarted(name, [], [_member(b) for b in items])
+                alive = self.reserving.unstarted(name, [], [_member(b) for b in items])
             except Exception as exc:
                 self._unrenewed.warn(len(items), exc)
                 self._renew_at = min(self._renew_at, now + 1.0)

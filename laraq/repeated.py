@@ -2,8 +2,8 @@
 summed up in one line every few seconds, and the end of the run of repeats is said once.
 
 A worker that loses Redis meets the same fault on every pass of its loop (every 50 ms, or for every
-buffered lease), and one line per pass floods the log (issue 29 §7). :class:`Repeated` is the small
-object each such warning goes through::
+buffered lease), and one line per pass would flood the log. :class:`Repeated` is the small object each
+such warning goes through::
 
     acks_unsent = Repeated(log, "could not send %d ack(s) (%s): retrying", every=5.0)
     acks_unsent.warn(len(acks), exc)      # logged at once the first time

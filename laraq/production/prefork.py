@@ -10,7 +10,7 @@ JSON settings in ``LARAQ_WORKER_CONFIG``) are first *forked* by ``laraq work`` j
 interpreter, not three) and adopted by the supervisor; a worker it starts again later is a fresh
 interpreter (``posix_spawn``). supervisord + ``numprocs`` + artisan in one command.
 
-Rules (the exit codes are artisan's, see :mod:`laraq.cli.work`):
+Rules (the exit codes are artisan's, :mod:`laraq.exitcodes`):
 
 * a worker killed by a signal (its own timeout SIGKILL, the OOM killer, ``kill -9``) is started again
   at once (with a growing pause if it keeps dying within a second of its start); its jobs stay
@@ -49,9 +49,21 @@ SLOT_ENV = "LARAQ_WORKER_SLOT"
 #: The signals the supervisor handles and forwards to its workers (see the module docstring).
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR2, signal.SIGCONT, signal.SIGHUP)
 
-EXIT_SUCCESS = 0
-EXIT_ERROR = 1
-EXIT_MEMORY_LIMIT = 12
+
+
+def _exit_codes() -> dict[str, object]:
+    """:mod:`laraq.exitcodes`, read from its file: the supervisor imports no laraq module (see above)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "exitcodes.py")
+    codes: dict[str, object] = {}
+    with open(path, "rb") as fh:
+        exec(compile(fh.read(), path, "exec"), codes)  # noqa: S102 - laraq's own constants module
+    return codes
+
+
+_CODES = _exit_codes()
+EXIT_SUCCESS = int(_CODES["EXIT_SUCCESS"])  # type: ignore[call-overload]
+EXIT_ERROR = int(_CODES["EXIT_ERROR"])  # type: ignore[call-overload]
+EXIT_MEMORY_LIMIT = int(_CODES["EXIT_MEMORY_LIMIT"])  # type: ignore[call-overload]
 
 _BOOT = ("import sys; p = sys.argv[1]; g = {'__name__': '__laraq_supervisor__', '__file__': p}; "
          "exec(compile(open(p, 'rb').read(), p, 'exec'), g); sys.exit(g['main'](sys.argv[2:]))")

@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from laraq.worker.ratelimit import Repeated
+from laraq.repeated import Repeated
 
 
 class Clock:
@@ -50,21 +50,19 @@ def test_clear_without_a_fault_says_nothing(caplog: pytest.LogCaptureFixture) ->
 
 
 def test_a_worker_that_cannot_reach_redis_writes_one_ack_warning(caplog: pytest.LogCaptureFixture) -> None:
-    """The reservation source's deferred acks against a Redis that is not there: 200 flushes, one line."""
+    """A worker's deferred acks against a Redis that is not there: 200 flushes, one line."""
     from test_worker_support import free_port_url
 
-    from laraq.app import App
+    from laraq.protocol.acks import Acks
     from laraq.protocol.queue import RedisQueue
-    from laraq.worker.worker import Worker, WorkerOptions
 
-    queue = RedisQueue(free_port_url(), prefix="p_")
-    worker = Worker(App(), queue, "default", options=WorkerOptions(memory=1 << 20))
-    reservation = worker.reservation
-    reservation._restore_acks({"default": [b"member"]})  # type: ignore[attr-defined]
+    acks = Acks(RedisQueue(free_port_url(), prefix="p_"))
+    acks.restore({"default": [b"member"]})
     with caplog.at_level(logging.WARNING, logger="laraq.worker.worker"):
         for _ in range(200):
-            reservation.flush_acks(force=True)
+            acks.flush(force=True)
     lines = [r.getMessage() for r in caplog.records if "ack(s)" in r.getMessage()]
     assert len(lines) == 1, lines
     assert lines[0].startswith("could not send 1 ack(s)")
-    worker.close()
+    assert acks.pending  # kept, to be sent once Redis is back
+    acks.close()

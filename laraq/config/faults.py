@@ -1,34 +1,20 @@
-"""laraq's exit codes and the one place that turns an exception kind into one line with its cause and fix.
+"""The one place that turns a fault of the surroundings (Redis, TLS, ACLs, a database, ``APP_KEY``) into one
+line with its cause and fix, and its exit code (:mod:`laraq.exitcodes`).
 
-artisan's codes are kept (0 stopped, 1 error, 2 usage, 12 memory); the codes 3-6 name faults of the
-surroundings, so a process manager or a script can tell "Redis is down" from "the password is wrong"
-without reading logs. A TLS certificate Redis's CA or host name does not pass, or ``rediss://`` to a
-plain-text port, is a settings fault (6), not an outage (3): restarting will not fix it. The table is in ``compat-docs/worker.md`` ("Exit codes"). :func:`explain` is used by
-the worker at start (:mod:`laraq.worker.startup`) and by every ``laraq`` command (:mod:`laraq.cli.errors`).
+A TLS certificate Redis's CA or host name does not pass, or ``rediss://`` to a plain-text port, is a
+settings fault (6), not an outage (3): restarting will not fix it. :func:`explain` is used by the worker
+(at start and when Redis refuses it later) and by every ``laraq`` command (:mod:`laraq.cli.errors`).
 """
 
 from __future__ import annotations
 
 import redis
 
+from laraq.exitcodes import EXIT_CONFIG, EXIT_DATABASE, EXIT_REDIS_AUTH, EXIT_REDIS_UNREACHABLE
 from laraq.protocol.acl import Denial, denied
 from laraq.protocol.encryption import DecryptError
 
-__all__ = [
-    "EXIT_SUCCESS", "EXIT_ERROR", "EXIT_USAGE", "EXIT_REDIS_UNREACHABLE", "EXIT_REDIS_AUTH",
-    "EXIT_DATABASE", "EXIT_CONFIG", "EXIT_MEMORY_LIMIT", "explain", "one_line", "tls_advice",
-    "tls_is_settings_fault",
-    "acl_message", "is_acl_denial",
-]
-
-EXIT_SUCCESS = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_REDIS_UNREACHABLE = 3
-EXIT_REDIS_AUTH = 4
-EXIT_DATABASE = 5
-EXIT_CONFIG = 6
-EXIT_MEMORY_LIMIT = 12
+__all__ = ["acl_message", "explain", "is_acl_denial", "one_line", "tls_advice", "tls_is_settings_fault"]
 
 _AUTH_MARKERS = ("WRONGPASS", "NOAUTH", "invalid password", "invalid username-password", "HELLO must be called",
                  "Authentication required", "AUTH <password> called without any password")

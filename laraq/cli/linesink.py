@@ -1,6 +1,6 @@
 """Where the worker's console lines go: whole lines, in order, in as few ``write`` calls as artisan's.
 
-:mod:`laraq.worker.output` decides what a line says; a sink decides when it reaches the stream. The contract:
+:mod:`laraq.cli.output` decides what a line says; a sink decides when it reaches the stream. The contract:
 
 * Every write is one ``write()`` of whole lines to the stream's descriptor, under the sink's lock, so the
   lines of concurrent jobs never interleave. Python's text and buffer layers are bypassed: they and their
@@ -15,7 +15,7 @@
 :func:`open_sink` picks the implementation. A stream with a real descriptor gets the C sink from
 ``laraq._speedups`` (``laraq/_lines.c``) when it is built and ``LARAQ_PURE_PYTHON`` is unset. The C sink
 also prints the two lines every job has (``started`` / ``succeeded``) from templates that
-:class:`laraq.worker.output.Output` hands it (``configure``). Anything else (a ``StringIO``, a test capture, a
+:class:`laraq.cli.output.Output` hands it (``configure``). Anything else (a ``StringIO``, a test capture, a
 build without a compiler) gets :class:`LineSink`, which behaves the same.
 """
 
@@ -38,7 +38,7 @@ except ImportError:  # pragma: no cover - no compiler when installed
 
 
 class Sink(Protocol):
-    """What :class:`laraq.worker.output.Output` needs of a sink."""
+    """What :class:`laraq.cli.output.Output` needs of a sink."""
 
     writes: int
 

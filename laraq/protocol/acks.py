@@ -1,23 +1,23 @@
-"""Acks written the moment a job finishes: ``Job::delete``'s ``ZREM :reserved``, sent without waiting
-for the reply (issue 29 §3).
+"""A worker's acks: ``Job::delete``'s ``ZREM :reserved``, written the moment a job is done, or deferred to
+ride on the next reserve call.
 
-A finished job whose ``ZREM`` is still in this process when it is SIGKILLed runs again after
+A finished job whose ``ZREM`` is still in the worker process when it is SIGKILLed runs again after
 ``retry_after``. artisan sends its ``ZREM`` before it takes the next job, so a kill re-runs at most the
-job that was running. Deferring acks to batch them (as the fast path did, up to 50 ms) re-ran every
-job that finished in those 50 ms. :class:`AckPipe` keeps the batching's cost low and the guarantee
-artisan's: each ack is *written* on a connection of its own as soon as the job is done (one
-``send()``; once the bytes are in the kernel, a SIGKILL of this process no longer stops Redis from
-running the command), and the replies are read later, all at once (:meth:`AckPipe.collect`).
+job that was running. :class:`Acks` keeps that bound at a low cost per job, by mode:
 
-The same connection carries the removal of a job's unstarted record as the job starts
-(:meth:`AckPipe.write_started`, see :mod:`laraq.worker.unstarted`): written before the handler runs,
-its reply read later.
+* ``sync`` (``--batch 1``): the ``ZREM`` is one round trip, answered before the next pop, as artisan's;
+* ``at-once`` (the default): the ``ZREM`` is *written* on a connection of its own as soon as the job is
+  done (:class:`AckPipe`: one ``send()``; once the bytes are in the kernel, a SIGKILL of the worker no
+  longer stops Redis from running the command), and the replies are read later, many at once;
+* ``batched``: acks wait (at most :data:`ACK_MAX_AGE`) and ride on the next reserve call, which runs
+  them in its own script: fewer system calls per job, and a SIGKILL may re-run the jobs finished in
+  those 50 ms.
 
-If the connection breaks, the acks whose replies were not read are handed back to be sent again
-(``ZREM`` of a member that is already gone is harmless), and so are the unstarted removals
-(:attr:`AckPipe.lost_starts`). Owned by the reservation source
-(:class:`laraq.worker.reservation.Reservation`), which falls back to its pipelined ``ZREM``s when the
-client cannot lend a connection (Redis Cluster).
+While Redis is away every mode keeps its acks and sends them again (``ZREM`` of a member already gone
+is harmless). The pipe also carries the removal of a buffered job's unstarted record as the job starts
+(:meth:`Acks.start`), in the same write as the ack of the job before it when the worker asks
+(:meth:`Acks.ack`'s ``then_starting``): see :mod:`laraq.worker.unstarted`. Redis Cluster cannot lend
+one connection: there ``at-once`` acks are pipelined ``ZREM``s within :data:`ACK_MAX_AGE`.
 """
 
 from __future__ import annotations
@@ -28,14 +28,18 @@ import os
 import socket
 import ssl
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 import redis
 
+from laraq.protocol.redis_retry import retrying
+from laraq.repeated import Repeated
+
 if TYPE_CHECKING:
     from laraq.protocol.queue import RedisQueue
 
-__all__ = ["AckPipe"]
+__all__ = ["ACK_MAX_AGE", "AckPipe", "Acks"]
 
 
 def _receive(sock: Any, wait: bool) -> bytes | None:
@@ -255,3 +259,166 @@ class AckPipe:
                 if self.unconfirmed:
                     conn.disconnect()
                 self._pool().release(conn)
+
+
+#: Deferred acks are sent at the latest this many seconds after the oldest one.
+ACK_MAX_AGE = 0.05
+#: Written acks whose replies are read together (a reply is 4 bytes; the socket holds thousands): one
+#: ``recv`` per job cost more than the job on a VM's loopback. A forced flush reads them all.
+READ_REPLIES_EVERY = 64
+
+
+class Acks:
+    """One worker's acks (see the module): ``ack`` a finished job; ``take`` what may ride on a reserve call;
+    ``flush`` what waits."""
+
+    def __init__(self, queue: RedisQueue, mode: str = "at-once") -> None:
+        self.queue = queue
+        self.mode = mode
+        #: acks written the moment a job is done (None: sync or batched mode, or Redis Cluster)
+        self.pipe = AckPipe(queue) if mode == "at-once" and AckPipe.usable(queue) else None
+        self._deferred: dict[str, list[bytes]] = {}
+        self._lock = threading.Lock()
+        #: held by whoever is sending acks it took from the deferred ones (the loop, or the watchdog for
+        #: stale ones): a forced flush waits on it, so a stop never returns with an ack on its way
+        self._sending = threading.Lock()
+        #: when the oldest deferred ack was made (None: none waits)
+        self.since: float | None = None
+        #: the unstarted record written with the last ack (see :meth:`start`)
+        self._sent_start: bytes | None = None
+        self._unsent = Repeated(log, "could not send %d ack(s) (%s): retrying")
+
+    def ack(self, name: str, member: bytes, then_starting: tuple[str, bytes] | None = None) -> None:
+        """``ZREM`` the finished job ``member`` of queue ``name``, by this worker's mode. ``then_starting``
+        (queue, record): the unstarted record of the job that starts next, removed in the same write
+        (at-once mode only; :meth:`start` then knows it is sent). A sync ack is retried while Redis is away."""
+        if self.mode == "sync":
+            key = self.queue.keys(name).reserved
+            retrying(lambda: self.queue.client.zrem(key, member))
+            return
+        with self._lock:
+            if self.pipe is not None and not self._deferred:
+                try:
+                    self.pipe.write_one(name, member, then_starting)
+                    self._sent_start = None if then_starting is None else then_starting[1]
+                    return
+                except Exception:  # deferred below; the next flush meets the fault and reports it
+                    pass
+            self._deferred.setdefault(name, []).append(member)
+            if self.since is None:
+                self.since = time.monotonic()
+
+    def start(self, name: str, record: bytes, *, write: bool) -> bool:
+        """The unstarted ``record`` of a job that starts now: True if its removal is on its way (written with
+        the last ack, or now on the pipe when ``write``); False: the caller removes it with a round trip."""
+        if self._sent_start is record:
+            self._sent_start = None
+            return True
+        if not write or self.pipe is None:
+            return False
+        try:
+            self.pipe.write_started(name, [record])
+        except Exception:  # the round trip the caller makes meets the same fault and reports it
+            return False
+        return True
+
+    def sent_with_ack(self, record: bytes) -> bool:
+        """Was the removal of this unstarted ``record`` written with the last ack (its job not started yet)?"""
+        return self._sent_start is record
+
+    def deferred(self, name: str, member: bytes) -> bool:
+        """Is ``member``'s ``ZREM`` still among the deferred acks (not sent yet)?"""
+        with self._lock:
+            return member in self._deferred.get(name, ())
+
+    def take(self) -> dict[str, list[bytes]]:
+        """The deferred acks, to send now (a reserve call carries them); :meth:`restore` what was not sent."""
+        with self._lock:
+            acks, self._deferred, self.since = self._deferred, {}, None
+        return acks
+
+    def restore(self, acks: dict[str, list[bytes]]) -> None:
+        """Acks taken and not sent (their call failed): they wait again."""
+        if not any(acks.values()):
+            return
+        with self._lock:
+            for name, members in acks.items():
+                self._deferred.setdefault(name, []).extend(members)
+            if self.since is None:
+                self.since = time.monotonic()
+
+    def flush(self, *, force: bool = False) -> None:
+        """Send the deferred ``ZREM``s now if forced or if the oldest is :data:`ACK_MAX_AGE` old; read the
+        pipe's replies when enough have come (all of them when forced).
+
+        A forced flush first waits for acks another thread took and is still sending: the stop's last
+        flush must not return while the watchdog's ``ZREM`` of a finished job is on its way (the process
+        would exit with that job left in ``:reserved``, to run again after ``retry_after``). An unforced
+        one leaves the sending to whoever is at it."""
+        pipe = self.pipe
+        if pipe is not None and pipe.unconfirmed and (force or len(pipe.unconfirmed) >= READ_REPLIES_EVERY):
+            self.restore(pipe.collect(wait=force))
+        since = self.since
+        if not force and (since is None or time.monotonic() - since < ACK_MAX_AGE):
+            return
+        if not self._sending.acquire(blocking=force):
+            return
+        try:
+            if self.since is None:
+                return
+            acks = self.take()
+            try:
+                if pipe is None:
+                    self.send(acks)
+                    lost = {}
+                else:
+                    pipe.write(acks)  # when it raises, nothing of acks was sent
+                    lost = pipe.collect(wait=force)
+            except Exception as exc:
+                self._unsent.warn(sum(map(len, acks.values())), exc)
+                self.restore(acks)
+                return
+            if lost:
+                self._unsent.warn(sum(map(len, lost.values())), "the connection broke before Redis answered")
+                self.restore(lost)
+            else:
+                self._unsent.clear("deferred acks sent again")
+        finally:
+            self._sending.release()
+
+    def flush_stale(self) -> None:
+        """From the watchdog thread: send the deferred acks the loop did not send in time (it is busy running
+        a synchronous job inline), so a SIGKILL re-runs at most ~:data:`ACK_MAX_AGE` of finished work
+        besides the running job, however long that one takes."""
+        since = self.since
+        if since is not None and time.monotonic() - since >= ACK_MAX_AGE:
+            self.flush()
+
+    @property
+    def pending(self) -> bool:
+        """Are acks still waiting to be sent?"""
+        return self.since is not None
+
+    def send(self, acks: dict[str, list[bytes]]) -> None:
+        """``ZREM :reserved`` many finished jobs, one command per queue, in one pipeline."""
+        if not any(acks.values()):
+            return
+        pipe = self.queue.client.pipeline(transaction=False)
+        for name, members in acks.items():
+            if members:
+                pipe.zrem(self.queue.keys(name).reserved, *members)
+        pipe.execute()
+
+    def lost_starts(self) -> dict[str, list[bytes]]:
+        """Unstarted removals whose replies a broken pipe lost, taken (to send again)."""
+        return {} if self.pipe is None else self.pipe.take_lost_starts()
+
+    def keep_lost_starts(self, name: str, members: list[bytes]) -> None:
+        """Removals that could not be sent again yet: kept for the next try."""
+        if self.pipe is not None:
+            self.pipe.keep_lost_starts(name, members)
+
+    def close(self) -> None:
+        """Read what is left and give the pipe's connection back to the pool."""
+        if self.pipe is not None:
+            self.pipe.close()

@@ -15,7 +15,7 @@ Three console styles, chosen by the Laravel version profile like artisan's own o
 ``--json`` (11.27+ style) prints ``{"level", "id", "uuid", "connection", "queue", "job", "status",
 "result", "attempts", "exception", "message", "timestamp", "duration"}`` with empty fields dropped,
 encoded like PHP's ``json_encode`` without flags. Colours only on a terminal. The lines reach the stream
-through a sink (:mod:`laraq.worker.linesink`): one ``write()`` of whole lines at a time, so lines of concurrent
+through a sink (:mod:`laraq.cli.linesink`): one ``write()`` of whole lines at a time, so lines of concurrent
 jobs never interleave. On a real descriptor the C sink also prints each job's first and success line
 itself, from templates this module builds (:meth:`Output._templates`), so the wording stays here.
 
@@ -36,15 +36,25 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import IO, TYPE_CHECKING, Any, Literal
 
+from laraq.cli.linesink import open_sink
 from laraq.protocol.phpjson import php_json_encode
 from laraq.stores.failed import php_class_name
-from laraq.worker.linesink import open_sink
+from laraq.worker.events import (
+    JobFailed,
+    JobProcessed,
+    JobProcessing,
+    JobReleased,
+    JobUnhandled,
+    WorkerListener,
+    WorkerStarting,
+    WorkerStopping,
+)
 
 if TYPE_CHECKING:
     from laraq.bus.job import Job
     from laraq.protocol.versions import LaravelVersion
 
-__all__ = ["Output", "Status", "format_run_time"]
+__all__ = ["Output", "OutputListener", "Status", "format_run_time"]
 
 Status = Literal["starting", "success", "released_after_exception", "failed", "unhandled"]
 
@@ -112,7 +122,7 @@ class Output:
         isatty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.color = isatty and not json_mode if color is None else color
         self.width = width or (shutil.get_terminal_size((80, 24)).columns if isatty else 80)
-        #: where the lines go, in order and held as the module's docstring says (laraq.worker.linesink)
+        #: where the lines go, in order and held as the module's docstring says (laraq.cli.linesink)
         self._sink = open_sink(self.stream)
         #: id(job) -> (when it started, its id, its name), from started() to its last line
         self._started: dict[int, tuple[float, str, str]] = {}
@@ -360,3 +370,42 @@ class Output:
         if status != "starting":
             record["duration"] = round(elapsed, 6)
         return php_json_encode(record, unescaped_unicode=False) + "\n"
+
+
+class OutputListener(WorkerListener):
+    """``queue:work``'s console / ``--json`` lines, driven by the worker's events. While the worker's loop
+    runs, a success line may wait for the next line (:meth:`Output.hold`, from ``WorkerStarting`` on the
+    loop's thread until ``WorkerStopping``)."""
+
+    def __init__(self, output: Output) -> None:
+        self.output = output
+        # every job has these two: bound once, one attribute lookup less per line
+        self._started = output.started
+        self._succeeded = output.succeeded
+
+    def worker_starting(self, event: WorkerStarting) -> None:
+        self.output.starting_banner(",".join(event.queues))
+        self.output.hold()
+
+    def worker_stopping(self, event: WorkerStopping) -> None:
+        self.output.release()
+
+    def flush(self) -> None:
+        self.output.flush()
+
+    def job_processing(self, event: JobProcessing) -> None:
+        self._started(event.job)
+
+    def job_processed(self, event: JobProcessed) -> None:
+        self._succeeded(event.job)
+
+    def job_released(self, event: JobReleased) -> None:
+        if event.exception is not None:
+            self.output.job(event.job, "released_after_exception", event.exception)
+
+    def job_failed(self, event: JobFailed) -> None:
+        self.output.job(event.job, "failed", event.exception)
+
+    def job_unhandled(self, event: JobUnhandled) -> None:
+        if event.action != "fail":  # a failed unhandled job prints its failure line
+            self.output.job(event.job, "unhandled", detail=event.detail)

@@ -5,7 +5,7 @@ there. laraq may start without the app (``bash scripts/run`` on a fresh machine,
 an app whose database or Redis is not reachable. This module opens the pieces the worker needs and decides,
 for each fault, whether the worker can run without it (saying so in one line, with what to pass) or must
 not start (a :class:`StartupError` naming the cause, the fix and the exit code of
-:mod:`laraq.worker.exitcodes`):
+:mod:`laraq.config.faults`):
 
 * **cache store** (restart/pause signals, ``maxExceptions``, unique locks): opened and read once. With no
   Laravel project behind the settings, a store that is not there (13's stock ``database`` store on
@@ -29,8 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from laraq import exitcodes
 from laraq._version import __version__
 from laraq.bus.middleware import limiter_names
+from laraq.cli import linesink
+from laraq.config import faults
 from laraq.config.provenance import setting_facts
 from laraq.config.settings import LaravelSettings
 from laraq.protocol import phparray
@@ -39,7 +42,6 @@ from laraq.protocol.payload import Payload
 from laraq.protocol.serializer import loads
 from laraq.stores.cache import UnsupportedCacheStore, make_cache
 from laraq.stores.failed import DatabaseUuidFailedJobStore, LazyFailedJobStore, make_failed_store
-from laraq.worker import exitcodes, linesink
 
 __all__ = [
     "StartupError",
@@ -83,7 +85,7 @@ def check_redis(client: Any, shown_url: str) -> None:
     try:
         client.ping()
     except Exception as exc:
-        explained = exitcodes.explain(exc, redis_url=shown_url)
+        explained = faults.explain(exc, redis_url=shown_url)
         if explained is None:
             raise
         raise StartupError(*explained) from exc
@@ -122,7 +124,7 @@ def open_cache(settings: LaravelSettings, *, redis_url: str | None = None) -> Op
         return OpenedStore(None, f"{name} (not readable by laraq)",
                            [f"{exc}: queue:restart, queue:pause, maxExceptions and unique locks are not seen"])
     except Exception as exc:
-        reason = exitcodes.one_line(exc)
+        reason = faults.one_line(exc)
         if no_project:
             return OpenedStore(None, f"none (stock {name!r} store not available)", [
                 f"no Laravel project: the stock {name!r} cache store is not available ({reason}), so queue:restart"
@@ -174,14 +176,14 @@ def open_failed_store(settings: LaravelSettings, *, fallback: bool = True) -> Op
             raise FileNotFoundError(f"the SQLite database {missing} does not exist")
         return OpenedStore(make_failed_store(settings), described)
     except Exception as exc:
-        reason = exitcodes.one_line(exc)
+        reason = faults.one_line(exc)
         if settings.base_path is None and fallback:
             local = local_failed_store_path()
             try:
                 store = _local_failed_store(settings)
             except Exception as exc2:
                 raise StartupError(f"no failed-job store: the stock one is not available ({reason}) and the "
-                                   f"local one at {local} cannot be opened ({exitcodes.one_line(exc2)})",
+                                   f"local one at {local} cannot be opened ({faults.one_line(exc2)})",
                                    exitcodes.EXIT_DATABASE) from exc2
             return OpenedStore(store, f"local SQLite {local} (fallback)", [
                 f"no Laravel project: the stock failed-job store {described} is not available ({reason}); "

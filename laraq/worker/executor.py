@@ -1,22 +1,17 @@
 """The executor: where and how a job's handler runs, and what happens at its timeout (Laravel's
 ``Illuminate\\Queue\\Worker`` ``registerTimeoutHandler`` / ``kill`` side, plus laraq's threads and asyncio).
 
-Jobs run on ``--concurrency`` slots: daemon threads on the classic loop; on the batched fast path a
-sync handler runs inline at concurrency 1 or on a thread pool, and an ``async def`` handler is a task
-on the worker's own event loop. Elsewhere async handlers run on one asyncio loop thread, each awaited
-by its slot. A watchdog thread enforces the timeout (payload ``timeout``, else ``--timeout``; 0 =
-none). At the deadline it does Laravel's timeout bookkeeping (fail if this attempt was the last, if
-``maxExceptions`` is reached, or if ``failOnTimeout``) and abandons the job: unless it failed, the job
-stays in ``:reserved`` until ``retry_after`` (what a SIGKILLed PHP worker leaves behind). An async
-handler is then cancelled; a sync handler cannot be interrupted, so the worker stops popping, lets the
-other slots finish and SIGKILLs its own process, as Laravel's ``Worker::kill`` does; ``laraq work``'s
-supervisor starts a new worker process (see :mod:`laraq.cli.work`).
+Jobs run on ``--concurrency`` slots of the worker's own event loop: an ``async def`` handler as a task
+(its first step run at once, :mod:`laraq.worker.eager`), a sync handler inline at concurrency 1 (as
+artisan runs it) or on a thread pool. A watchdog thread enforces the timeout (payload ``timeout``, else
+``--timeout``; 0 = none). At the deadline it does Laravel's timeout bookkeeping
+(:meth:`laraq.worker.process.Process.timed_out`, settled at once) and abandons the job: unless it failed,
+the job stays in ``:reserved`` until ``retry_after`` (what a SIGKILLed PHP worker leaves behind). An async
+handler is then cancelled; a sync handler cannot be interrupted, so the worker stops taking jobs, lets
+the others finish and SIGKILLs its own process, as Laravel's ``Worker::kill`` does; ``laraq work``'s
+supervisor starts a new worker process.
 
 Who wins a job's outcome (handler or watchdog) is decided once, by :meth:`laraq.worker.running.Running.claim`.
-:class:`Executor` is built with the worker's :class:`~laraq.worker.context.WorkerContext`, the job lifecycle
-(:class:`JobRules`), the :class:`~laraq.worker.bridge.AsyncBridge` and the reservation source's
-:class:`Housekeeping`; the loop (:class:`laraq.worker.worker.Worker`) calls it through
-:class:`laraq.worker.worker.JobExecutor`.
 """
 
 from __future__ import annotations
@@ -27,29 +22,30 @@ import contextlib
 import functools
 import logging
 import os
-import queue as queue_mod
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from laraq.bus.job import Job
 from laraq.stores.failed import timeout_exceeded
 from laraq.worker.bridge import AsyncBridge
 from laraq.worker.context import WorkerContext
 from laraq.worker.eager import JOB_TASK_NAME, start_task
+from laraq.worker.events import JobTimedOut
 from laraq.worker.running import Flag, Running
 
 if TYPE_CHECKING:
-    from laraq.bus.handlers import Handler
+    from laraq.protocol.acks import Acks
+    from laraq.worker.process import Process
 
-__all__ = ["JOB_TASK_NAME", "TICK", "Executor", "Housekeeping", "JobRules", "sigkill_self"]
+__all__ = ["JOB_TASK_NAME", "TICK", "Executor", "sigkill_self"]
 
 log = logging.getLogger("laraq.worker.worker")
 
-#: Fast path: housekeeping tick (deferred acks, lease renewal, signals) while jobs run.
+#: Housekeeping tick (acks, lease renewal, signals) while jobs run.
 TICK = 0.05
 
 
@@ -63,64 +59,32 @@ def sigkill_self() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-class JobRules(Protocol):
-    """What the executor asks of the job lifecycle (:class:`laraq.worker.lifecycle.Lifecycle`)."""
-
-    def process(self, job: Job, running: Running | None = None, handler: Any = ...) -> None:
-        """Laravel's ``Worker::process`` for one job, on the calling thread."""
-
-    async def process_async(self, job: Job, handler: Handler, running: Running) -> None:
-        """The same for an ``async def`` handler, as a task on the fast path's loop."""
-
-    def php_only(self, job: Job) -> str | None:
-        """Why only PHP can run this job, or None."""
-
-    def precheck_fails(self, job: Job) -> bool:
-        """Would the pre-run max-attempts check fail this job?"""
-
-    def timed_out(self, job: Job, exc: BaseException) -> None:
-        """The timeout bookkeeping, from the watchdog."""
-
-
-class Housekeeping(Protocol):
-    """What the executor's waits keep going (:class:`laraq.worker.reservation.Reservation`)."""
-
-    def flush_acks(self, *, force: bool = False) -> None:
-        """Send the deferred ``ZREM``s if due (``force``: now)."""
-
-    def flush_stale_acks(self) -> None:
-        """From the watchdog: send deferred acks the loop left too long."""
-
-    def housekeeping(self) -> None:
-        """Acks, lease renewals: what a pass of the fast loop does besides jobs."""
-
-
 class Executor:
-    """Runs jobs: slot threads, the fast path's tasks and pool, timeouts, the watchdog, the self-kill."""
+    """Runs jobs: the loop's tasks, inline runs and pool, timeouts, the watchdog, the self-kill."""
 
-    def __init__(self, context: WorkerContext, rules: JobRules, bridge: AsyncBridge, housekeeping: Housekeeping,
-                 *, kill: Callable[[], None] | None = None, before_kill: Callable[[], None] | None = None) -> None:
-        self.context = context
+    def __init__(self, context: WorkerContext, process: Process, bridge: AsyncBridge, acks: Acks,
+                 keep_alive: Callable[[], None], *, kill: Callable[[], None] | None = None,
+                 before_kill: Callable[[], None] | None = None) -> None:
         self.options = context.options
         self.app = context.app
+        self.version = context.version
         self.events = context.events
-        self.output = context.output
         self.signals = context.signals
         self.pace = context.pace
-        self.rules = rules
+        self.php_only = context.callqueued.php_only
+        self.process = process
         self.bridge = bridge
-        self.housekeeping = housekeeping
+        self.acks = acks
+        #: what a wait keeps going (acks, lease renewals): the reserver's keep-alive
+        self.keep_alive = keep_alive
         #: ``Worker::kill``: SIGKILL this process (tests pass their own)
         self.kill = kill or sigkill_self
-        #: told before the kill (the supervisor's count, ``worker_stopping`` with exit 1)
+        #: told before the kill (the supervisor's count, ``WorkerStopping`` with exit 1)
         self.before_kill = before_kill
-        # the lifecycle's entry points, bound once: they are called per job
-        self._process = rules.process
-        self._process_async = rules.process_async
-        self._php_only = rules.php_only
-        self._precheck_fails = rules.precheck_fails
-        self._slots = threading.Semaphore(max(1, self.options.concurrency))
-        self._tasks: queue_mod.Queue[Running | None] = queue_mod.Queue()
+        # Process's entry points, bound once: they are called per job
+        self._run = process.run
+        self._run_async = process.run_async
+        self._precheck_fails = process.precheck_fails
         self._closed = False
         #: the jobs running now (and those timed out until they settle)
         self.running: set[Running] = set()
@@ -128,29 +92,27 @@ class Executor:
         #: Condition goes through two Python-level calls), waiters use the Condition around it
         self._running_mutex = threading.RLock()
         self._running_lock = threading.Condition(self._running_mutex)
-        self._threads_started = False
         #: a job that cannot be interrupted timed out: stop taking jobs, the process dies when the others end
         self.kill_pending = False
         self._watchdog_started = False
-        #: jobs started on the fast path and not finished
+        #: jobs started and not finished
         self.active = 0
         self._waiter: asyncio.Future[None] | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         #: tasks started in this loop pass that have no done callback yet (see reap_fresh)
         self.fresh: list[tuple[asyncio.Task[None], Running, float]] = []
-        #: the fast path's daemon task while it runs (new tasks' first steps are run from it)
+        #: the daemon's task while it runs (new tasks' first steps are run from it)
         self.daemon_task: asyncio.Task[Any] | None = None
 
     def shutdown_pool(self) -> None:
-        """The fast path's daemon stopped: stop its thread pool."""
+        """The daemon stopped: stop its thread pool."""
         if self._pool is not None:
             self._pool.shutdown(wait=False)
             self._pool = None
 
-    def start_job(self, job: Job) -> None:
-        """Start one buffered job on the fast path: an ``async def`` handler as a task on the daemon's
-        loop (its first step run at once, see :mod:`laraq.worker.eager`), a sync one inline at
-        concurrency 1, else on the thread pool."""
+    def start(self, job: Job) -> None:
+        """Start one job: an ``async def`` handler as a task on the daemon's loop (its first step run at
+        once, see :mod:`laraq.worker.eager`), a sync one inline at concurrency 1, else on the thread pool."""
         timeout = job.timeout if job.timeout is not None else self.options.timeout
         running = Running(job, time.monotonic() + timeout if timeout > 0 else None, self._running_mutex)
         with self._running_mutex:
@@ -159,12 +121,12 @@ class Executor:
         started = time.perf_counter()
         loop = self.bridge.loop
         assert loop is not None
-        if handler is not None and handler.is_async and not self._php_only(job) and not self._precheck_fails(job):
+        if handler is not None and handler.is_async and not self.php_only(job) and not self._precheck_fails(job):
             running.is_async = True
             running.task_done = Flag()
             self.active += 1  # counted before its first step runs: that step may finish it
             try:
-                task, stepped = start_task(loop, self._process_async(job, handler, running), self.daemon_task)
+                task, stepped = start_task(loop, self._run_async(job, handler, running), self.daemon_task)
             except BaseException:
                 self.active -= 1
                 raise
@@ -180,7 +142,7 @@ class Executor:
             self.fresh.append((task, running, started))
         elif self.options.concurrency == 1 and (handler is None or not handler.is_async):
             try:  # a sync handler at concurrency 1 runs right here: no thread hop
-                self._process(job, running, handler)
+                self._run(job, running, handler)
             except BaseException:
                 log.exception("unexpected error while running %s", job.name)
             finally:
@@ -190,48 +152,9 @@ class Executor:
                 self._pool = concurrent.futures.ThreadPoolExecutor(self.options.concurrency,
                                                                    thread_name_prefix="laraq-slot")
             self.active += 1
-            future = self._pool.submit(self._process, job, running)
+            future = self._pool.submit(self._run, job, running)
             future.add_done_callback(
                 lambda f: loop.call_soon_threadsafe(self._task_done, running, started, f))
-
-    def submit(self, job: Job) -> None:
-        """The classic loop: hand ``job`` to a free slot thread (waits for one)."""
-        self._start_threads()
-        self._slots.acquire()
-        timeout = self._timeout_for(job)
-        running = Running(job, time.monotonic() + timeout if timeout > 0 else None, self._running_mutex)
-        with self._running_lock:
-            self.running.add(running)
-        self._tasks.put(running)
-
-    def wait_for_slot(self) -> None:
-        """The classic loop: wait until a slot thread is free."""
-        self._slots.acquire()
-        self._slots.release()
-
-    def _start_threads(self) -> None:
-        if self._threads_started:
-            return
-        self._threads_started = True
-        for i in range(max(1, self.options.concurrency)):
-            threading.Thread(target=self._slot_loop, name=f"laraq-slot-{i}", daemon=True).start()
-        self.start_watchdog()
-
-    def _slot_loop(self) -> None:
-        while True:
-            running = self._tasks.get()
-            if running is None:
-                return
-            try:
-                self._process(running.job, running)
-            except BaseException:  # never let a slot die
-                log.exception("unexpected error while running %s", running.job.name)
-            finally:
-                with self._running_lock:
-                    if running.state != "timed_out":
-                        self.running.discard(running)
-                    self._running_lock.notify_all()
-                self._slots.release()
 
     def reap_fresh(self) -> None:
         """Finish the bookkeeping of this pass's tasks that are done; the others get a done callback."""
@@ -262,7 +185,7 @@ class Executor:
         with self._running_mutex:
             if running.state != "timed_out":
                 self.running.discard(running)
-            if lock._waiters:  # type: ignore[attr-defined]  # nobody waits on the fast path: skip notify
+            if lock._waiters:  # type: ignore[attr-defined]  # nobody waits on the loop's path: skip notify
                 lock.notify_all()
         took = time.perf_counter() - started
         pace = self.pace
@@ -271,12 +194,12 @@ class Executor:
 
     async def yield_(self) -> None:
         """One pass of the event loop (the tasks that are ready run), held output written first."""
-        self.output.flush()
+        self.events.flush()
         await asyncio.sleep(0)
 
     async def wait_changed(self, timeout: float) -> None:
         """Wait until a job finishes or ``timeout`` passes (a quit signal is seen within ``TICK``)."""
-        self.output.flush()
+        self.events.flush()
         if self.fresh:
             self.reap_fresh()
         loop = self.bridge.loop
@@ -294,10 +217,10 @@ class Executor:
         """Sleep ``seconds`` without stalling running tasks; wakes early for signals."""
         if seconds <= 0:
             return
-        self.output.flush()
+        self.events.flush()
         if self.fresh:
             self.reap_fresh()
-        self.housekeeping.flush_acks(force=True)
+        self.acks.flush(force=True)
         signals = self.signals
         signals.wake.clear()
         deadline = time.monotonic() + seconds
@@ -309,26 +232,19 @@ class Executor:
                 signals.wake.wait(min(left, 0.5))
             else:
                 await self.wait_changed(min(left, TICK))
-                self.housekeeping.housekeeping()
+                self.keep_alive()
 
     def busy(self) -> bool:
         """Is a job still running, or a timed-out one not settled yet?"""
         return any(r.state != "timed_out" or not r.settled for r in list(self.running))
 
-    def drain(self) -> None:
-        """Wait until every job has finished or settled after its timeout; then die if one cannot stop."""
-        with self._running_lock:
-            while any(r.state != "timed_out" or not r.settled for r in self.running):
-                self._running_lock.wait(0.2)
-        if self.kill_pending:
-            self.kill_now()
+    def only_timed_out(self) -> bool:
+        """Is every job left one that timed out (a kill is due once they settle)?"""
+        return not any(r.state != "timed_out" for r in list(self.running))
 
     def close(self) -> None:
-        """Stop the idle slot threads and the watchdog (for embedding; the CLI just exits)."""
+        """Stop the watchdog (for embedding; the CLI just exits)."""
         self._closed = True
-        if self._threads_started:
-            for _ in range(max(1, self.options.concurrency)):
-                self._tasks.put(None)
 
     def _timeout_for(self, job: Job) -> int:
         return job.timeout if job.timeout is not None else self.options.timeout
@@ -345,7 +261,7 @@ class Executor:
             time.sleep(0.05)
             try:
                 self._watchdog_tick()
-                self.housekeeping.flush_stale_acks()
+                self.acks.flush_stale()
             except Exception:  # the watchdog must survive anything
                 log.exception("watchdog error")
 
@@ -376,12 +292,12 @@ class Executor:
         """Laravel's SIGALRM handler: timeout bookkeeping, then abandon the job."""
         job = running.job
         job.abandon()
-        exc = timeout_exceeded(job.name, self.context.version)
+        exc = timeout_exceeded(job.name, self.version)
         log.error("%s (id %s, attempt %d) timed out after %ss",
                   job.name, job.id, job.attempts, self._timeout_for(job))
-        self.events.emit("job_timed_out", job)
+        self.events.emit(JobTimedOut(job))
         try:
-            self.rules.timed_out(job, exc)
+            self.process.timed_out(job, exc)
         except Exception:
             log.exception("timeout bookkeeping for %s failed", job.name)
         if not job.has_failed:

@@ -1,0 +1,484 @@
+"""The reserve step: taking jobs from Redis and keeping them ours until they start (Laravel's
+``Worker::getNextJob`` and ``RedisQueue::pop``).
+
+:meth:`Reserver.take` is one reserve step over the ``--queue`` list, first queue first, skipping paused
+queues (12.40+), and hands back a :class:`Batch`, a value saying what it took. With ``--batch 1`` (and
+``--once``) a step is Laravel's pop, call for call (migrate, migrate, the pop script, the ``BLPOP
+:notify`` wait); otherwise one Lua call per queue reserves up to ``--batch`` jobs, the deferred acks
+riding along, and records each as unstarted (:mod:`laraq.worker.unstarted`). Under ``--unhandled leave``,
+the default, only jobs with a Python handler are taken and the others stay in the list for PHP workers.
+A step that finds nothing waits on ``:notify`` as Laravel's pop does (``block_for``; the reserve is
+written right behind the ``BLPOP``, so Redis reserves the moment a token comes). After a full batch the
+next one is asked for at once, while this one runs, within the prefetch budget.
+
+The jobs taken wait in a buffer until the loop starts them (:meth:`Reserver.next_job`: their leases
+renewed if stale, :mod:`laraq.worker.leases`; their unstarted records removed first); on a stop or pause
+the buffer goes back to the head of its lists, attempts not spent (:meth:`Reserver.give_back`). A step
+that fails (Redis away, refused credentials) is a :class:`Fault` in the batch, never an empty queue.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+import redis
+
+from laraq.bus.job import Job
+from laraq.config.faults import explain, is_acl_denial
+from laraq.exitcodes import EXIT_ERROR, EXIT_REDIS_AUTH, EXIT_REDIS_UNREACHABLE
+from laraq.protocol.acks import Acks
+from laraq.protocol.lua_laravel import RECORD_MAX_BYTES
+from laraq.protocol.payload import Payload, PayloadError
+from laraq.protocol.queue import ReservedJob
+from laraq.protocol.redis_retry import REDIS_DOWN
+from laraq.protocol.reserve import PendingReserve, Reserved, Reserving
+from laraq.repeated import Repeated
+from laraq.worker.bridge import AsyncBridge
+from laraq.worker.context import WorkerContext
+from laraq.worker.events import JobReserved
+from laraq.worker.leases import Buffered, Leases
+from laraq.worker.timers import Timers
+from laraq.worker.unstarted import Unstarted
+
+__all__ = ["Batch", "Fault", "Reserver"]
+
+log = logging.getLogger("laraq.worker.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """A reserve step that failed: the exit code it calls for (3 Redis unreachable, 4 credentials, 1 anything
+    else), how many steps failed in a row, and how long to wait before the next."""
+
+    status: int
+    rounds: int
+    retry_in: float
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """What one reserve step took (buffered for :meth:`Reserver.next_job`)."""
+
+    #: usable jobs buffered
+    taken: int = 0
+    #: reservations whose body Python cannot read: for the settle step to move to ``failed_jobs``
+    unreadable: tuple[tuple[ReservedJob, PayloadError], ...] = ()
+    #: list members looked at and left for PHP workers (no Python handler)
+    left_for_php: int = 0
+    fault: Fault | None = None
+
+    @property
+    def popped(self) -> bool:
+        """Was a job taken (a readable one or not: Laravel's loop had a job)?"""
+        return self.taken > 0 or bool(self.unreadable)
+
+
+_EMPTY = Batch()
+
+
+class Reserver:
+    """The worker's reserve side (see the module)."""
+
+    #: Consecutive refused logins (the password changed under a running worker) before it stops with
+    #: exit 4: retried with the reconnect backoff (about 15 s), never forever.
+    AUTH_RETRIES = 4
+
+    def __init__(self, context: WorkerContext, bridge: AsyncBridge, acks: Acks, reserving: Reserving,
+                 timers: Timers) -> None:
+        self.queue = context.queue
+        self.queues = context.queues
+        self.options = context.options
+        self.version = context.version
+        self.cache = context.cache
+        self.connection_name = context.connection_name
+        self.events = context.events
+        self.signals = context.signals
+        self.pace = context.pace
+        self.bridge = bridge
+        self.acks = acks
+        self.reserving = reserving
+        self.timers = timers
+        #: one job per step by Laravel's own pop, as ``queue:work`` does (``--batch 1``, ``--once``)
+        self.per_job = self.options.batch <= 1 or self.options.once
+        #: reserved jobs not started yet, in order
+        self.buffer: collections.deque[Buffered] = collections.deque()
+        self.leases = Leases(reserving, context.events.flush, self.buffer, acks.deferred)
+        self.unstarted = Unstarted(reserving, acks, self.buffer, list(self.queues))
+        #: the names Python has handlers for when only those are reserved (``--unhandled leave``)
+        self.handled = self._handled_names(context)
+        #: how many list heads a selective reserve looks at
+        self.window = max(1, self.options.scan_window)
+        #: the next batch, asked for while this one runs: the call, the acks it carries, its size
+        self._ahead: tuple[PendingReserve, list[bytes], int] | None = None
+        self._paused: set[str] = set()
+        self._down_since: float | None = None
+        self._retry_in = 0.0
+        self._failed_rounds = 0
+        self._auth_refusals = 0
+        #: a window full of jobs for PHP at the head of a queue: said once a minute at most
+        self._left_alone = Repeated(log, "the first %d job(s) of queue %s have no Python handler: left for PHP "
+                                    "workers (--unhandled leave)", every=60.0, level=logging.INFO)
+
+    @staticmethod
+    def _handled_names(context: WorkerContext) -> list[str] | None:
+        """The registry's handler names under ``--unhandled leave`` (the default: a queue shared with PHP
+        workers), else None (the head jobs, whatever they are). A registry that cannot list its names
+        gets the head jobs, and unhandled ones are requeued."""
+        if context.options.unhandled != "leave":
+            return None
+        names = getattr(context.app, "names", None)
+        if not isinstance(names, list | tuple):
+            log.warning("the handler registry cannot list its names: jobs without a Python handler are "
+                        "taken and requeued untouched (--unhandled requeue)")
+            return None
+        return [str(n) for n in names]
+
+    @property
+    def buffered(self) -> int:
+        """Jobs reserved and not started: buffered, or asked for ahead."""
+        return len(self.buffer) + (self._ahead[2] if self._ahead is not None else 0)
+
+    # -- the step --------------------------------------------------------------------------------------------
+
+    def take(self, free: int, room: int | None = None, *, idle: bool = True) -> Batch:
+        """One reserve step: for ``free`` slots plus the prefetch budget, at most ``room`` jobs (``--max-jobs``
+        left; 0: only land what was asked for ahead). ``idle`` (nothing runs): an empty step may wait on
+        ``:notify`` as Laravel's pop does."""
+        if self._ahead is not None:
+            pending, acks, want = self._ahead
+            self._ahead = None
+            return self._land(pending, acks, want, free, room)
+        want = self._want(free, room)
+        if want <= 0:
+            return _EMPTY
+        batch = self._pop() if self.per_job else self._round(want, free, room)
+        if batch.popped or batch.fault is not None or not idle or self.per_job:
+            return batch
+        return self._wait(want, batch.left_for_php, free, room)
+
+    def _want(self, free: int, room: int | None) -> int:
+        """How many jobs to reserve now: the free slots plus an adaptive, time-bounded prefetch."""
+        opts = self.options
+        want = free
+        if opts.prefetch and self.pace.average is not None:
+            want += int(self._budget() * opts.concurrency / max(self.pace.average, 1e-6))
+        want = min(want, max(opts.batch, free), 1 if self.per_job else want)
+        return want if room is None else min(want, room)
+
+    def _budget(self) -> float:
+        budget = self.options.prefetch_seconds
+        return budget if self.queue.retry_after is None else min(budget, self.queue.retry_after / 4)
+
+    def _read_paused(self) -> None:
+        """``queue:pause`` (12.40+), read before every reserve call."""
+        self._paused = set()
+        if self.cache is not None and self.version.has_queue_pause:
+            self._paused = set(self.cache.paused_queues(self.connection_name, self.queues))
+
+    def _pop(self) -> Batch:
+        """Laravel's ``getNextJob``: the first job of the queue list by Laravel's pop (selective under
+        ``--unhandled leave``), blocking as its pop does."""
+        try:
+            self._read_paused()
+            left = 0
+            for index, name in enumerate(self.queues):
+                if name in self._paused:
+                    continue
+                if self.handled is None:
+                    reserved = self.queue.pop(name, index, self.timers.wait_for)
+                else:
+                    reserved, left = self._pop_handled(name, index)
+                if reserved is not None:
+                    self._up()
+                    return self._batch([reserved], left, time.time(), record=False)
+            self._up()
+            return Batch(left_for_php=left)
+        except Exception as exc:
+            return self._failed(exc, "pop a job from")
+
+    def _pop_handled(self, name: str, index: int) -> tuple[ReservedJob | None, int]:
+        """Laravel's pop (migrate, pop, ``BLPOP :notify`` and one more try) taking the first job with a
+        Python handler among the list's first ``window`` members; the others stay where they are. No wait
+        when jobs for PHP were left (their tokens would wake it at once)."""
+        block = self.queue.blocks_at(index)
+        got = self.reserving.reserve_batch(name, 1, handled=self.handled, window=self.window)
+        if not got.jobs and not got.skipped and block and self.queue.block_for is not None \
+                and self.queue.wait_for_token(name, self.timers.wait_for):
+            got = self.reserving.reserve_batch(name, 1, handled=self.handled, window=self.window)
+        self.queue.popped_at(index, bool(got.jobs))
+        self._note_left(name, got)
+        return (got.jobs[0] if got.jobs else None), got.skipped
+
+    def _round(self, want: int, free: int, room: int | None) -> Batch:
+        """One batch reserve call per queue in order until ``want`` jobs came, the deferred acks riding on
+        the call of their queue."""
+        acks = self._take_acks()
+        taken, left, sent_at = [], 0, time.time()
+        try:
+            self._read_paused()
+            count = 0
+            for index, name in enumerate(self.queues):
+                mine = acks.pop(name, [])
+                if name in self._paused or count >= want:
+                    if mine:
+                        acks[name] = mine
+                    continue
+                try:
+                    got = self.reserving.reserve_batch(name, want - count, mine, handled=self.handled,
+                                                       window=self.window, record=True, index=index)
+                except BaseException:
+                    acks.setdefault(name, []).extend(mine)
+                    raise
+                left += got.skipped
+                self._note_left(name, got)
+                taken += got.jobs
+                count += len(got.jobs)
+            if acks:
+                self.acks.send(acks)
+                acks = {}
+            self._up()
+        except Exception as exc:
+            return self._failed(exc, "reserve jobs from")
+        finally:
+            self.acks.restore(acks)
+        return self._full(self._batch(taken, left, sent_at, record=True), want, free, room)
+
+    def _land(self, pending: PendingReserve, acks: list[bytes], want: int, free: int, room: int | None) -> Batch:
+        """Read a batch asked for ahead (or along with a wait) and buffer it."""
+        try:
+            got = self.reserving.reserve_batch_receive(pending)
+        except Exception as exc:
+            # maybe applied, maybe not: ZREM again (removing a member twice is harmless)
+            self.acks.restore({pending.queue: acks})
+            return self._failed(exc, "reserve jobs from")
+        self._up()
+        batch = self._batch(got.jobs, got.skipped if pending.selective else 0, pending.sent_at, record=True)
+        return self._full(batch, want, free, room)
+
+    def _full(self, batch: Batch, want: int, free: int, room: int | None) -> Batch:
+        """After a full batch more jobs are waiting: the next batch is asked for now (:meth:`_ahead_call`)."""
+        if batch.taken and batch.taken + len(batch.unreadable) >= want:
+            self._ahead_call(free, room)
+        return batch
+
+    def _ahead_call(self, free: int, room: int | None) -> None:
+        """Ask Redis for the next batch while this one runs, so that Redis reserves on its core while this
+        process runs jobs on its own (landed by the next :meth:`take`). For one queue, with prefetch on, and
+        within the prefetch budget: what is buffered plus what is asked for stays about ``prefetch_seconds``
+        of measured work, the bound a SIGKILL can strand."""
+        opts = self.options
+        if self._ahead is not None or not opts.prefetch or self.pace.average is None or len(self.queues) != 1:
+            return
+        name = self.queues[0]
+        try:
+            self._read_paused()  # queue:pause is read before every reserve call, this one too
+        except Exception:  # the next (synchronous) reserve meets the same fault and reports it
+            return
+        if name in self._paused:
+            return
+        active = opts.concurrency - free
+        total = opts.concurrency + int(self._budget() * opts.concurrency / max(self.pace.average, 1e-6))
+        want = min(opts.batch, total - len(self.buffer) - active)
+        if room is not None:
+            want = min(want, room - len(self.buffer))
+        if want <= 0:
+            return
+        acks = self._take_acks()
+        mine = acks.pop(name, [])
+        self.acks.restore(acks)
+        try:
+            pending = self.reserving.reserve_batch_send(name, want, mine, handled=self.handled, window=self.window,
+                                                        record=True)
+        except Exception:  # the next (synchronous) reserve meets the same fault and reports it
+            pending = None
+        if pending is None:
+            self.acks.restore({name: mine})
+            return
+        self._ahead = (pending, mine, want)
+
+    def _wait(self, want: int, left_for_php: int, free: int, room: int | None) -> Batch:
+        """``block_for``: ``BLPOP :notify`` as Laravel's pop does (only the first queue from 11.27 unless a
+        later one had a job; every queue in turn before), then what came. No wait while jobs for PHP wait
+        in the list: their tokens would end it at once, again and again."""
+        if self.queue.block_for is None or left_for_php:
+            return Batch(left_for_php=left_for_php)
+        self.events.flush()
+        self.leases.collect()
+        self.acks.flush(force=True)
+        names = [name for index, name in enumerate(self.queues)
+                 if name not in self._paused and self.queue.blocks_at(index)]
+        try:
+            if len(names) == 1:
+                batch = self._wait_then_reserve(names[0], want, free, room)
+                if batch is not None:
+                    return batch
+            for name in names:
+                if self.queue.wait_for_token(name, self.timers.wait_for):
+                    return self._round(want, free, room)
+        except REDIS_DOWN as exc:
+            return self._failed(exc, "wait on")
+        return _EMPTY
+
+    def _wait_then_reserve(self, name: str, want: int, free: int, room: int | None) -> Batch | None:
+        """Wait on one queue's ``:notify`` with the reserve written right behind the ``BLPOP``: Redis
+        reserves the moment a token comes (or the wait ends: a job pushed without a token comes too), and
+        the worker reads the jobs without another round trip. None: this client cannot split a call
+        (Redis Cluster); the caller does a bare ``BLPOP``."""
+        wait = self.queue.block_timeout(self.timers.wait_for)
+        if wait is None:  # a delayed job is due now: a fresh round (its migrate) takes it
+            return self._round(want, free, room)
+        pending = self.reserving.reserve_batch_send(name, want, wait=wait, handled=self.handled,
+                                                    window=self.window, record=True)
+        if pending is None:
+            return None
+        try:
+            self.reserving.reserve_wait(pending)
+        except redis.exceptions.ResponseError as exc:  # :notify is not a list, say: the reserve still ran
+            if not self.queue.note_wait_refused(exc):
+                log.warning("could not wait on %s: %s", name, exc)
+        return self._land(pending, [], want, free, room)
+
+    # -- the buffer -----------------------------------------------------------------------------------------
+
+    def _batch(self, reserved: list[ReservedJob], left: int, sent_at: float, *, record: bool) -> Batch:
+        """Wrap and buffer what a reserve call sent at ``sent_at`` (unix seconds) took. Laravel's own pop
+        (``record`` False) starts its job at once: no lease to watch, no unstarted record."""
+        lease = math.floor(sent_at) + (self.queue.retry_after or 0) if record else math.inf
+        unstarted_until = self.unstarted.recorded(sent_at) if reserved and record else math.inf
+        unreadable = []
+        count = 0
+        for item in reserved:
+            job = self._job(item)
+            if isinstance(job, PayloadError):
+                unreadable.append((item, job))
+                continue
+            self.buffer.append(Buffered(job, lease, unstarted_until if len(item.body) <= RECORD_MAX_BYTES else math.inf))
+            count += 1
+        if reserved and record:
+            self.leases.note_lease(lease)
+        return Batch(count, tuple(unreadable), left)
+
+    def _job(self, reserved: ReservedJob) -> Job | PayloadError:
+        """A reservation as a job; a body Python cannot read (or PHP's ``Job::fire`` fails before any
+        handler) is the error that says why."""
+        try:
+            payload = Payload.parse(reserved.body, version=self.version)
+            unrunnable = payload.unrunnable()
+            if unrunnable is not None:
+                raise unrunnable
+        except PayloadError as exc:
+            return exc
+        job = Job(self.queue, reserved, payload, connection_name=self.connection_name)
+        if self.events.wants(JobReserved):
+            self.events.emit(JobReserved(job))
+        return job
+
+    def next_job(self) -> Job | None:
+        """The next buffered job that may start now: its reservation still ours (renewed if stale) and its
+        unstarted record removed. None when the buffer is empty, or when its head waits on Redis (then it
+        stays buffered: the loop pauses and tries again)."""
+        buffer = self.buffer
+        while buffer:
+            item = buffer.popleft()
+            if self.leases.lease_ok(item) and self.unstarted.start(item):
+                return item.job
+            if buffer and buffer[0] is item:  # kept: Redis did not answer
+                return None
+        return None
+
+    def next_start(self) -> tuple[str, bytes] | None:
+        """The unstarted record of the job that starts next, if its removal may ride on an ack now."""
+        return self.unstarted.next_record()
+
+    def give_back(self) -> None:
+        """Hand buffered, unstarted jobs back to the head of their lists (attempts not spent); a batch
+        asked for ahead is read first and handed back with them."""
+        self.leases.collect()
+        unreadable: tuple[tuple[ReservedJob, PayloadError], ...] = ()
+        if self._ahead is not None:
+            pending, acks, want = self._ahead
+            self._ahead = None
+            unreadable = self._land(pending, acks, want, 0, 0).unreadable  # given back too: the next taker fails them
+        by_queue: dict[str, list[ReservedJob]] = {}
+        for reserved in [b.job.reserved_job for b in self.buffer] + [item for item, _ in unreadable]:
+            by_queue.setdefault(reserved.queue, []).append(reserved)
+        self.buffer.clear()
+        for name, jobs in by_queue.items():
+            try:
+                given = self.reserving.give_back(name, jobs)
+                log.info("gave %d buffered job(s) back to %s", given, name)
+            except Exception as exc:
+                log.warning("could not give %d buffered job(s) back to %s (%s): they return after "
+                            "retry_after", len(jobs), name, exc)
+
+    def keep_alive(self) -> None:
+        """What a pass of the loop does besides jobs: acks due, a renewal's reply, leases and records due."""
+        self.acks.flush()
+        self.leases.collect()
+        self.leases.renew_due()
+        self.unstarted.renew_due()
+
+    def settle_replies(self) -> None:
+        """Read the replies that still hold finished jobs' bodies here (a lease renewal sent as a job
+        started, the written acks): the ``--memory`` check settles before it counts a process as over."""
+        self.leases.collect()
+        self.acks.flush(force=True)
+
+    def _take_acks(self) -> dict[str, list[bytes]]:
+        """The deferred acks, to send now. On the loop thread a renewal still in flight is read first: its
+        answer then cannot have met one of these acks (see :class:`~laraq.worker.leases.Leases`)."""
+        if self.leases.renewal is not None and self.bridge.on_loop_thread():
+            self.leases.collect()
+        return self.acks.take()
+
+    def _note_left(self, name: str, got: Reserved) -> None:
+        """A whole window of jobs without a Python handler, and none taken: said now and then (info)."""
+        if not got.jobs and got.skipped >= self.window:
+            self._left_alone.warn(got.skipped, name)
+
+    # -- faults ----------------------------------------------------------------------------------------------
+
+    def _failed(self, exc: Exception, what: str) -> Batch:
+        """Redis lost (retry with backoff), credentials refused (bounded), or anything else (logged)."""
+        status = EXIT_REDIS_UNREACHABLE
+        if self._refused_credentials(exc):
+            status = EXIT_REDIS_AUTH
+        elif isinstance(exc, REDIS_DOWN):
+            if self._down_since is None:
+                self._down_since = time.monotonic()
+            self._retry_in = min(30.0, max(1.0, self._retry_in * 2))
+            log.warning("Redis unreachable at %s (%s); retrying in %.0fs", self.queue.redacted_url(), exc,
+                        self._retry_in)
+        else:
+            log.exception("could not %s %s", what, ",".join(self.queues))
+            self._retry_in = 1.0
+            status = EXIT_ERROR
+        self._failed_rounds += 1
+        return Batch(fault=Fault(status, self._failed_rounds, self._retry_in))
+
+    def _refused_credentials(self, exc: BaseException) -> bool:
+        """A login Redis refused: retried a few times, then the worker stops with exit 4 (one line)."""
+        explained = explain(exc, redis_url=self.queue.redacted_url())
+        if explained is None or explained[1] != EXIT_REDIS_AUTH:
+            return False
+        self._auth_refusals += 1
+        self._retry_in = min(30.0, max(1.0, self._retry_in * 2))
+        # an ACL denial does not pass by itself, and with --stop-when-empty a refusal must not read as empty
+        if self._auth_refusals >= self.AUTH_RETRIES or is_acl_denial(exc) or self.options.stop_when_empty:
+            log.error("stopping: %s", explained[0])
+            self.signals.quit(EXIT_REDIS_AUTH, "Redis keeps refusing the credentials")
+        else:
+            log.warning("%s (attempt %d of %d)", explained[0], self._auth_refusals, self.AUTH_RETRIES)
+        return True
+
+    def _up(self) -> None:
+        self._auth_refusals = 0
+        self._failed_rounds = 0
+        if self._down_since is not None:
+            log.warning("Redis reachable again after %.0fs", time.monotonic() - self._down_since)
+        self._down_since = None
+        self._retry_in = 0.0
