@@ -193,9 +193,9 @@ def test_a_row_written_before_a_lost_hdel_is_not_written_twice(redis_client: Any
     body = json.dumps({"uuid": "u-1", "job": "X@y", "data": {}, "attempts": 1}).encode()
     parked.park("redis", "default", body, "RuntimeError: boom", uuid="u-1", failed_at=1_700_000_000)
     store.log("redis", "default", body, "RuntimeError: boom")  # the row, as if the HDEL after it was lost
-    assert parked.flush(["default"]) == (1, 0)
+    assert parked.write_rows(["default"]) == (1, 0)
     assert store.count() == 1 and redis_client.hlen("p_queues:default:failed-parked") == 0
     parked.park("redis", "default", body.replace(b"u-1", b"u-2"), "E", uuid="u-2", failed_at=1_700_000_000)
-    assert parked.flush(["default"]) == (1, 0)
+    assert parked.write_rows(["default"]) == (1, 0)
     (row,) = [j for j in store.all() if j.uuid == "u-2"]
     assert row.failed_at == "2023-11-14 22:13:20"  # the time it failed, not the time it was written

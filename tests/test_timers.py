@@ -1,4 +1,4 @@
-"""The idle worker's sleep (:class:`laraq.worker.timers.Timers`) and the bounded migrate, on a real redis-server.
+"""The idle worker's sleep (:class:`laraq.protocol.timers.Timers`) and the bounded migrate, on a real redis-server.
 
 The bounded migrate is compared with Laravel's own ``migrateExpiredJobs`` script, read from the
 installed framework (Debian's 8.83, and the live 10 tree's ``LIMIT`` variant) and run on identical
@@ -18,7 +18,7 @@ from conftest import dump_redis, require
 
 from laraq.protocol.queue import MIGRATE_BOUND, RedisQueue
 from laraq.protocol.reserve import RESERVE_MIGRATE_BOUND
-from laraq.worker.timers import WAKE_MARGIN, Timers
+from laraq.protocol.timers import WAKE_MARGIN, Timers
 
 PFX = "t_"
 NOW = 1_700_000_000

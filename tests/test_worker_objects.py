@@ -24,6 +24,7 @@ from laraq.bus.phpsteps import PhpSteps
 from laraq.protocol.acks import Acks
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.reserve import Reserving
+from laraq.protocol.timers import Timers
 from laraq.protocol.versions import LaravelVersion
 from laraq.worker.bridge import AsyncBridge
 from laraq.worker.context import WorkerContext, WorkerOptions
@@ -33,7 +34,6 @@ from laraq.worker.process import Process
 from laraq.worker.reserver import Reserver
 from laraq.worker.running import Running
 from laraq.worker.settle import DONE, Outcome, Settle
-from laraq.worker.timers import Timers
 
 PREFIX = "objects_"
 ECHO = "App\\Jobs\\EchoJob"

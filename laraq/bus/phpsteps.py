@@ -147,6 +147,17 @@ class PhpSteps:
                     target, reason)
         return True
 
+    def describe(self) -> tuple[int, str]:
+        """The log level and the line that says, at a worker's start, where PHP's steps go."""
+        if self.php is not None:
+            return logging.INFO, ("chain steps, batch bookkeeping, uniqueId() locks and PHP failed() run in the "
+                                  f"app's PHP: {self.path}")
+        if self.signing_key is None:
+            return logging.WARNING, ("APP_KEY is not set: jobs in a chain or a batch, or with a uniqueId() method, "
+                                     "cannot be finished by PHP and are sent back to PHP untouched")
+        return logging.INFO, ("chain steps, batch bookkeeping, uniqueId() locks and PHP failed() are handed to PHP "
+                              f"on queue {self.php_queue or self.queue.default_queue}: keep a PHP worker on it")
+
     @property
     def path(self) -> str:
         """Which path PHP's steps take: ``in-process PHP`` or ``hand-off on queue X``."""

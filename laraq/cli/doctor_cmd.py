@@ -13,6 +13,7 @@ from laraq.cli.common import (
     settings_options,
 )
 from laraq.cli.render import Column, print_table
+from laraq.exitcodes import EXIT_ERROR
 from laraq.ops.doctor import diagnose
 
 # -- doctor --------------------------------------------------------------------------------------------------
@@ -44,4 +45,4 @@ def doctor_cmd(ops: Ops, app_ref: str | None, worker_timeout: int, queue_names: 
         print_table([Column("level", no_wrap=True), Column("finding", overflow="fold", min_width=20),
                      Column("fix", overflow="fold", min_width=20)], rows)
     if any(f.level == "error" for f in findings):
-        sys.exit(1)
+        sys.exit(EXIT_ERROR)

@@ -33,7 +33,7 @@ class LaraqGroup(click.Group):
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except Exception as exc:
-            # start-up: the worker package is imported only when a command failed (laraq --version needs none of it)
+            # start-up: the start-up and fault modules are imported only when a command failed (laraq --version needs neither)
             from laraq.cli.startup import StartupError  # start-up: as above
             from laraq.config.faults import explain  # start-up: as above
             if isinstance(exc, StartupError):

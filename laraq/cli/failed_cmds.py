@@ -18,6 +18,7 @@ from laraq.cli.common import (
     settings_options,
 )
 from laraq.cli.render import Column, print_table
+from laraq.exitcodes import EXIT_ERROR
 
 
 @click.command("failed")
@@ -104,7 +105,7 @@ def _report(outcomes: list[RetryOutcome], as_json: bool) -> None:
         for o in outcomes:
             click.echo(o.message, err=o.status != "pushed")
     if any(o.status != "pushed" for o in outcomes):
-        sys.exit(1)
+        sys.exit(EXIT_ERROR)
 
 
 def _bulk(ops: Ops, flt: RetryFilter, among: list[str | int] | None, *, dry_run: bool, yes: bool,
@@ -143,7 +144,7 @@ def _undo(ops: Ops, journal: str, as_json: bool) -> None:
         counts = Counter(o.status for o in outcomes)
         click.echo(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "nothing to undo", err=True)
     if any(o.status == "taken" for o in outcomes):
-        sys.exit(1)
+        sys.exit(EXIT_ERROR)
 
 
 @click.command("forget")
@@ -160,7 +161,7 @@ def forget_cmd(ops: Ops, ids: tuple[str, ...]) -> None:
             click.echo(f"No failed job matches the given ID [{ident}].", err=True)
             missing = True
     if missing:
-        sys.exit(1)
+        sys.exit(EXIT_ERROR)
 
 
 @click.command("flush")

@@ -16,6 +16,7 @@ import click
 
 from laraq.cli.common import Ops, emit_json, settings_options
 from laraq.cli.render import Column, print_table
+from laraq.exitcodes import EXIT_ERROR
 from laraq.ops.inspect import discover_queues
 from laraq.ops.poison import drop_poison, poison_readable, poison_reason, requeue_poison
 
@@ -98,7 +99,7 @@ def poison_requeue_cmd(ops: Ops, queue_name: str, indexes: tuple[int, ...], all_
         elif o.status == "gone":
             click.echo(f"#{o.index} was no longer in the poison list", err=True)
     if any(o.status == "unreadable" for o in outcomes):
-        sys.exit(1)
+        sys.exit(EXIT_ERROR)
 
 
 @poison_group.command("drop", short_help="Delete poison members.")

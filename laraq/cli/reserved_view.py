@@ -1,5 +1,5 @@
 """``laraq status --reserved``: each reserved job, the worker holding it, since when, when its lease ends,
-and the orphans with how they come back (see :mod:`laraq.production.running`)."""
+and the orphans with how they come back (see :mod:`laraq.production.holders`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import click
 
 from laraq.cli.common import Ops, emit_json, human_age
 from laraq.cli.render import Column, print_table
-from laraq.production.running import reserved_jobs
+from laraq.production.holders import reservations
 
 __all__ = ["show_reserved"]
 
@@ -24,7 +24,7 @@ def _clock(ts: float | None) -> str:
 def show_reserved(ops: Ops, asked: list[str], as_json: bool) -> dict[str, Any]:
     """Print the reservations of the queues (JSON or a table); returns the JSON document."""
     names = ops.queues(asked)
-    jobs = reserved_jobs(ops.queue, names, retry_after=ops.settings.retry_after)
+    jobs = reservations(ops.queue, names, retry_after=ops.settings.retry_after)
     now = float(ops.queue.current_time())
     doc = {"prefix": ops.queue.prefix, "now": now, "retry_after": ops.settings.retry_after,
            "reserved": [j.to_dict(now) for j in jobs], "orphans": sum(1 for j in jobs if j.orphan)}

@@ -23,6 +23,7 @@ import click
 from laraq.app import load_app
 from laraq.cli.common import Ops, emit_json, fmt_time, settings_options
 from laraq.cli.render import print_table
+from laraq.exitcodes import EXIT_ERROR
 from laraq.schedule.store import ScheduleStore
 
 __all__ = ["schedule_group"]
@@ -147,7 +148,7 @@ def run_cmd(ops: Ops, name: str, app_spec: str, as_json: bool) -> None:
     else:
         raise click.ClickException(f"{name} was not fired ({result.status})")
     if result.status != "fired":
-        sys.exit(1)
+        sys.exit(EXIT_ERROR)
 
 
 def _flag_command(command_name: str, paused: bool) -> click.Command:

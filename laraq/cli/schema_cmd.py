@@ -12,6 +12,7 @@ import click
 
 from laraq.bus.schema import SchemaError, export_schema
 from laraq.bus.typed import fingerprint, generate_module
+from laraq.exitcodes import EXIT_ERROR
 
 
 @click.command("schema")
@@ -69,5 +70,5 @@ def _check(module: Path, now: str) -> None:
         raise click.ClickException(f"{module} is not a module laraq schema --python wrote")
     if found.group(1) != now:
         click.echo(f"{module} is out of date: the PHP classes changed; regenerate it with --python", err=True)
-        sys.exit(1)
+        sys.exit(EXIT_ERROR)
     click.echo(f"{module} matches the PHP classes")

@@ -24,6 +24,7 @@ import click
 from laraq.cli.common import Ops, emit_json, human_age, settings_options
 from laraq.cli.render import Column, print_table, stdout_stream
 from laraq.cli.reserved_view import show_reserved
+from laraq.exitcodes import EXIT_ERROR
 from laraq.ops.failed_queues import failed_queue_names
 from laraq.ops.inspect import (
     ListMark,
@@ -263,7 +264,7 @@ def status_cmd(ops: Ops, queues: tuple[str, ...], sample: float, max_size: int |
         snap = snapshot(ops, asked, marks, max_size=max_size)
         _emit(snap, as_json)
         if snap.alerting:
-            sys.exit(1)
+            sys.exit(EXIT_ERROR)
         return
     marks = None  # the first frame has nothing to measure against yet
     frame = 0
@@ -284,7 +285,7 @@ def status_cmd(ops: Ops, queues: tuple[str, ...], sample: float, max_size: int |
     except KeyboardInterrupt:
         pass
     if snap is not None and snap.alerting:
-        sys.exit(1)
+        sys.exit(EXIT_ERROR)
 
 
 def _emit(snap: Snapshot, as_json: bool, *, lines: bool = False) -> None:

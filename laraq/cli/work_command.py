@@ -20,6 +20,8 @@ from typing import Any
 
 import click
 
+from laraq.exitcodes import EXIT_ERROR
+
 __all__ = ["work_cmd"]
 
 #: the worker's settings, as JSON, handed from ``laraq work`` to each worker process (the name
@@ -170,7 +172,7 @@ def _exec_supervisor(params: dict[str, Any], processes: int) -> None:
                                               max_time=params["max_time"] or 0)
     if in_worker:
         runner.child_main()  # exits (SystemExit): never returns into the supervisor's code
-        sys.exit(1)
+        sys.exit(EXIT_ERROR)
     argv = prefork.spawn_argv(processes, once=bool(params["once"]), max_jobs=params["max_jobs"] or 0,
                               max_time=params["max_time"] or 0, json_logs=params.get("log_format") == "json",
                               adopted=adopted)

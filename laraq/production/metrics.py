@@ -43,8 +43,8 @@ from prometheus_client import (
 )
 
 from laraq.production.heartbeat import live_workers
+from laraq.production.holders import STATES, reservations, running_counts
 from laraq.production.multiproc import MULTIPROC_ENV, multiprocess_dir, use_multiprocess_dir
-from laraq.production.running import STATES, reserved_jobs, running_counts
 from laraq.worker.events import (
     JobFailed,
     JobProcessed,
@@ -159,7 +159,7 @@ class QueueSampler:
             for state, key, value in (("ready", keys.list, row["pending"]), ("delayed", keys.delayed, row["delayed"]),
                                       ("reserved", keys.reserved, row["reserved"])):
                 self.length.labels(name, state, key).set(value)
-        counts = running_counts(reserved_jobs(redis_queue, list(found))) if any(
+        counts = running_counts(reservations(redis_queue, list(found))) if any(
             row["reserved"] for row in found.values()) else {}
         for name in found:
             for state in STATES:

@@ -350,7 +350,7 @@ class RedisQueue:
             log.warning("moved %d unreadable member(s) of %s to %s", result.poisoned, keys.list, keys.poison)
         return [ReservedJob(name, job, reserved) for job, reserved in result.jobs]
 
-    def reserved_jobs(self, name: str, keys: QueueKeys, result: Any) -> Reserved:
+    def reserved_from(self, name: str, keys: QueueKeys, result: Any) -> Reserved:
         """What a batch reserve's reply (:mod:`laraq.protocol.reserve`) took and counted."""
         if result.poisoned:
             log.warning("moved %d unreadable member(s) of %s to %s", result.poisoned, keys.list, keys.poison)
@@ -365,7 +365,7 @@ class RedisQueue:
 
     def block_timeout(self, wait_bound: Callable[[float], float | None] | None = None) -> float | None:
         """The ``BLPOP :notify`` timeout of the next wait (0: until a token comes): ``block_for``, cut
-        short by ``wait_bound`` (the worker's :meth:`laraq.worker.timers.Timers.wait_for`: until the next
+        short by ``wait_bound`` (the worker's :meth:`laraq.protocol.timers.Timers.wait_for`: until the next
         delayed job is due); None: a delayed job is due now, so no wait (pop again at once)."""
         block_for = self.block_for or 0
         wait = block_for if wait_bound is None else wait_bound(block_for)

@@ -86,7 +86,7 @@ class Reserving:
         (:meth:`RedisQueue.popped_at`).
         """
         name, keys, now, args, options = self._reserve_batch_call(queue, count, acks, record)
-        reserved = self.queue.reserved_jobs(name, keys, self.queue.scripts.reserve_batch(
+        reserved = self.queue.reserved_from(name, keys, self.queue.scripts.reserve_batch(
             *args, **options, handled=handled, window=window))
         if index is not None:
             self.queue.popped_at(index, bool(reserved.jobs))
@@ -121,7 +121,7 @@ class Reserving:
         for the first queue of a worker's list."""
         result = self.queue.scripts.reserve_batch_result(self.queue.scripts.receive(pending.call),
                                                          selective=pending.selective)
-        reserved = self.queue.reserved_jobs(pending.queue, pending.keys, result)
+        reserved = self.queue.reserved_from(pending.queue, pending.keys, result)
         self.queue.popped_at(0, bool(reserved.jobs))
         return reserved
 

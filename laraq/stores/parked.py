@@ -11,10 +11,12 @@ whose value is JSON::
     {"connection": ..., "queue": ..., "payload": <the original body>, "exception": <PHP-style text>,
      "failed_at": <unix seconds>, "uuid": ..., "name": ...}
 
-:meth:`ParkedFailures.flush` writes every parked record of the given queues to the failed store with
-its original ``failed_at`` and removes it; the worker calls it at start and on a timer
-(:mod:`laraq.worker.parking`). A record whose uuid is already in the store (the row was written but
-the ``HDEL`` was lost) is only removed. :func:`parked_summary` is what ``status``/``doctor`` show.
+:meth:`ParkedFailures.write_rows` writes every parked record of the given queues to the failed store with
+its original ``failed_at`` and removes it. A record whose uuid is already in the store (the row was
+written but the ``HDEL`` was lost) is only removed. In a worker, :class:`ParkedFailures` is also a
+listener of its events (:mod:`laraq.worker.events`): it writes the parked rows of the worker's queues at
+start and then every :data:`FLUSH_EVERY` seconds while the loop runs, on a daemon thread so that a
+hanging database never stalls the loop. :func:`parked_summary` is what ``status``/``doctor`` show.
 """
 
 from __future__ import annotations
@@ -30,12 +32,21 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from laraq.bus.job import Job
     from laraq.protocol.queue import RedisQueue
     from laraq.stores.failed import FailedJobStore
+    from laraq.worker.events import Looping, WorkerStarting, WorkerStopping
 
-__all__ = ["PARKED_SUFFIX", "ParkedFailure", "ParkedFailures", "parked_key", "parked_summary"]
+__all__ = ["FLUSH_EVERY", "PARKED_SUFFIX", "STOP_WAIT", "ParkedFailure", "ParkedFailures", "parked_key",
+           "parked_summary"]
 
 log = logging.getLogger("laraq.stores.parked")
+worker_log = logging.getLogger("laraq.worker.worker")
+
+#: seconds between two attempts of a worker to write the parked rows (the first is at its start)
+FLUSH_EVERY = 15.0
+#: how long a stopping worker waits for a flush in progress (a hanging database must not hold the exit)
+STOP_WAIT = 5.0
 
 #: appended to a queue's base key (``<prefix>queues:<name>``)
 PARKED_SUFFIX = ":failed-parked"
@@ -79,14 +90,73 @@ def _field(body: bytes | str, uuid: str | None, job_id: str | None) -> str:
 
 
 class ParkedFailures:
-    """Park failures whose row cannot be written, and write them when the store is back."""
+    """Park failures whose row cannot be written, and write them when the store is back (see the module;
+    ``queues``: a worker's, whose parked rows it writes)."""
 
-    def __init__(self, queue: RedisQueue, store: FailedJobStore | None) -> None:
+    def __init__(self, queue: RedisQueue, store: FailedJobStore | None, queues: Iterable[str] = (),
+                 every: float = FLUSH_EVERY) -> None:
         self.queue = queue
         self.store = store
+        self.queues = list(queues)
+        self.every = every
         self._flush_lock = threading.Lock()
         #: what the last flush could not write: ``(count, reason)`` for the status line
         self.last_error: str | None = None
+        self._next = 0.0
+        self._thread: threading.Thread | None = None
+        self._last_left = 0
+
+    # -- a worker's listener --------------------------------------------------------------------------------
+
+    def park_job(self, job: Job, text: str, reason: BaseException) -> bool:
+        """Park ``job``'s failure; False if Redis refused it too (the caller then puts the job back)."""
+        why = " ".join(str(reason).split())[:300] or type(reason).__name__
+        if job.queue not in self.queues:
+            self.queues.append(job.queue)
+        try:
+            self.park(job.connection, job.queue, job.body, text, uuid=job.uuid, job_id=job.id, name=job.name)
+        except Exception as exc:
+            worker_log.error("%s (uuid %s) failed but failed_jobs could not be written (%s), nor parked in Redis "
+                             "(%s): putting it back on the queue in 60s", job.name, job.uuid, why, exc)
+            return False
+        worker_log.error("%s (uuid %s) failed but failed_jobs could not be written (%s): kept in %s, not run "
+                         "again; its row is written when the store is back ('laraq status' shows parked "
+                         "failures)", job.name, job.uuid, why, parked_key(self.queue, job.queue))
+        self._next = time.monotonic() + self.every
+        return True
+
+    def worker_starting(self, event: WorkerStarting) -> None:
+        self._flush_soon()
+
+    def worker_looping(self, event: Looping) -> None:
+        if time.monotonic() >= self._next:
+            self._flush_soon()
+
+    def worker_stopping(self, event: WorkerStopping) -> None:
+        # a short-lived worker (--once, --stop-when-empty) lets the flush it started at start finish
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            thread.join(STOP_WAIT)
+
+    def _flush_soon(self) -> None:
+        self._next = time.monotonic() + self.every
+        if self.store is None or (self._thread is not None and self._thread.is_alive()):
+            return
+        self._thread = threading.Thread(target=self._flush_queues, name="laraq-parked-flush", daemon=True)
+        self._thread.start()
+
+    def _flush_queues(self) -> None:
+        try:
+            written, left = self.write_rows(self.queues)
+        except Exception as exc:  # Redis down: the next pass tries again
+            worker_log.debug("could not read parked failures: %s", exc)
+            return
+        if left and (written or left != self._last_left):  # one line per change, not one per pass
+            worker_log.warning("%d parked failure(s) still wait for failed_jobs (%s)%s", left, self.last_error,
+                               f"; {written} written" if written else "")
+        self._last_left = left
+
+    # -- the store -------------------------------------------------------------------------------------------
 
     def park(self, connection: str, queue: str, body: bytes | str, exception: str, *,
              uuid: str | None = None, job_id: str | None = None, name: str | None = None,
@@ -99,7 +169,7 @@ class ParkedFailures:
         self.queue.client.hset(parked_key(self.queue, queue), field, record.to_json())
         return field
 
-    def flush(self, queues: Iterable[str]) -> tuple[int, int]:
+    def write_rows(self, queues: Iterable[str]) -> tuple[int, int]:
         """Write the parked records of ``queues`` to the store; returns ``(written, still_parked)``.
 
         Stops at the first record the store refuses (it is still down) and keeps the rest parked.

@@ -166,13 +166,15 @@ class Listeners:
         for listener in listeners or ():
             self.add(listener)
 
-    def add(self, listener: WorkerListener) -> None:
+    def add(self, listener: WorkerListener | Any) -> None:
+        """Add a listener: a :class:`WorkerListener`, or any object with some of its methods."""
         self._all.append(listener)
         for kind, name in _METHODS.items():
             # only the methods a listener overrides are called: a no-op costs nothing per job
-            if getattr(type(listener), name, None) is not getattr(WorkerListener, name):
+            method = getattr(type(listener), name, None)
+            if method is not None and method is not getattr(WorkerListener, name):
                 self._by_type[kind].append((listener, getattr(listener, name)))
-        if type(listener).flush is not WorkerListener.flush:
+        if getattr(type(listener), "flush", WorkerListener.flush) is not WorkerListener.flush:
             self._flushing.append(listener)
 
     def __iter__(self) -> Any:

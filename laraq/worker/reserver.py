@@ -36,12 +36,12 @@ from laraq.protocol.payload import Payload, PayloadError
 from laraq.protocol.queue import ReservedJob
 from laraq.protocol.redis_retry import REDIS_DOWN
 from laraq.protocol.reserve import PendingReserve, Reserved, Reserving
+from laraq.protocol.timers import Timers
 from laraq.repeated import Repeated
 from laraq.worker.bridge import AsyncBridge
 from laraq.worker.context import WorkerContext
 from laraq.worker.events import JobReserved
 from laraq.worker.leases import Buffered, Leases
-from laraq.worker.timers import Timers
 from laraq.worker.unstarted import Unstarted
 
 __all__ = ["Batch", "Fault", "Reserver"]

@@ -9,7 +9,7 @@ dramatiq's ``post_process_message`` does, and announces it (:mod:`laraq.worker.e
   deleted, released or failed the job itself;
 * **released**: Laravel's release script (``ZREM`` + ``ZADD :delayed``), the attempt counted;
 * **failed**: ``Job::fail``: the reservation goes, the ``failed_jobs`` row is written (or the failure is
-  parked in Redis until the store is back: :mod:`laraq.worker.parking`), then ``CallQueuedHandler::failed``
+  parked in Redis until the store is back: :mod:`laraq.stores.parked`), then ``CallQueuedHandler::failed``
   (the Python callback, PHP's ``failed()`` side);
 * **php** / **unhandled**: the job goes back to PHP untouched (the PHP queue, or its own queue after
   ``--unhandled-delay``), or by the ``--unhandled`` policy.
@@ -34,7 +34,6 @@ from laraq.stores.failed import format_exception
 from laraq.stores.parked import ParkedFailures
 from laraq.worker.events import JobFailed, JobProcessed, JobReleased, JobUnhandled
 from laraq.worker.logtext import short
-from laraq.worker.parking import ParkingListener
 
 if TYPE_CHECKING:
     from laraq.protocol.acks import Acks
@@ -83,8 +82,8 @@ class Settle:
         self.bridge = bridge
         #: the unstarted record of the job that starts next, to remove with this ack (see Acks.ack)
         self.next_start = next_start
-        #: failures whose failed_jobs row waits for the store; flushed at start and on a timer
-        self.parked = ParkingListener(ParkedFailures(context.queue, context.failer), context.queues)
+        #: failures whose failed_jobs row waits for the store; written at start and on a timer
+        self.parked = ParkedFailures(context.queue, context.failer, context.queues)
         context.events.add(self.parked)
 
     def settle(self, job: Job, outcome: Outcome) -> None:

@@ -35,6 +35,7 @@ from laraq.protocol.acks import Acks
 from laraq.protocol.encryption import Encrypter
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.reserve import Reserving
+from laraq.protocol.timers import Timers
 from laraq.protocol.versions import DEFAULT_VERSION, LaravelVersion
 from laraq.stores.failed import FailedJobStore
 from laraq.worker.bridge import AsyncBridge
@@ -47,7 +48,6 @@ from laraq.worker.process import Process
 from laraq.worker.reserver import Batch, Reserver
 from laraq.worker.settle import Settle
 from laraq.worker.stoprules import Round, Stop, StopRules
-from laraq.worker.timers import Timers
 
 __all__ = ["Worker"]
 
@@ -335,16 +335,8 @@ class Worker:
 
     def _starting(self) -> None:
         """``WorkerStarting``: settings resolved, the first reserve comes next."""
-        steps = self.callqueued.steps
-        if steps.php is not None:
-            log.info("chain steps, batch bookkeeping, uniqueId() locks and PHP failed() run in the app's PHP: %s",
-                     steps.path)
-        elif self.encrypter is None:
-            log.warning("APP_KEY is not set: jobs in a chain or a batch, or with a uniqueId() method, cannot be "
-                        "finished by PHP and are sent back to PHP untouched")
-        else:
-            log.info("chain steps, batch bookkeeping, uniqueId() locks and PHP failed() are handed to PHP on "
-                     "queue %s: keep a PHP worker on it", self.options.php_queue or self.queue.default_queue)
+        level, line = self.callqueued.steps.describe()
+        log.log(level, "%s", line)
         self.events.emit(WorkerStarting(self.connection_name, self.queues, self.options, self.version))
 
     def _looping(self) -> None:

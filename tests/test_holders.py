@@ -1,4 +1,4 @@
-"""What is running now (:mod:`laraq.production.running`, ``laraq status --reserved``) on a real Redis with
+"""What is running now (:mod:`laraq.production.holders`, ``laraq status --reserved``) on a real Redis with
 a real worker: the job it runs shows as held by its heartbeat id; a reservation no live worker holds (a
 dead worker's) is an orphan that comes back at its lease end, one whose lease ended is ``expired``; the
 same counts go to Prometheus (``laraq_reserved_jobs``).

@@ -15,7 +15,7 @@ reserved job is:
   orphan for sure; it goes back to the ready list at the next pop.
 
 Recently reserved jobs show as ``unattributed`` until their worker's next beat (every few seconds).
-:func:`reserved_jobs` reads it with one ``ZRANGE`` per queue (at most ``limit`` members each) and the live
+:func:`reservations` reads it with one ``ZRANGE`` per queue (at most ``limit`` members each) and the live
 worker records; ``laraq status --reserved`` prints it and :class:`laraq.production.metrics.QueueSampler`
 exports the counts.
 """
@@ -29,13 +29,13 @@ from typing import Any
 
 from laraq.production.heartbeat import WorkerRecord, live_workers
 
-__all__ = ["ReservedJob", "holders", "reserved_jobs", "running_counts"]
+__all__ = ["Reservation", "holders", "reservations", "running_counts"]
 
 STATES = ("held", "unattributed", "expired")
 
 
 @dataclass(frozen=True)
-class ReservedJob:
+class Reservation:
     """One reservation (see the module docstring)."""
 
     queue: str
@@ -103,8 +103,8 @@ def _describe(member: bytes) -> tuple[str | None, str | None, str, int | None]:
             attempts if isinstance(attempts, int) else None)
 
 
-def reserved_jobs(redis_queue: Any, queues: Iterable[str], *, retry_after: int | None = None,
-                  limit: int = 1000, records: list[WorkerRecord] | None = None) -> list[ReservedJob]:
+def reservations(redis_queue: Any, queues: Iterable[str], *, retry_after: int | None = None,
+                  limit: int = 1000, records: list[WorkerRecord] | None = None) -> list[Reservation]:
     """Every reservation of ``queues`` (at most ``limit`` per queue, soonest lease end first)."""
     names = [q for q in dict.fromkeys(queues) if q]
     if not names:
@@ -117,7 +117,7 @@ def reserved_jobs(redis_queue: Any, queues: Iterable[str], *, retry_after: int |
     pipe = redis_queue.client.pipeline(transaction=False)
     for name in names:
         pipe.zrange(redis_queue.keys(name).reserved, 0, limit - 1, withscores=True)
-    out: list[ReservedJob] = []
+    out: list[Reservation] = []
     for name, members in zip(names, pipe.execute(), strict=True):
         key = redis_queue.keys(name).reserved
         for member, score in members:
@@ -125,17 +125,17 @@ def reserved_jobs(redis_queue: Any, queues: Iterable[str], *, retry_after: int |
             holder = held.get(job_id or "")
             if holder is not None:
                 record, since = holder
-                out.append(ReservedJob(name, key, job_id, uuid, job, attempts, float(score), "held", since, False,
+                out.append(Reservation(name, key, job_id, uuid, job, attempts, float(score), "held", since, False,
                                        record.id, record.host, record.pid))
                 continue
             state = "expired" if float(score) <= now else "unattributed"
             since_estimate = float(score) - retry if retry else None
-            out.append(ReservedJob(name, key, job_id, uuid, job, attempts, float(score), state, since_estimate,
+            out.append(Reservation(name, key, job_id, uuid, job, attempts, float(score), state, since_estimate,
                                    since_estimate is not None))
     return out
 
 
-def running_counts(jobs: Iterable[ReservedJob]) -> dict[tuple[str, str], int]:
+def running_counts(jobs: Iterable[Reservation]) -> dict[tuple[str, str], int]:
     """(queue, state) -> how many reservations, for the Prometheus gauge."""
     counts: dict[tuple[str, str], int] = {}
     for job in jobs:

@@ -1,4 +1,5 @@
-"""How long an idle worker sleeps: until the next delayed job comes due, never longer than ``--sleep``.
+"""When the next delayed job comes due: how long an idle worker sleeps, or waits on ``:notify``, never longer
+than ``--sleep`` (or ``block_for``).
 
 Laravel's worker (``Illuminate\\Queue\\Worker::daemon``) sleeps the whole ``--sleep`` interval when a pop
 finds nothing, so a job released or dispatched with a delay fires up to one interval after it is due.
@@ -27,7 +28,8 @@ WAKE_MARGIN = 0.002
 
 
 class Timers:
-    """The idle sleep of one worker: ``sleep_for(longest)`` = time until the next due delayed job."""
+    """The idle sleep of one worker: ``sleep_for(longest)`` = time until the next due delayed job; its
+    ``wait_for`` is the ``wait_bound`` of :meth:`laraq.protocol.queue.RedisQueue.block_timeout`."""
 
     def __init__(self, queue: Any, queues: Sequence[str], clock: Callable[[], float] | None = None) -> None:
         self.queue = queue
