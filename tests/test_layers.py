@@ -219,3 +219,45 @@ def test_imports_inside_functions_say_why() -> None:
 def test_a_module_outside_the_layers_is_named() -> None:
     with pytest.raises(AssertionError, match="in no layer"):
         layer_of("elsewhere.nowhere")
+
+
+#: names that hold a protocol object (a queue, its client, its scripts, the acks) wherever they appear
+_PROTOCOL_NAMES = {"queue", "client", "reserving", "acks", "pipe", "scripts", "conn", "redis_queue"}
+
+
+def test_the_worker_patches_no_other_object() -> None:
+    """In ``laraq/worker/`` an object sets only its own attributes and those of the small records it owns
+    (a running job, a buffered one, the pace): never an attribute of an object it was handed (``self.x.y =
+    ...``), and never one of a protocol object, whose every Redis command is the protocol layer's."""
+    found = []
+    for path in sorted((PACKAGE / "worker").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+                targets = [node.target]
+            else:
+                continue
+            for target in targets:
+                for sub in ast.walk(target):
+                    if not isinstance(sub, ast.Attribute):
+                        continue
+                    base = sub.value
+                    handed = isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name) \
+                        and base.value.id == "self"
+                    protocol = any(isinstance(n, ast.Name | ast.Attribute)
+                                   and (n.id if isinstance(n, ast.Name) else n.attr) in _PROTOCOL_NAMES
+                                   for n in ast.walk(base))
+                    if handed or protocol:
+                        found.append(f"{path.name}:{node.lineno}: {ast.unparse(sub)} = ...")
+    assert not found, "\n".join(found)
+
+
+def test_no_redis_command_is_sent_from_the_worker() -> None:
+    """Every Redis command is the protocol layer's: ``laraq/worker/`` calls its operations, never a client."""
+    found = []
+    for path in sorted((PACKAGE / "worker").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in ("client", "scripts", "pipeline", "execute_command"):
+                found.append(f"{path.name}:{node.lineno}: .{node.attr}")
+    assert not found, "\n".join(found)

@@ -104,6 +104,10 @@ class Executor:
         #: the daemon's task while it runs (new tasks' first steps are run from it)
         self.daemon_task: asyncio.Task[Any] | None = None
 
+    def attach(self, task: asyncio.Task[Any] | None) -> None:
+        """The daemon's task runs the loop from now (None: it ended): new jobs' first steps run from it."""
+        self.daemon_task = task
+
     def shutdown_pool(self) -> None:
         """The daemon stopped: stop its thread pool."""
         if self._pool is not None:

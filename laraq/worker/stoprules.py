@@ -112,7 +112,7 @@ class StopRules:
 
     # -- stopIfNecessary -------------------------------------------------------------------------------
 
-    def check(self, now: Round) -> Stop | None:
+    def check(self, seen: Round) -> Stop | None:
         """Laravel's ``stopIfNecessary``: why to stop, or None to keep going."""
         opts = self.options
         if self.signals.should_quit:
@@ -121,19 +121,19 @@ class StopRules:
             return Stop(EXIT_MEMORY_LIMIT, "over --memory")
         if self._restarted():
             return Stop(EXIT_SUCCESS, "queue:restart was broadcast")
-        if now.fault is not None and (opts.stop_when_empty or opts.stop_when_empty_for):
-            failed = self._failed_not_empty(now.fault)
+        if seen.fault is not None and (opts.stop_when_empty or opts.stop_when_empty_for):
+            failed = self._failed_not_empty(seen.fault)
             if failed is not None:
                 return failed
-        if opts.stop_when_empty and now.empty:
+        if opts.stop_when_empty and seen.empty:
             return Stop(EXIT_SUCCESS, "--stop-when-empty: no job to take")
         clock = time.monotonic()
-        if opts.stop_when_empty_for and now.empty \
+        if opts.stop_when_empty_for and seen.empty \
                 and clock - (self.last_job_at or self.started) >= opts.stop_when_empty_for:
             return Stop(EXIT_SUCCESS, f"--stop-when-empty-for: no job for {opts.stop_when_empty_for:g}s")
         if opts.max_time and clock - self.started >= opts.max_time:
             return Stop(EXIT_SUCCESS, "--max-time reached")
-        if opts.max_jobs and now.jobs >= opts.max_jobs:
+        if opts.max_jobs and seen.jobs >= opts.max_jobs:
             return Stop(EXIT_SUCCESS, "--max-jobs reached")
         return None
 

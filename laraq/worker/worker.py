@@ -155,11 +155,11 @@ class Worker:
             loop.close()
 
     async def _daemon(self) -> int:
-        self.executor.daemon_task = asyncio.current_task()
+        self.executor.attach(asyncio.current_task())
         try:
             return await self._loop()
         finally:
-            self.executor.daemon_task = None
+            self.executor.attach(None)
 
     async def _loop(self) -> int:
         opts, signals, rules = self.options, self.signals, self.rules
