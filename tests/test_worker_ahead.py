@@ -138,7 +138,8 @@ def test_a_lost_reply_strands_nothing(redis_server: Any, redis_client: Any, work
     # worker may run the stranded jobs itself once they expire; a later worker runs whatever is left
     _fill(redis_server, 600)
     ran: list[int] = []
-    worker = _worker(redis_server, _app(ran), workers, tries=3)  # a stranded job's retry is its 2nd attempt
+    # retry_after 1: the stranded reservations expire within the test; a stranded job's retry is its 2nd attempt
+    worker = _worker(redis_server, _app(ran), workers, tries=3, retry_after=1)
     receive = worker.reserver.reserving.reserve_batch_receive
     broken = {"done": False}
 
@@ -150,7 +151,6 @@ def test_a_lost_reply_strands_nothing(redis_server: Any, redis_client: Any, work
         return receive(pending)
 
     worker.reserver.reserving.reserve_batch_receive = receive_once_broken
-    worker.queue.retry_after = 1
     assert worker.daemon() == 0
     assert broken["done"]
     assert len(ran) == len(set(ran))

@@ -268,6 +268,9 @@ ACK_MAX_AGE = 0.05
 READ_REPLIES_EVERY = 64
 
 
+_NO_STARTS: dict[str, list[bytes]] = {}
+
+
 class Acks:
     """One worker's acks (see the module): ``ack`` a finished job; ``take`` what may ride on a reserve call;
     ``flush`` what waits."""
@@ -308,13 +311,17 @@ class Acks:
             if self.since is None:
                 self.since = time.monotonic()
 
-    def start(self, name: str, record: bytes, *, write: bool) -> bool:
-        """The unstarted ``record`` of a job that starts now: True if its removal is on its way (written with
-        the last ack, or now on the pipe when ``write``); False: the caller removes it with a round trip."""
+    def started_with_ack(self, record: bytes) -> bool:
+        """Was the removal of this starting job's unstarted ``record`` written with the last ack? (Taken.)"""
         if self._sent_start is record:
             self._sent_start = None
             return True
-        if not write or self.pipe is None:
+        return False
+
+    def start(self, name: str, record: bytes) -> bool:
+        """Write the removal of a starting job's unstarted ``record`` on the pipe now: True if it is on its
+        way; False: the caller removes it with a round trip."""
+        if self.pipe is None:
             return False
         try:
             self.pipe.write_started(name, [record])
@@ -411,7 +418,8 @@ class Acks:
 
     def lost_starts(self) -> dict[str, list[bytes]]:
         """Unstarted removals whose replies a broken pipe lost, taken (to send again)."""
-        return {} if self.pipe is None else self.pipe.take_lost_starts()
+        pipe = self.pipe
+        return pipe.take_lost_starts() if pipe is not None and pipe.lost_starts else _NO_STARTS
 
     def keep_lost_starts(self, name: str, members: list[bytes]) -> None:
         """Removals that could not be sent again yet: kept for the next try."""

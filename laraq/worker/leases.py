@@ -76,6 +76,8 @@ class Leases:
     def __init__(self, reserving: Reserving, flush: Callable[[], None], buffer: collections.deque[Buffered],
                  ack_deferred: Callable[[str, bytes], bool]) -> None:
         self.reserving = reserving
+        #: how long a reservation lasts (the queue's ``retry_after``; None: forever)
+        self.retry_after = reserving.retry_after
         self.flush = flush
         self.buffer = buffer
         self.ack_deferred = ack_deferred
@@ -92,7 +94,7 @@ class Leases:
         first whenever a reservation made now would expire later (so a started job gets the same
         ``retry_after`` from its start as a Laravel pop gives it); the rest of the buffer is renewed
         in the same call. A job someone else migrated back is dropped, never run."""
-        retry_after = self.reserving.retry_after
+        retry_after = self.retry_after
         if retry_after is None:
             return True
         now = time.time()
@@ -119,8 +121,8 @@ class Leases:
 
     def note_lease(self, lease: float) -> None:
         """Jobs were buffered with a lease until ``lease`` (unix seconds): renew them past its half."""
-        if self.reserving.retry_after is not None:
-            self._renew_at = min(self._renew_at, lease - self.reserving.retry_after / 2)
+        if self.retry_after is not None:
+            self._renew_at = min(self._renew_at, lease - self.retry_after / 2)
 
     def _renew_ahead(self, items: list[Buffered]) -> bool:
         """Renew leases that are stale but far from over without waiting for the reply: no migrate can
@@ -155,7 +157,7 @@ class Leases:
             self._unrenewed.warn(f"{len(items)} job(s): they keep their earlier lease", exc)
             for b, before in items:
                 b.lease_until = before
-                self._renew_at = min(self._renew_at, before - (self.reserving.retry_after or 0) / 2)
+                self._renew_at = min(self._renew_at, before - (self.retry_after or 0) / 2)
             return
         gone = {id(b) for (b, _before), ok in zip(items, alive, strict=False) if not ok}
         if not gone:
@@ -184,7 +186,7 @@ class Leases:
 
     def renew_due(self) -> None:
         """Push the reservation of buffered jobs past half their ``retry_after`` forward (``ZADD XX``)."""
-        retry_after = self.reserving.retry_after
+        retry_after = self.retry_after
         if retry_after is None or not self.buffer:
             return
         now = time.time()

@@ -97,7 +97,7 @@ class Process:
     def _before(self, job: Job, running: Running | None, handler: Handler | None) -> Outcome | None:
         """Steps 1-3 of the module: an outcome when the job does not run here, else None (it runs)."""
         callqueued = self.callqueued
-        if handler is None or callqueued.php_only(job):
+        if handler is None or (job.php_only != "" and callqueued.php_only(job)):  # "": decided, not PHP's
             name = job.payload.command_name or str(job.payload.decoded.get("job") or "") or job.name
             reason = callqueued.php_only(job) or f"No Python handler registered for {name}"
             return Outcome("unhandled", reason=reason) if claim(running, "finishing") else NOTHING

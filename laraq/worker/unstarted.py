@@ -57,6 +57,8 @@ class Unstarted:
     def __init__(self, reserving: Reserving, acks: Acks, buffer: collections.deque[Buffered],
                  queues: list[str] | None = None) -> None:
         self.reserving = reserving
+        #: the unstarted lease in effect (seconds; 0: no records)
+        self.lease = reserving.unstarted_seconds
         self.acks = acks
         self.buffer = buffer
         #: the queues whose dead workers' buffers this worker reclaims between reserves (see reclaim_due)
@@ -67,10 +69,6 @@ class Unstarted:
         self._unsent = Repeated(log, "could not remove the unstarted record of %s (%s): not starting it; "
                                      "it is given back to the queue when its lease runs out")
         self._unrenewed = Repeated(log, "could not renew the unstarted records of %d buffered job(s) (%s)")
-
-    @property
-    def lease(self) -> float:
-        return self.reserving.unstarted_seconds
 
     def recorded(self, reserved_at: float) -> float:
         """Jobs reserved (and recorded) by a call sent at ``reserved_at`` (unix seconds): the time until
@@ -88,11 +86,13 @@ class Unstarted:
         recorded, for the loop to try again after a pause or give back at the stop)."""
         if item.unstarted_until == math.inf:
             return True
+        member = item.unstarted or _member(item)
+        if self.acks.started_with_ack(member):
+            return True
         name = item.job.queue
-        member = _member(item)
         now = time.time()
         lease = self.lease
-        if self.acks.start(name, member, write=item.unstarted_until - now >= lease / 3):
+        if item.unstarted_until - now >= lease / 3 and self.acks.start(name, member):
             return True
         others = [b for b in self.buffer if b.job.queue == name and b.unstarted_until != math.inf]
         try:
@@ -119,7 +119,7 @@ class Unstarted:
         head = self.buffer[0]
         if head.unstarted_until == math.inf or head.unstarted_until - time.time() < self.lease / 3:
             return None
-        return head.job.queue, _member(head)
+        return head.job.queue, head.unstarted or _member(head)
 
     def resend(self) -> None:
         """Send again the removals whose replies a broken ack connection lost (removing twice is harmless)."""
