@@ -1,7 +1,7 @@
 /*
  * laraq._speedups.LineSink: the worker's console lines, written in C.
  *
- * laraq/worker/linesink.py holds the pure-Python sink with the same contract and says what it is; this file
+ * laraq/cli/linesink.py holds the pure-Python sink with the same contract and says what it is; this file
  * is its twin for a stream with a real file descriptor. In short: every write is one write() of whole
  * lines, made under the sink's own lock with the GIL released for the system call, so the lines of
  * concurrent threads never interleave. A success line reported by the holding thread (hold()) waits
@@ -10,7 +10,7 @@
  * does.
  *
  * On top of that, started(job) and succeeded(job, runtime=None) print a job's first and last line,
- * the two lines every job has. Their wording stays in laraq/worker/output.py: configure() hands over each
+ * the two lines every job has. Their wording stays in laraq/cli/output.py: configure() hands over each
  * line as a template, a tuple of literal UTF-8 pieces (bytes) and slots (ints: the date, the job's id,
  * its name, the run of dots, the run time). The table of started jobs is Output's own dict, so its
  * other lines (failures, releases) find what started() recorded.
@@ -350,7 +350,7 @@ done:
     Py_RETURN_NONE;
 }
 
-/* "12.34ms" below a second, as laraq.output.format_run_time writes it; longer runs ask it. */
+/* "12.34ms" below a second, as laraq.cli.output.format_run_time writes it; longer runs ask it. */
 static PyObject *run_time_text(LineSink *s, double seconds) {
     double ms = seconds * 1000;
     if (ms < 999.99) {
@@ -538,7 +538,7 @@ static PyMemberDef sink_members[] = {
 static PyTypeObject LineSinkType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "laraq._speedups.LineSink",
-    .tp_doc = "The worker's console lines on a file descriptor (see laraq/worker/linesink.py).",
+    .tp_doc = "The worker's console lines on a file descriptor (see laraq/cli/linesink.py).",
     .tp_basicsize = sizeof(LineSink),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,

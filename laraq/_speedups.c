@@ -2,11 +2,11 @@
  * laraq._speedups: the worker's hot unserialize path in C (its console lines are in _lines.c).
  *
  * pairs_loads(data, max_depth) reads one PHP-serialized array or object (the shape a queued command
- * has) and returns it built the way laraq.phparray.loads_php_arrays builds it: every PHP array a
+ * has) and returns it built the way laraq.protocol.phparray.loads_php_arrays builds it: every PHP array a
  * PHPArray, objects PHPObject, enums PHPEnum, non-canonical floats PHPFloat. It accepts a strict
  * subset of the format and returns the `bail` marker for anything outside it (references, `C:`
  * objects, a count that does not match, a member too many, bytes after the end, over max_depth...):
- * the caller then takes the pure-Python codec, which decides (and reports errors) as before.
+ * the caller then takes the pure-Python codec, which decides (and reports errors) as it does without C.
  *
  * Untrusted input: no recursion (an explicit stack of at most max_depth frames), no allocation sized
  * by a declared count (containers grow as members arrive), every length checked against the bytes
@@ -21,7 +21,7 @@
 #include <malloc.h>
 #endif
 
-static PyObject *ArrayType = NULL;  /* laraq.phparray.PHPArray */
+static PyObject *ArrayType = NULL;  /* laraq.protocol.phparray.PHPArray */
 static PyObject *NewObject = NULL;  /* (class_name, props) -> PHPObject */
 static PyObject *MakeFloat = NULL;  /* (lexeme bytes) -> float | PHPFloat | bail */
 static PyObject *MakeEnum = NULL;   /* (payload bytes) -> PHPEnum | bail */
@@ -64,8 +64,8 @@ static int read_int(cur_t *pp, cur_t end, long long *out) {
     while (p < end && *p >= '0' && *p <= '9') {
         if (++digits > 25) return NO;
         unsigned long long d = (unsigned long long)(*p - '0');
-        /* checked before multiplying: mag * 10 must not wrap (it did, and 39223372036854775807 read as
-         * 2329883889435672575); past |PHP_INT_MIN| the value is only remembered as out of range */
+        /* checked before multiplying: mag * 10 must not wrap (unchecked, 39223372036854775807 would read
+         * as 2329883889435672575); past |PHP_INT_MIN| the value is only remembered as out of range */
         if (mag > limit || mag > (limit - d) / 10) mag = limit + 1;
         else mag = mag * 10 + d;
         p++;
@@ -467,7 +467,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "laraq._speedups",
-                                    "The worker's hot paths in C: unserialize (laraq/protocol/phpread.py) and console lines (laraq/worker/linesink.py).", -1,
+                                    "The worker's hot paths in C: unserialize (laraq/protocol/phpread.py) and console lines (laraq/cli/linesink.py).", -1,
                                     methods, NULL, NULL, NULL, NULL};
 
 int laraq_add_line_sink(PyObject *module); /* laraq/_lines.c */

@@ -5,9 +5,12 @@ shows), and :class:`LazyGroup` imports that module the first time the command is
 ``laraq --version`` and ``laraq --help`` import no command at all and ``laraq status`` does not pay for the
 worker. The families:
 
-* :mod:`laraq.cli.work` - ``laraq work`` (``php artisan queue:work``);
+* :mod:`laraq.cli.work_command` and :mod:`laraq.cli.work` - ``laraq work`` (``php artisan queue:work``):
+  its options, and the worker built and run, with its start-up checks and banner
+  (:mod:`laraq.cli.startup`) and its console lines (:mod:`laraq.cli.output`, :mod:`laraq.cli.linesink`);
 * :mod:`laraq.cli.schedule` - ``laraq schedule work/list/run/pause/resume/forget`` (the scheduler);
 * :mod:`laraq.cli.setup` - ``laraq config`` (the worker's start-up banner, as text or JSON);
+* :mod:`laraq.cli.schema_cmd` - ``laraq schema`` (the app's job classes and enums);
 * :mod:`laraq.cli.errors` - the group class: known faults become one line and an exit code;
 * :mod:`laraq.cli.ops` - dispatch/status/peek/failed/retry/... (every command in its ``COMMANDS`` list);
 * :mod:`laraq.cli.production` - ``workers``, ``health`` and ``metrics``.

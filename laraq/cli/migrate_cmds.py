@@ -445,5 +445,5 @@ def move_failed_cmd(ops: Ops, from_table: str | None, to_env_file: str | None, t
         click.echo(summary.describe(dry_run=dry_run))
 
 
-#: The commands of this module beyond move/copy/export/import (registered by :mod:`laraq.cli.ops`).
+#: The commands of this module beyond move/copy/export/import (listed in :data:`laraq.cli.ops.COMMANDS`).
 MORE_COMMANDS: list[click.Command] = [remove_exported_cmd, move_failed_cmd]

@@ -10,12 +10,14 @@ prints a table, or JSON with ``--json``. The commands live in one module per fam
 * :mod:`laraq.cli.inspect_cmds` - ``peek``, ``list``, ``show``;
 * :mod:`laraq.cli.repair` - ``clear``, ``restart``, ``pause``, ``resume``;
 * :mod:`laraq.cli.failed_cmds` - ``failed``, ``retry``, ``forget``, ``flush``, ``prune-failed``;
-* :mod:`laraq.cli.migrate_cmds` - ``move``, ``copy``, ``export``, ``import``;
+* :mod:`laraq.cli.migrate_cmds` - ``move``, ``copy``, ``export``, ``import``, ``remove-exported``,
+  ``move-failed``;
 * :mod:`laraq.cli.poison` - the ``poison`` group (laraq's dead-letter lists);
 * :mod:`laraq.cli.doctor_cmd` - ``doctor``.
 
-:data:`COMMANDS` is what :mod:`laraq.cli` registers. The mapping from artisan's ``queue:*`` commands is
-in ``compat-docs/operations.md``.
+:data:`COMMANDS` lists this family's commands; :mod:`laraq.cli` registers them through its own lazy
+table (:data:`laraq.cli.COMMANDS`), which ``tests/test_cli_lazy.py`` checks against this list. The
+mapping from artisan's ``queue:*`` commands is in ``compat-docs/operations.md``.
 """
 
 from __future__ import annotations

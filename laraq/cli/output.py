@@ -20,7 +20,7 @@ jobs never interleave. On a real descriptor the C sink also prints each job's fi
 itself, from templates this module builds (:meth:`Output._templates`), so the wording stays here.
 
 **When a line goes out.** A job's first line is written before its handler runs, as artisan does, so a
-worker that dies mid-job (SIGKILL, OOM, a crash in C code) has always shown which job it was running.
+worker that dies mid-job (SIGKILL, OOM, a crash in C code) has already shown which job it was running.
 Only a *success* line may wait, and only while the worker's loop thread starts a run of jobs
 (:meth:`Output.hold` ... :meth:`Output.release`): it then goes out with the next line in the same
 ``write()``, or when the run ends, whichever comes first. A busy worker thus makes one system call per
@@ -250,8 +250,8 @@ class Output:
     def succeeded(self, job: Job, runtime: float | None = None) -> None:
         """``job(job, "success")``: the handler returned. The line may wait for the next (see :meth:`hold`).
 
-        ``runtime`` is taken, and not used, so that this method can be the ``job_processed`` listener
-        itself: the printed run time counts from :meth:`started`, as artisan's command times it."""
+        ``runtime`` is accepted and not used (the C sink's ``succeeded`` takes the same arguments): the
+        printed run time counts from :meth:`started`, as artisan's command times it."""
         kind = self._kind
         if kind is None:
             return

@@ -6,7 +6,8 @@
 * ``metrics`` prints Prometheus exposition text once (:mod:`laraq.production.metrics`), for cron jobs and the
   node_exporter textfile collector.
 
-:data:`COMMANDS` is what :mod:`laraq.cli` registers.
+:data:`COMMANDS` lists these commands; :mod:`laraq.cli` registers them through its own lazy table
+(:data:`laraq.cli.COMMANDS`), which ``tests/test_cli_lazy.py`` checks against this list.
 """
 
 from __future__ import annotations

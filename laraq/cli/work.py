@@ -3,11 +3,11 @@
 ``laraq work`` parses its options and then becomes the small supervisor of :mod:`laraq.production.prefork`
 (about 10 MB: it imports no laraq code), which runs ``--processes`` worker processes (default 1) and
 forwards signals to them. Laravel enforces a job timeout by SIGKILLing its own process and relies on
-supervisord to start a new one; laraq's worker does the same when a synchronous handler overruns
-(see :mod:`laraq.worker.worker`), and the supervisor starts a fresh worker at once - supervisord + artisan in
-one command. Every other exit of a single worker (0, 12 for memory, 1, 2) is passed on unchanged, so
-an external process manager sees artisan's exit codes. ``--no-supervise`` runs the worker in this
-process (a timeout then kills ``laraq work`` itself, exactly like artisan).
+supervisord to start a new one; laraq's worker does the same when a synchronous handler overruns (see
+:mod:`laraq.worker.executor`), and the supervisor starts a fresh worker at once - supervisord + artisan in
+one command. Every other exit of a single worker (0, 12 for memory, 1, 2) is passed on unchanged, so an
+external process manager sees artisan's exit codes. ``--no-supervise`` runs the worker in this process (a
+timeout then kills ``laraq work`` itself, exactly like artisan).
 
 A worker process gets its settings as JSON in ``LARAQ_WORKER_CONFIG`` and reports popped jobs on a
 pipe (one byte per job, written per batch), so ``--max-jobs`` and ``--max-time`` keep counting across

@@ -3,7 +3,10 @@
 :mod:`.settings` reads the app's env / ``.env`` (Laravel's ``config/database.php``, ``queue.php``,
 ``cache.php`` defaults) with the ``.env`` parser of :mod:`.envfile` and the framework version found by
 :mod:`.detect`; :mod:`.sentinel` and :mod:`.cluster` build the client for a Sentinel or Cluster
-connection (``Illuminate\\Redis\\Connectors``).
+connection (``Illuminate\\Redis\\Connectors``). The app's own ``config()`` (:mod:`.appconfig`, with
+:mod:`.varexport` for a cached config) is laid over those values by :mod:`.effective`, which records
+where each came from (:mod:`.provenance`). :mod:`.faults` turns a fault of the surroundings into one
+line and an exit code; :mod:`.phpworkers` finds Horizon's PHP workers on laraq's queues.
 """
 
 from laraq.config.settings import (

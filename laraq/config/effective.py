@@ -1,7 +1,7 @@
 """The settings laraq works with: the app's own configuration laid over the ``.env`` reading.
 
 :func:`effective_settings` is what every command that builds settings calls. It reads ``.env`` and the
-environment as :meth:`LaravelSettings.from_env` always has, then, when the app is found
+environment with :meth:`LaravelSettings.from_env`, then, when the app is found
 (:func:`laraq.config.appconfig.find_app_path`), the app's ``config()`` (cached config, booted app or
 exported file: :func:`laraq.config.appconfig.load_app_config`) and replaces every value laraq uses with
 the app's: Redis connections and ``options.prefix`` (``Illuminate\\Redis\\RedisManager``), the queue
@@ -226,7 +226,7 @@ def with_flags(settings: LaravelSettings, *, prefix: str | None = None, connecti
                queue: str | None = None, retry_after: Any = None, block_for: Any = None,
                redis_url: str | None = None) -> LaravelSettings:
     """``settings`` with the command line's overrides: ``--prefix`` replaces the Redis prefix (every
-    connection, as ``laraq work --prefix`` always has); the others are applied by the command and only
+    connection, as ``laraq work --prefix`` does); the others are applied by the command and only
     labelled here, so the banner says the value came from the command line."""
     prov = dict(settings.provenance)
     changes: dict[str, Any] = {}

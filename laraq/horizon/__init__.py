@@ -1,10 +1,12 @@
 """Horizon sees Python: laraq writes the Redis records Laravel Horizon's dashboard reads.
 
 * :mod:`laraq.horizon.settings` - prefix, trim minutes and silenced classes (``config/horizon.php``);
+* :mod:`laraq.horizon.version` - which Horizon release the app runs, and what each release changed;
 * :mod:`laraq.horizon.records` - the job hashes, sorted sets, tags and metrics of each job
   (``RedisJobRepository``, ``RedisTagRepository``, ``RedisMetricsRepository``);
 * :mod:`laraq.horizon.supervisors` - laraq workers as a master with supervisors
-  (``RedisMasterSupervisorRepository``, ``RedisSupervisorRepository``, ``RedisHorizonCommandQueue``);
+  (``RedisMasterSupervisorRepository``, ``RedisSupervisorRepository``, ``RedisHorizonCommandQueue``),
+  with :mod:`laraq.horizon.relay`, the process whose pid the supervisor record carries;
 * :mod:`laraq.horizon.trimming` - what Horizon's master trims, done by laraq when no PHP master runs;
 * :mod:`laraq.horizon.listener` - the worker listener that ties them to laraq's job lifecycle.
 

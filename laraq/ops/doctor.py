@@ -213,7 +213,7 @@ def diagnose(
             "change (e.g. Laravel 12 → 13's 'laravel-database-'), run: laraq move QUEUE --to-prefix NEW",
         ))
 
-    out.extend(Finding(*held) for held in held_findings(client, queue.prefix))  # moves holding jobs (issue 32)
+    out.extend(Finding(*held) for held in held_findings(client, queue.prefix))  # moves still holding jobs
 
     # -- members
     hints: dict[str, int] = {}

@@ -171,8 +171,9 @@ def unsupported_by(member: bytes, version: LaravelVersion) -> str | None:
 
     Payloads are moved byte for byte and every line from 8 to 13 reads the others' payloads (proven
     live for 8 and 13 both ways in ``tests/test_live_crossversion.py``); what an older worker cannot do
-    is honour a feature it lacks. Today: a debounced job (``#[DebounceFor]``, 13.6+) would run on an
-    older worker even when a newer dispatch superseded it. An encrypted command cannot be looked into.
+    is honour a feature it lacks. The one such feature checked: a debounced job (``#[DebounceFor]``,
+    13.6+) would run on an older worker even when a newer dispatch superseded it. An encrypted command
+    cannot be looked into.
     """
     if not version.since("13.6") and _DEBOUNCED.search(member):
         return f"it is debounced (#[DebounceFor], Laravel 13.6+); Laravel {version} would run superseded copies"

@@ -114,7 +114,7 @@ class HeldTransfer:
     transfer_id: str
     jobs: int
     meta: dict[str, Any] = field(default_factory=dict)
-    #: seconds since the transfer took its first job (None: a journal written before ``#meta`` existed)
+    #: seconds since the transfer took its first job (None: a journal without a ``#meta`` field)
     age: float | None = None
 
     def source_queue(self, prefix: str) -> str:

@@ -12,15 +12,15 @@ unchanged.
   untouched, put a job back as it was pushed.
 * :data:`UNSTARTED`, :data:`RECLAIM` and :func:`unstarted_member`: the unstarted record.
 
-The unstarted record (issue 29 §3) is a ZSET ``<list>:laraq-unstarted`` beside ``:reserved`` that holds
-the jobs a worker has reserved but not started yet. A member is ``<length of the reserved member>:<the
-reserved member><the original body>``; its score is a short lease, Redis ``TIME`` plus the lease in
-seconds, so every worker reads one clock whatever its host's clock says. A job leaves the record when
-it starts. A reclaim gives back the jobs whose lease ran out (their worker died): a job still in
-``:reserved`` is removed from there and its original body, attempts not spent, goes back to the head of
-the list with one ``:notify`` token; a job already gone from ``:reserved`` (acked, released, or migrated
-back by Laravel's pop) is only forgotten. The ``ZREM`` on ``:reserved`` decides, atomically, so a PHP
-migrate and a reclaim never both give the same job back.
+The unstarted record is a ZSET ``<list>:laraq-unstarted`` beside ``:reserved`` that holds the jobs a
+worker has reserved but not started yet. A member is ``<length of the reserved member>:<the reserved
+member><the original body>``; its score is a short lease, Redis ``TIME`` plus the lease in seconds, so
+every worker reads one clock whatever its host's clock says. A job leaves the record when it starts. A
+reclaim gives back the jobs whose lease ran out (their worker died): a job still in ``:reserved`` is
+removed from there and its original body, attempts not spent, goes back to the head of the list with one
+``:notify`` token; a job already gone from ``:reserved`` (acked, released, or migrated back by Laravel's
+pop) is only forgotten. The ``ZREM`` on ``:reserved`` decides, atomically, so a PHP migrate and a
+reclaim never both give the same job back.
 """
 
 from __future__ import annotations
@@ -278,9 +278,10 @@ return out
 """
 
 #: laraq's own. KEYS: 1 list, 2 reserved, 3 notify, 4 (optional) the unstarted record. ARGV: pairs
-#: (reserved member, original body) in list order; their unstarted records are removed either way. Hands reserved-but-unstarted jobs back: for each pair whose reservation is still ours,
-#: ``ZREM`` it and put the original body (attempts not burned) back at the HEAD of the list, with one
-#: ``:notify`` token, keeping the pairs' order. Returns how many were given back.
+#: (reserved member, original body) in list order. Hands reserved-but-unstarted jobs back: for each
+#: pair whose reservation is still ours, ``ZREM`` it and put the original body (attempts not burned)
+#: back at the HEAD of the list, with one ``:notify`` token, keeping the pairs' order; the pairs'
+#: unstarted records are removed either way. Returns how many were given back.
 GIVE_BACK = """\
 local given = 0
 for i = #ARGV - 1, 1, -2 do

@@ -136,7 +136,7 @@ def loads_php_arrays(data: bytes | str, *, max_bytes: int | None = None, max_ele
 
     With the C build (``laraq._speedups``) the usual command (no references) is read in C; whatever it
     steps aside from (references, ``C:`` objects, anything malformed) goes to the reference reader,
-    which decides and reports as before. Without it, the pure-Python readers of
+    which decides and reports exactly as without the C build. Without it, the pure-Python readers of
     :mod:`laraq.protocol.phpread` do the same work.
     """
     max_bytes = COMMAND_MAX_BYTES if max_bytes is None else max_bytes

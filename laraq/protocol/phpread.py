@@ -13,7 +13,7 @@ so the reference decides every input they do not take, errors included:
 * the C build (``laraq._speedups``, ``pairs_loads``), used by
   :func:`laraq.protocol.phparray.loads_php_arrays`;
 * :func:`_token_loads`, the pure-Python one, for :func:`loads` and for the worker without the C
-  build (its docstring has the bench figure that keeps it).
+  build (the comment above it has the measurement that keeps it).
 
 ``tests/test_codec_differential.py`` holds both equal to the reference, value for value, on the
 wire corpus, random PHP values and random damage to them. The grammar, slot numbering and limits
@@ -490,9 +490,10 @@ def _reference_loads(data: bytes, size: int, max_depth: int, max_elements: int, 
 # What it buys (bench/serializer.py, the 93 corpus commands of 338 bytes on average, three interleaved
 # rounds on a busy 2-core host, µs per command): with ``PHPArray``s, as the worker decodes without the C
 # build, 20.1 / 40.3 / 26.1 with it against 37.3 / 67.8 / 45.4 for the reference alone (1.7-1.9x);
-# ``loads``, which has no C path, runs it too. The C reader takes 2.4. Before the fold (a ``findall``
-# reader, then this one, then the reference) ``loads`` took 31.7-49.8 where it now takes 22.5-35.8: the
-# ``findall`` reader stepped aside on every command with a ``"`` in a string (30 of the 93).
+# ``loads``, which has no C path, runs it too (22.5-35.8). The C reader takes 2.4. One reader for every
+# shape rather than a ``findall`` reader in front of it: chained that way (``findall``, then this one,
+# then the reference) ``loads`` measured 31.7-49.8, because a ``findall`` reader steps aside on every
+# command with a ``"`` in a string (30 of the 93).
 
 _TOKEN = re.compile(
     rb's:([0-9]{1,20}):"([^"]*)";'  # 1, 2: a string without '"' (length checked by the caller)

@@ -48,8 +48,7 @@ log = logging.getLogger(__name__)
 Delay = int | float | datetime | timedelta
 PayloadLike = bytes | bytearray | memoryview | str | Any
 
-# QueueKeys, has_hash_tag and redact_url live in keys.py and urls.py now; they stay importable from here
-# for code written against this module's names.
+# QueueKeys and has_hash_tag (keys.py) and redact_url (urls.py) are importable from here too.
 __all__ = [
     "QueueKeys",
     "RedisQueue",

@@ -2,10 +2,10 @@
 the retry of a write whose outcome is already decided (:func:`retrying`).
 
 redis-py (8.x) retries a command that hit a ``ConnectionError`` ten times with a backoff, and its
-``AuthenticationError`` is a ``ConnectionError``: when the password changes under a running worker and
-the connections are killed, every command spent seconds reconnecting with a password Redis has already
-refused, and the worker's own bounded retry of refused credentials took minutes instead of the
-documented ~15 s. A refused login is an answer, not a lost connection: :class:`AuthFailFastRetry` keeps
+``AuthenticationError`` is a ``ConnectionError``: left to it, when the password changes under a running
+worker and the connections are killed, every command spends seconds reconnecting with a password Redis
+has already refused, and the worker's own bounded retry of refused credentials takes minutes instead of
+the documented ~15 s. A refused login is an answer, not a lost connection: :class:`AuthFailFastRetry` keeps
 redis-py's retry for everything else and raises a refused login at once (after dropping the connection).
 """
 

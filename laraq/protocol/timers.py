@@ -7,7 +7,8 @@ finds nothing, so a job released or dispatched with a delay fires up to one inte
 from the current second on (``ZRANGEBYSCORE <delayed> <second> +inf WITHSCORES LIMIT 0 1``: one
 ``O(log n)`` command per queue, pipelined) and shortens the sleep so the worker wakes just after that
 second begins, the moment Laravel's ``migrate`` (``score <= floor(now)``) would move the job. The sleep
-is still bounded by ``--sleep``, so a restart, pause or maintenance signal is seen as before.
+is still bounded by ``--sleep``, so a restart, pause or maintenance signal is seen no later than with
+the plain ``--sleep``.
 
 Nothing is written and the migrate itself is untouched: the worker's next pop migrates exactly as
 Laravel's would. A score of the current second that the last pop left in place (a paused queue, or a

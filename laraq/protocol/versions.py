@@ -338,7 +338,7 @@ def _since(version: LaravelVersion, first_releases: tuple[str, ...]) -> bool:
 @lru_cache(maxsize=4096)
 def _since_cached(major: int, minor: int, patch: int, first_releases: tuple[str, ...]) -> bool:
     """:func:`_since` memoised: the answer only depends on the release numbers, and feature checks
-    run on every payload built or read (parsing the release strings each time was a hot spot)."""
+    run on every payload built or read (parsing the release strings on every call would be a hot spot)."""
     firsts = sorted(_parse_release(t) for t in first_releases)
     by_major = {f[0]: f for f in firsts}
     if major in by_major:

@@ -4,6 +4,7 @@ table a handler reads its batch from.
 
 The cache interface and value rules (:mod:`.cache_base`), the Redis store and the store factory
 (:mod:`.cache`), the file and database stores (:mod:`.cache_stores`); the failed-job providers
-(:mod:`.failed`) with the exception text they store (:mod:`.php_exceptions`); the app's SQL connections
+(:mod:`.failed`) with the exception text they store (:mod:`.php_exceptions`), and the failures parked in
+Redis while the failed-job store cannot be written (:mod:`.parked`); the app's SQL connections
 (:mod:`.database`); a job's batch (:mod:`.batches`).
 """

@@ -12,7 +12,7 @@ of ``Batch::recordSuccessfulJob`` / ``recordFailedJob`` at artisan's moment, as
 ``DatabaseBatchRepository::updateAtomicValues`` does it (the row read ``FOR UPDATE`` in a transaction):
 ``pending_jobs``, ``failed_jobs``, ``failed_job_ids``, ``finished_at`` and, on a first failure of a batch
 that does not allow failures, ``cancelled_at``. The callbacks (PHP closures) are PHP's: see
-:mod:`laraq.bus.callqueued`.
+:mod:`laraq.bus.phpsteps`.
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ class ParkedFailures:
         self.queues = list(queues)
         self.every = every
         self._flush_lock = threading.Lock()
-        #: what the last flush could not write: ``(count, reason)`` for the status line
+        #: why the last flush could not write a row (the store's error, on one line; None: all written)
         self.last_error: str | None = None
         self._next = 0.0
         self._thread: threading.Thread | None = None
