@@ -9,8 +9,8 @@ The rule, in one place:
   ``uniqueId`` *property* - laraq releases it itself, at PHP's moment: before the
   handler for ``unique="until_processing"``, after success unless the job released itself, and on
   final failure. When ``uniqueId()`` is a method, only PHP can compute the key: the release is handed
-  to PHP (:mod:`laraq.bus.handoff`) and never guessed (an old ``unique=True`` deleted
-  ``laravel_unique_job:<class>`` here, which is not the lock of such a job).
+  to PHP (:mod:`laraq.bus.handoff`) and never guessed (``laravel_unique_job:<class>`` alone is not the
+  lock of such a job).
 * **Chain**: after a success (not released, not failed) with a non-empty ``chained``, the next job is
   dispatched by PHP's own ``ensureNextJobInChainIsDispatched`` on the original command - the payload
   PHP builds for it is byte for byte what ``queue:work`` would push. ``chained`` rides in the command,

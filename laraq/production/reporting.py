@@ -39,7 +39,7 @@ __all__ = ["ErrorReporter", "report_fields", "sentry_active"]
 log = logging.getLogger("laraq.report")
 #: the worker's own line for a handler exception (the worker's modules log as laraq.worker.worker): as
 #: Sentry events they would repeat the tagged one
-_WORKER_LOGGERS = ("laraq.report", "laraq.worker.worker", "laraq.worker.lifecycle")
+_WORKER_LOGGERS = ("laraq.report", "laraq.worker.worker")
 
 
 def report_fields(job: Job, outcome: str) -> dict[str, Any]:
