@@ -44,8 +44,8 @@ def child(tree: str, port: int, jobs: int, scheduled: bool) -> None:
     from laraq.protocol.queue import RedisQueue
 
     if scheduled:
-        from laraq.worker import execution, worker
-        execution._enter_task = None  # type: ignore[attr-defined]
+        from laraq.worker import eager, worker
+        eager._enter_task = None  # no first step run at once: each task's first step waits for a loop pass
         worker.new_worker_loop = asyncio.new_event_loop  # type: ignore[attr-defined]
     prefix, queue = "laravel_database_", f"task-start-{os.getpid()}"
     client = redis.Redis(port=port)
