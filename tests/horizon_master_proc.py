@@ -13,15 +13,16 @@ import redis
 
 from laraq.horizon import HorizonSettings
 from laraq.horizon.listener import HorizonListener
-from laraq.worker.worker import WorkerOptions
+from laraq.protocol.versions import DEFAULT_VERSION
+from laraq.worker.context import WorkerOptions
+from laraq.worker.events import Looping, WorkerStarting, WorkerStopping
 
 
 class Loop:
-    """The parts of the worker the listener reads: queues, options, ``paused``."""
+    """What the worker tells the listener: its queues and options, whether it is paused."""
 
     def __init__(self) -> None:
         self.options = WorkerOptions(concurrency=2, name="default")
-        self.connection_name = "redis"
         self.queues = ["default", "low"]
         self.paused = False
         self.should_quit = False
@@ -42,16 +43,16 @@ def main() -> int:
 
     for sig in (signal.SIGUSR2, signal.SIGCONT, signal.SIGTERM):
         signal.signal(sig, on)
-    listener.worker_starting(loop)
+    listener.worker_starting(WorkerStarting("redis", loop.queues, loop.options, DEFAULT_VERSION))
     print("ready", listener.master.name if listener.master else "", flush=True)
     shown = None
     while not loop.should_quit:
-        listener.worker_looping(loop)
+        listener.worker_looping(Looping("redis", loop.queues, loop.paused))
         if loop.paused != shown:
             shown = loop.paused
             print("paused" if shown else "running", flush=True)
         time.sleep(0.1)
-    listener.worker_stopping(loop, 0)
+    listener.worker_stopping(WorkerStopping(0, "told to quit", loop.options))
     print("stopped", flush=True)
     return 0
 

@@ -68,31 +68,25 @@ def test_trim_schedule_follows_horizons_listeners(redis_client: Any) -> None:
     assert trimmer.tick() == ["recent", "failed", "monitored"]
 
 
-class _Loop:
-    def __init__(self) -> None:
-        from laraq.worker.worker import WorkerOptions
-
-        self.options = WorkerOptions()
-        self.connection_name = "redis"
-        self.queues = ["default"]
-        self.paused = False
-
-
 def test_no_trimming_while_a_php_master_is_alive(redis_client: Any) -> None:
     _fill(redis_client)
     redis_client.zremrangebyscore(HORIZON_PREFIX + "masters", "-inf", "+inf")
+    from laraq.protocol.versions import DEFAULT_VERSION
+    from laraq.worker.context import WorkerOptions
+    from laraq.worker.events import Looping, WorkerStarting, WorkerStopping
+
     listener = HorizonListener(redis_client, HorizonSettings())
-    loop = _Loop()
+    looping = Looping("redis", ["default"], paused=False)
     # a PHP master (no laraq marker in its hash), alive in Horizon's window
     redis_client.hset(HORIZON_PREFIX + "master:php-host-AbCd", mapping={"name": "php-host-AbCd", "pid": "1"})
     redis_client.zadd(HORIZON_PREFIX + "masters", {"php-host-AbCd": int(time.time())})
-    listener.worker_starting(loop)
+    listener.worker_starting(WorkerStarting("redis", ["default"], WorkerOptions(), DEFAULT_VERSION))
     before = _sets(redis_client)["recent_jobs"]
-    listener.worker_looping(loop)
+    listener.worker_looping(looping)
     assert _sets(redis_client)["recent_jobs"] == before
     # the PHP master goes away: laraq takes over
     redis_client.delete(HORIZON_PREFIX + "master:php-host-AbCd")
     redis_client.zrem(HORIZON_PREFIX + "masters", "php-host-AbCd")
-    listener.worker_looping(loop)
+    listener.worker_looping(looping)
     assert b"recent_jobs-61" not in _sets(redis_client)["recent_jobs"]
-    listener.worker_stopping(loop, 0)
+    listener.worker_stopping(WorkerStopping(0, "told to quit", WorkerOptions()))

@@ -96,7 +96,7 @@ def test_a_stop_while_a_batch_is_out_gives_it_back_untouched(redis_server: Any, 
 
     def stop_once_ahead_is_out(count: int) -> None:
         w = holder["worker"]
-        if count >= 150 and w.reserver.buffered > len(w.reserver.buffer) and not w.signals.should_quit:
+        if count >= 150 and w.reserver.buffered > w.reserver.ready and not w.signals.should_quit:
             holder["out_when_stopped"] = True  # a batch asked for ahead is out
             w.signals.quit()
 

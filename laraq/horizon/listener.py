@@ -158,16 +158,21 @@ class HorizonListener(WorkerListener):
         master = self.master
         if master is None:
             return
+        # the worker's state as of the event, then as each action obeyed here leaves it (its signal is seen
+        # by the worker after this call)
+        paused = event.paused
         for signalled in self._relay_actions():
             self._obey(signalled, supervisor=True, source=f"a signal to supervisor {master.supervisor}")
+            paused = {"pause": True, "continue": False}.get(signalled, paused)
         for command in master.pending_commands():
             action = command.action
             if action is None:
                 log.warning("horizon: laraq does not run Horizon command %s (ignored)", command.command)
                 continue
             self._obey(action, supervisor=command.supervisor, source=command.command)
+            paused = {"pause": True, "continue": False}.get(action, paused)
         self._flush_started()
-        self._persist(paused=event.paused)
+        self._persist(paused=paused)
         if self.trimmer is not None and not master.php_master_alive():
             self.trimmer.tick()
 

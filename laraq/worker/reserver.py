@@ -138,6 +138,11 @@ class Reserver:
         return [str(n) for n in names]
 
     @property
+    def ready(self) -> int:
+        """Jobs reserved and buffered, ready to start."""
+        return len(self.buffer)
+
+    @property
     def buffered(self) -> int:
         """Jobs reserved and not started: buffered, or asked for ahead."""
         return len(self.buffer) + (self._ahead[2] if self._ahead is not None else 0)

@@ -193,8 +193,8 @@ class Worker:
                     return await self._stop(Stop(EXIT_MEMORY_LIMIT, "over --memory"))
             free = opts.concurrency - executor.active
             batch: Batch | None = None
-            if free > 0 and not reserver.buffer and (memory != "drain" or reserver.buffered):
-                room = 0 if memory == "drain" else opts.max_jobs - jobs if opts.max_jobs else None
+            room = 0 if memory == "drain" else opts.max_jobs - jobs if opts.max_jobs else None
+            if free > 0 and not reserver.ready and (room != 0 or reserver.buffered):
                 batch = reserver.take(free, room, idle=executor.active == 0)
                 jobs += self._unreadable(batch)
             elif memory == "drain" and not reserver.buffered:
@@ -224,7 +224,7 @@ class Worker:
                 and not signals.paused:
             job = reserver.next_job()
             if job is None:
-                if reserver.buffer:  # its head waits on Redis: kept, tried again after a pause
+                if reserver.ready:  # its head waits on Redis: kept, tried again after a pause
                     await executor.idle(1.0)
                 break
             jobs += 1
@@ -306,7 +306,7 @@ class Worker:
             executor.reap_fresh()
         elif reserved:
             await executor.yield_()  # jobs that finish at once never yield: let the loop run once a round
-        if executor.active > 0 and (free <= 0 or not self.reserver.buffer):
+        if executor.active > 0 and (free <= 0 or not self.reserver.ready):
             await executor.wait_changed(TICK)
         self.reserver.keep_alive()
 
