@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "laraq"
 
 #: lowest first; a module is in the first layer whose name is a prefix of its own
 LAYERS: list[tuple[str, ...]] = [
-    ("laraq._version", "laraq._speedups", "laraq.exitcodes", "laraq.repeated"),
+    ("laraq._version", "laraq._speedups", "laraq.exitcodes", "laraq.repeated", "laraq.logtext"),
     ("laraq.protocol",),
     ("laraq.config",),
     ("laraq.stores",),

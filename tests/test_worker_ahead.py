@@ -188,8 +188,8 @@ def test_queue_pause_is_seen_while_batches_are_asked_for_ahead(redis_server: Any
            "REDIS_PREFIX": PREFIX}
     worker = build_worker(params, env=env, app=_app(ran, pause_after))
     workers.append(worker)
-    holder["cache"] = worker.cache
-    assert isinstance(worker.cache, CacheStore) and worker.version.has_queue_pause
+    holder["cache"] = worker.context.cache
+    assert isinstance(worker.context.cache, CacheStore) and worker.version.has_queue_pause
     calls = _counting(worker)
     assert worker.daemon() == 0  # --max-time 3: it idles, paused, until then
     assert holder.get("paused_at") == 400 and calls["sent"] >= 1

@@ -184,8 +184,9 @@ def test_timeout_announces_timed_out_then_failed(php: PhpApp, redis_client: Any,
     params = default_params(laravel="8", sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20, queue="py")
     built = build_worker(params, env=php.env, app=support.async_app)
     workers.append(built)
-    worker = Worker(built.app, built.queue, "py", options=built.options, version=built.version, cache=built.cache,
-                    failer=built.failer, listeners=[recorder])
+    context = built.context
+    worker = Worker(context.app, built.queue, "py", options=built.options, version=built.version, cache=context.cache,
+                    failer=context.failer, listeners=[recorder])
     workers.append(worker)
     assert worker.daemon() == 0
     assert recorder.of(uuid) == [("job_reserved", None), ("job_processing", None), ("job_timed_out", None),

@@ -153,7 +153,7 @@ def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None) -> int:
         # start-up: the scheduler (cronsim, the entries: ~6 ms) only for --schedule
         from laraq.schedule.scheduler import attach_to_worker
 
-        attach_to_worker(worker)
+        attach_to_worker(worker, prepared.encrypter)
     # What boot made (modules, the app, settings) lives as long as the process: keep it out of the
     # collector's passes, so a long-running worker's collections only walk what jobs allocate.
     gc.collect()
@@ -412,7 +412,7 @@ def _check_continuations(worker: Worker, params: dict[str, Any]) -> None:
             steps.use_php(None)
     problem = continuation_conflict(worker.queues, params.get("php_queue"), worker.queue.default_queue,
                                     in_process=steps.php is not None,
-                                    signing_key=worker.encrypter is not None,
+                                    signing_key=steps.signing_key is not None,
                                     unhandled=params.get("unhandled") or "leave")
     if problem is not None and problem[0] == "refuse":
         raise click.UsageError(problem[1])

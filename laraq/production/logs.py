@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from laraq.logtext import short
 from laraq.worker.events import (
     JobFailed,
     JobProcessed,
@@ -38,7 +39,6 @@ from laraq.worker.events import (
     JobUnhandled,
     WorkerListener,
 )
-from laraq.worker.logtext import short
 
 if TYPE_CHECKING:
     from laraq.bus.job import Job
@@ -71,7 +71,7 @@ class JobFieldsFilter(logging.Filter):
 
 
 def capped_traceback(exc_info: Any) -> str:
-    """The traceback text with the exception message(s) cut to :data:`laraq.worker.logtext.MAX_LOGGED_TEXT`."""
+    """The traceback text with the exception message(s) cut to :data:`laraq.logtext.MAX_LOGGED_TEXT`."""
     te = traceback.TracebackException(*exc_info)
     seen: set[int] = set()
     node: traceback.TracebackException | None = te

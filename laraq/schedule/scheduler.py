@@ -45,13 +45,16 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from laraq.bus.dispatch import Dispatcher
 from laraq.protocol.queue import RedisQueue
 from laraq.schedule.entries import Entry, JobTarget, Plan, ScheduledRun, function_handler, function_job_name
 from laraq.schedule.store import ScheduleStore
 from laraq.worker.events import WorkerListener, WorkerStarting, WorkerStopping
+
+if TYPE_CHECKING:
+    from laraq.protocol.encryption import Encrypter
 
 __all__ = ["ClaimResult", "ScheduledRun", "Scheduler", "function_handler", "redis_clock"]
 
@@ -296,7 +299,7 @@ class Scheduler:
         self.stop_event.set()
 
 
-def attach_to_worker(worker: Any) -> Scheduler:
+def attach_to_worker(worker: Any, encrypter: Encrypter | None = None) -> Scheduler:
     """``laraq work --schedule``: run the worker's app's schedule in a thread of the worker process.
 
     Hooked on the worker's event seam (:class:`laraq.worker.events.WorkerListener`): the thread starts with
@@ -304,7 +307,7 @@ def attach_to_worker(worker: Any) -> Scheduler:
     scheduler with it; the other instances keep firing, and every claim it made is complete or never
     happened.
     """
-    scheduler = Scheduler(worker.app, worker.queue, encrypter=getattr(worker, "encrypter", None))
+    scheduler = Scheduler(worker.context.app, worker.queue, encrypter=encrypter)
     if not scheduler.entries:
         log.warning("--schedule: the app declares no schedule entries")
         return scheduler

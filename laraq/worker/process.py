@@ -27,9 +27,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from laraq.bus.job import Job, JobAbandoned
+from laraq.logtext import short
 from laraq.stores.failed import max_attempts_exceeded
 from laraq.worker.events import JobProcessing
-from laraq.worker.logtext import short
 from laraq.worker.running import Running, claim
 from laraq.worker.settle import DONE, NOTHING, Outcome, Settle
 

@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from laraq.bus.job import Delay, Job, ManuallyFailedError, UnhandledJobError
+from laraq.logtext import short
 from laraq.protocol.payload import PayloadError
 from laraq.protocol.redis_retry import retrying
 from laraq.stores.failed import format_exception
 from laraq.stores.parked import ParkedFailures
 from laraq.worker.events import JobFailed, JobProcessed, JobReleased, JobUnhandled
-from laraq.worker.logtext import short
 
 if TYPE_CHECKING:
     from laraq.protocol.acks import Acks

@@ -96,10 +96,8 @@ class Worker:
         self.context = context = WorkerContext(
             app=app, queue=queue, queues=names, options=options, version=version, connection_name=connection_name,
             events=events, callqueued=self.callqueued, cache=cache, failer=failer)
-        self.app, self.queue, self.connection_name, self.encrypter = app, queue, connection_name, encrypter
-        self.cache, self.failer = cache, failer
+        self.queue = queue
         self.signals = context.signals
-        self.maintenance = maintenance or (lambda: False)
         #: progress report to the supervisor: called with a count, at most every 0.25 s
         self.on_jobs_popped = on_jobs_popped
         self.bridge = bridge = AsyncBridge()
@@ -114,7 +112,7 @@ class Worker:
                                  before_kill=self._before_kill)
         #: the log's account of the worker: why it stops, pauses, resumes; what --memory measured
         self.notes = RunNotes(options.name, options.memory)
-        self.rules = StopRules(context, self.notes, self.maintenance, reserver.settle_replies)
+        self.rules = StopRules(context, self.notes, maintenance or (lambda: False), reserver.settle_replies)
         self._looped_at = 0.0
         self._stopped: Stop | None = None
         self._unreported = 0
@@ -337,14 +335,14 @@ class Worker:
         """``WorkerStarting``: settings resolved, the first reserve comes next."""
         level, line = self.callqueued.steps.describe()
         log.log(level, "%s", line)
-        self.events.emit(WorkerStarting(self.connection_name, self.queues, self.options, self.version))
+        self.events.emit(WorkerStarting(self.context.connection_name, self.queues, self.options, self.version))
 
     def _looping(self) -> None:
         """``Looping``, announced at most once per ``_LOOPING_EVERY``."""
         now = time.monotonic()
         if now - self._looped_at >= _LOOPING_EVERY:
             self._looped_at = now
-            self.events.emit(Looping(self.connection_name, self.queues, self.signals.paused))
+            self.events.emit(Looping(self.context.connection_name, self.queues, self.signals.paused))
 
     def _announce_stop(self, stop: Stop) -> None:
         """``WorkerStopping``, once (a self-kill announces it with exit code 1 first), and one log line

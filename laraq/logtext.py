@@ -2,7 +2,7 @@
 
 A handler that raises with a 10 MB message must not copy it into every log line (``failed_jobs`` keeps
 the whole text, as PHP does). The worker's own log lines and ``laraq work``'s logging
-(:mod:`laraq.production.logs`) cut texts with :func:`short`.
+(:mod:`laraq.production.logs`) cut texts with :func:`short`. This module imports nothing: any layer uses it.
 """
 
 from __future__ import annotations
