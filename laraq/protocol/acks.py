@@ -393,6 +393,16 @@ class Acks:
         finally:
             self._sending.release()
 
+    def drain(self, tries: int = 4, pause: float = 0.5) -> None:
+        """A stop's last flush: every written ack answered and every deferred one sent, tried ``tries`` times
+        ``pause`` seconds apart while Redis is away (then they wait in :attr:`pending`, and their jobs come
+        back after ``retry_after``)."""
+        for attempt in range(tries):
+            self.flush(force=True)
+            if self.since is None or attempt == tries - 1:
+                return
+            time.sleep(pause)
+
     def flush_stale(self) -> None:
         """From the watchdog thread: send the deferred acks the loop did not send in time (it is busy running
         a synchronous job inline), so a SIGKILL re-runs at most ~:data:`ACK_MAX_AGE` of finished work

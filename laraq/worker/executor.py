@@ -238,13 +238,27 @@ class Executor:
                 await self.wait_changed(min(left, TICK))
                 self.keep_alive()
 
-    def busy(self) -> bool:
-        """Is a job still running, or a timed-out one not settled yet?"""
-        return any(r.state != "timed_out" or not r.settled for r in list(self.running))
+    async def round_end(self, started: bool, *, waiting: bool) -> None:
+        """The end of a round with jobs about: the tasks started run a step (a job that finishes at once never
+        yields: the loop runs once a round), the finished ones are reaped without a done callback and a
+        wake-up each; while no slot or no job is free (``waiting``), until a job finishes or a tick passes;
+        then leases and acks are kept up."""
+        if self.fresh:
+            await self.yield_()
+            self.reap_fresh()
+        elif started:
+            await self.yield_()
+        if self.active > 0 and waiting:
+            await self.wait_changed(TICK)
+        self.keep_alive()
 
-    def only_timed_out(self) -> bool:
-        """Is every job left one that timed out (a kill is due once they settle)?"""
-        return not any(r.state != "timed_out" for r in list(self.running))
+    async def drain(self) -> None:
+        """Wait until every job has finished, or settled after its timeout (a kill is then due), writing acks."""
+        while self.active > 0 or any(r.state != "timed_out" or not r.settled for r in list(self.running)):
+            await self.wait_changed(TICK)
+            self.acks.flush()
+            if self.kill_pending and not any(r.state != "timed_out" for r in list(self.running)):
+                return
 
     def close(self) -> None:
         """Stop the watchdog (for embedding; the CLI just exits)."""

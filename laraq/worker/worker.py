@@ -212,7 +212,7 @@ class Worker:
             if batch is not None and not batch.popped and executor.active == 0 and not reserver.buffered:
                 await self._empty(batch, jobs)
                 continue
-            await self._pass(free, batch is not None)
+            await executor.round_end(batch is not None, waiting=free <= 0 or not reserver.ready)
 
     async def _start(self, free: int, jobs: int) -> tuple[int, int]:
         """Start buffered jobs on the free slots (never past ``--max-jobs``, none once told to quit or pause:
@@ -294,35 +294,13 @@ class Worker:
             seconds = max(seconds, _LEFT_FOR_PHP_PAUSE)
         await self.executor.idle(seconds)
 
-    async def _pass(self, free: int, reserved: bool) -> None:
-        """The end of a round with jobs about: let the started tasks run, wait for a slot, keep leases."""
-        executor = self.executor
-        if executor.fresh:
-            # one pass of the loop runs the tasks that suspended; the ones that finished are reaped here,
-            # without a done callback and a wake-up each
-            await executor.yield_()
-            executor.reap_fresh()
-        elif reserved:
-            await executor.yield_()  # jobs that finish at once never yield: let the loop run once a round
-        if executor.active > 0 and (free <= 0 or not self.reserver.ready):
-            await executor.wait_changed(TICK)
-        self.reserver.keep_alive()
-
     async def _stop(self, stop: Stop) -> int:
         """Give the buffer back, let running jobs finish (or settle after a timeout), send the last acks."""
-        reserver, executor = self.reserver, self.executor
+        executor = self.executor
         self.events.flush()
-        reserver.give_back()
-        while executor.active > 0 or executor.busy():
-            await executor.wait_changed(TICK)
-            self.acks.flush()
-            if executor.kill_pending and executor.only_timed_out():
-                break
-        for _ in range(4):
-            self.acks.flush(force=True)
-            if not self.acks.pending:
-                break
-            time.sleep(0.5)
+        self.reserver.give_back()
+        await executor.drain()
+        self.acks.drain()
         self._report_popped()
         if executor.kill_pending:
             executor.kill_now()
