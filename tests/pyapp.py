@@ -157,11 +157,12 @@ class PyApp:
 
     # -- jobs ------------------------------------------------------------------------------------------
 
-    def prepare(self, kind: str, queue: str | None = None, index: int = 0, /, **args: Any) -> PreparedJob:
-        """The job ``tool.php dispatch <kind> --queue=<queue> --args=<args>`` pushes (``index``: its place
-        under ``--count``, the ``n`` of a string job given no data)."""
+    def prepare(self, kind: str, queue: str | None = None, index: int = 0, /, *, delay: int | None = None,
+                **args: Any) -> PreparedJob:
+        """The job ``tool.php dispatch <kind> --queue=<queue> [--delay=<delay>] --args=<args>`` pushes
+        (``index``: its place under ``--count``, the ``n`` of a string job given no data)."""
         d = self.dispatcher
-        where: dict[str, Any] = {"queue": queue, "connection": "redis"}
+        where: dict[str, Any] = {"queue": queue, "connection": "redis", "delay": delay}
         if kind == "echo":
             settings = dict(args.get("settings") or {})
             options = {_ECHO_SETTINGS[name]: value for name, value in settings.items() if name in _ECHO_SETTINGS}
@@ -177,12 +178,14 @@ class PyApp:
         if kind == "encrypted":
             return d.prepare_job(ENCRYPTED, {"secret": args.get("secret", "top secret ✓")}, encrypt=True, **where)
         if kind == "string":
-            return d.prepare_string(STRING_JOB, args or {"n": index, **_STRING_DEFAULT}, queue=queue)
+            return d.prepare_string(STRING_JOB, args or {"n": index, **_STRING_DEFAULT}, queue=queue, delay=delay)
         raise ValueError(f"no job kind {kind!r} here (tool.php has more: use phpapp.PhpApp for those)")
 
-    def dispatch(self, kind: str, queue: str | None = None, /, *, count: int = 1, **args: Any) -> list[str]:
-        """Push ``count`` jobs of ``kind`` in order, as ``tool.php dispatch``; returns their ids."""
-        jobs = [self.prepare(kind, queue, i, **args) for i in range(count)]
+    def dispatch(self, kind: str, queue: str | None = None, /, *, count: int = 1, delay: int | None = None,
+                 **args: Any) -> list[str]:
+        """Push ``count`` jobs of ``kind`` in order (``delay``: onto ``:delayed``), as ``tool.php dispatch``;
+        returns their ids."""
+        jobs = [self.prepare(kind, queue, i, delay=delay, **args) for i in range(count)]
         pushed = [self.dispatcher.push(jobs[0])] if count == 1 else self.dispatcher.bulk(jobs)
         return [str(p.id) for p in pushed]
 

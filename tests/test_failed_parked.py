@@ -40,28 +40,28 @@ def workers() -> Iterator[list[Worker]]:
         w.close()
 
 
-def make_worker(php: PyApp, workers: list[Worker], env: dict[str, str] | None = None, **overrides: Any) -> Worker:
-    params = default_params(**{"laravel": php.release, "sleep": 0, "stop_when_empty": True, "quiet": True,
+def make_worker(app: PyApp, workers: list[Worker], env: dict[str, str] | None = None, **overrides: Any) -> Worker:
+    params = default_params(**{"laravel": app.release, "sleep": 0, "stop_when_empty": True, "quiet": True,
                                 "memory": 1 << 20, **overrides})
-    worker = build_worker(params, env=env or php.env, app=support.app)
+    worker = build_worker(params, env=env or app.env, app=support.app)
     workers.append(worker)
     return worker
 
 
-def parked(redis_client: Any, php: PyApp, queue: str) -> dict[bytes, dict[str, Any]]:
-    raw = redis_client.hgetall(php.prefix + f"queues:{queue}:failed-parked")
+def parked(redis_client: Any, app: PyApp, queue: str) -> dict[bytes, dict[str, Any]]:
+    raw = redis_client.hgetall(app.prefix + f"queues:{queue}:failed-parked")
     return {k: json.loads(v) for k, v in raw.items()}
 
 
-def dispatch_failing(php: PyApp, queue: str) -> str:
+def dispatch_failing(app: PyApp, queue: str) -> str:
     """The fixture app's EchoJob whose handler raises; returns its job id."""
-    (job_id,) = php.dispatch("echo", queue, mode="fail")
+    (job_id,) = app.dispatch("echo", queue, mode="fail")
     return job_id
 
 
-def python_runs(php: PyApp) -> list[str]:
+def python_runs(app: PyApp) -> list[str]:
     """The uuids of the jobs the Python handlers ran, one per run."""
-    return [r["uuid"] for r in php.runs() if r["runner"] == "python"]
+    return [r["uuid"] for r in app.runs() if r["runner"] == "python"]
 
 
 def join_flush(worker: Worker) -> None:

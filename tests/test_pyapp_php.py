@@ -9,6 +9,7 @@ command, apart from the random ``uuid``/``id``, the clock (``createdAt``) and an
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -34,6 +35,8 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("string", {"n": 7, "text": "Ünïcode"}),
     ("string", {}),
 ]
+#: ``--delay``: onto ``:delayed``, scored ``now + delay`` (and the command's ``delay``, 12.11+ the payload's)
+DELAYED: list[tuple[str, dict[str, Any]]] = [("python", {"n": 1}), ("echo", {"mode": "ok"}), ("string", {"n": 2})]
 
 
 def _comparable(raw: bytes, encrypter: Encrypter) -> dict[str, Any]:
@@ -64,3 +67,23 @@ def test_pyapp_pushes_what_php_pushes(laravel: str, redis_server: Any, redis_cli
     assert json.dumps(mine) == json.dumps(php_payload)  # and every key in PHP's order, nested ones too
     if str(json.loads(theirs)["data"].get("command", "")).startswith("O:"):  # plain serialize(): the same bytes
         assert json.loads(ours)["data"]["command"] == json.loads(theirs)["data"]["command"]
+
+
+@pytest.mark.parametrize(("kind", "args"), DELAYED, ids=[k for k, _ in DELAYED])
+def test_pyapp_delays_as_php_delays(laravel: str, redis_server: Any, redis_client: Any, kind: str,
+                                    args: dict[str, Any]) -> None:
+    php = PhpApp(redis_server.port, version=laravel)
+    py = PyApp(redis_server.port, version=laravel)
+    encrypter = Encrypter.from_app_key(TEST_APP_KEY)
+    key = php.prefix + "queues:cmp:delayed"
+    before = int(time.time())
+    php.tool("dispatch", kind, "--queue=cmp", "--delay=2", "--args=" + json.dumps(args))
+    ((theirs, their_score),) = redis_client.zrange(key, 0, -1, withscores=True)
+    redis_client.delete(key)
+    py.dispatch(kind, "cmp", delay=2, **args)
+    ((ours, our_score),) = redis_client.zrange(key, 0, -1, withscores=True)
+    after = int(time.time())
+    assert before + 2 <= their_score <= after + 2 and before + 2 <= our_score <= after + 2
+    assert not redis_client.exists(php.prefix + "queues:cmp")  # nothing on the list itself
+    mine, php_payload = _comparable(ours, encrypter), _comparable(theirs, encrypter)
+    assert json.dumps(mine) == json.dumps(php_payload)
