@@ -263,6 +263,22 @@ def postgres() -> Iterator[object]:
     server.stop()
 
 
+# -- the fixture app without PHP ---------------------------------------------------------------------------
+
+@pytest.fixture
+def pyapp(request: pytest.FixtureRequest, redis_client: redis.Redis, redis_server: RedisServer,
+          monkeypatch: pytest.MonkeyPatch) -> object:
+    """The fixture app's settings and ``failed_jobs`` with jobs pushed from Python (``pyapp.PyApp``), for a
+    test where PHP would only be the job source. The Laravel line is the newest unless the test asks for
+    others with ``@pytest.mark.parametrize("pyapp", ENDS, indirect=True)``. The in-process handlers of
+    ``test_worker_support`` record their runs in its log."""
+    from pyapp import NEWEST, PyApp
+
+    app = PyApp(redis_server.port, version=getattr(request, "param", NEWEST))
+    monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
+    return app
+
+
 # -- in-process workers ------------------------------------------------------------------------------------
 
 @pytest.fixture

@@ -1,8 +1,9 @@
 """A worker runs under exactly the ACL ``compat-docs/protocol.md`` documents, and a denial is named.
 
 The ``ACL SETUSER`` line is read from the doc, so the doc and the test cannot drift. A real
-``redis-server`` gets that user and nothing more; jobs dispatched by PHP (the Laravel 12 fixture app)
-and by laraq, succeeding, failing, released and delayed, all finish under it, and ``ACL LOG`` records no
+``redis-server`` gets that user and nothing more; the Laravel 12 fixture app's jobs (PHP's bytes, pushed
+from Python: ``pyapp.PyApp``) and one laraq dispatched, succeeding, failing, released and delayed, all
+finish under it, and ``ACL LOG`` records no
 denial. Taking one permission away (a command the queue scripts run, or ``ping``) stops the worker with
 exit 4 and one line naming the command and the ``ACL SETUSER`` that grants it - never a traceback, and
 never exit 0 under ``--stop-when-empty``.
@@ -10,7 +11,6 @@ never exit 0 under ``--stop-when-empty``.
 
 from __future__ import annotations
 
-import json
 import re
 import sqlite3
 import time
@@ -19,14 +19,12 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import ROOT, require_laravel
-from phpapp import PhpApp
+from conftest import ROOT
+from pyapp import PyApp
 from test_worker_support import laraq_env, run_laraq
 
 from laraq.bus.dispatch import Dispatcher
 from laraq.protocol.queue import RedisQueue
-
-pytestmark = pytest.mark.php
 
 
 def documented_acl() -> list[str]:
@@ -51,61 +49,60 @@ def make_user(admin: redis.Redis, prefix: str, permissions: list[str]) -> None:
 
 
 @pytest.fixture
-def php(redis_client: Any, redis_server: Any) -> PhpApp:
-    require_laravel("12")
-    return PhpApp(redis_server.port, version="12")
+def app12(redis_client: Any, redis_server: Any) -> PyApp:
+    return PyApp(redis_server.port, version="12")
 
 
-def run_worker(php: PhpApp, *args: str) -> tuple[int, str]:
-    env = laraq_env(php, REDIS_USERNAME="laraq-worker", REDIS_PASSWORD="s3cret", LARAQ_LOG=str(php.log_path))
-    proc = run_laraq(php, "--queue=acl", "--stop-when-empty", *args, env=env, timeout=180)
+def run_worker(app: PyApp, *args: str) -> tuple[int, str]:
+    env = laraq_env(app, REDIS_USERNAME="laraq-worker", REDIS_PASSWORD="s3cret", LARAQ_LOG=str(app.log_path))
+    proc = run_laraq(app, "--queue=acl", "--stop-when-empty", *args, env=env, timeout=180)
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def test_documented_acl_is_enough_for_a_worker(php: PhpApp, redis_client: redis.Redis) -> None:
+def test_documented_acl_is_enough_for_a_worker(app12: PyApp, redis_client: redis.Redis) -> None:
     permissions = documented_acl()
     assert "+evalsha" in permissions and "+zremrangebyrank" in permissions and "+@all" not in permissions
-    make_user(redis_client, php.prefix, permissions)
+    make_user(redis_client, app12.prefix, permissions)
     for mode in ("ok", "fail", "release"):
-        php.tool("dispatch", "echo", "--queue=acl", "--args=" + json.dumps({"mode": mode}))
-    php.tool("dispatch", "echo", "--queue=acl", "--delay=1", "--args=" + json.dumps({"mode": "ok"}))
-    delayed = php.prefix + "queues:acl:delayed"
+        app12.dispatch("echo", "acl", mode=mode)
+    app12.dispatch("echo", "acl", delay=1, mode="ok")
+    delayed = app12.prefix + "queues:acl:delayed"
     due = int(redis_client.zrange(delayed, 0, -1, withscores=True)[0][1])
     while int(redis_client.time()[0]) <= due:  # Redis's clock: the delayed job is due before the worker starts
         time.sleep(0.1)
-    queue = RedisQueue(redis_client, prefix=php.prefix, version=php.release)
+    queue = RedisQueue(redis_client, prefix=app12.prefix, version=app12.release)
     Dispatcher(queue).dispatch_job("App\\Jobs\\EchoJob", {"args": ["laraq"], "mode": "ok", "seconds": 0,
                                                                       "note": "n", "hidden": "h"},
                                    queue="acl")
 
     for args in (["--tries=2"], ["--tries=2", "--batch=1"]):  # the fast path, then the classic one
-        code, out = run_worker(php, *args)
+        code, out = run_worker(app12, *args)
         assert code == 0, out[-3000:]
     assert redis_client.execute_command("ACL", "LOG") == [], "a command the doc does not list was needed"
-    runs = [r for r in php.runs() if r["runner"] == "python"]
+    runs = [r for r in app12.runs() if r["runner"] == "python"]
     assert {r["mode"] for r in runs} == {"ok", "fail", "release"} and len([r for r in runs if r["mode"] == "ok"]) == 3
-    conn = sqlite3.connect(php.db_path)
+    conn = sqlite3.connect(app12.db_path)
     failed = conn.execute("select count(*) from failed_jobs").fetchone()[0]
     conn.close()
     assert failed == 2  # the failing job, and the released one past --tries
-    assert not redis_client.exists(*(php.prefix + "queues:acl" + s for s in ("", ":delayed", ":reserved")))
+    assert not redis_client.exists(*(app12.prefix + "queues:acl" + s for s in ("", ":delayed", ":reserved")))
 
 
 @pytest.mark.parametrize("batch", ["100", "1"])
-def test_a_command_denied_inside_a_script_is_named(php: PhpApp, redis_client: redis.Redis, batch: str) -> None:
-    make_user(redis_client, php.prefix, [p for p in documented_acl() if p != "+lpop"])
-    php.tool("dispatch", "echo", "--queue=acl")
-    code, out = run_worker(php, f"--batch={batch}")
+def test_a_command_denied_inside_a_script_is_named(app12: PyApp, redis_client: redis.Redis, batch: str) -> None:
+    make_user(redis_client, app12.prefix, [p for p in documented_acl() if p != "+lpop"])
+    app12.dispatch("echo", "acl")
+    code, out = run_worker(app12, f"--batch={batch}")
     assert code == 4, out[-3000:]  # not 0: a denial is not an empty queue
     assert "denied the command 'lpop' to this ACL user inside a queue script" in out, out[-3000:]
     assert "ACL SETUSER laraq-worker +lpop" in out and "Traceback" not in out and "s3cret" not in out
-    assert redis_client.llen(php.prefix + "queues:acl") == 1  # the job is still there
-    assert php.runs() == []
+    assert redis_client.llen(app12.prefix + "queues:acl") == 1  # the job is still there
+    assert app12.runs() == []
 
 
-def test_a_denied_ping_is_one_line(php: PhpApp, redis_client: redis.Redis, tmp_path: Path) -> None:
-    make_user(redis_client, php.prefix, [p for p in documented_acl() if p != "+ping"])
-    code, out = run_worker(php)
+def test_a_denied_ping_is_one_line(app12: PyApp, redis_client: redis.Redis, tmp_path: Path) -> None:
+    make_user(redis_client, app12.prefix, [p for p in documented_acl() if p != "+ping"])
+    code, out = run_worker(app12)
     assert code == 4, out[-3000:]
     assert "denied the command 'ping' to this ACL user" in out and "ACL SETUSER laraq-worker +ping" in out
     assert "Traceback" not in out

@@ -1,9 +1,10 @@
 """``laraq work`` as a process: flags, output, exit codes, signals and the restart key.
 
-Real PHP (the Laravel 8, 12 and 13 apps) dispatches; ``php artisan queue:restart`` stops a running
-``laraq work`` (on the Redis and on the database cache store); SIGTERM during a job
-lets it finish, then the worker exits 0; SIGUSR2/SIGCONT pause and resume; a lost Redis does not kill
-the worker.
+``pyapp artisan queue:restart`` of each live Laravel line stops a running ``laraq work`` (on the Redis and on
+the database cache store). laraq's own behaviour, with the fixture app's jobs pushed from Python
+(``pyapp.PyApp``): usage errors, ``--json`` and console output, ``--max-jobs``/``--memory``; SIGTERM during a
+job lets it finish, then the worker exits 0; SIGUSR2/SIGCONT pause and resume; an unreachable Redis at start
+is one line and exit 3.
 """
 
 from __future__ import annotations
@@ -16,18 +17,12 @@ from typing import Any
 
 import pytest
 from phpapp import PhpApp
+from pyapp import PyApp
 from test_worker_support import LARAQ, ROOT, free_port_url, laraq_env, popen_laraq, run_laraq, wait_for
 
-pytestmark = pytest.mark.php
 
-
-@pytest.fixture
-def php(laravel: str, redis_client: Any, redis_server: Any) -> PhpApp:
-    return PhpApp(redis_server.port, version=laravel)
-
-
-def qkey(php: PhpApp, queue: str) -> str:
-    return php.prefix + "queues:" + queue
+def qkey(pyapp: PyApp, queue: str) -> str:
+    return pyapp.prefix + "queues:" + queue
 
 
 def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float = 30) -> int:
@@ -48,17 +43,17 @@ def test_help_lists_artisans_flags() -> None:
         assert flag in out
 
 
-def test_usage_errors_exit_2(php: PhpApp) -> None:
-    proc = run_laraq(php, "--once", app_spec="no_such_module:app")
+def test_usage_errors_exit_2(pyapp: PyApp) -> None:
+    proc = run_laraq(pyapp, "--once", app_spec="no_such_module:app")
     assert proc.returncode == 2
     assert "cannot load --app no_such_module:app" in proc.stderr
-    bad_flag = run_laraq(php, "--tries=many")
+    bad_flag = run_laraq(pyapp, "--tries=many")
     assert bad_flag.returncode == 2
 
 
-def test_json_output(php: PhpApp) -> None:
-    php.tool("dispatch", "python", "--queue=py")
-    proc = run_laraq(php, "--once", "--queue=py", "--json")
+def test_json_output(pyapp: PyApp) -> None:
+    pyapp.dispatch("python", "py")
+    proc = run_laraq(pyapp, "--once", "--queue=py", "--json")
     assert proc.returncode == 0, proc.stderr
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [e["status"] for e in events] == ["starting", "success"]
@@ -69,10 +64,10 @@ def test_json_output(php: PhpApp) -> None:
     assert "\\/" not in proc.stdout or "/" not in proc.stdout.replace("\\/", "")  # PHP-style escaping
 
 
-def test_console_output_like_artisan(php: PhpApp) -> None:
-    php.tool("dispatch", "python", "--queue=py")
-    php.tool("dispatch", "echo", "--queue=py", '--args={"mode": "fail", "settings": {"tries": 2}}')
-    proc = run_laraq(php, "--stop-when-empty", "--queue=py", "--laravel", "11")
+def test_console_output_like_artisan(pyapp: PyApp) -> None:
+    pyapp.dispatch("python", "py")
+    pyapp.dispatch("echo", "py", mode="fail", settings={"tries": 2})
+    proc = run_laraq(pyapp, "--stop-when-empty", "--queue=py", "--laravel", "11")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     stamp = r"  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d "
@@ -83,16 +78,17 @@ def test_console_output_like_artisan(php: PhpApp) -> None:
     assert len(lines[0]) == len(lines[1]) == 78  # artisan fills 80 columns minus 2 when not on a terminal
 
 
-def test_max_jobs_and_memory_exit_codes(php: PhpApp, redis_client: Any) -> None:
-    php.tool("dispatch", "python", "--queue=py", "--count=3")
-    proc = run_laraq(php, "--queue=py", "--max-jobs=2")
+def test_max_jobs_and_memory_exit_codes(pyapp: PyApp, redis_client: Any) -> None:
+    pyapp.dispatch("python", "py", count=3)
+    proc = run_laraq(pyapp, "--queue=py", "--max-jobs=2")
     assert proc.returncode == 0, proc.stderr
-    assert len(php.runs()) == 2 and redis_client.llen(qkey(php, "py")) == 1
-    memory = run_laraq(php, "--queue=empty", "--memory=1")
+    assert len(pyapp.runs()) == 2 and redis_client.llen(qkey(pyapp, "py")) == 1
+    memory = run_laraq(pyapp, "--queue=empty", "--memory=1")
     assert memory.returncode == 12
     assert "memory limit of 1 MB" in memory.stderr
 
 
+@pytest.mark.php
 @pytest.mark.parametrize("store", ["redis", "database"])
 def test_queue_restart_stops_a_running_worker(laravel: str, redis_server: Any, store: str) -> None:
     php = PhpApp(redis_server.port, version=laravel, cache_store=store)
@@ -107,61 +103,61 @@ def test_queue_restart_stops_a_running_worker(laravel: str, redis_server: Any, s
             worker.kill()
 
 
-def test_sigterm_finishes_the_running_job_then_exits_0(php: PhpApp, redis_client: Any) -> None:
-    php.tool("dispatch", "echo", "--queue=py", '--args={"mode": "sleep", "seconds": 2}')
-    worker = popen_laraq(php, "--queue=py", "--sleep=0.2")
-    wait_for(php.runs)  # the job is running
+def test_sigterm_finishes_the_running_job_then_exits_0(pyapp: PyApp, redis_client: Any) -> None:
+    pyapp.dispatch("echo", "py", mode="sleep", seconds=2)
+    worker = popen_laraq(pyapp, "--queue=py", "--sleep=0.2")
+    wait_for(pyapp.runs)  # the job is running
     assert stop(worker) == 0
-    assert len(php.runs()) == 1
-    assert not redis_client.exists(qkey(php, "py"), qkey(php, "py:reserved"), qkey(php, "py:delayed"))
+    assert len(pyapp.runs()) == 1
+    assert not redis_client.exists(qkey(pyapp, "py"), qkey(pyapp, "py:reserved"), qkey(pyapp, "py:delayed"))
 
 
-def test_second_signal_stops_at_once_leaving_the_job_reserved(php: PhpApp, redis_client: Any) -> None:
-    php.tool("dispatch", "echo", "--queue=py", '--args={"mode": "sleep", "seconds": 30}')
-    worker = popen_laraq(php, "--queue=py", "--sleep=0.2")
-    wait_for(php.runs)
+def test_second_signal_stops_at_once_leaving_the_job_reserved(pyapp: PyApp, redis_client: Any) -> None:
+    pyapp.dispatch("echo", "py", mode="sleep", seconds=30)
+    worker = popen_laraq(pyapp, "--queue=py", "--sleep=0.2")
+    wait_for(pyapp.runs)
     worker.send_signal(signal.SIGTERM)
     with pytest.raises(subprocess.TimeoutExpired):  # the first signal waits for the job...
         worker.wait(0.5)
     assert stop(worker) == 1  # ...the second one does not
-    assert redis_client.zcard(qkey(php, "py:reserved")) == 1  # retry_after brings it back
+    assert redis_client.zcard(qkey(pyapp, "py:reserved")) == 1  # retry_after brings it back
 
 
-def test_sigusr2_pauses_and_sigcont_resumes(php: PhpApp) -> None:
-    worker = popen_laraq(php, "--queue=py", "--sleep=0.2")
+def test_sigusr2_pauses_and_sigcont_resumes(pyapp: PyApp) -> None:
+    worker = popen_laraq(pyapp, "--queue=py", "--sleep=0.2")
     try:
-        php.tool("dispatch", "python", "--queue=py")
-        wait_for(lambda: len(php.runs()) == 1)
+        pyapp.dispatch("python", "py")
+        wait_for(lambda: len(pyapp.runs()) == 1)
         worker.send_signal(signal.SIGUSR2)
-        php.tool("dispatch", "python", "--queue=py")
+        pyapp.dispatch("python", "py")
         with pytest.raises(AssertionError):
-            wait_for(lambda: len(php.runs()) == 2, timeout=1.5)
+            wait_for(lambda: len(pyapp.runs()) == 2, timeout=1.5)
         worker.send_signal(signal.SIGCONT)
-        wait_for(lambda: len(php.runs()) == 2)
+        wait_for(lambda: len(pyapp.runs()) == 2)
     finally:
         assert stop(worker) == 0
 
 
-def test_unreachable_redis_at_start_is_one_line_and_exit_3(php: PhpApp) -> None:
+def test_unreachable_redis_at_start_is_one_line_and_exit_3(pyapp: PyApp) -> None:
     # at start a wrong port is a configuration fault: one line naming it and the fix, no retry loop
     # (Redis lost while running is retried: test_worker_failure_paths)
     url = free_port_url()
-    worker = popen_laraq(php, "--queue=py", "--redis-url", url, "-v")
+    worker = popen_laraq(pyapp, "--queue=py", "--redis-url", url, "-v")
     assert worker.wait(60) == 3
     err = worker.stderr.read()
     assert "cannot reach Redis at " + url in err and "REDIS_HOST/REDIS_PORT" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_env_file_and_unhandled_flag(php: PhpApp, redis_client: Any, tmp_path: Any) -> None:
+def test_env_file_and_unhandled_flag(pyapp: PyApp, redis_client: Any, tmp_path: Any) -> None:
     env_file = tmp_path / ".env"
-    env_file.write_text("".join(f"{k}={v}\n" for k, v in php.env.items()
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in pyapp.env.items()
                                 if k.startswith(("REDIS_", "DB_", "APP_", "CACHE_"))))
-    env = {k: v for k, v in laraq_env(php).items() if not k.startswith(("REDIS_", "DB_", "APP_", "CACHE_"))}
-    php.tool("dispatch", "plain", "--queue=py")
-    proc = run_laraq(php, "--once", "--queue=py", "--env-file", str(env_file), "--unhandled=release", env=env)
+    env = {k: v for k, v in laraq_env(pyapp).items() if not k.startswith(("REDIS_", "DB_", "APP_", "CACHE_"))}
+    pyapp.dispatch("plain", "py")
+    proc = run_laraq(pyapp, "--once", "--queue=py", "--env-file", str(env_file), "--unhandled=release", env=env)
     assert proc.returncode == 0, proc.stderr
-    assert redis_client.zcard(qkey(php, "py:delayed")) == 1
+    assert redis_client.zcard(qkey(pyapp, "py:delayed")) == 1
 
 
 def test_a_quit_signal_during_shutdown_does_not_turn_exit_0_into_a_signal_death() -> None:

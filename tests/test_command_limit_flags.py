@@ -6,32 +6,29 @@ reaches the worker process) and with ``--no-supervise``.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from typing import Any
 
 import pytest
 import redis
-from phpapp import PhpApp
+from pyapp import PyApp
 from test_worker_support import run_laraq
-
-pytestmark = pytest.mark.php
 
 QUEUE = "limits"
 
 
 @pytest.fixture
-def app8(php: str, redis_client: Any, redis_server: Any) -> PhpApp:
-    return PhpApp(redis_server.port)
+def app8(redis_client: Any, redis_server: Any) -> PyApp:
+    """The Laravel 8 fixture app, its EchoJob pushed from Python (PHP's bytes: ``pyapp.PyApp``)."""
+    return PyApp(redis_server.port, version="8")
 
 
-def push(app: PhpApp, values: int) -> None:
-    """An EchoJob dispatched by PHP, its args a list of ``values`` integers."""
-    app.tool("dispatch", "echo", f"--queue={QUEUE}",
-             "--args=" + json.dumps({"args": {"items": list(range(values))}, "mode": "ok"}))
+def push(app: PyApp, values: int) -> None:
+    """The app's EchoJob, its args a list of ``values`` integers."""
+    app.dispatch("echo", QUEUE, args={"items": list(range(values))}, mode="ok")
 
 
-def failed(app: PhpApp) -> list[str]:
+def failed(app: PyApp) -> list[str]:
     with sqlite3.connect(app.db_path) as db:
         return [e.splitlines()[0] for (e,) in db.execute("select exception from failed_jobs order by id")]
 
@@ -39,7 +36,7 @@ def failed(app: PhpApp) -> list[str]:
 @pytest.mark.parametrize("supervise", ["--supervise", "--no-supervise"])
 @pytest.mark.parametrize("flag, value, reason", [("--max-command-bytes", "1000", "max_bytes=1000"),
                                                   ("--max-command-elements", "200", "max_elements=200")])
-def test_a_limit_given_fails_the_job_and_none_runs_it(app8: PhpApp, redis_client: redis.Redis, supervise: str,
+def test_a_limit_given_fails_the_job_and_none_runs_it(app8: PyApp, redis_client: redis.Redis, supervise: str,
                                                        flag: str, value: str, reason: str) -> None:
     push(app8, 300)  # about 3 KB, 600+ values
     proc = run_laraq(app8, "--once", f"--queue={QUEUE}", supervise, flag, value)

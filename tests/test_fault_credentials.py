@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import redis
-from conftest import RedisServer, require_laravel
-from phpapp import PhpApp
+from conftest import RedisServer
+from pyapp import PyApp
 from test_worker_support import laraq_env, popen_laraq, wait_for
 
 from laraq.protocol.queue import RedisQueue
@@ -62,8 +62,7 @@ def test_connection_errors_are_still_retried(auth_server: RedisServer) -> None:
 
 
 def test_password_rotated_under_a_running_worker_exits_4(auth_server: RedisServer) -> None:
-    require_laravel("8")
-    app = PhpApp(auth_server.port)
+    app = PyApp(auth_server.port, version="8")  # the fixture app's settings; no job is needed
     env = laraq_env(app, REDIS_PASSWORD="rightpw", REDIS_PORT=str(auth_server.port))
     worker = popen_laraq(app, "--queue=py", env=env)
     out = ""

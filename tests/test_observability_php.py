@@ -1,7 +1,8 @@
 """OpenTelemetry spans (:mod:`laraq.production.otel`) and error reports (:mod:`laraq.production.reporting`)
 from a real worker on real Redis, checked with the SDK's in-memory exporter and a Sentry transport that
-keeps the events; and the trace context Python dispatch writes into a payload is ignored by PHP's worker
-(the job runs, as PHP runs any payload with a ``createPayloadUsing`` key).
+keeps the events (laraq alone: the fixture app's settings and ``failed_jobs`` from ``pyapp.PyApp``, once);
+and the trace context Python dispatch writes into a payload is ignored by PHP's worker on each live Laravel
+line (the job runs, as PHP runs any payload with a ``createPayloadUsing`` key).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 from phpapp import PhpApp
+from pyapp import PyApp
 from test_schema_php import dispatcher, pushed
 
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra's test part (pip install opentelemetry-sdk)")
@@ -26,8 +28,6 @@ from sentry_sdk.transport import Transport  # noqa: E402
 
 from laraq.bus.dispatch import Dispatcher  # noqa: E402
 from laraq.production.otel import instrument_dispatch, trace_context  # noqa: E402
-
-pytestmark = pytest.mark.php
 
 ECHO = "App\\Jobs\\EchoJob"
 
@@ -78,7 +78,7 @@ def sentry() -> Iterator[Capture]:
     sentry_sdk.get_global_scope().set_client(None)
 
 
-def run_worker(app: PhpApp, workers: list[Any], handler: Any, *listeners: Any, tries: int = 2) -> None:
+def run_worker(app: PyApp, workers: list[Any], handler: Any, *listeners: Any, tries: int = 2) -> None:
     from laraq.app import App
     from laraq.cli.work import build_worker, default_params
 
@@ -93,12 +93,12 @@ def run_worker(app: PhpApp, workers: list[Any], handler: Any, *listeners: Any, t
     assert worker.daemon() == 0
 
 
-def test_consumer_spans_link_to_the_producer(app: PhpApp, redis_client: Any, workers: list[Any],
+def test_consumer_spans_link_to_the_producer(pyapp: PyApp, redis_client: Any, workers: list[Any],
                                              tracing: tuple[TracerProvider, InMemorySpanExporter],
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     provider, exporter = tracing
     tracer = provider.get_tracer("test")
-    d = dispatcher(app, redis_client, {})
+    d = dispatcher(pyapp, redis_client, {})
     with tracer.start_as_current_span("checkout", kind=SpanKind.PRODUCER) as producer:
         ok = d.dispatch_job(ECHO, {"mode": "ok"}, queue="lq")
         bad = d.dispatch_job(ECHO, {"mode": "fail"}, queue="lq")
@@ -111,7 +111,7 @@ def test_consumer_spans_link_to_the_producer(app: PhpApp, redis_client: Any, wor
             raise RuntimeError("card declined")
 
     monkeypatch.setenv("LARAQ_OTEL", "1")  # laraq work attaches the span listener itself
-    run_worker(app, workers, handle)
+    run_worker(pyapp, workers, handle)
     spans = [s for s in exporter.get_finished_spans() if s.kind is SpanKind.CONSUMER]
     by_outcome = sorted((s.attributes["messaging.message.id"], s.attributes["laraq.job.outcome"],
                          s.attributes["laraq.job.attempt"]) for s in spans)
@@ -130,6 +130,7 @@ def test_consumer_spans_link_to_the_producer(app: PhpApp, redis_client: Any, wor
     assert [e.attributes["exception.message"] for e in failed.events if e.name == "exception"] == ["card declined"]
 
 
+@pytest.mark.php
 def test_php_runs_a_payload_carrying_the_trace_context(app: PhpApp, redis_client: Any,
                                                        tracing: tuple[TracerProvider, InMemorySpanExporter]) -> None:
     provider, _ = tracing
@@ -144,17 +145,17 @@ def test_php_runs_a_payload_carrying_the_trace_context(app: PhpApp, redis_client
     assert redis_client.llen(app.prefix + "queues:lq") == 0
 
 
-def test_handler_exceptions_reach_sentry_and_logging_with_the_job(app: PhpApp, redis_client: Any,
+def test_handler_exceptions_reach_sentry_and_logging_with_the_job(pyapp: PyApp, redis_client: Any,
                                                                    workers: list[Any], sentry: Capture,
                                                                    caplog: pytest.LogCaptureFixture) -> None:
-    d = dispatcher(app, redis_client, {})
+    d = dispatcher(pyapp, redis_client, {})
     job = d.dispatch_job(ECHO, {"mode": "fail"}, queue="lq")
 
     def handle(command: Any, job: Any) -> None:
         raise ValueError("no stock for sku 42")
 
     with caplog.at_level(logging.ERROR, logger="laraq.report"):
-        run_worker(app, workers, handle)  # an initialized Sentry: laraq work attaches the reporter itself
+        run_worker(pyapp, workers, handle)  # an initialized Sentry: laraq work attaches the reporter itself
     records = [r for r in caplog.records if r.name == "laraq.report"]
     assert [(r.job_class, r.job_id, r.queue, r.attempt, r.outcome) for r in records] == [  # type: ignore[attr-defined]
         (ECHO, job.id, "lq", 1, "released"), (ECHO, job.id, "lq", 2, "failed")]

@@ -204,24 +204,32 @@ def test_damaged_bytes_never_decode_differently(c_loads) -> None:
 
 
 def test_no_memory_kept_on_any_path(c_loads) -> None:
-    inputs = [raw for _, raw in COMMANDS[:10]] + [
+    inputs = [(raw, DEPTH) for _, raw in COMMANDS[:10]] + [(raw, DEPTH) for raw in (
         b'a:2:{i:0;N;i:0;N;}', b'a:1:{i:0;a:1:{i:0;a:1:{i:0;N;}}}x', b'a:1:{i:0;d:1.2.3;}', b'a:1:{i:0;E:3:"Foo";}',
         b'O:1:"J":2:{s:1:"a";a:1:{i:0;s:2:"\xff\xfe";}s:1:"b";O:1:"K":1:{s:1:"c";d:0.5;}}',
-        # past the frames on the C stack: valid, cut short deep down, and over the depth limit
+        # past the frames on the C stack: valid, cut short deep down
         b"a:1:{i:0;" * 40 + b"N;" + b"}" * 40, b"a:1:{i:0;" * 40 + b"N;" + b"}" * 39,
-        b"a:1:{i:0;" * (DEPTH + 1) + b"N;" + b"}" * (DEPTH + 1),
+    )] + [
+        # over the depth limit past the frames on the C stack (a limit of 40: the default limit's path)
+        (b"a:1:{i:0;" * 41 + b"N;" + b"}" * 41, 40),
     ]
-    for raw in inputs * 50:  # warm up caches and interned objects
-        c_loads(raw, DEPTH)
+    # over the default limit, the heap frames grown many times on the way: thousands of levels a call, so
+    # a leak per level or per growth shows within a few calls
+    deepest = b"a:1:{i:0;" * (DEPTH + 1) + b"N;" + b"}" * (DEPTH + 1)
+    for raw, depth in inputs * 50:  # warm up caches and interned objects
+        c_loads(raw, depth)
+    c_loads(deepest, DEPTH)
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
-        for raw in inputs * 2000:
-            c_loads(raw, DEPTH)
+        for raw, depth in inputs * 2000:
+            c_loads(raw, depth)
+        for _ in range(100):
+            c_loads(deepest, DEPTH)
         grown = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    assert grown < 64 * 1024, f"{grown} bytes kept after {len(inputs) * 2000} decodes"
+    assert grown < 64 * 1024, f"{grown} bytes kept after {len(inputs) * 2000 + 100} decodes"
 
 
 def test_pure_python_switch(monkeypatch) -> None:

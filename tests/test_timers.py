@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 from conftest import dump_redis, require
+from pyapp import ENDS, PyApp
 
 from laraq.protocol.queue import MIGRATE_BOUND, RedisQueue
 from laraq.protocol.reserve import RESERVE_MIGRATE_BOUND
@@ -223,14 +224,14 @@ def test_reserve_limit_follows_the_configured_batch_size(redis_client: redis.Red
 
 # -- the worker wakes for a job PHP delayed ----------------------------------------------------------
 
-@pytest.mark.php
+@pytest.mark.parametrize("pyapp", ENDS, indirect=True)
 @pytest.mark.parametrize(("wait", "batch"), [("sleep", None), ("block_for", None), ("block_for", 1)],
                          ids=["sleep", "block-for", "block-for-batch-1"])
-def test_worker_with_a_long_wait_runs_a_php_delayed_job_when_it_is_due(
-    laravel: str, redis_client: redis.Redis, redis_server: object, monkeypatch: pytest.MonkeyPatch,
-    wait: str, batch: int | None,
+def test_worker_with_a_long_wait_runs_a_delayed_job_when_it_is_due(
+    pyapp: PyApp, redis_client: redis.Redis, wait: str, batch: int | None,
 ) -> None:
-    """PHP dispatches a job delayed by 2 s; a laraq worker that found nothing waits ten minutes: a
+    """The app dispatches a job delayed by 2 s (PHP's bytes, from Python: ``pyapp.PyApp``; ``later`` is a
+    ZADD on 8, a script on 13); a laraq worker that found nothing waits ten minutes: a
     ``--sleep=600``, or (``block_for`` 600) a ``BLPOP :notify``, which a delayed job never pushes to,
     in the fast loop and the classic one. With the timer it wakes when the job is due, runs it (never
     before its score) and stops at --max-jobs 1; without it, the thread would still be waiting when the
@@ -238,34 +239,31 @@ def test_worker_with_a_long_wait_runs_a_php_delayed_job_when_it_is_due(
     import threading
 
     import test_worker_support as support
-    from phpapp import PhpApp
 
     from laraq.cli.work import build_worker, default_params
 
-    php = PhpApp(redis_server.port, version=laravel)  # type: ignore[attr-defined]
-    monkeypatch.setenv("LARAQ_LOG", str(php.log_path))
     extra: dict[str, object] = {} if batch is None else {"batch": batch}
     if wait == "block_for":
         extra["block_for"] = 600
-    params = default_params(laravel=php.release, sleep=600, max_jobs=1, quiet=True, memory=1 << 20, queue="later",
+    params = default_params(laravel=pyapp.release, sleep=600, max_jobs=1, quiet=True, memory=1 << 20, queue="later",
                             **extra)
-    worker = build_worker(params, env=php.env, app=support.app)
+    worker = build_worker(params, env=pyapp.env, app=support.app)
     try:
-        php.tool("dispatch", "python", "--queue=later", "--delay=2", "--args=" + json.dumps({"n": 1}))
-        assert redis_client.zcard(php.prefix + "queues:later:delayed") == 1
+        pyapp.dispatch("python", "later", delay=2)
+        assert redis_client.zcard(pyapp.prefix + "queues:later:delayed") == 1
         done: list[int] = []
         thread = threading.Thread(target=lambda: done.append(worker.daemon()), daemon=True)
         thread.start()
         thread.join(120)
         if thread.is_alive():
             worker.signals.quit()
-            redis_client.rpush(php.prefix + "queues:later:notify", 1)
+            redis_client.rpush(pyapp.prefix + "queues:later:notify", 1)
             pytest.fail(f"the worker waited out its {wait} of 600 s past a due delayed job")
         assert done == [0]
-        runs = [r for r in php.runs() if r["runner"] == "python"]
+        runs = [r for r in pyapp.runs() if r["runner"] == "python"]
         assert len(runs) == 1 and runs[0]["attempts"] == 1
-        assert redis_client.zcard(php.prefix + "queues:later:delayed") == 0
-        assert redis_client.llen(php.prefix + "queues:later") == 0
+        assert redis_client.zcard(pyapp.prefix + "queues:later:delayed") == 0
+        assert redis_client.llen(pyapp.prefix + "queues:later") == 0
     finally:
         worker.close()
 

@@ -1,8 +1,11 @@
-"""The worker in-process against real Redis, with jobs dispatched by real PHP (the Laravel 8, 12, 13 apps).
+"""The worker in-process against real Redis.
 
-Handlers receive what PHP dispatched (public/protected/private properties, encrypted commands, enums,
-dates, string-job data); jobs without a Python handler follow the ``--unhandled`` policy; timeouts
-are enforced (async handlers cancelled, sync ones through the kill path after Laravel's bookkeeping).
+With jobs dispatched by real PHP on each live Laravel line: handlers receive what PHP dispatched
+(public/protected/private properties, encrypted commands, enums, dates, string-job data), and a job put
+back by ``--unhandled requeue`` is still PHP's first attempt. With the fixture app's jobs pushed from Python
+(``pyapp.PyApp``): jobs without a Python handler follow the ``--unhandled`` policy; timeouts are enforced
+(async handlers cancelled, sync ones through the kill path after Laravel's bookkeeping, with each side of
+10.10's change of exception); an unreadable command is failed; concurrency runs each job once.
 """
 
 from __future__ import annotations
@@ -16,11 +19,10 @@ from typing import Any
 import pytest
 import test_worker_support as support
 from phpapp import PhpApp
+from pyapp import ENDS, PyApp
 
 from laraq.cli.work import build_worker, default_params
 from laraq.worker.worker import Worker
-
-pytestmark = pytest.mark.php
 
 
 @pytest.fixture
@@ -38,18 +40,18 @@ def workers() -> Iterator[list[Worker]]:
         w.close()
 
 
-def make_worker(php: PhpApp, workers: list[Worker], app: Any = support.app, **overrides: Any) -> Worker:
+def make_worker(php: PhpApp | PyApp, workers: list[Worker], app: Any = support.app, **overrides: Any) -> Worker:
     params = default_params(laravel=php.release, sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20, **overrides)
     worker = build_worker(params, env=php.env, app=app)
     workers.append(worker)
     return worker
 
 
-def python_runs(php: PhpApp) -> list[dict[str, Any]]:
+def python_runs(php: PhpApp | PyApp) -> list[dict[str, Any]]:
     return [r for r in php.runs() if r["runner"] == "python"]
 
 
-def failed_rows(php: PhpApp) -> list[dict[str, Any]]:
+def failed_rows(php: PhpApp | PyApp) -> list[dict[str, Any]]:
     conn = sqlite3.connect(php.db_path)
     conn.row_factory = sqlite3.Row
     rows = [dict(r) for r in conn.execute("SELECT * FROM failed_jobs ORDER BY id")]
@@ -57,6 +59,7 @@ def failed_rows(php: PhpApp) -> list[dict[str, Any]]:
     return rows
 
 
+@pytest.mark.php
 def test_handlers_get_what_php_dispatched(php: PhpApp, redis_client: Any, workers: list[Worker]) -> None:
     php.tool("dispatch", "python", "--queue=py", "--args=" + json.dumps(
         {"document": "q3.pdf", "options": {"pages": [1, 2], "fmt": "A4"}, "owner": "ünïcode", "token": "s3cr3t"}))
@@ -83,6 +86,7 @@ def test_handlers_get_what_php_dispatched(php: PhpApp, redis_client: Any, worker
     assert not redis_client.keys("*queues:py*") and failed_rows(php) == []
 
 
+@pytest.mark.php
 def test_unhandled_requeue_puts_the_original_body_back(php: PhpApp, redis_client: Any,
                                                        workers: list[Worker]) -> None:
     php.tool("dispatch", "plain", "--queue=py")
@@ -101,74 +105,73 @@ def test_unhandled_requeue_puts_the_original_body_back(php: PhpApp, redis_client
     assert [(r["runner"], r["class"], r["attempts"]) for r in php.runs()] == [("php", "App\\Jobs\\PlainJob", 1)]
 
 
-def test_unhandled_release_and_fail(php: PhpApp, redis_client: Any, workers: list[Worker]) -> None:
-    php.tool("dispatch", "plain", "--queue=rel")
-    make_worker(php, workers, queue="rel", unhandled="release", unhandled_delay=5).daemon()
-    (member, _), = redis_client.zrange(php.prefix + "queues:rel:delayed", 0, -1, withscores=True)
+def test_unhandled_release_and_fail(pyapp: PyApp, redis_client: Any, workers: list[Worker]) -> None:
+    pyapp.dispatch("plain", "rel")
+    make_worker(pyapp, workers, queue="rel", unhandled="release", unhandled_delay=5).daemon()
+    (member, _), = redis_client.zrange(pyapp.prefix + "queues:rel:delayed", 0, -1, withscores=True)
     assert json.loads(member)["attempts"] == 1  # released: the attempt counts
 
-    php.tool("dispatch", "plain", "--queue=bad")
-    body = redis_client.lrange(php.prefix + "queues:bad", 0, -1)[0]
-    make_worker(php, workers, queue="bad", unhandled="fail").daemon()
-    (row,) = failed_rows(php)
+    pyapp.dispatch("plain", "bad")
+    body = redis_client.lrange(pyapp.prefix + "queues:bad", 0, -1)[0]
+    make_worker(pyapp, workers, queue="bad", unhandled="fail").daemon()
+    (row,) = failed_rows(pyapp)
     assert (row["connection"], row["queue"], row["payload"].encode()) == ("redis", "bad", body)
     assert row["exception"].startswith("RuntimeException: No Python handler registered for App\\Jobs\\PlainJob")
-    assert redis_client.zcard(php.prefix + "queues:bad:reserved") == 0
+    assert redis_client.zcard(pyapp.prefix + "queues:bad:reserved") == 0
 
 
-def test_async_handler_is_cancelled_at_its_timeout(php: PhpApp, redis_client: Any,
+def test_async_handler_is_cancelled_at_its_timeout(pyapp: PyApp, redis_client: Any,
                                                   workers: list[Worker]) -> None:
-    php.tool("dispatch", "echo", "--queue=t", "--args=" + json.dumps(
-        {"mode": "sleep", "seconds": 30, "settings": {"timeout": 1, "tries": 3}}))
-    worker = make_worker(php, workers, app=support.async_app, queue="t", once=True)
+    pyapp.dispatch("echo", "t", mode="sleep", seconds=30, settings={"timeout": 1, "tries": 3})
+    worker = make_worker(pyapp, workers, app=support.async_app, queue="t", once=True)
     kills: list[int] = []
     worker.executor.kill = lambda: kills.append(1)
 
     assert worker.daemon() == 0
     assert kills == []  # cancelled cleanly: no need to kill the process
     # like a killed PHP worker: not failed (attempt 1 of 3), left reserved until retry_after
-    assert redis_client.zcard(php.prefix + "queues:t:reserved") == 1
-    assert failed_rows(php) == []
+    assert redis_client.zcard(pyapp.prefix + "queues:t:reserved") == 1
+    assert failed_rows(pyapp) == []
 
 
-def test_sync_timeout_fails_last_attempt_then_kills(php: PhpApp, redis_client: Any,
+@pytest.mark.parametrize("pyapp", ENDS, indirect=True)
+def test_sync_timeout_fails_last_attempt_then_kills(pyapp: PyApp, redis_client: Any,
                                                    workers: list[Worker]) -> None:
-    php.tool("dispatch", "echo", "--queue=t", "--args=" + json.dumps(
-        {"mode": "sleep", "seconds": 3, "settings": {"timeout": 1}}))
-    worker = make_worker(php, workers, queue="t", once=True)
+    pyapp.dispatch("echo", "t", mode="sleep", seconds=2, settings={"timeout": 1})
+    worker = make_worker(pyapp, workers, queue="t", once=True)
     kills: list[int] = []
     worker.executor.kill = lambda: kills.append(1)
 
     worker.daemon()
     assert kills  # the handler thread cannot be interrupted: the process would be SIGKILLed
-    (row,) = failed_rows(php)
+    (row,) = failed_rows(pyapp)
     # the text each line's own worker writes, 10.10+'s TimeoutExceededException or the older one
     # (compared with artisan's in test_worker_interop.py)
     expected = ("Illuminate\\Queue\\MaxAttemptsExceededException: App\\Jobs\\EchoJob has been attempted too many "
-                "times or run too long. The job may have previously timed out." if php.version in ("8", "9") else
+                "times or run too long. The job may have previously timed out." if pyapp.version in ("8", "9") else
                 "Illuminate\\Queue\\TimeoutExceededException: App\\Jobs\\EchoJob has timed out.")
     assert row["exception"].startswith(expected)
-    assert redis_client.zcard(php.prefix + "queues:t:reserved") == 0
+    assert redis_client.zcard(pyapp.prefix + "queues:t:reserved") == 0
 
 
-def test_unreadable_command_goes_to_failed_jobs(php: PhpApp, redis_client: Any, workers: list[Worker]) -> None:
-    php.tool("dispatch", "python", "--queue=py")
-    key = php.prefix + "queues:py"
+def test_unreadable_command_goes_to_failed_jobs(pyapp: PyApp, redis_client: Any, workers: list[Worker]) -> None:
+    pyapp.dispatch("python", "py")
+    key = pyapp.prefix + "queues:py"
     payload = json.loads(redis_client.lpop(key))
     payload["data"]["command"] = 'O:19:"App\\Jobs\\PythonJob":1:{s:3:"bad'
     redis_client.rpush(key, json.dumps(payload))
-    make_worker(php, workers, queue="py").daemon()
-    (row,) = failed_rows(php)
+    make_worker(pyapp, workers, queue="py").daemon()
+    (row,) = failed_rows(pyapp)
     assert "Cannot unserialize the command of App\\Jobs\\PythonJob" in row["exception"]
-    assert python_runs(php) == []
+    assert python_runs(pyapp) == []
 
 
 @pytest.mark.parametrize("app", [support.app, support.async_app], ids=["sync", "async"])
-def test_concurrency_runs_every_job_once(php: PhpApp, redis_client: Any, workers: list[Worker], app: Any) -> None:
-    php.tool("dispatch", "echo", "--queue=c", "--count=12", '--args={"mode": "sleep", "seconds": 0.1}')
-    php.tool("dispatch", "echo", "--queue=c", '--args={"mode": "fail", "settings": {"tries": 1}}')
-    assert make_worker(php, workers, app=app, queue="c", concurrency=4).daemon() == 0
-    runs = python_runs(php)
+def test_concurrency_runs_every_job_once(pyapp: PyApp, redis_client: Any, workers: list[Worker], app: Any) -> None:
+    pyapp.dispatch("echo", "c", count=12, mode="sleep", seconds=0.1)
+    pyapp.dispatch("echo", "c", mode="fail", settings={"tries": 1})
+    assert make_worker(pyapp, workers, app=app, queue="c", concurrency=4).daemon() == 0
+    runs = python_runs(pyapp)
     assert len(runs) == len({r["uuid"] for r in runs}) == 13
-    assert len(failed_rows(php)) == 1
-    assert not redis_client.exists(php.prefix + "queues:c", php.prefix + "queues:c:reserved")
+    assert len(failed_rows(pyapp)) == 1
+    assert not redis_client.exists(pyapp.prefix + "queues:c", pyapp.prefix + "queues:c:reserved")

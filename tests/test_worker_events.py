@@ -1,4 +1,5 @@
-"""The worker's listener seam (:mod:`laraq.worker.events`) with a real worker, real Redis and jobs PHP dispatched.
+"""The worker's listener seam (:mod:`laraq.worker.events`) with a real worker, real Redis and the Laravel 8
+fixture app's jobs (pushed from Python with PHP's bytes: ``pyapp.PyApp``).
 
 Every job outcome announces its events once, in order; a listener that raises is logged once per kind
 of event and changes nothing about the jobs (the same Redis and ``failed_jobs`` end state).
@@ -14,21 +15,19 @@ from typing import Any
 
 import pytest
 import test_worker_support as support
-from phpapp import PhpApp
+from pyapp import PyApp
 
 from laraq.cli.work import build_worker, default_params
 from laraq.worker import events
 from laraq.worker.events import WorkerListener
 from laraq.worker.worker import Worker
 
-pytestmark = pytest.mark.php
-
 PREFIX = "laravel_database_queues:"
 
 
 @pytest.fixture
-def php(php: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> PhpApp:
-    app = PhpApp(redis_server.port)
+def app8(redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> PyApp:
+    app = PyApp(redis_server.port, version="8")
     monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
     return app
 
@@ -93,7 +92,7 @@ for _kind in EVENT_KINDS:  # override every method, so the fan-out calls them al
     setattr(Raiser, _kind, lambda self, *_a, _k=_kind: self._boom(_k))
 
 
-def dispatch_mix(php: PhpApp) -> dict[str, str]:
+def dispatch_mix(app8: PyApp) -> dict[str, str]:
     """One job per outcome, on queue ``py``; returns outcome -> job id."""
     uuids = {}
     for name, args in (
@@ -102,13 +101,13 @@ def dispatch_mix(php: PhpApp) -> dict[str, str]:
         ("retried", {"mode": "fail", "settings": {"tries": 3, "backoff": 30}}),
         ("self_release", {"mode": "release", "seconds": 40}),
     ):
-        uuids[name] = php.tool("dispatch", "echo", "--queue=py", "--args=" + json.dumps(args))["ids"][0]
-    uuids["unhandled"] = php.tool("dispatch", "plain", "--queue=py")["ids"][0]
+        uuids[name] = app8.dispatch("echo", "py", **args)[0]
+    uuids["unhandled"] = app8.dispatch("plain", "py")[0]
     return uuids
 
 
-def end_state(php: PhpApp, redis_client: Any) -> dict[str, Any]:
-    conn = sqlite3.connect(php.db_path)
+def end_state(app8: PyApp, redis_client: Any) -> dict[str, Any]:
+    conn = sqlite3.connect(app8.db_path)
     failed = sorted(json.loads(r[0])["id"] for r in conn.execute("SELECT payload FROM failed_jobs"))
     conn.close()
     delayed = sorted(json.loads(m)["id"] for m in redis_client.zrange(PREFIX + "py:delayed", 0, -1))
@@ -116,10 +115,10 @@ def end_state(php: PhpApp, redis_client: Any) -> dict[str, Any]:
             "reserved": redis_client.zcard(PREFIX + "py:reserved")}
 
 
-def run_worker(php: PhpApp, workers: list[Worker], listeners: list[WorkerListener], batch: int) -> int:
+def run_worker(app8: PyApp, workers: list[Worker], listeners: list[WorkerListener], batch: int) -> int:
     params = default_params(laravel="8", sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20,
                             queue="py", batch=batch, unhandled="requeue")
-    worker = build_worker(params, env=php.env, app=support.app)
+    worker = build_worker(params, env=app8.env, app=support.app)
     for listener in listeners:
         worker.add_listener(listener)
     workers.append(worker)
@@ -127,11 +126,11 @@ def run_worker(php: PhpApp, workers: list[Worker], listeners: list[WorkerListene
 
 
 @pytest.mark.parametrize("batch", [1, 100], ids=["classic", "fast"])
-def test_every_event_fires_once_per_outcome_in_order(php: PhpApp, redis_client: Any, workers: list[Worker],
+def test_every_event_fires_once_per_outcome_in_order(app8: PyApp, redis_client: Any, workers: list[Worker],
                                                      batch: int) -> None:
-    uuids = dispatch_mix(php)
+    uuids = dispatch_mix(app8)
     recorder = Recorder()
-    assert run_worker(php, workers, [recorder], batch) == 0
+    assert run_worker(app8, workers, [recorder], batch) == 0
 
     assert recorder.events[0][0] == "worker_starting"
     assert recorder.events[-1] == ("worker_stopping", None, 0)
@@ -145,19 +144,19 @@ def test_every_event_fires_once_per_outcome_in_order(php: PhpApp, redis_client: 
     assert recorder.of(uuids["self_release"]) == [("job_reserved", None), ("job_processing", None),
                                                   ("job_released", (40, None)), ("job_processed", None)]
     assert recorder.of(uuids["unhandled"]) == [("job_reserved", None), ("job_unhandled", "requeue")]
-    assert end_state(php, redis_client) == {
+    assert end_state(app8, redis_client) == {
         "failed": [uuids["fails"]],
         "delayed": sorted([uuids["retried"], uuids["self_release"], uuids["unhandled"]]),
         "list": 0, "reserved": 0,
     }
 
 
-def test_a_raising_listener_loses_nothing(php: PhpApp, redis_client: Any, workers: list[Worker],
+def test_a_raising_listener_loses_nothing(app8: PyApp, redis_client: Any, workers: list[Worker],
                                           caplog: pytest.LogCaptureFixture) -> None:
-    uuids = dispatch_mix(php)
+    uuids = dispatch_mix(app8)
     raiser, recorder = Raiser(), Recorder()
     with caplog.at_level(logging.ERROR, logger="laraq.worker.events"):
-        assert run_worker(php, workers, [raiser, recorder], 100) == 0
+        assert run_worker(app8, workers, [raiser, recorder], 100) == 0
 
     # the listener after the broken one still heard everything
     assert recorder.of(uuids["ok"]) == [("job_reserved", None), ("job_processing", None), ("job_processed", None)]
@@ -168,21 +167,20 @@ def test_a_raising_listener_loses_nothing(php: PhpApp, redis_client: Any, worker
     assert len(logged) == len(set(logged))
     assert any("job_processing" in m for m in logged)
     # the jobs ended exactly as without the broken listener
-    assert end_state(php, redis_client) == {
+    assert end_state(app8, redis_client) == {
         "failed": [uuids["fails"]],
         "delayed": sorted([uuids["retried"], uuids["self_release"], uuids["unhandled"]]),
         "list": 0, "reserved": 0,
     }
-    runs = [r for r in php.runs() if r["runner"] == "python"]
+    runs = [r for r in app8.runs() if r["runner"] == "python"]
     assert len(runs) == 4  # ok, fails, retried and self_release ran once each
 
 
-def test_timeout_announces_timed_out_then_failed(php: PhpApp, redis_client: Any, workers: list[Worker]) -> None:
-    uuid = php.tool("dispatch", "echo", "--queue=py", "--args=" + json.dumps(
-        {"mode": "sleep", "seconds": 30, "settings": {"timeout": 1, "tries": 1}}))["ids"][0]
+def test_timeout_announces_timed_out_then_failed(app8: PyApp, redis_client: Any, workers: list[Worker]) -> None:
+    (uuid,) = app8.dispatch("echo", "py", mode="sleep", seconds=30, settings={"timeout": 1, "tries": 1})
     recorder = Recorder()
     params = default_params(laravel="8", sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20, queue="py")
-    built = build_worker(params, env=php.env, app=support.async_app)
+    built = build_worker(params, env=app8.env, app=support.async_app)
     workers.append(built)
     context = built.context
     worker = Worker(context.app, built.queue, "py", options=built.options, version=built.version, cache=context.cache,
@@ -191,4 +189,4 @@ def test_timeout_announces_timed_out_then_failed(php: PhpApp, redis_client: Any,
     assert worker.daemon() == 0
     assert recorder.of(uuid) == [("job_reserved", None), ("job_processing", None), ("job_timed_out", None),
                                  ("job_failed", "MaxAttemptsExceededError")]  # Laravel 8's timeout exception
-    assert end_state(php, redis_client)["failed"] == [uuid]
+    assert end_state(app8, redis_client)["failed"] == [uuid]

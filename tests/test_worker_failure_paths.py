@@ -1,7 +1,9 @@
 """Every failure path ends with the job in Redis or in ``failed_jobs`` with a clear reason, never gone;
 and no log line, ``--json`` line or ``failed_jobs`` text carries a Redis password or APP_KEY.
 
-Real Redis, jobs dispatched by real PHP (the Laravel 8, 12 and 13 fixture apps). Paths covered elsewhere:
+Real Redis, the fixture app's jobs pushed from Python (``pyapp.PyApp``: PHP's bytes, checked in
+``test_pyapp_php.py``): each path is laraq's own, on the newest line, on the oldest too where the payload or
+the failed row could differ by version. Paths covered elsewhere:
 unserialize errors (``test_worker.py``), timeouts, SIGTERM/second signal/SIGKILL
 (``test_cli_work.py``, ``test_worker_fastpath.py``, ``test_worker_soak.py``), poison members
 (``test_lua.py``).
@@ -23,8 +25,9 @@ from typing import Any
 import pytest
 import redis
 import test_worker_support as support
-from conftest import RedisServer, require_laravel
-from phpapp import TEST_APP_KEY, PhpApp
+from conftest import RedisServer
+from phpapp import TEST_APP_KEY
+from pyapp import ENDS, PyApp
 from test_worker_support import free_port_url, laraq_env, popen_laraq, run_laraq, wait_for
 
 from laraq.app import App
@@ -32,16 +35,7 @@ from laraq.bus.job import Job
 from laraq.cli.work import build_worker, default_params
 from laraq.worker.worker import Worker
 
-pytestmark = pytest.mark.php
-
 WRONG_KEY = "base64:" + base64.b64encode(b"W" * 32).decode()
-
-
-@pytest.fixture
-def php(laravel: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> PhpApp:
-    app = PhpApp(redis_server.port, version=laravel)
-    monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
-    return app
 
 
 @pytest.fixture
@@ -52,24 +46,21 @@ def workers() -> Iterator[list[Worker]]:
         w.close()
 
 
-def make_worker(php: PhpApp, workers: list[Worker], app: Any = support.app, env: dict[str, str] | None = None,
+def make_worker(pyapp: PyApp, workers: list[Worker], app: Any = support.app, env: dict[str, str] | None = None,
                 **overrides: Any) -> Worker:
-    params = default_params(laravel=php.release, sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20, **overrides)
-    worker = build_worker(params, env=env or php.env, app=app)
+    params = default_params(laravel=pyapp.release, sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20,
+                            **overrides)
+    worker = build_worker(params, env=env or pyapp.env, app=app)
     workers.append(worker)
     return worker
 
 
-def failed_rows(php: PhpApp) -> list[dict[str, Any]]:
-    conn = sqlite3.connect(php.db_path)
-    conn.row_factory = sqlite3.Row
-    rows = [dict(r) for r in conn.execute("SELECT * FROM failed_jobs ORDER BY id")]
-    conn.close()
-    return rows
+def failed_rows(pyapp: PyApp) -> list[dict[str, Any]]:
+    return pyapp.failed_rows()
 
 
-def qkey(php: PhpApp, name: str) -> str:
-    return php.prefix + "queues:" + name
+def qkey(pyapp: PyApp, name: str) -> str:
+    return pyapp.prefix + "queues:" + name
 
 
 def queue_empty(client: redis.Redis, key: str) -> bool:
@@ -83,20 +74,21 @@ def key_material(app_key: str) -> list[str]:
 
 # -- decryption failures ---------------------------------------------------------------------------
 
+@pytest.mark.parametrize("pyapp", ENDS, indirect=True)  # 9+ write an encrypted command with a "tag"
 @pytest.mark.parametrize("batch", [1, 100], ids=["classic", "fast"])
 @pytest.mark.parametrize("app_key", [WRONG_KEY, None], ids=["wrong-key", "no-key"])
 def test_undecryptable_job_goes_to_failed_jobs_with_a_clear_reason(
-        php: PhpApp, redis_client: Any, workers: list[Worker], app_key: str | None, batch: int) -> None:
-    php.tool("dispatch", "encrypted", "--queue=enc", "--args=" + json.dumps({"secret": "top secret ✓"}))
-    body = redis_client.lrange(qkey(php, "enc"), 0, -1)[0]
+        pyapp: PyApp, redis_client: Any, workers: list[Worker], app_key: str | None, batch: int) -> None:
+    pyapp.dispatch("encrypted", "enc", secret="top secret ✓")
+    body = redis_client.lrange(qkey(pyapp, "enc"), 0, -1)[0]
     uuid = json.loads(body)["uuid"]
-    env = {k: v for k, v in php.env.items() if k != "APP_KEY"}
+    env = {k: v for k, v in pyapp.env.items() if k != "APP_KEY"}
     if app_key is not None:
         env["APP_KEY"] = app_key
 
-    assert make_worker(php, workers, env=env, queue="enc", batch=batch).daemon() == 0
+    assert make_worker(pyapp, workers, env=env, queue="enc", batch=batch).daemon() == 0
 
-    (row,) = failed_rows(php)
+    (row,) = failed_rows(pyapp)
     assert row["payload"].encode() == body and row["uuid"] == uuid
     text = row["exception"]  # PHP's order: the innermost cause first, then "Next" the job's error
     if app_key is None:
@@ -108,34 +100,35 @@ def test_undecryptable_job_goes_to_failed_jobs_with_a_clear_reason(
                "The MAC is invalid." in text
     for secret in key_material(TEST_APP_KEY) + key_material(WRONG_KEY) + ["top secret"]:
         assert secret not in row["exception"]
-    assert queue_empty(redis_client, qkey(php, "enc"))  # failed once (tries 1), not retried forever
-    assert [r for r in php.runs() if r["runner"] == "python"] == []
+    assert queue_empty(redis_client, qkey(pyapp, "enc"))  # failed once (tries 1), not retried forever
+    assert [r for r in pyapp.runs() if r["runner"] == "python"] == []
 
 
-def test_undecryptable_job_with_tries_is_released_then_failed(php: PhpApp, redis_client: Any,
+@pytest.mark.parametrize("pyapp", ENDS, indirect=True)
+def test_undecryptable_job_with_tries_is_released_then_failed(pyapp: PyApp, redis_client: Any,
                                                               workers: list[Worker]) -> None:
-    php.tool("dispatch", "encrypted", "--queue=enc")
-    env = dict(php.env, APP_KEY=WRONG_KEY)
-    make_worker(php, workers, env=env, queue="enc", tries=2, backoff="30").daemon()
-    ((member, _),) = redis_client.zrange(qkey(php, "enc:delayed"), 0, -1, withscores=True)
-    assert json.loads(member)["attempts"] == 1 and failed_rows(php) == []
-    redis_client.zadd(qkey(php, "enc:delayed"), {member: 0})
-    make_worker(php, workers, env=env, queue="enc", tries=2, backoff="30").daemon()
-    (row,) = failed_rows(php)
+    pyapp.dispatch("encrypted", "enc")
+    env = dict(pyapp.env, APP_KEY=WRONG_KEY)
+    make_worker(pyapp, workers, env=env, queue="enc", tries=2, backoff="30").daemon()
+    ((member, _),) = redis_client.zrange(qkey(pyapp, "enc:delayed"), 0, -1, withscores=True)
+    assert json.loads(member)["attempts"] == 1 and failed_rows(pyapp) == []
+    redis_client.zadd(qkey(pyapp, "enc:delayed"), {member: 0})
+    make_worker(pyapp, workers, env=env, queue="enc", tries=2, backoff="30").daemon()
+    (row,) = failed_rows(pyapp)
     assert "MAC is invalid" in row["exception"]
-    assert queue_empty(redis_client, qkey(php, "enc"))
+    assert queue_empty(redis_client, qkey(pyapp, "enc"))
 
 
-def test_decryption_failure_logs_no_key_material(php: PhpApp, redis_client: Any) -> None:
-    php.tool("dispatch", "encrypted", "--queue=enc")
-    proc = run_laraq(php, "--stop-when-empty", "--queue=enc", "-vv", "--json",
-                     env=laraq_env(php, APP_KEY=WRONG_KEY))
+def test_decryption_failure_logs_no_key_material(pyapp: PyApp, redis_client: Any) -> None:
+    pyapp.dispatch("encrypted", "enc")
+    proc = run_laraq(pyapp, "--stop-when-empty", "--queue=enc", "-vv", "--json",
+                     env=laraq_env(pyapp, APP_KEY=WRONG_KEY))
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout + proc.stderr
     assert "MAC is invalid" in out and "App\\Jobs\\EncryptedJob" in out
     for secret in key_material(TEST_APP_KEY) + key_material(WRONG_KEY):
         assert secret not in out
-    (row,) = failed_rows(php)
+    (row,) = failed_rows(pyapp)
     assert "MAC is invalid" in row["exception"]
 
 
@@ -168,71 +161,69 @@ async def raise_base_async(command: Any, job: Job) -> None:
 @pytest.mark.parametrize("batch", [1, 100], ids=["classic", "fast"])
 @pytest.mark.parametrize("kind", ["exit", "interrupt", "custom"])
 def test_handler_raising_base_exception_is_released_or_failed(
-        php: PhpApp, redis_client: Any, workers: list[Worker], kind: str, batch: int, concurrency: int,
+        pyapp: PyApp, redis_client: Any, workers: list[Worker], kind: str, batch: int, concurrency: int,
         app: App) -> None:
-    php.tool("dispatch", "echo", "--queue=b", "--args=" + json.dumps({"args": {"raise": kind},
-                                                                      "settings": {"tries": 2}}))
-    php.tool("dispatch", "echo", "--queue=b2", "--args=" + json.dumps({"args": {"raise": kind}}))
-    assert make_worker(php, workers, app=app, queue="b,b2", batch=batch, concurrency=concurrency,
+    pyapp.dispatch("echo", "b", args={"raise": kind}, settings={"tries": 2})
+    pyapp.dispatch("echo", "b2", args={"raise": kind})
+    assert make_worker(pyapp, workers, app=app, queue="b,b2", batch=batch, concurrency=concurrency,
                        backoff="30").daemon() == 0
 
     # attempt 1 of 2: released (the attempt counts), not left in :reserved
-    ((member, _),) = redis_client.zrange(qkey(php, "b:delayed"), 0, -1, withscores=True)
+    ((member, _),) = redis_client.zrange(qkey(pyapp, "b:delayed"), 0, -1, withscores=True)
     assert json.loads(member)["attempts"] == 1
-    assert redis_client.zcard(qkey(php, "b:reserved")) == 0
+    assert redis_client.zcard(qkey(pyapp, "b:reserved")) == 0
     # attempt 1 of 1: failed with the exception's name
-    (row,) = failed_rows(php)
+    (row,) = failed_rows(pyapp)
     assert row["queue"] == "b2" and {"exit": "SystemExit", "interrupt": "KeyboardInterrupt",
                                      "custom": "CustomBase"}[kind] in row["exception"]
-    assert queue_empty(redis_client, qkey(php, "b2"))
+    assert queue_empty(redis_client, qkey(pyapp, "b2"))
 
 
 # -- failed_jobs unavailable -------------------------------------------------------------------------
 
-def test_failed_jobs_unwritable_parks_the_job(php: PhpApp, redis_client: Any, workers: list[Worker]) -> None:
+def test_failed_jobs_unwritable_parks_the_job(pyapp: PyApp, redis_client: Any, workers: list[Worker]) -> None:
     # kept with its failure, not run again (tests/test_failed_parked.py: the row is written later)
-    php.tool("dispatch", "echo", "--queue=f", '--args={"mode": "fail"}')
-    body = redis_client.lrange(qkey(php, "f"), 0, -1)[0]
-    worker = make_worker(php, workers, queue="f")
-    conn = sqlite3.connect(php.db_path)
+    pyapp.dispatch("echo", "f", mode="fail")
+    body = redis_client.lrange(qkey(pyapp, "f"), 0, -1)[0]
+    worker = make_worker(pyapp, workers, queue="f")
+    conn = sqlite3.connect(pyapp.db_path)
     conn.execute("ALTER TABLE failed_jobs RENAME TO failed_jobs_gone")  # the DB is there, the table is not
     conn.commit()
     conn.close()
     assert worker.daemon() == 0
 
-    (record,) = redis_client.hvals(qkey(php, "f:failed-parked"))
+    (record,) = redis_client.hvals(qkey(pyapp, "f:failed-parked"))
     assert json.loads(record)["payload"].encode() == body  # the original body, kept in Redis
-    assert queue_empty(redis_client, qkey(php, "f"))
+    assert queue_empty(redis_client, qkey(pyapp, "f"))
 
 
 def test_failed_jobs_unreachable_for_an_unreadable_payload_releases_it(
-        php: PhpApp, redis_client: Any, workers: list[Worker]) -> None:
-    redis_client.rpush(qkey(php, "u"), json.dumps({"attempts": 0, "id": "x1", "data": []}))
+        pyapp: PyApp, redis_client: Any, workers: list[Worker]) -> None:
+    redis_client.rpush(qkey(pyapp, "u"), json.dumps({"attempts": 0, "id": "x1", "data": []}))
     # no name at all: only a worker that takes any job (not --unhandled leave) reads it
-    worker = make_worker(php, workers, queue="u", unhandled="requeue")
-    conn = sqlite3.connect(php.db_path)
+    worker = make_worker(pyapp, workers, queue="u", unhandled="requeue")
+    conn = sqlite3.connect(pyapp.db_path)
     conn.execute("DROP TABLE failed_jobs")
     conn.commit()
     conn.close()
     worker.daemon()
-    assert redis_client.zcard(qkey(php, "u:delayed")) == 1 and redis_client.zcard(qkey(php, "u:reserved")) == 0
+    assert redis_client.zcard(qkey(pyapp, "u:delayed")) == 1 and redis_client.zcard(qkey(pyapp, "u:reserved")) == 0
 
 
 # -- Redis connection lost while a job runs ------------------------------------------------------------
 
 @pytest.mark.parametrize("batch", [1, 100], ids=["classic", "fast"])
 @pytest.mark.parametrize("mode", ["ok", "fail"])
-def test_redis_connections_killed_mid_job(php: PhpApp, redis_client: Any, workers: list[Worker],
+def test_redis_connections_killed_mid_job(pyapp: PyApp, redis_client: Any, workers: list[Worker],
                                           batch: int, mode: str) -> None:
-    php.tool("dispatch", "echo", "--queue=k", "--args=" + json.dumps(
-        {"mode": "sleep", "seconds": 1.0, "settings": {"tries": 3}}))
-    php.tool("dispatch", "echo", "--queue=k", "--args=" + json.dumps({"mode": mode, "settings": {"tries": 3}}))
-    worker = make_worker(php, workers, queue="k", batch=batch, backoff="30")
+    pyapp.dispatch("echo", "k", mode="sleep", seconds=1.0, settings={"tries": 3})
+    pyapp.dispatch("echo", "k", mode=mode, settings={"tries": 3})
+    worker = make_worker(pyapp, workers, queue="k", batch=batch, backoff="30")
     killer = redis.Redis(port=redis_client.connection_pool.connection_kwargs["port"])
     done = threading.Event()
 
     def kill_while_running() -> None:
-        wait_for(lambda: php.runs() or done.is_set())
+        wait_for(lambda: pyapp.runs() or done.is_set())
         time.sleep(0.3)
         killer.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
 
@@ -243,22 +234,22 @@ def test_redis_connections_killed_mid_job(php: PhpApp, redis_client: Any, worker
     finally:
         done.set()
         t.join()
-    runs = [r for r in php.runs() if r["runner"] == "python"]
+    runs = [r for r in pyapp.runs() if r["runner"] == "python"]
     assert len(runs) == 2
-    assert redis_client.zcard(qkey(php, "k:reserved")) == 0 and redis_client.llen(qkey(php, "k")) == 0
-    delayed = redis_client.zrange(qkey(php, "k:delayed"), 0, -1)
+    assert redis_client.zcard(qkey(pyapp, "k:reserved")) == 0 and redis_client.llen(qkey(pyapp, "k")) == 0
+    delayed = redis_client.zrange(qkey(pyapp, "k:delayed"), 0, -1)
     assert len(delayed) == (1 if mode == "fail" else 0)
-    assert failed_rows(php) == []
+    assert failed_rows(pyapp) == []
 
 
-def test_redis_restarted_mid_job_nothing_lost(laravel: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_redis_restarted_mid_job_nothing_lost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The redis-server process is restarted on the same port (with its data) while a job runs."""
     server = RedisServer(tmp_path)
     try:
-        app = PhpApp(server.port, version=laravel)
+        app = PyApp(server.port, workdir=tmp_path / "app")
         monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
-        app.tool("dispatch", "echo", "--queue=r", '--args={"mode": "sleep", "seconds": 1.5}')
-        app.tool("dispatch", "echo", "--queue=r")
+        app.dispatch("echo", "r", mode="sleep", seconds=1.5)
+        app.dispatch("echo", "r")
         worker = popen_laraq(app, "--queue=r", "--stop-when-empty", "-v")
         wait_for(app.runs)
         client = server.client()
@@ -297,29 +288,29 @@ def _pings(port: int) -> bool:
 # -- jobs without a handler, bad JSON -----------------------------------------------------------------
 
 def test_class_at_method_without_handler_fails_with_a_clear_reason(
-        php: PhpApp, redis_client: Any, workers: list[Worker]) -> None:
-    php.tool("dispatch", "string", "--queue=s", "--args=" + json.dumps({"n": 1}))
-    body = redis_client.lrange(qkey(php, "s"), 0, -1)[0]
+        pyapp: PyApp, redis_client: Any, workers: list[Worker]) -> None:
+    pyapp.dispatch("string", "s", n=1)
+    body = redis_client.lrange(qkey(pyapp, "s"), 0, -1)[0]
     other = App("other")
     other.handler("App\\Jobs\\EchoJob")(lambda command, job: None)
-    make_worker(php, workers, app=other, queue="s", unhandled="fail").daemon()
-    (row,) = failed_rows(php)
+    make_worker(pyapp, workers, app=other, queue="s", unhandled="fail").daemon()
+    (row,) = failed_rows(pyapp)
     assert row["payload"].encode() == body
     assert row["exception"].startswith("RuntimeException: No Python handler registered for App\\Handlers\\Foo@bar in ")
-    assert queue_empty(redis_client, qkey(php, "s"))
+    assert queue_empty(redis_client, qkey(pyapp, "s"))
 
 
 @pytest.mark.parametrize("batch", [1, 100], ids=["classic", "fast"])
-def test_bad_json_is_parked_in_poison_with_a_warning(php: PhpApp, redis_client: Any, workers: list[Worker],
+def test_bad_json_is_parked_in_poison_with_a_warning(pyapp: PyApp, redis_client: Any, workers: list[Worker],
                                                      batch: int, caplog: pytest.LogCaptureFixture) -> None:
-    redis_client.rpush(qkey(php, "j"), b"{not json", b'{"job": "X", "attempts": "many"}')
-    php.tool("dispatch", "python", "--queue=j")
+    redis_client.rpush(qkey(pyapp, "j"), b"{not json", b'{"job": "X", "attempts": "many"}')
+    pyapp.dispatch("python", "j")
     with caplog.at_level("WARNING"):
-        assert make_worker(php, workers, queue="j", batch=batch).daemon() == 0
-    assert redis_client.lrange(qkey(php, "j:poison"), 0, -1) == [b"{not json", b'{"job": "X", "attempts": "many"}']
+        assert make_worker(pyapp, workers, queue="j", batch=batch).daemon() == 0
+    assert redis_client.lrange(qkey(pyapp, "j:poison"), 0, -1) == [b"{not json", b'{"job": "X", "attempts": "many"}']
     assert "unreadable member(s)" in caplog.text
-    assert len([r for r in php.runs() if r["runner"] == "python"]) == 1
-    assert queue_empty(redis_client, qkey(php, "j"))
+    assert len([r for r in pyapp.runs() if r["runner"] == "python"]) == 1
+    assert queue_empty(redis_client, qkey(pyapp, "j"))
 
 
 # -- secrets in logs -----------------------------------------------------------------------------------
@@ -329,14 +320,13 @@ def _no_secret(proc_out: str, secret: str = "s3cretpw") -> None:
 
 
 @pytest.fixture
-def app_env(redis_server: Any) -> PhpApp:
-    """A fixture app for laraq-only checks (no PHP runs a job): the Laravel 8 one."""
-    require_laravel("8")
-    return PhpApp(redis_server.port)
+def app_env(redis_server: Any) -> PyApp:
+    """The fixture app's settings for laraq-only checks (no job runs): the Laravel 8 one."""
+    return PyApp(redis_server.port, version="8")
 
 
 @pytest.mark.parametrize("extra", [[], ["--once"], ["--json"], ["--no-supervise"], ["--batch=1"]])
-def test_redis_password_never_logged_when_unreachable(app_env: PhpApp, extra: list[str]) -> None:
+def test_redis_password_never_logged_when_unreachable(app_env: PyApp, extra: list[str]) -> None:
     url = free_port_url().replace("redis://", "redis://user:s3cretpw@")
     worker = popen_laraq(app_env, "--queue=py", "--redis-url", url, "-vv", *extra)
     try:
@@ -359,7 +349,7 @@ def auth_server(tmp_path: Path) -> Iterator[RedisServer]:
 
 
 @pytest.mark.parametrize("extra", [[], ["--once"], ["--batch=1"]])
-def test_wrong_redis_password_never_logged(app_env: PhpApp, auth_server: RedisServer, extra: list[str]) -> None:
+def test_wrong_redis_password_never_logged(app_env: PyApp, auth_server: RedisServer, extra: list[str]) -> None:
     url = f"redis://:s3cretpw@127.0.0.1:{auth_server.port}/0"
     env = laraq_env(app_env, REDIS_PASSWORD="s3cretpw", REDIS_PORT=str(auth_server.port))
     for args in (["--redis-url", url], []):  # from the flag and from REDIS_PASSWORD

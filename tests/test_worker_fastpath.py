@@ -1,10 +1,12 @@
 """The worker's batched fast path (batch reserve, deferred acks, prefetch, lease renewal, give-back).
 
-Correctness only, nothing timed: a SIGKILL mid-batch in a mixed artisan + laraq fleet loses nothing;
-lease renewal keeps a prefetched job reserved past ``retry_after`` and a job taken back from
-``:reserved`` is never run from the buffer; SIGTERM and ``queue:restart`` hand buffered jobs back to
-the head of the list untouched (attempts not burned) and PHP then runs them. Each on Laravel 8, 12 and 13
-(every app on the 8-style ``laravel_database_`` prefix here: the prefix is not the subject).
+Correctness only, nothing timed. Next to ``php artisan queue:work`` on each live Laravel line: a SIGKILL
+mid-batch in a mixed artisan + laraq fleet loses nothing; lease renewal keeps a prefetched job reserved past
+``retry_after`` (artisan, polling the same queue, would run any job whose lease lapsed). laraq's own
+mechanics, with the fixture app's jobs pushed from Python (``pyapp.PyApp``): a job taken back from
+``:reserved`` is never run from the buffer; SIGTERM and ``queue:restart`` hand buffered jobs back to the head
+of the list untouched (byte for byte, attempts not burned), and a worker then runs each as its first
+attempt. Every app is on the 8-style ``laravel_database_`` prefix here: the prefix is not the subject.
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ from typing import Any
 import pytest
 import test_worker_support as support
 from phpapp import PhpApp
+from pyapp import PyApp
 from test_worker_support import popen_laraq, wait_for
 
 from laraq.cli.work import build_worker, default_params
+from laraq.config.settings import LaravelSettings
+from laraq.stores.cache import make_cache
 from laraq.worker.worker import Worker
 
-pytestmark = pytest.mark.php
-
-KEY = "laravel_database_queues:fast"
+PREFIX = "laravel_database_"
+KEY = PREFIX + "queues:fast"
 
 
 @pytest.fixture
@@ -38,7 +42,7 @@ def workers() -> Iterator[list[Worker]]:
 
 
 def _app(laravel: str, redis_server: Any, monkeypatch: pytest.MonkeyPatch, retry_after: int = 90) -> PhpApp:
-    app = PhpApp(redis_server.port, version=laravel, retry_after=retry_after, prefix="laravel_database_")
+    app = PhpApp(redis_server.port, version=laravel, retry_after=retry_after, prefix=PREFIX)
     monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
     return app
 
@@ -46,6 +50,35 @@ def _app(laravel: str, redis_server: Any, monkeypatch: pytest.MonkeyPatch, retry
 def _dispatch(app: PhpApp, count: int, seconds: float) -> None:
     app.tool("dispatch", "echo", "--queue=fast", f"--count={count}",
              "--args=" + json.dumps({"mode": "sleep", "seconds": seconds}), timeout=120)
+
+
+def _pyapp(redis_server: Any, monkeypatch: pytest.MonkeyPatch, retry_after: int = 90) -> PyApp:
+    app = PyApp(redis_server.port, retry_after=retry_after, prefix=PREFIX)
+    monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
+    return app
+
+
+def _push(app: PyApp, count: int, seconds: float) -> None:
+    app.dispatch("echo", "fast", count=count, mode="sleep", seconds=seconds)
+
+
+def _queue_restart(app: PyApp) -> None:
+    """``queue:restart``: the stamp laraq's ``restart`` writes in the app's cache (artisan's and laraq's stamps
+    stop each other's workers: ``test_worker_signals.py``, ``test_cli_work.py``)."""
+    cache = make_cache(LaravelSettings.from_env(app.env, version=app.release))
+    try:
+        cache.set_restart()
+    finally:
+        cache.close()
+
+
+def _drain(app: PyApp, workers: list[Worker]) -> None:
+    """Run what is left on the queue to the end (a worker's first look at each job)."""
+    params = default_params(laravel=app.release, sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20,
+                            queue="fast", concurrency=8)
+    worker = build_worker(params, env=app.env, app=support.async_app)
+    workers.append(worker)
+    assert worker.daemon() == 0
 
 
 def _left(redis_client: Any) -> int:
@@ -59,6 +92,7 @@ def _stop(procs: list[subprocess.Popen[str]]) -> None:
         proc.wait()
 
 
+@pytest.mark.php
 def test_sigkill_mid_batch_in_a_mixed_fleet_loses_nothing(laravel: str, redis_client: Any, redis_server: Any,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     app = _app(laravel, redis_server, monkeypatch, retry_after=2)
@@ -86,6 +120,7 @@ def test_sigkill_mid_batch_in_a_mixed_fleet_loses_nothing(laravel: str, redis_cl
     assert app.artisan("queue:failed").stdout.count("EchoJob") == 0
 
 
+@pytest.mark.php
 def test_lease_renewal_keeps_prefetched_jobs_reserved_past_retry_after(
         laravel: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch,
         workers: list[Worker]) -> None:
@@ -110,11 +145,10 @@ def test_lease_renewal_keeps_prefetched_jobs_reserved_past_retry_after(
 
 
 def test_a_job_taken_back_from_reserved_is_not_run_from_the_buffer(
-        laravel: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch,
-        workers: list[Worker]) -> None:
-    app = _app(laravel, redis_server, monkeypatch, retry_after=2)
-    _dispatch(app, 1, 1.5)
-    _dispatch(app, 2, 0)
+        redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch, workers: list[Worker]) -> None:
+    app = _pyapp(redis_server, monkeypatch, retry_after=2)
+    _push(app, 1, 1.5)
+    _push(app, 2, 0)
     bodies = redis_client.lrange(KEY, 0, -1)
     victim = json.loads(bodies[1])["uuid"]
     params = default_params(laravel=app.release, sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20,
@@ -137,17 +171,18 @@ def test_a_job_taken_back_from_reserved_is_not_run_from_the_buffer(
     assert _left(redis_client) == 0
 
 
-def _buffering_worker(app: PhpApp, *extra: str) -> subprocess.Popen[str]:
+def _buffering_worker(app: PyApp, *extra: str) -> subprocess.Popen[str]:
     return popen_laraq(app, "--queue=fast", "--tries=0", "--quiet", "--no-supervise", "--batch=100", *extra,
                        app_spec="test_worker_support:async_app")
 
 
-def test_sigterm_gives_buffered_jobs_back_to_the_head_untouched(laravel: str, redis_client: Any, redis_server: Any,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    app = _app(laravel, redis_server, monkeypatch)
-    _dispatch(app, 3, 0.01)  # short jobs first: the worker measures them and starts prefetching
-    _dispatch(app, 1, 2)
-    _dispatch(app, 20, 0)
+def test_sigterm_gives_buffered_jobs_back_to_the_head_untouched(redis_client: Any, redis_server: Any,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                workers: list[Worker]) -> None:
+    app = _pyapp(redis_server, monkeypatch)
+    _push(app, 3, 0.01)  # short jobs first: the worker measures them and starts prefetching
+    _push(app, 1, 2)
+    _push(app, 20, 0)
     bodies = redis_client.lrange(KEY, 0, -1)
     long_uuid = json.loads(bodies[3])["uuid"]
     worker = _buffering_worker(app)
@@ -164,21 +199,23 @@ def test_sigterm_gives_buffered_jobs_back_to_the_head_untouched(laravel: str, re
     assert left == bodies[len(ran):]  # original bodies, original order, at the head: attempts not burned
     assert redis_client.zcard(KEY + ":reserved") == 0
     assert redis_client.llen(KEY + ":notify") >= len(left)
-    app.artisan("queue:work", "redis", "--queue=fast", "--stop-when-empty", check=True)
-    php_runs = [r for r in app.runs() if r["runner"] == "php"]
-    assert [r["attempts"] for r in php_runs] == [1] * len(left)
+    _drain(app, workers)
+    later = app.runs()[len(ran):]
+    assert sorted(r["uuid"] for r in later) == sorted(json.loads(b)["uuid"] for b in left)
+    assert [r["attempts"] for r in later] == [1] * len(left)
     assert _left(redis_client) == 0
 
 
-def test_restart_is_honoured_promptly_with_a_full_buffer(laravel: str, redis_client: Any, redis_server: Any,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    app = _app(laravel, redis_server, monkeypatch)
-    _dispatch(app, 300, 0.02)
+def test_restart_is_honoured_promptly_with_a_full_buffer(redis_client: Any, redis_server: Any,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         workers: list[Worker]) -> None:
+    app = _pyapp(redis_server, monkeypatch)
+    _push(app, 300, 0.02)
     bodies = redis_client.lrange(KEY, 0, -1)
     worker = _buffering_worker(app, "--concurrency=2")
     try:
         wait_for(lambda: len(app.runs()) >= 20, timeout=30)
-        app.artisan("queue:restart", check=True)
+        _queue_restart(app)
         assert worker.wait(30) == 0
     finally:
         _stop([worker])
@@ -187,5 +224,6 @@ def test_restart_is_honoured_promptly_with_a_full_buffer(laravel: str, redis_cli
     left = redis_client.lrange(KEY, 0, -1)
     assert redis_client.zcard(KEY + ":reserved") == 0
     assert len(left) == 300 - ran and set(left) <= set(bodies)  # handed back untouched
-    app.artisan("queue:work", "redis", "--queue=fast", "--stop-when-empty", check=True, timeout=120)
+    _drain(app, workers)
     assert sorted(r["uuid"] for r in app.runs()) == sorted(json.loads(b)["uuid"] for b in bodies)
+    assert [r["attempts"] for r in app.runs()[ran:]] == [1] * len(left)

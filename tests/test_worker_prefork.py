@@ -2,10 +2,11 @@
 
 Correctness only, nothing timed: the jobs are shared by all workers and each runs once; a worker that
 dies by SIGKILL is replaced and its job is run again after ``retry_after`` (as artisan under
-supervisord); SIGTERM drains every worker; ``php artisan queue:restart`` stops them all and the
-supervisor exits 0; the supervisor itself is the small interpreter (``-S``, no laraq imported).
-A SIGKILL mid-batch re-runs only the job that was running when the acks are older than their
-50 ms deferral (the at-least-once window is bounded by time).
+supervisord); SIGTERM drains every worker; ``queue:restart`` stops them all and the supervisor exits 0;
+the supervisor itself is the small interpreter (``-S``, no laraq imported). A SIGKILL mid-batch re-runs
+only the job that was running when the acks are older than their 50 ms deferral (the at-least-once window
+is bounded by time). laraq's own processes: the fixture app's jobs are pushed from Python (``pyapp.PyApp``)
+and the restart stamp is laraq's (artisan's stops laraq too: ``test_worker_signals.py``).
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import time
 from typing import Any
 
 import pytest
-from test_worker_fastpath import _app, _dispatch, _left
+from test_worker_fastpath import _drain, _left, _push, _queue_restart
+from test_worker_fastpath import _pyapp as _app
 from test_worker_support import popen_laraq, wait_for
 
-pytestmark = pytest.mark.php
+from laraq.worker.worker import Worker
 
 KEY = "laravel_database_queues:fast"  # the queue of test_worker_fastpath's helpers
 
@@ -59,10 +61,10 @@ def _uuids(redis_client: Any) -> set[str]:
     return {json.loads(m)["uuid"] for m in redis_client.lrange(KEY, 0, -1)}
 
 
-def test_two_processes_share_the_queue_and_stop_when_empty(laravel: str, redis_client: Any, redis_server: Any,
+def test_two_processes_share_the_queue_and_stop_when_empty(redis_client: Any, redis_server: Any,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    app = _app(laravel, redis_server, monkeypatch)
-    _dispatch(app, 40, 0.05)
+    app = _app(redis_server, monkeypatch)
+    _push(app, 40, 0.05)
     uuids = _uuids(redis_client)
     proc = popen_laraq(app, "--queue=fast", "--processes=2", "--stop-when-empty", "--quiet", "--batch=2",
                        "--no-prefetch")
@@ -81,9 +83,9 @@ def test_two_processes_share_the_queue_and_stop_when_empty(laravel: str, redis_c
 
 
 def test_a_killed_worker_process_is_replaced_and_sigterm_drains_all(
-        laravel: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    app = _app(laravel, redis_server, monkeypatch, retry_after=2)
-    _dispatch(app, 30, 0.1)
+        redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = _app(redis_server, monkeypatch, retry_after=2)
+    _push(app, 30, 0.1)
     uuids = _uuids(redis_client)
     proc = popen_laraq(app, "--queue=fast", "--processes=2", "--quiet", "--retry-after=2", "--tries=0", "--batch=1")
     try:
@@ -105,7 +107,7 @@ def test_a_killed_worker_process_is_replaced_and_sigterm_drains_all(
     err = proc.stderr.read() if proc.stderr else ""
     assert "worker process died by SIGKILL" in err
     assert len({r["pid"] for r in app.runs()}) == 3  # the replacement worked too
-    assert app.artisan("queue:failed").stdout.count("EchoJob") == 0
+    assert app.failed_rows() == []
 
 
 def _zombie(pid: int) -> bool:
@@ -116,32 +118,33 @@ def _zombie(pid: int) -> bool:
         return True
 
 
-def test_queue_restart_stops_every_worker_and_the_supervisor(laravel: str, redis_client: Any, redis_server: Any,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    app = _app(laravel, redis_server, monkeypatch)
-    _dispatch(app, 200, 0.02)
+def test_queue_restart_stops_every_worker_and_the_supervisor(redis_client: Any, redis_server: Any,
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             workers: list[Worker]) -> None:
+    app = _app(redis_server, monkeypatch)
+    _push(app, 200, 0.02)
     proc = popen_laraq(app, "--queue=fast", "--processes=2", "--quiet")
     try:
         wait_for(lambda: len({r["pid"] for r in app.runs()}) == 2, timeout=60)
-        app.artisan("queue:restart", check=True)
+        _queue_restart(app)
         assert proc.wait(60) == 0
     finally:
         _stop(proc)
     assert redis_client.zcard(KEY + ":reserved") == 0  # buffered jobs were handed back
-    app.artisan("queue:work", "redis", "--queue=fast", "--stop-when-empty", check=True, timeout=120)
+    _drain(app, workers)
     assert len({r["uuid"] for r in app.runs()}) == 200
 
 
 @pytest.mark.parametrize("app_spec", ["test_worker_support:async_app", "test_worker_support:app"])
-def test_sigkill_mid_batch_reruns_only_the_running_job(laravel: str, redis_client: Any, redis_server: Any,
+def test_sigkill_mid_batch_reruns_only_the_running_job(redis_client: Any, redis_server: Any,
                                                        monkeypatch: pytest.MonkeyPatch, app_spec: str) -> None:
     # Short jobs first (the worker measures them and prefetches the rest in one reserve call), then
     # long ones: the first long job starts from the buffer while the last short jobs' acks are still
     # deferred. An async handler leaves the loop free to send them; a sync one runs inline on the loop
     # thread, and the watchdog sends them meanwhile. Either way only the running job runs again.
-    app = _app(laravel, redis_server, monkeypatch, retry_after=3)
-    _dispatch(app, 10, 0.01)
-    _dispatch(app, 3, 2.5)
+    app = _app(redis_server, monkeypatch, retry_after=3)
+    _push(app, 10, 0.01)
+    _push(app, 3, 2.5)
     bodies = redis_client.lrange(KEY, 0, -1)
     uuids = [json.loads(b)["uuid"] for b in bodies]
     first_long = uuids[10]

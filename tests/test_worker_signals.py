@@ -1,4 +1,4 @@
-"""The worker's cache and maintenance signals, with real PHP (the Laravel 8, 12 and 13 apps) and real Redis.
+"""The worker's cache and maintenance signals, with real PHP (each live Laravel line) and real Redis.
 
 * ``queue:restart`` through the ``file`` and ``database`` cache stores (the 8–10 and 11+ defaults):
   ``php artisan queue:restart`` stops a running ``laraq work``, ``laraq restart`` stops a running
@@ -9,7 +9,12 @@
   12.39 and 13.24 ignore the keys.
 * Maintenance mode: ``php artisan down`` / ``up`` (``storage/framework/down``) and the 9+ cache flag;
   ``--force``; ``--once`` while down sleeps and pops nothing.
-* ``--stop-when-empty-for`` and ``--stop-when-empty`` after a payload was moved to ``failed_jobs``.
+* ``--stop-when-empty-for`` (artisan and laraq both take it where the line has it) and ``--stop-when-empty``
+  after a payload was moved to ``failed_jobs``.
+
+What only laraq decides (the cache maintenance flag by version, the pause keys by version, the version
+rule of ``--stop-when-empty-for``, what a bad payload and ``--unhandled requeue`` leave) runs with the fixture
+app's jobs pushed from Python (``pyapp.PyApp``), once: the Laravel line of the app does not change it.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import redis
 import test_worker_support as support
 from conftest import ROOT, corpus_dir, require_laravel, skip_without_queue_pause
 from phpapp import PhpApp
+from pyapp import PyApp
 from test_worker_support import laraq_env, popen_laraq, run_laraq, wait_for
 
 from laraq.cli.work import build_worker, default_params
@@ -37,10 +43,10 @@ from laraq.stores.cache import LaravelCache, make_cache
 from laraq.stores.cache_stores import FileCache
 from laraq.worker.worker import Worker
 
-pytestmark = pytest.mark.php
+App = PhpApp | PyApp
 
 
-def qkey(php: PhpApp, queue: str) -> str:
+def qkey(php: App, queue: str) -> str:
     return php.prefix + "queues:" + queue
 
 
@@ -53,16 +59,16 @@ def stop(proc: subprocess.Popen[str], timeout: float = 30) -> int:
             proc.kill()
 
 
-def env_for(php: PhpApp, **extra: str) -> dict[str, str]:
+def env_for(php: App, **extra: str) -> dict[str, str]:
     """``laraq work``'s environment: the app's own, plus its project dir (for ``storage/``)."""
     return laraq_env(php, LARAQ_BASE_PATH=str(php.workdir), **extra)
 
 
-def runs_on(php: PhpApp, queue: str) -> list[dict[str, Any]]:
+def runs_on(php: App, queue: str) -> list[dict[str, Any]]:
     return [r for r in php.runs() if r["queue"] == queue]
 
 
-def failed_rows(php: PhpApp) -> list[dict[str, Any]]:
+def failed_rows(php: App) -> list[dict[str, Any]]:
     conn = sqlite3.connect(php.db_path)
     conn.row_factory = sqlite3.Row
     rows = [dict(r) for r in conn.execute("SELECT * FROM failed_jobs ORDER BY id")]
@@ -78,7 +84,7 @@ def workers() -> Iterator[list[Worker]]:
         w.close()
 
 
-def make_worker(php: PhpApp, workers: list[Worker], env: dict[str, str] | None = None, **overrides: Any) -> Worker:
+def make_worker(php: App, workers: list[Worker], env: dict[str, str] | None = None, **overrides: Any) -> Worker:
     params = default_params(laravel=php.release, sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20)
     params.update(overrides)
     worker = build_worker(params, env=env or env_for(php), app=support.app)
@@ -97,6 +103,7 @@ def store_app(request: pytest.FixtureRequest, laravel: str, redis_client: Any, r
     return app
 
 
+@pytest.mark.php
 def test_artisan_queue_restart_stops_laraq(store_app: PhpApp) -> None:
     worker = popen_laraq(store_app, "--queue=py", "--sleep=0.2", env=env_for(store_app))
     try:
@@ -110,6 +117,7 @@ def test_artisan_queue_restart_stops_laraq(store_app: PhpApp) -> None:
     assert "not redis" not in worker.stderr.read()
 
 
+@pytest.mark.php
 def test_laraq_restart_stops_artisan(store_app: PhpApp) -> None:
     artisan = store_app.popen_artisan("queue:work", "redis", "--queue=php", "--sleep=1")
     try:
@@ -127,6 +135,7 @@ def test_laraq_restart_stops_artisan(store_app: PhpApp) -> None:
     assert isinstance(stamp, int) and abs(stamp - time.time()) < 60
 
 
+@pytest.mark.php
 def test_max_exceptions_counted_across_php_and_python(store_app: PhpApp, redis_client: Any) -> None:
     store_app.tool("dispatch", "echo", "--queue=mx", "--args=" + json.dumps(
         {"mode": "fail", "settings": {"tries": 10, "maxExceptions": 2}}))
@@ -169,13 +178,21 @@ def modern(request: pytest.FixtureRequest, redis_client: Any, redis_server: Any)
     return PhpApp(redis_server.port, version=request.param, cache_store="redis")
 
 
-def _modern_cache(app: PhpApp, version: str, redis_server: Any) -> LaravelCache:
+def _modern_py(version: str, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> PyApp:
+    """The Laravel ``version`` fixture app (stock hyphenated prefixes) on its Redis cache store, jobs from Python."""
+    app = PyApp(redis_server.port, version=version, cache_store="redis")
+    monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
+    return app
+
+
+def _modern_cache(app: App, version: str, redis_server: Any) -> LaravelCache:
     settings = LaravelSettings.from_env({**app.env, "CACHE_STORE": "redis"}, version=version)
     cache = make_cache(settings)
     assert isinstance(cache, LaravelCache)
     return cache
 
 
+@pytest.mark.php
 @pytest.mark.parametrize("store", ["redis", "database"])
 @pytest.mark.parametrize("version", ["9", "10", "11", "12", "13"])
 def test_artisan_pause_is_what_laraq_writes_and_reads(version: str, store: str, redis_client: Any,
@@ -235,6 +252,7 @@ def test_artisan_pause_is_what_laraq_writes_and_reads(version: str, store: str, 
         cache.close()
 
 
+@pytest.mark.php
 def test_paused_queue_is_skipped_until_resumed(modern: PhpApp, redis_server: Any) -> None:
     cache = _modern_cache(modern, modern.release, redis_server)
     entry = _corpus_entry("12.67.0", "queue-pause")
@@ -257,14 +275,16 @@ def test_paused_queue_is_skipped_until_resumed(modern: PhpApp, redis_server: Any
         assert stop(worker) == 0
 
 
-def test_global_pause_stops_every_queue(modern: PhpApp, redis_server: Any) -> None:
+def test_global_pause_stops_every_queue(redis_client: Any, redis_server: Any,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    modern = _modern_py("13", redis_server, monkeypatch)
     cache = _modern_cache(modern, "13.26", redis_server)
     entry = _corpus_entry("13.x", "queue-pause-all")
     cache.pause_all()
     assert redis_server.client(1).get(entry["redis_key"]) == (corpus_dir() / entry["file"]).read_bytes()
 
-    modern.tool("dispatch", "python", "--queue=a")
-    modern.tool("dispatch", "python", "--queue=b")
+    modern.dispatch("python", "a")
+    modern.dispatch("python", "b")
     env = laraq_env(modern, CACHE_STORE="redis")
     paused = run_laraq(modern, "--laravel", "13.26", "--queue=a,b", "--stop-when-empty", env=env)
     assert paused.returncode == 0, paused.stderr
@@ -279,18 +299,20 @@ def test_global_pause_stops_every_queue(modern: PhpApp, redis_server: Any) -> No
     assert [r["queue"] for r in modern.runs()] == ["a", "b"]
 
 
-def test_pause_keys_are_ignored_before_12_40(modern: PhpApp, redis_server: Any) -> None:
+def test_pause_keys_are_ignored_before_12_40(redis_client: Any, redis_server: Any,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    modern = _modern_py("12", redis_server, monkeypatch)
     db1 = redis_server.client(1)
     for key in ("illuminate:queue:paused:redis:a", "illuminate:queue:paused:redis:b", "illuminate:queues:paused"):
         db1.set("laravel-database-laravel-cache-" + key, b"b:1;")
-    modern.tool("dispatch", "python", "--queue=a")
-    modern.tool("dispatch", "python", "--queue=b")
+    modern.dispatch("python", "a")
+    modern.dispatch("python", "b")
     proc = run_laraq(modern, "--laravel", "12.39", "--queue=a,b", "--stop-when-empty",
                      env=laraq_env(modern, CACHE_STORE="redis"))
     assert proc.returncode == 0, proc.stderr
     assert sorted(r["queue"] for r in modern.runs()) == ["a", "b"]
     # ... and honoured from 12.40
-    modern.tool("dispatch", "python", "--queue=a")
+    modern.dispatch("python", "a")
     proc = run_laraq(modern, "--laravel", "12.40", "--queue=a,b", "--stop-when-empty",
                      env=laraq_env(modern, CACHE_STORE="redis"))
     assert proc.returncode == 0 and len(modern.runs()) == 2
@@ -307,6 +329,7 @@ def app8(laravel: str, redis_client: Any, redis_server: Any, monkeypatch: pytest
     return app
 
 
+@pytest.mark.php
 def test_artisan_down_stops_popping_until_up(app8: PhpApp, redis_client: Any) -> None:
     app8.artisan("down", check=True)
     assert (app8.storage / "framework" / "down").exists()
@@ -324,6 +347,7 @@ def test_artisan_down_stops_popping_until_up(app8: PhpApp, redis_client: Any) ->
         assert stop(worker) == 0
 
 
+@pytest.mark.php
 def test_once_while_down_sleeps_and_pops_nothing(app8: PhpApp, redis_client: Any) -> None:
     app8.artisan("down", check=True)
     app8.tool("dispatch", "python", "--queue=py")
@@ -341,73 +365,80 @@ def test_once_while_down_sleeps_and_pops_nothing(app8: PhpApp, redis_client: Any
     assert [r["runner"] for r in app8.runs()] == ["python"]
 
 
-def test_cache_maintenance_flag_9_plus(app8: PhpApp, redis_client: Any, workers: list[Worker]) -> None:
-    env = env_for(app8, APP_MAINTENANCE_DRIVER="cache", APP_MAINTENANCE_STORE="file", CACHE_STORE="redis")
+def test_cache_maintenance_flag_9_plus(pyapp: PyApp, redis_client: Any, workers: list[Worker]) -> None:
+    env = env_for(pyapp, APP_MAINTENANCE_DRIVER="cache", APP_MAINTENANCE_STORE="file", CACHE_STORE="redis")
     store = make_cache(LaravelSettings.from_env(env, version="11"), "file")
+    down = {"except": [], "redirect": None, "retry": None, "secret": None, "status": 503, "template": None}
     # what CacheBasedMaintenanceMode::activate writes: the down payload, forever
-    store.put("illuminate:foundation:down", {"except": [], "redirect": None, "retry": None, "secret": None,
-                                             "status": 503, "template": None})
-    app8.tool("dispatch", "python", "--queue=py")
-    assert make_worker(app8, workers, env=env, laravel="11", queue="py").daemon() == 0
-    assert app8.runs() == [] and redis_client.llen(qkey(app8, "py")) == 1
+    store.put("illuminate:foundation:down", down)
+    pyapp.dispatch("python", "py")
+    assert make_worker(pyapp, workers, env=env, laravel="11", queue="py").daemon() == 0
+    assert pyapp.runs() == [] and redis_client.llen(qkey(pyapp, "py")) == 1
     # 8.x only knows the file: the cache flag means nothing there
-    assert make_worker(app8, workers, env=env, laravel="8", queue="py").daemon() == 0
-    assert len(app8.runs()) == 1
-    # with the cache driver the file does not count; forgetting the flag lets the worker pop again
-    app8.tool("dispatch", "python", "--queue=py")
-    app8.artisan("down", check=True)
+    assert make_worker(pyapp, workers, env=env, laravel="8", queue="py").daemon() == 0
+    assert len(pyapp.runs()) == 1
+    # with the cache driver the file does not count (artisan down's file: test_artisan_down_stops_popping_until_up);
+    # forgetting the flag lets the worker pop again
+    pyapp.dispatch("python", "py")
+    (pyapp.storage / "framework" / "down").write_text(json.dumps(down))
     store.forget("illuminate:foundation:down")
-    assert make_worker(app8, workers, env=env, laravel="11", queue="py").daemon() == 0
-    assert len(app8.runs()) == 2
+    assert make_worker(pyapp, workers, env=env, laravel="11", queue="py").daemon() == 0
+    assert len(pyapp.runs()) == 2
 
 
 # -- --stop-when-empty-for and --stop-when-empty ---------------------------------------------------------
 
 
-def test_stop_when_empty_for(app8: PhpApp, workers: list[Worker]) -> None:
-    app8.tool("dispatch", "python", "--queue=py")
-    worker = make_worker(app8, workers, laravel="12.60", queue="py", stop_when_empty=False,
+def test_stop_when_empty_for(pyapp: PyApp, workers: list[Worker]) -> None:
+    pyapp.dispatch("python", "py")
+    worker = make_worker(pyapp, workers, laravel="12.60", queue="py", stop_when_empty=False,
                          stop_when_empty_for=1, sleep=0.1)
     started = time.monotonic()
     assert worker.daemon() == 0
     assert time.monotonic() - started >= 1  # waited the empty second out (and then stopped by itself)
-    assert len(app8.runs()) == 1
-    with pytest.raises(click.UsageError, match="stop-when-empty-for"):
-        make_worker(app8, workers, laravel="12.59", queue="py", stop_when_empty_for=1)
-    if not app8.profile.has_stop_when_empty_for:
-        assert run_laraq(app8, "--stop-when-empty-for=1", "--queue=py").returncode == 2  # not before 11.53
-    else:
-        # 12.60+ / 13.10+: artisan and laraq both take it and stop once idle that long
-        app8.tool("dispatch", "echo", "--queue=py")
-        php = app8.artisan("queue:work", "redis", "--queue=py", "--stop-when-empty-for=1", "--sleep=0.2")
-        assert php.returncode == 0, php.stderr
-        assert run_laraq(app8, "--stop-when-empty-for=1", "--sleep=0.2", "--queue=py").returncode == 0
-        assert [r["runner"] for r in app8.runs()] == ["python", "php"]
-    proc = run_laraq(app8, "--laravel", "11.53", "--stop-when-empty-for=1", "--sleep=0.2", "--queue=py",
-                     env=laraq_env(app8, CACHE_STORE="redis"))
+    assert len(pyapp.runs()) == 1
+    for older in ("8.83.26", "9.52.22", "10.50.3", "11.52", "12.59", "13.9"):  # 11.53+, 12.60+, 13.10+ only
+        with pytest.raises(click.UsageError, match="stop-when-empty-for"):
+            make_worker(pyapp, workers, laravel=older, queue="py", stop_when_empty_for=1)
+    assert run_laraq(pyapp, "--laravel", "10.50.3", "--stop-when-empty-for=1", "--queue=py").returncode == 2
+    proc = run_laraq(pyapp, "--laravel", "11.53", "--stop-when-empty-for=1", "--sleep=0.2", "--queue=py",
+                     env=laraq_env(pyapp, CACHE_STORE="redis"))
     assert proc.returncode == 0, proc.stderr
 
 
-def test_stop_when_empty_after_a_payload_moved_to_failed_jobs(app8: PhpApp, redis_client: Any,
+@pytest.mark.php
+def test_stop_when_empty_for_as_artisan_takes_it(app8: PhpApp) -> None:
+    """11.53+ / 12.60+ / 13.10+: artisan and laraq both take it and stop once idle that long."""
+    if not app8.profile.has_stop_when_empty_for:
+        pytest.skip(f"Laravel {app8.release}'s queue:work has no --stop-when-empty-for (11.53, 12.60, 13.10)")
+    app8.tool("dispatch", "python", "--queue=py")
+    assert run_laraq(app8, "--stop-when-empty-for=1", "--sleep=0.2", "--queue=py").returncode == 0
+    app8.tool("dispatch", "echo", "--queue=py")
+    php = app8.artisan("queue:work", "redis", "--queue=py", "--stop-when-empty-for=1", "--sleep=0.2")
+    assert php.returncode == 0, php.stderr
+    assert [r["runner"] for r in app8.runs()] == ["python", "php"]
+
+
+def test_stop_when_empty_after_a_payload_moved_to_failed_jobs(pyapp: PyApp, redis_client: Any,
                                                               workers: list[Worker]) -> None:
     # reservable by the pop script (Lua reads "0x1" as 1) but not a payload Python accepts; named for a
     # class Python handles, so that the reserve takes it (--unhandled leave leaves other names to PHP)
     bad = (b'{"uuid":"bad-1","displayName":"App\\\\Jobs\\\\PythonJob","job":"Illuminate\\\\Queue\\\\'
            b'CallQueuedHandler@call","attempts":"0x1","data":{"commandName":"App\\\\Jobs\\\\PythonJob","command":"x"}}')
-    redis_client.rpush(qkey(app8, "py"), bad)
-    app8.tool("dispatch", "python", "--queue=py")
-    assert make_worker(app8, workers, queue="py").daemon() == 0
-    (row,) = failed_rows(app8)
+    redis_client.rpush(qkey(pyapp, "py"), bad)
+    pyapp.dispatch("python", "py")
+    assert make_worker(pyapp, workers, queue="py").daemon() == 0
+    (row,) = failed_rows(pyapp)
     assert row["uuid"] == "bad-1" and "laraq cannot read the job payload" in row["exception"]
-    assert [r["class"] for r in app8.runs()] == ["App\\Jobs\\PythonJob"]  # the loop went on
-    assert not redis_client.exists(qkey(app8, "py"), qkey(app8, "py:reserved"))
+    assert [r["class"] for r in pyapp.runs()] == ["App\\Jobs\\PythonJob"]  # the loop went on
+    assert not redis_client.exists(qkey(pyapp, "py"), qkey(pyapp, "py:reserved"))
 
 
-def test_requeue_goes_through_the_shared_script(app8: PhpApp, redis_client: redis.Redis,
+def test_requeue_goes_through_the_shared_script(pyapp: PyApp, redis_client: redis.Redis,
                                                 workers: list[Worker]) -> None:
-    app8.tool("dispatch", "plain", "--queue=py")
-    body = redis_client.lrange(qkey(app8, "py"), 0, -1)[0]
-    worker = make_worker(app8, workers, queue="py", unhandled="requeue", unhandled_delay=30)
+    pyapp.dispatch("plain", "py")
+    body = redis_client.lrange(qkey(pyapp, "py"), 0, -1)[0]
+    worker = make_worker(pyapp, workers, queue="py", unhandled="requeue", unhandled_delay=30)
     assert worker.daemon() == 0
-    assert redis_client.zrange(qkey(app8, "py:delayed"), 0, -1) == [body]
+    assert redis_client.zrange(qkey(pyapp, "py:delayed"), 0, -1) == [body]
     assert redis_client.script_exists(worker.queue.scripts.sha("requeue")) == [True]

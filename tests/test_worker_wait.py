@@ -141,9 +141,13 @@ class _Running:
         self.thread = threading.Thread(target=lambda: self.status.append(worker.daemon()), daemon=True)
         self.thread.start()
 
-    def stop(self) -> int | None:
+    def stop(self, client: redis.Redis | None = None) -> int | None:
+        """Stop the worker; with ``client`` a ``:notify`` token ends a wait it is blocked in, as a pushed job
+        would, instead of at ``block_for`` (the list stays empty: nothing is reserved)."""
         self.worker.signals.quit()
         self.worker.signals.wake.set()
+        if client is not None:
+            client.rpush(KEY + ":notify", 1)
         self.thread.join(30)
         return self.status[0] if self.status else None
 
@@ -174,7 +178,7 @@ def _waiting_worker(redis_server: Any, redis_client: Any, workers: list[Any], ra
         wait_for(lambda: _blocked_on_notify(redis_client), timeout=30)
         yield worker, calls
     finally:
-        status = running.stop()
+        status = running.stop(redis_client)
     assert status == 0
     assert redis_client.llen(KEY) == 0 and redis_client.zcard(KEY + ":reserved") == 0
 
@@ -326,7 +330,7 @@ def test_a_renewal_answered_after_our_own_release_is_not_reported_as_lost(
         wait_for(lambda: attempts == [1, 2], timeout=30)
         wait_for(lambda: redis_client.zcard(KEY + ":reserved") == 0 and worker.reserver.leases.renewal is None, timeout=30)
     finally:
-        assert running.stop() == 0
+        assert running.stop(redis_client) == 0
     assert redis_client.llen(KEY) == 0 and redis_client.zcard(KEY + ":delayed") == 0
     assert "left :reserved" not in caplog.text and "taken back" not in caplog.text
 
@@ -366,7 +370,8 @@ def test_the_stop_waits_for_an_ack_the_watchdog_is_still_sending(
         if command["args"]["n"] == 3:
             time.sleep(0.5)
 
-    worker = _worker(redis_server, app, workers, stop_when_empty=True)
+    # no blocking wait on the empty queue: the stop comes while the watchdog is still sending
+    worker = _worker(redis_server, app, workers, stop_when_empty=True, block_for=None)
     original = worker.acks.send
     from_watchdog: list[int] = []
 
