@@ -97,7 +97,7 @@ def test_process_alone_returns_outcomes_and_settle_carries_them_out(queue: Redis
     _dispatch(queue, "pr", 1)
     _dispatch(queue, "pr", 1, mode="fail")
     reserver = _reserver(queue, context, acks)
-    assert reserver.take(2).taken == 2
+    assert reserver.take(2).count == 2
     ok, failing = reserver.next_job(), reserver.next_job()
     assert ok is not None and failing is not None
     # the outcome is a value: nothing has happened in Redis yet
@@ -115,7 +115,7 @@ def test_process_alone_returns_outcomes_and_settle_carries_them_out(queue: Redis
     # the last attempt's exception fails it (no failed store here: the callbacks and the event still run)
     redis_client.rpush(PREFIX + "queues:pr", redis_client.zrange(PREFIX + "queues:pr:delayed", 0, 0)[0])
     redis_client.delete(PREFIX + "queues:pr:delayed")
-    assert reserver.take(1).taken == 1
+    assert reserver.take(1).count == 1
     again = reserver.next_job()
     assert again is not None and again.attempts == 2
     process.run(again)
@@ -151,8 +151,8 @@ def test_the_reserver_alone_hands_back_batches_and_gives_back(queue: RedisQueue,
     reserver = _reserver(queue, context, Acks(queue))
     _dispatch(queue, "rs", 3)
     redis_client.rpush(PREFIX + "queues:rs", b'{"job":"App\\\\Jobs\\\\EchoJob","attempts":0,"data":{}, "uuid":')
-    batch = reserver.take(10, idle=False)
-    assert batch.taken == 3 and batch.fault is None and batch.popped
+    taken = reserver.take(10, idle=False)
+    assert taken.count == 3 and taken.fault is None and taken.popped
     assert reserver.buffered == 3
     assert redis_client.zcard(PREFIX + "queues:rs:reserved") == 3
     reserver.give_back()
@@ -162,14 +162,14 @@ def test_the_reserver_alone_hands_back_batches_and_gives_back(queue: RedisQueue,
     assert redis_client.zcard(PREFIX + "queues:rs:reserved") == 0
     # one job per step with --batch 1: Laravel's own pop, attempts not burned by the give-back
     per_job = _reserver(queue, _context(queue, app, "rs", batch=1), Acks(queue, "sync"))
-    assert per_job.take(5).taken == 1
+    assert per_job.take(5).count == 1
     job = per_job.next_job()
     assert job is not None and job.attempts == 1
     # a step that fails is a fault in the value, never an empty queue
     down = RedisQueue("redis://127.0.0.1:1/0", prefix=PREFIX, version=VERSION)
     faulty = _reserver(down, _context(down, app, "rs", batch=100), Acks(down))
-    batch = faulty.take(1)
-    assert batch.fault is not None and batch.fault.status == 3 and batch.fault.rounds == 1 and not batch.popped
+    taken = faulty.take(1)
+    assert taken.fault is not None and taken.fault.status == 3 and taken.fault.rounds == 1 and not taken.popped
 
 
 class _Process:

@@ -2,7 +2,7 @@
 ``Worker::getNextJob`` and ``RedisQueue::pop``).
 
 :meth:`Reserver.take` is one reserve step over the ``--queue`` list, first queue first, skipping paused
-queues (12.40+), and hands back a :class:`Batch`, a value saying what it took. With ``--batch 1`` (and
+queues (12.40+), and hands back a :class:`Taken`, a value saying what it took. With ``--batch 1`` (and
 ``--once``) a step is Laravel's pop, call for call (migrate, migrate, the pop script, the ``BLPOP
 :notify`` wait); otherwise one Lua call per queue reserves up to ``--batch`` jobs, the deferred acks
 riding along, and records each as unstarted (:mod:`laraq.worker.unstarted`). Under ``--unhandled leave``,
@@ -14,7 +14,7 @@ next one is asked for at once, while this one runs, within the prefetch budget.
 The jobs taken wait in a buffer until the loop starts them (:meth:`Reserver.next_job`: their leases
 renewed if stale, :mod:`laraq.worker.leases`; their unstarted records removed first); on a stop or pause
 the buffer goes back to the head of its lists, attempts not spent (:meth:`Reserver.give_back`). A step
-that fails (Redis away, refused credentials) is a :class:`Fault` in the batch, never an empty queue.
+that fails (Redis away, refused credentials) is a :class:`Fault` in what it hands back, never an empty queue.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from laraq.worker.events import JobReserved
 from laraq.worker.leases import Buffered, Leases
 from laraq.worker.unstarted import Unstarted
 
-__all__ = ["Batch", "Fault", "Reserver"]
+__all__ = ["Taken", "Fault", "Reserver"]
 
 log = logging.getLogger("laraq.worker.worker")
 
@@ -60,11 +60,11 @@ class Fault:
 
 
 @dataclass(frozen=True, slots=True)
-class Batch:
+class Taken:
     """What one reserve step took (buffered for :meth:`Reserver.next_job`)."""
 
     #: usable jobs buffered
-    taken: int = 0
+    count: int = 0
     #: reservations whose body Python cannot read: for the settle step to move to ``failed_jobs``
     unreadable: tuple[tuple[ReservedJob, PayloadError], ...] = ()
     #: list members looked at and left for PHP workers (no Python handler)
@@ -74,10 +74,10 @@ class Batch:
     @property
     def popped(self) -> bool:
         """Was a job taken (a readable one or not: Laravel's loop had a job)?"""
-        return self.taken > 0 or bool(self.unreadable)
+        return self.count > 0 or bool(self.unreadable)
 
 
-_EMPTY = Batch()
+_EMPTY = Taken()
 
 
 class Reserver:
@@ -149,7 +149,7 @@ class Reserver:
 
     # -- the step --------------------------------------------------------------------------------------------
 
-    def take(self, free: int, room: int | None = None, *, idle: bool = True) -> Batch:
+    def take(self, free: int, room: int | None = None, *, idle: bool = True) -> Taken:
         """One reserve step: for ``free`` slots plus the prefetch budget, at most ``room`` jobs (``--max-jobs``
         left; 0: only land what was asked for ahead). ``idle`` (nothing runs): an empty step may wait on
         ``:notify`` as Laravel's pop does."""
@@ -160,10 +160,10 @@ class Reserver:
         want = self._want(free, room)
         if want <= 0:
             return _EMPTY
-        batch = self._pop() if self.per_job else self._round(want, free, room)
-        if batch.popped or batch.fault is not None or not idle or self.per_job:
+        taken = self._pop() if self.per_job else self._round(want, free, room)
+        if taken.popped or taken.fault is not None or not idle or self.per_job:
             return batch
-        return self._wait(want, batch.left_for_php, free, room)
+        return self._wait(want, taken.left_for_php, free, room)
 
     def _want(self, free: int, room: int | None) -> int:
         """How many jobs to reserve now: the free slots plus an adaptive, time-bounded prefetch."""
@@ -184,7 +184,7 @@ class Reserver:
         if self.cache is not None and self.version.has_queue_pause:
             self._paused = set(self.cache.paused_queues(self.connection_name, self.queues))
 
-    def _pop(self) -> Batch:
+    def _pop(self) -> Taken:
         """Laravel's ``getNextJob``: the first job of the queue list by Laravel's pop (selective under
         ``--unhandled leave``), blocking as its pop does."""
         try:
@@ -199,9 +199,9 @@ class Reserver:
                     reserved, left = self._pop_handled(name, index)
                 if reserved is not None:
                     self._up()
-                    return self._batch([reserved], left, time.time(), record=False)
+                    return self._buffer([reserved], left, time.time(), record=False)
             self._up()
-            return Batch(left_for_php=left)
+            return Taken(left_for_php=left)
         except Exception as exc:
             return self._failed(exc, "pop a job from")
 
@@ -218,7 +218,7 @@ class Reserver:
         self._note_left(name, got)
         return (got.jobs[0] if got.jobs else None), got.skipped
 
-    def _round(self, want: int, free: int, room: int | None) -> Batch:
+    def _round(self, want: int, free: int, room: int | None) -> Taken:
         """One batch reserve call per queue in order until ``want`` jobs came, the deferred acks riding on
         the call of their queue."""
         acks = self._take_acks()
@@ -250,9 +250,9 @@ class Reserver:
             return self._failed(exc, "reserve jobs from")
         finally:
             self.acks.restore(acks)
-        return self._full(self._batch(taken, left, sent_at, record=True), want, free, room)
+        return self._full(self._buffer(taken, left, sent_at, record=True), want, free, room)
 
-    def _land(self, pending: PendingReserve, acks: list[bytes], want: int, free: int, room: int | None) -> Batch:
+    def _land(self, pending: PendingReserve, acks: list[bytes], want: int, free: int, room: int | None) -> Taken:
         """Read a batch asked for ahead (or along with a wait) and buffer it."""
         try:
             got = self.reserving.reserve_batch_receive(pending)
@@ -261,12 +261,12 @@ class Reserver:
             self.acks.restore({pending.queue: acks})
             return self._failed(exc, "reserve jobs from")
         self._up()
-        batch = self._batch(got.jobs, got.skipped if pending.selective else 0, pending.sent_at, record=True)
-        return self._full(batch, want, free, room)
+        taken = self._buffer(got.jobs, got.skipped if pending.selective else 0, pending.sent_at, record=True)
+        return self._full(taken, want, free, room)
 
-    def _full(self, batch: Batch, want: int, free: int, room: int | None) -> Batch:
+    def _full(self, taken: Taken, want: int, free: int, room: int | None) -> Taken:
         """After a full batch more jobs are waiting: the next batch is asked for now (:meth:`_ahead_call`)."""
-        if batch.taken and batch.taken + len(batch.unreadable) >= want:
+        if taken.count and taken.count + len(taken.unreadable) >= want:
             self._ahead_call(free, room)
         return batch
 
@@ -305,12 +305,12 @@ class Reserver:
             return
         self._ahead = (pending, mine, want)
 
-    def _wait(self, want: int, left_for_php: int, free: int, room: int | None) -> Batch:
+    def _wait(self, want: int, left_for_php: int, free: int, room: int | None) -> Taken:
         """``block_for``: ``BLPOP :notify`` as Laravel's pop does (only the first queue from 11.27 unless a
         later one had a job; every queue in turn before), then what came. No wait while jobs for PHP wait
         in the list: their tokens would end it at once, again and again."""
         if self.queue.block_for is None or left_for_php:
-            return Batch(left_for_php=left_for_php)
+            return Taken(left_for_php=left_for_php)
         self.events.flush()
         self.leases.collect()
         self.acks.flush(force=True)
@@ -318,7 +318,7 @@ class Reserver:
                  if name not in self._paused and self.queue.blocks_at(index)]
         try:
             if len(names) == 1:
-                batch = self._wait_then_reserve(names[0], want, free, room)
+                taken = self._wait_then_reserve(names[0], want, free, room)
                 if batch is not None:
                     return batch
             for name in names:
@@ -328,7 +328,7 @@ class Reserver:
             return self._failed(exc, "wait on")
         return _EMPTY
 
-    def _wait_then_reserve(self, name: str, want: int, free: int, room: int | None) -> Batch | None:
+    def _wait_then_reserve(self, name: str, want: int, free: int, room: int | None) -> Taken | None:
         """Wait on one queue's ``:notify`` with the reserve written right behind the ``BLPOP``: Redis
         reserves the moment a token comes (or the wait ends: a job pushed without a token comes too), and
         the worker reads the jobs without another round trip. None: this client cannot split a call
@@ -349,7 +349,7 @@ class Reserver:
 
     # -- the buffer -----------------------------------------------------------------------------------------
 
-    def _batch(self, reserved: list[ReservedJob], left: int, sent_at: float, *, record: bool) -> Batch:
+    def _buffer(self, reserved: list[ReservedJob], left: int, sent_at: float, *, record: bool) -> Taken:
         """Wrap and buffer what a reserve call sent at ``sent_at`` (unix seconds) took. Laravel's own pop
         (``record`` False) starts its job at once: no lease to watch, no unstarted record."""
         lease = math.floor(sent_at) + (self.queue.retry_after or 0) if record else math.inf
@@ -365,7 +365,7 @@ class Reserver:
             count += 1
         if reserved and record:
             self.leases.note_lease(lease)
-        return Batch(count, tuple(unreadable), left)
+        return Taken(count, tuple(unreadable), left)
 
     def _job(self, reserved: ReservedJob) -> Job | PayloadError:
         """A reservation as a job; a body Python cannot read (or PHP's ``Job::fire`` fails before any
@@ -447,7 +447,7 @@ class Reserver:
 
     # -- faults ----------------------------------------------------------------------------------------------
 
-    def _failed(self, exc: Exception, what: str) -> Batch:
+    def _failed(self, exc: Exception, what: str) -> Taken:
         """Redis lost (retry with backoff), credentials refused (bounded), or anything else (logged)."""
         status = EXIT_REDIS_UNREACHABLE
         if self._refused_credentials(exc):
@@ -463,7 +463,7 @@ class Reserver:
             self._retry_in = 1.0
             status = EXIT_ERROR
         self._failed_rounds += 1
-        return Batch(fault=Fault(status, self._failed_rounds, self._retry_in))
+        return Taken(fault=Fault(status, self._failed_rounds, self._retry_in))
 
     def _refused_credentials(self, exc: BaseException) -> bool:
         """A login Redis refused: retried a few times, then the worker stops with exit 4 (one line)."""

@@ -3,7 +3,7 @@
 One loop (:meth:`Worker.daemon`), one round at a time, as Laravel's ``daemon`` runs:
 
 1. unless the worker is told to quit, paused (SIGUSR2) or the app is down (and no ``--force``), one
-   reserve step (:class:`~laraq.worker.reserver.Reserver`, a :class:`~laraq.worker.reserver.Batch` back:
+   reserve step (:class:`~laraq.worker.reserver.Reserver`, a :class:`~laraq.worker.reserver.Taken` back:
    Laravel's pop with ``--batch 1``, a batch reserve otherwise);
 2. the jobs taken start on free slots (:class:`~laraq.worker.executor.Executor`); each one's run ends in an
    outcome that the settle step carries out (:mod:`laraq.worker.process`, :mod:`laraq.worker.settle`);
@@ -45,7 +45,7 @@ from laraq.worker.events import Listeners, Looping, WorkerListener, WorkerStarti
 from laraq.worker.executor import TICK, Executor
 from laraq.worker.notes import RunNotes
 from laraq.worker.process import Process
-from laraq.worker.reserver import Batch, Reserver
+from laraq.worker.reserver import Reserver, Taken
 from laraq.worker.settle import Settle
 from laraq.worker.stoprules import Round, Stop, StopRules
 
@@ -190,29 +190,29 @@ class Worker:
                 if memory == "stop":
                     return await self._stop(Stop(EXIT_MEMORY_LIMIT, "over --memory"))
             free = opts.concurrency - executor.active
-            batch: Batch | None = None
+            taken: Taken | None = None
             room = 0 if memory == "drain" else opts.max_jobs - jobs if opts.max_jobs else None
             if free > 0 and not reserver.ready and (room != 0 or reserver.buffered):
-                batch = reserver.take(free, room, idle=executor.active == 0)
-                jobs += self._unreadable(batch)
+                taken = reserver.take(free, room, idle=executor.active == 0)
+                jobs += self._unreadable(taken)
             elif memory == "drain" and not reserver.buffered:
                 return await self._stop(Stop(EXIT_MEMORY_LIMIT, "over --memory"))
             free, jobs = await self._start(free, jobs)
-            if opts.once and batch is not None:
-                if not batch.popped:
+            if opts.once and taken is not None:
+                if not taken.popped:
                     await executor.idle(opts.sleep)
-                return await self._stop(Stop(EXIT_SUCCESS, "--once: one job run" if batch.popped else "--once: no job"))
+                return await self._stop(Stop(EXIT_SUCCESS, "--once: one job run" if taken.popped else "--once: no job"))
             now = time.monotonic()
-            if batch is not None or now >= next_check or (opts.max_jobs and jobs >= opts.max_jobs):
+            if taken is not None or now >= next_check or (opts.max_jobs and jobs >= opts.max_jobs):
                 next_check = now + _CHECK_EVERY
-                stop, memory = self._check(jobs, batch, memory)
+                stop, memory = self._check(jobs, taken, memory)
                 if stop is not None:
                     return await self._stop(stop)
                 can_run = rules.should_run(executor.kill_pending)
-            if batch is not None and not batch.popped and executor.active == 0 and not reserver.buffered:
-                await self._empty(batch, jobs)
+            if taken is not None and not taken.popped and executor.active == 0 and not reserver.buffered:
+                await self._empty(taken, jobs)
                 continue
-            await executor.round_end(batch is not None, waiting=free <= 0 or not reserver.ready)
+            await executor.round_end(taken is not None, waiting=free <= 0 or not reserver.ready)
 
     async def _start(self, free: int, jobs: int) -> tuple[int, int]:
         """Start buffered jobs on the free slots (never past ``--max-jobs``, none once told to quit or pause:
@@ -235,22 +235,22 @@ class Worker:
                 await executor.idle(opts.rest)
         return free, jobs
 
-    def _unreadable(self, batch: Batch) -> int:
+    def _unreadable(self, taken: Taken) -> int:
         """Reservations Python cannot read go to ``failed_jobs`` (popped all the same: they count)."""
-        for reserved, error in batch.unreadable:
+        for reserved, error in taken.unreadable:
             self.settle.unreadable(reserved, error)
-        if batch.popped:
+        if taken.popped:
             self.rules.job_taken()
-        return len(batch.unreadable)
+        return len(taken.unreadable)
 
-    def _check(self, jobs: int, batch: Batch | None, memory: str) -> tuple[Stop | None, str]:
+    def _check(self, jobs: int, taken: Taken | None, memory: str) -> tuple[Stop | None, str]:
         """The stop rules for this round, and what ``--memory`` asks for (see the module)."""
         executor, reserver = self.executor, self.reserver
         self._looping()
         self._report_popped()
-        empty = batch is not None and batch.fault is None and not batch.popped and executor.active == 0 \
+        empty = taken is not None and taken.fault is None and not taken.popped and executor.active == 0 \
             and not reserver.buffered
-        stop = self.rules.check(Round(jobs, empty, None if batch is None else batch.fault))
+        stop = self.rules.check(Round(jobs, empty, None if taken is None else taken.fault))
         if stop is None or stop.status != EXIT_MEMORY_LIMIT:
             return stop, memory
         if memory == "drain":
@@ -282,15 +282,15 @@ class Worker:
         await self.executor.idle(self.options.sleep if self.options.sleep > 0 else 1)
         return self.rules.check(Round(jobs, self.executor.active == 0))
 
-    async def _empty(self, batch: Batch, jobs: int) -> None:
+    async def _empty(self, taken: Taken, jobs: int) -> None:
         """A round that found nothing: Laravel's sleep (at least a short pause when only jobs for PHP
         workers are in the list, so that ``--sleep 0`` does not rescan them without pause)."""
-        if batch.fault is not None:
-            await self.executor.idle(batch.fault.retry_in or 1.0)
+        if taken.fault is not None:
+            await self.executor.idle(taken.fault.retry_in or 1.0)
             return
         self.notes.went_idle(jobs)
         seconds = self.timers.sleep_for(self.options.sleep)  # cut short when a delayed job comes due sooner
-        if batch.left_for_php:
+        if taken.left_for_php:
             seconds = max(seconds, _LEFT_FOR_PHP_PAUSE)
         await self.executor.idle(seconds)
 
