@@ -162,7 +162,7 @@ class Reserver:
             return _EMPTY
         taken = self._pop() if self.per_job else self._round(want, free, room)
         if taken.popped or taken.fault is not None or not idle or self.per_job:
-            return batch
+            return taken
         return self._wait(want, taken.left_for_php, free, room)
 
     def _want(self, free: int, room: int | None) -> int:
@@ -268,7 +268,7 @@ class Reserver:
         """After a full batch more jobs are waiting: the next batch is asked for now (:meth:`_ahead_call`)."""
         if taken.count and taken.count + len(taken.unreadable) >= want:
             self._ahead_call(free, room)
-        return batch
+        return taken
 
     def _ahead_call(self, free: int, room: int | None) -> None:
         """Ask Redis for the next batch while this one runs, so that Redis reserves on its core while this
@@ -319,8 +319,8 @@ class Reserver:
         try:
             if len(names) == 1:
                 taken = self._wait_then_reserve(names[0], want, free, room)
-                if batch is not None:
-                    return batch
+                if taken is not None:
+                    return taken
             for name in names:
                 if self.queue.wait_for_token(name, self.timers.wait_for):
                     return self._round(want, free, room)
