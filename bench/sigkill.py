@@ -12,7 +12,7 @@ that ran twice is charged to the runner of its first run). This script only fixe
     python3 bench/sigkill.py --tries 1 --kill-only python   # kill laraq workers only
 
 What bounds the count: artisan re-runs at most the job it was running. laraq writes each finished
-job's ``ZREM`` the moment the job is done (``laraq.worker.acks``), so it re-runs at most the jobs it
+job's ``ZREM`` the moment the job is done (``laraq.protocol.acks``), so it re-runs at most the jobs it
 was running too. Its buffered, never-started jobs are not run twice, and not charged an attempt: their
 unstarted records (``laraq.worker.unstarted``) give them back to the list, as pushed, within the
 unstarted lease. With ``--tries 1`` the report's ``failed_without_running`` counts jobs failed

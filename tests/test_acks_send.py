@@ -1,4 +1,4 @@
-"""The ack pipe's write (``laraq.worker.acks._send_all``): one ``write()`` when the kernel takes the
+"""The ack pipe's write (``laraq.protocol.acks._send_all``): one ``write()`` when the kernel takes the
 bytes, ``sendall`` for the rest when it does not, and never a byte lost or sent twice."""
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ class Reserving:
     def reserve_batch(self, queue: str | None = None, count: int = 1,
                       acks: list[bytes] | tuple[bytes, ...] = (), *, handled: list[str] | None = None,
                       window: int = 100, record: bool = False, index: int | None = None) -> Reserved:
-        """The worker's fast path: in ONE script call, ``ZREM`` the ``acks`` (reserved members of
+        """A worker's batch reserve: in ONE script call, ``ZREM`` the ``acks`` (reserved members of
         finished jobs), run Laravel's ``migrate`` and reserve up to ``count`` jobs (never blocks).
 
         Each job is reserved exactly as :meth:`~laraq.protocol.queue.RedisQueue.pop` reserves it, the

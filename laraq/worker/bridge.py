@@ -1,12 +1,12 @@
 """The worker's event loop as the other objects reach it: where ``async def`` handlers and blocking
 bookkeeping run.
 
-On the batched fast path the loop is the daemon's own (:meth:`AsyncBridge.attach` while
-:meth:`laraq.worker.worker.Worker.daemon` runs it); elsewhere (the classic loop, ``--once``, a
-``failed`` callback called from a thread) an ``async def`` handler runs on one asyncio loop thread
-started on first use, each awaited by its slot. Blocking bookkeeping an async job needs (release,
-fail, ``failed`` callbacks) runs on a small pool off the loop's thread (:meth:`AsyncBridge.off_loop`).
-The job lifecycle calls it through :class:`laraq.worker.lifecycle.HandlerRunner`.
+While the worker runs, the loop is the daemon's own (:meth:`AsyncBridge.attach` while
+:meth:`laraq.worker.worker.Worker.daemon` runs it); outside it (``Worker.process`` called by an embedding
+program, a ``failed`` callback called from a thread) an ``async def`` handler or callback runs on one
+asyncio loop thread started on first use. Blocking bookkeeping an async job needs (release, fail,
+``failed`` callbacks) runs on a small pool off the loop's thread (:meth:`AsyncBridge.off_loop`).
+:class:`laraq.bus.callqueued.CallQueuedHandler` runs handlers through it (its ``Runner``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class AsyncBridge:
     def __init__(self) -> None:
         #: the loop async handlers run on (None until the daemon attaches one or a handler needs one)
         self.loop: asyncio.AbstractEventLoop | None = None
-        #: the thread running the daemon's loop (None off the fast path)
+        #: the thread running the daemon's loop (None while the daemon does not run)
         self.loop_thread: int | None = None
         self._aux_pool: concurrent.futures.ThreadPoolExecutor | None = None
 
@@ -56,7 +56,7 @@ class AsyncBridge:
         return self.loop_thread == threading.get_ident()
 
     def call(self, handler: Handler, argument: Any, job: Job, running: Running | None) -> None:
-        """Run ``handler`` to completion from a slot thread (an ``async def`` one on the loop thread)."""
+        """Run ``handler`` to completion on this thread (an ``async def`` one on the loop thread)."""
         if not handler.is_async:
             handler.func(argument, job)
             return
@@ -79,7 +79,7 @@ class AsyncBridge:
             raise result.exc
 
     def event_loop(self) -> asyncio.AbstractEventLoop:
-        """The loop async handlers run on; off the fast path, a loop thread started on first use."""
+        """The loop async handlers run on; outside the daemon, a loop thread started on first use."""
         if self.loop is None:
             loop = asyncio.new_event_loop()
             threading.Thread(target=loop.run_forever, name="laraq-asyncio", daemon=True).start()
@@ -96,7 +96,7 @@ class AsyncBridge:
     def run_coroutine(self, coro: Coroutine[Any, Any, Any], timeout: float | None) -> Any:
         """Run a coroutine to completion from synchronous code (a ``failed`` callback)."""
         if self.loop is not None and self.on_loop_thread():
-            # on the fast path's own loop thread (a sync job run inline): a private loop elsewhere
+            # on the daemon's own loop thread (a sync job run inline): a private loop elsewhere
             with concurrent.futures.ThreadPoolExecutor(1) as ex:
                 return ex.submit(asyncio.run, coro).result(timeout)
         return asyncio.run_coroutine_threadsafe(coro, self.event_loop()).result(timeout)

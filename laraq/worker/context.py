@@ -73,8 +73,8 @@ class WorkerOptions:
     unhandled_delay: int = 10
     #: Seconds a cancelled async handler gets to unwind before the hard-kill path.
     cancel_grace: float = 2.0
-    #: The most jobs one reserve call takes (the batched fast path; 32 keeps the call under 1 ms of Redis
-    #: time, and throughput is no lower than at 100: bench/drain.py). 1 = the classic per-job loop,
+    #: The most jobs one reserve call takes (32 keeps the call under 1 ms of Redis time, and throughput is no
+    #: lower than at 100: bench/drain.py). 1 = each reserve step is Laravel's own pop, one job at a time,
     #: round trip for round trip what ``queue:work`` sends (migrate, migrate, pop, ZREM, restart GET).
     batch: int = 32
     #: Reserve more jobs than free slots (at most about ``prefetch_seconds`` of measured work,
@@ -99,7 +99,7 @@ class WorkerOptions:
 
 @dataclass(eq=False)
 class Signals:
-    """Quit, pause and the wake-up of a sleep: written by signal handlers (and by the reservation source
+    """Quit, pause and the wake-up of a sleep: written by signal handlers (and by the reserver
     when Redis keeps refusing the credentials), read by the loop and the executor."""
 
     should_quit: bool = False
@@ -149,7 +149,7 @@ class Signals:
 @dataclass(eq=False, slots=True)
 class Pace:
     """The measured average job duration (seconds, a moving average): recorded by the executor as jobs
-    finish, read by the reservation source's prefetch budget. ``None`` until a job has finished."""
+    finish, read by the reserver's prefetch budget. ``None`` until a job has finished."""
 
     average: float | None = None
 

@@ -9,7 +9,7 @@ through the whole worker: 8-10 CPU µs of about 35-45 per no-op job on Python 3.
 host's noise (``compat-docs/performance.md``).
 
 * Python 3.12+: :func:`asyncio.eager_task_factory`, public.
-* Python 3.11, on :class:`WorkerLoop` (the fast path's loop under asyncio's default policy): the task
+* Python 3.11, on :class:`WorkerLoop` (the worker's loop under asyncio's default policy): the task
   is built the ordinary way while :class:`WorkerLoop` catches the ``call_soon`` of its first step, and
   the step is run at once with the daemon task stepped aside (``asyncio.tasks._enter_task`` /
   ``_leave_task``, private), so ``current_task()`` is the job's task during it.
@@ -42,7 +42,7 @@ _leave_task: Any = None if _EAGER_FACTORY is not None else getattr(asyncio.tasks
 
 
 class WorkerLoop(asyncio.SelectorEventLoop):
-    """The fast path's event loop: asyncio's selector loop with one hook for :func:`start_task` (3.11).
+    """The worker's event loop: asyncio's selector loop with one hook for :func:`start_task` (3.11).
 
     While a job's task is built, ``catch_step`` is a list; the ``call_soon`` that ``asyncio.Task`` makes
     for its first step then hands (callback, context) to it instead of queueing a handle. Any other
@@ -60,7 +60,7 @@ class WorkerLoop(asyncio.SelectorEventLoop):
 
 
 def new_worker_loop() -> asyncio.AbstractEventLoop:
-    """The fast path's loop: :class:`WorkerLoop` under asyncio's default policy on 3.11, else whatever
+    """The worker's loop: :class:`WorkerLoop` under asyncio's default policy on 3.11, else whatever
     loop the installed policy makes."""
     if _EAGER_FACTORY is None and type(asyncio.get_event_loop_policy()) is asyncio.DefaultEventLoopPolicy \
             and sys.platform != "win32":

@@ -18,7 +18,7 @@ exceeded) gets :class:`JobFailed` after :class:`JobProcessing`, as Laravel's ``J
 
 :class:`Listeners` fans an event out. A listener that raises is logged once per kind of event (then
 silently skipped for that kind) and never changes what happens to the job. Job events are told on the
-thread that did the work (the loop, a slot thread, the watchdog): a listener must be thread-safe and quick.
+thread that did the work (the loop, a pool thread, the watchdog): a listener must be thread-safe and quick.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """One running job as the executor and the watchdog see it, and who wins its outcome.
 
-A :class:`Running` record ties a job to its deadline and to how it runs (a thread, a task on the fast
-path's loop, a coroutine on the asyncio thread). The handler's side (:mod:`laraq.worker.lifecycle`) and
-the watchdog's side (:mod:`laraq.worker.execution`) each try to move it out of ``"running"``;
+A :class:`Running` record ties a job to its deadline and to how it runs (inline, on a pool thread, a task
+on the worker's loop). The handler's side (:mod:`laraq.worker.process`) and the watchdog's side
+(:mod:`laraq.worker.executor`) each try to move it out of ``"running"``;
 :meth:`Running.claim` decides once, under the executor's lock, which of them records the outcome
 (Laravel has one process per job and a ``SIGALRM``; laraq has the two sides and this claim).
 """
@@ -54,7 +54,7 @@ class Running:
     cancelled_at: float | None = None
     #: Timed out and done with: bookkeeping finished, and the coroutine unwound or the kill is due.
     settled: bool = False
-    #: The task of an async job on the fast path's loop (cancelled from the watchdog through the loop).
+    #: The task of an async job on the worker's loop (cancelled from the watchdog through the loop).
     task: asyncio.Task[Any] | None = None
 
     def claim(self, state: str) -> bool:
