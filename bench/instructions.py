@@ -10,7 +10,7 @@ with each job count, and reports the difference divided by the difference in job
 boot and the dispatch drop out. ``PYTHONHASHSEED`` is fixed; what is left is the batch sizes Redis
 happens to return, a few per cent from run to run.
 
-Counted: the worker's own user-space instructions on the fast path (the same options and handlers as
+Counted: the worker's own user-space instructions with batch reserves (the same options and handlers as
 ``bench/run.py``'s no-op rows, ``--laravel 8``, Redis cache store, stdout to ``/dev/null``). Not counted:
 the kernel (system calls), Redis, and what an instruction costs (cache misses, branch mispredictions),
 so this is evidence for "less work", never a jobs/s figure. ``--cache-sim`` adds callgrind's simulated

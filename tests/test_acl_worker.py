@@ -75,7 +75,7 @@ def test_documented_acl_is_enough_for_a_worker(app12: PyApp, redis_client: redis
                                                                       "note": "n", "hidden": "h"},
                                    queue="acl")
 
-    for args in (["--tries=2"], ["--tries=2", "--batch=1"]):  # the fast path, then the classic one
+    for args in (["--tries=2"], ["--tries=2", "--batch=1"]):  # batch reserves, then Laravel's pop
         code, out = run_worker(app12, *args)
         assert code == 0, out[-3000:]
     assert redis_client.execute_command("ACL", "LOG") == [], "a command the doc does not list was needed"

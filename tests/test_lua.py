@@ -258,7 +258,7 @@ def test_pop_many_reserved_equals_single_pop(scripts: Scripts, redis_client: red
     assert scripts.pop_many(L, R, N, P, 9, 5).jobs == [(body, single)]
 
 
-# -- reserve_batch / renew / give_back (the worker's batched fast path) ---------------------------
+# -- reserve_batch / renew / give_back (the worker's batch reserves) -------------------------------
 
 def test_reserve_batch_acks_migrates_both_then_reserves(scripts: Scripts, redis_client: redis.Redis) -> None:
     listed, due, expired = job(0, n=1), job(1, n=2), job(2, n=3)

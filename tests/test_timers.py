@@ -233,7 +233,7 @@ def test_worker_with_a_long_wait_runs_a_delayed_job_when_it_is_due(
     """The app dispatches a job delayed by 2 s (PHP's bytes, from Python: ``pyapp.PyApp``; ``later`` is a
     ZADD on 8, a script on 13); a laraq worker that found nothing waits ten minutes: a
     ``--sleep=600``, or (``block_for`` 600) a ``BLPOP :notify``, which a delayed job never pushes to,
-    in the fast loop and the classic one. With the timer it wakes when the job is due, runs it (never
+    with batch reserves and with `--batch 1`. With the timer it wakes when the job is due, runs it (never
     before its score) and stops at --max-jobs 1; without it, the thread would still be waiting when the
     join gives up."""
     import threading

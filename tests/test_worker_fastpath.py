@@ -1,4 +1,4 @@
-"""The worker's batched fast path (batch reserve, deferred acks, prefetch, lease renewal, give-back).
+"""The worker's batch reserves (batch reserve, deferred acks, prefetch, lease renewal, give-back).
 
 Correctness only, nothing timed. Next to ``php artisan queue:work`` on each live Laravel line: a SIGKILL
 mid-batch in a mixed artisan + laraq fleet loses nothing; lease renewal keeps a prefetched job reserved past

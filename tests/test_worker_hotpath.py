@@ -1,4 +1,5 @@
-"""The fast path's shortcuts hand handlers exactly what the plain path does (nothing timed).
+"""The worker's shortcuts (a task's first step run at once) hand handlers exactly what the plain path does
+(nothing timed).
 
 * An async job's first step runs at once from the daemon (``laraq.worker.eager.start_task``): the handler still
   runs in its own ``asyncio.Task`` (``current_task()`` is that task, never the daemon), in its own
@@ -48,7 +49,7 @@ def _worker(redis_server: Any, app: App, workers: list[Any], **opts: Any) -> Any
 
 @pytest.fixture(params=["worker-loop", "plain-asyncio-loop"])
 def loop_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The fast path's own loop (``WorkerLoop`` on 3.11: hands a task's first step over), and a plain
+    """The worker's own loop (``WorkerLoop`` on 3.11: hands a task's first step over), and a plain
     asyncio loop (as under another event-loop policy: on 3.11 the first step is then scheduled the
     ordinary way; 3.12+ starts it eagerly on any loop)."""
     if request.param == "plain-asyncio-loop":

@@ -119,7 +119,8 @@ def test_batch_mode_without_names_is_unchanged(redis_client: redis.Redis) -> Non
 
 @pytest.mark.parametrize("batch", [1, 100], ids=["classic", "fast"])
 def test_a_worker_runs_its_jobs_and_leaves_the_others_in_order(redis_client: redis.Redis, batch: int) -> None:
-    """The whole worker, classic loop and fast path, with the default ``--unhandled leave``."""
+    """The whole worker, with Laravel's pop (``--batch 1``) and with batch reserves, under the default
+    ``--unhandled leave``."""
     from laraq.app import App
     from laraq.worker.worker import Worker, WorkerOptions
 

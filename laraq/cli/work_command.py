@@ -70,7 +70,7 @@ _CONFIG_ENV = "LARAQ_WORKER_CONFIG"
               help="Jobs run at once by this worker.")
 @click.option("--batch", type=click.IntRange(1, 1000), default=32, show_default=True,
               help="Most jobs one reserve call takes (acks, migrate and pops in one Lua call). "
-                   "1 = the classic loop: artisan's calls, one job at a time.")
+                   "1 = each reserve step is artisan's pop: artisan's calls, one job at a time.")
 @click.option("--prefetch/--no-prefetch", default=True, show_default=True,
               help="Reserve up to ~1 s of measured work beyond the free slots (leases renewed while "
                    "buffered, handed back on shutdown).")

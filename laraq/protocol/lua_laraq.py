@@ -1,6 +1,6 @@
 """laraq's own Lua scripts: the ones Laravel's queue has no counterpart for.
 
-They serve the worker's fast path and its leases, and never change what a PHP worker on the same queue
+They serve the worker's batch reserves and its leases, and never change what a PHP worker on the same queue
 sees of a job: whatever they reserve is reserved exactly as Laravel's pop reserves it (the reservation
 and migration steps of :mod:`laraq.protocol.lua_laravel`), and whatever they hand back goes back
 unchanged.
@@ -104,7 +104,7 @@ if ARGV[6] == '1' then
 end
 """
 
-#: laraq's batch reserve (the worker's fast path): one call = acks + Laravel's migrate + N pops.
+#: laraq's batch reserve (a worker's reserve step with --batch above 1): one call = acks + Laravel's migrate + N pops.
 #: KEYS: 1 list, 2 reserved, 3 notify, 4 poison, 5 delayed. ARGV: 1 reservation expiry, 2 poison
 #: budget, 3 how many jobs at most, 4 now (unix seconds), 5 migrate LIMIT (-1 = all; 8.0-9.22 have
 #: no LIMIT, which is the same), 6 migrate ``:reserved`` too (1) or not (0: ``retry_after`` null),
