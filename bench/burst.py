@@ -1,4 +1,4 @@
-"""Burst: every timer due in the same second (issue 33 item 2); ``bench/timers.py --burst`` with its options.
+"""Burst: every timer due in the same second; ``bench/timers.py --burst`` with its options.
 
     python3 bench/burst.py --quick     # 20,000 due together, laraq then artisan
     python3 bench/burst.py             # 100,000 due together

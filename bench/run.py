@@ -1370,7 +1370,7 @@ def _targets(res: dict) -> list[str]:
                 if quiet:  # what the two console lines per job cost (artisan writes them too)
                     out.append(f"  (--quiet, no console lines: {both(quiet, theirs)})")
                 batched = stats["laraq_acks_batched"]
-                if batched:  # what writing each ack at once (issue 29's SIGKILL bound) costs
+                if batched:  # what writing each ack at once (the SIGKILL bound) costs
                     out.append(f"  (--acks batched: {both(batched, theirs)})")
         out.append("  runs, jobs/s in the order they ran: " + "; ".join(
             f"{k} " + " / ".join(f"{v:,.0f}" for v in noop[k]["rounds_jobs_per_s"])

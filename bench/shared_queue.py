@@ -1,4 +1,4 @@
-"""A queue shared by ``php artisan queue:work`` and ``laraq work`` (issue 27 §3): do PHP-only jobs wait
+"""A queue shared by ``php artisan queue:work`` and ``laraq work``: do PHP-only jobs wait
 longer because laraq works the same queue?
 
     python3 bench/shared_queue.py                 # 2000 PHP-only + 2000 Python jobs, Laravel 8

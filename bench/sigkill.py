@@ -1,4 +1,4 @@
-"""Jobs run twice per SIGKILL (issue 29 §3): laraq against artisan, in one mixed fleet.
+"""Jobs run twice per SIGKILL: laraq against artisan, in one mixed fleet.
 
     python3 bench/sigkill.py               # 20,000 jobs of 5 ms, 10 kills of each kind, Laravel 8
     python3 bench/sigkill.py --quick       # 3,000 jobs, 3 kills of each kind (CI smoke)
@@ -19,7 +19,7 @@ unstarted lease. With ``--tries 1`` the report's ``failed_without_running`` coun
 "attempted too many times" that never ran (before the records: every buffered job of every kill).
 
 Quick mode, Laravel 8, same machine (2 shared cores), before and after one after the other, two runs
-each (issue 29 §3; 3 SIGKILLs of each kind per run):
+each (3 SIGKILLs of each kind per run):
 
 =========================  ================================  ================================
                            before (main 4c0a1d6)             with unstarted records

@@ -1,4 +1,4 @@
-"""Start-up and memory (issue 33 items 3 and 4): laraq against ``php artisan`` on the same app and Redis.
+"""Start-up and memory: laraq against ``php artisan`` on the same app and Redis.
 
 * **CLI**: ``laraq --version``, ``--help``, ``status`` and ``peek`` (against the bench's Redis), wall time
   of each, median of ``--rounds`` runs interleaved with a bare ``python3 -c pass``; "own" is the

@@ -3,7 +3,7 @@
 Two shapes, each run by ``laraq work`` and by ``php artisan queue:work`` (2 workers each, ``--sleep=1``
 unless told otherwise), one side after the other, on the bench's own Redis:
 
-* **spread** (issue 33 item 1): ``--jobs`` delayed ``EchoJob``s written straight into ``:delayed``, due
+* **spread**: ``--jobs`` delayed ``EchoJob``s written straight into ``:delayed``, due
   evenly over ``--over`` seconds (full: 1,000,000 over 600 s; quick: 20,000 over 30 s);
 * **burst** (``--burst``, item 2; also ``bench/burst.py``): all of them due in the same second (full:
   100,000; quick: 20,000).

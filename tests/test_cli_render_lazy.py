@@ -1,4 +1,4 @@
-"""``rich`` is imported when a table is drawn, not when a command that may draw one is loaded (issue 33).
+"""``rich`` is imported when a table is drawn, not when a command that may draw one is loaded.
 
 Checked in a fresh interpreter through ``sys.modules``; nothing here is timed. That the tables read
 the same is ``tests/test_cli_render.py``'s and the commands' own tests' business.

@@ -50,7 +50,7 @@ def test_status_json_has_failed_paused_rate_and_wait(env, redis_client):  # noqa
         store.log(connection, queue, json.dumps({"uuid": f"u-{n}", "job": "x", "data": {}}), "E")
     invoke(env, "pause", "default")
     doc = json.loads(invoke(env, "status", "--json", "--sample", "0.2").stdout)
-    [q, gone] = doc["queues"]  # 'gone' only has a failed job (issue 32: listed all the same)
+    [q, gone] = doc["queues"]  # 'gone' only has a failed job: listed all the same
     assert (gone["queue"], gone["total"], gone["failed"], gone["pickups"]) == ("gone", 0, 1, None)
     assert (q["queue"], q["pending"], q["delayed"], q["failed"], q["paused"]) == ("default", 3, 2, 2, True)
     assert doc["failed_total"] == 4 and doc["notes"] == []

@@ -1,4 +1,4 @@
-"""Repeated warnings are rate-limited (issue 29 §7): one line, then a count every few seconds.
+"""Repeated warnings are rate-limited: one line, then a count every few seconds.
 
 The clock is a counter the test moves by hand: nothing here waits on the wall clock.
 """

@@ -1,4 +1,4 @@
-"""What a supervised ``laraq work`` worker process loads, and how it is started (issue 33, items 3 and 4).
+"""What a supervised ``laraq work`` worker process loads, and how it is started.
 
 A worker whose jobs need no SQLite, no cron schedule and no table drawing must not import ``sqlite3``,
 ``cronsim`` or ``rich`` (each is loaded by the code that uses it: ``laraq.stores.database``,

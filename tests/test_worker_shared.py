@@ -1,4 +1,4 @@
-"""A queue shared with ``php artisan queue:work`` (issue 27 §3-4), on real Laravel 8, 12 and 13.
+"""A queue shared with ``php artisan queue:work``, on real Laravel 8, 12 and 13.
 
 * laraq takes only the jobs it has a handler for and leaves the others in the list, in their order,
   untouched: no bounce through ``:delayed``, and artisan then runs them as if laraq had never looked.

@@ -1,6 +1,6 @@
-"""How a worker stops: over ``--memory`` it runs what it already reserved instead of cycling (issue 29
-§5), every stop and pause is one log line saying why (issue 27 §5), and a SIGKILL with a full buffer
-loses nothing and runs again at most the jobs that were running (issue 29 §3).
+"""How a worker stops: over ``--memory`` it runs what it already reserved instead of cycling, every stop
+and pause is one log line saying why, and a SIGKILL with a full buffer loses nothing and runs again at
+most the jobs that were running.
 
 Nothing here is timed: the memory limit is one no process can stay under (1 MB), the pace that makes
 the worker prefetch is set by hand, and the kill comes after a job has signalled that it is running.

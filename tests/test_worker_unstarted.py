@@ -1,4 +1,4 @@
-"""After a SIGKILL, a laraq worker's buffered, never-started jobs come back at once and unspent (issue 29 §3).
+"""After a SIGKILL, a laraq worker's buffered, never-started jobs come back at once and unspent.
 
 The reserve records each buffered job in ``queues:NAME:laraq-unstarted`` with a short lease; a job's
 record is removed before it starts; any laraq batch reserve gives back the jobs whose record expired.

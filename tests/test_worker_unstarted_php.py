@@ -1,4 +1,4 @@
-"""artisan and laraq on one queue, laraq SIGKILLed with a full buffer (issue 29 §3), on real Laravel.
+"""artisan and laraq on one queue, laraq SIGKILLed with a full buffer, on real Laravel.
 
 Both run the fixture's ``EchoJob`` with ``--tries=1``. laraq is killed while it has a prefetched
 buffer and started again; artisan works on throughout. Its never-started jobs come back through
