@@ -67,9 +67,13 @@ def _pushed(redis_client: Any, hz: PhpApp) -> dict[str, bytes]:
 
 
 def _done(hz: PhpApp) -> dict[str, Any] | None:
+    """The dump once every job has ended, its record written whole: a completion's writes are a pipeline
+    (Horizon's and laraq's alike), so a read between them sees the count before the job's hash."""
     dump = hz.tool("horizon-dump", "--tags=team:a,watched")
     c = dump["counts"]
-    return dump if (c["completed"], c["silenced"], c["failed"]) == (3, 1, 1) else None
+    if (c["completed"], c["silenced"], c["failed"]) != (3, 1, 1):
+        return None
+    return dump if all(job["completed_at"] or job["failed_at"] for job in dump["recent"]) else None
 
 
 def _summary(dump: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
