@@ -39,6 +39,8 @@ RELEASES = {"8": "8.83.26", "9": "9.52.22", "10": "10.50.3", "11": "11.56.0", "1
 #: The Horizon release each line's tree carries (Debian's Laravel 8 has none).
 HORIZON_RELEASES = {"8": None, "9": "5.29.1", "10": "5.29.1", "11": "5.29.1", "12": "5.29.1",
                     "13": "5.29.1", "13-h548": "5.48.1"}
+#: The environment an app's process must not inherit from the test run (its own settings come from it).
+APP_ENV_PREFIXES = ("REDIS_", "DB_", "APP_", "CACHE_", "QUEUE_", "HORIZON_", "LARAVEL_", "LARAQ_")
 #: Stock key prefixes of each line's skeleton (Redis connection, cache store).
 STOCK_PREFIX = {"8": "laravel_database_", "9": "laravel_database_", "10": "laravel_database_",
                 "11": "laravel_database_", "12": "laravel-database-", "13": "laravel-database-",
@@ -172,7 +174,7 @@ class PhpApp:
         self.queue = queue
         env = {
             k: v for k, v in os.environ.items()
-            if not k.startswith(("REDIS_", "DB_", "APP_", "CACHE_", "QUEUE_", "HORIZON_", "LARAVEL_", "LARAQ_"))
+            if not k.startswith(APP_ENV_PREFIXES)
         }
         env.update({
             "APP_NAME": "Laravel",

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from phpapp import RELEASES, STOCK_CACHE_PREFIX, STOCK_PREFIX, TEST_APP_KEY
+from phpapp import APP_ENV_PREFIXES, RELEASES, STOCK_CACHE_PREFIX, STOCK_PREFIX, TEST_APP_KEY
 
 from laraq.bus.dispatch import Dispatcher, PreparedJob
 from laraq.protocol.encryption import Encrypter
@@ -122,7 +122,7 @@ class PyApp:
         self.queue = queue
         self.app_key = app_key
         env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("REDIS_", "DB_", "APP_", "CACHE_", "QUEUE_", "HORIZON_", "LARAVEL_", "LARAQ_"))}
+               if not k.startswith(APP_ENV_PREFIXES)}
         env.update({  # the keys PhpApp gives its app, with the same values
             "APP_NAME": "Laravel",
             "APP_ENV": "testing",

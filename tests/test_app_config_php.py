@@ -29,7 +29,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from conftest import skip_without_queue_pause
-from phpapp import PhpApp
+from phpapp import APP_ENV_PREFIXES, PhpApp
 from test_worker_support import ROOT
 
 pytestmark = pytest.mark.php
@@ -62,7 +62,7 @@ def app(laravel: str, redis_server: Any, request: pytest.FixtureRequest) -> PhpA
 def clean_env(app: PhpApp) -> dict[str, str]:
     """The process environment laraq gets: nothing of the app's settings, only the test's log file."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("REDIS_", "DB_", "APP_", "CACHE_", "QUEUE_", "HORIZON_", "LARAVEL_", "LARAQ_"))}
+           if not k.startswith(APP_ENV_PREFIXES)}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), str(ROOT), env.get("PYTHONPATH", "")])
     env["LARAQ_LOG"] = str(app.log_path)
     return env
