@@ -5,8 +5,10 @@ buffer and started again; artisan works on throughout. Its never-started jobs co
 laraq's reclaim (attempts unspent) unless Laravel's own migrate of expired ``:reserved`` entries gets
 them first; either way exactly one of the two gives each job back. So: nothing lost, nothing run
 twice, and no job failed "attempted too many times" without ever having run (before laraq's unstarted
-records, the buffered jobs came back with their attempt spent and were failed unrun). Only the job(s)
-laraq was running may fail, after running once, as artisan's running job would.
+records, the buffered jobs came back with their attempt spent and were failed unrun). Only the one job
+laraq had started may fail, as artisan's would: it may have run, or have been killed after its start was
+written (its record removed with the previous job's ack) and before its handler wrote its line, as a job
+artisan popped and was killed before ``handle()`` fails with its attempt spent.
 """
 
 from __future__ import annotations
@@ -71,7 +73,6 @@ def test_a_killed_laraq_beside_artisan_loses_nothing_and_runs_nothing_twice(php:
     failed = [json.loads(row[0])["uuid"] for row in
               sqlite3.connect(php.db_path).execute("select payload from failed_jobs")]
     assert [u for u, n in ran.items() if n > 1] == []          # nothing ran twice
-    assert [u for u in failed if u not in ran] == []          # nothing failed without running
     assert set(ran) | set(failed) == pushed                   # nothing lost
-    assert len(failed) <= 1                                   # at most the job laraq was running
+    assert len(failed) <= 1                                   # at most the job laraq had started
     assert not redis_client.exists(key + ":laraq-unstarted")
