@@ -29,7 +29,10 @@ Schedule entries are fired by :mod:`laraq.schedule.scheduler` (``laraq work --sc
 A payload is matched the way Laravel resolves the class that runs it: for object jobs
 (``Illuminate\\Queue\\CallQueuedHandler@call``) by ``data.commandName``, then ``displayName``; for
 string jobs by the ``job`` string (``Class@method``), then by the class alone when the method is the
-default ``fire``. Names are compared without a leading backslash.
+default ``fire``. Names are compared without a leading backslash. A string job's data is never read for
+a class name: ``commandName`` and ``displayName`` are trusted only when ``job`` is
+``CallQueuedHandler@call``, as in Laravel, so a user-keyed array pushed as a string job cannot make laraq
+treat it as a serialized command (``compat-docs/security.md``).
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from laraq.bus.models import ModelSchema, default_table, make_enum
 from laraq.bus.rate_limiter import LimiterFunc, named_limiter
 from laraq.bus.schema import JobSchema, declared_schema, handler_problems, load_schema_file
 from laraq.bus.typed import drift, typed_class_of, typed_handler
-from laraq.protocol.payload import CALL_QUEUED_HANDLER, Payload, PayloadError
+from laraq.protocol.payload import Payload, PayloadError
 from laraq.schedule.entries import (
     CatchUp,
     FunctionTarget,
@@ -260,8 +263,9 @@ class App:
         except PayloadError:
             job = ""
         names: list[str] = []
-        if _norm(job) == CALL_QUEUED_HANDLER or payload.command_name is not None:
+        if payload.is_queued_command:
             names += [payload.command_name or "", payload.display_name or ""]
+            job = ""  # the class runs, not CallQueuedHandler
         if job:
             names.append(job)
             cls, _, method = job.partition("@")
@@ -290,10 +294,14 @@ class App:
         else:
             shape = None  # type: ignore[assignment]  # an odd payload: no caching
         found: Handler | None = None
+        queued = payload.is_queued_command
         for name in self.candidates(payload):
             found = self._handlers.get(name)
-            if found is not None:
+            # a ``Class@method`` handler takes string jobs only; a class handler takes both (a string job
+            # gets its data as the command, as PHP's ``fire($job, $data)`` does)
+            if found is not None and (found.kind == "command" or not queued):
                 break
+            found = None
         if shape is not None:
             if len(self._resolved) >= 4096:
                 self._resolved.clear()

@@ -107,10 +107,22 @@ def test_cjson_shapes() -> None:
 
 
 def test_encrypted_command_detection() -> None:
-    assert _p({"attempts": 0, "data": {"command": "eyJpdiI6..."}}).is_encrypted_command
-    assert not _p({"attempts": 0, "data": {"command": 'O:1:"X":0:{}'}}).is_encrypted_command
-    assert not _p({"attempts": 0, "data": {"x": 1}}).is_encrypted_command
-    assert not _p({"attempts": 0, "data": {}}).is_encrypted_command
+    cqh = "Illuminate\\Queue\\CallQueuedHandler@call"
+    assert _p({"attempts": 0, "job": cqh, "data": {"command": "eyJpdiI6..."}}).is_encrypted_command
+    assert not _p({"attempts": 0, "job": cqh, "data": {"command": 'O:1:"X":0:{}'}}).is_encrypted_command
+    assert not _p({"attempts": 0, "job": cqh, "data": {"x": 1}}).is_encrypted_command
+    assert not _p({"attempts": 0, "job": cqh, "data": {}}).is_encrypted_command
+
+
+def test_only_a_queued_command_has_a_command() -> None:
+    data = {"commandName": "App\\Jobs\\Echo", "command": 'O:1:"X":0:{}', "batchId": "b"}
+    for job in ("Illuminate\\Queue\\CallQueuedHandler@call", "\\Illuminate\\Queue\\CallQueuedHandler@call "):
+        p = _p({"attempts": 0, "job": job, "data": data})
+        assert p.is_queued_command and (p.command_name, p.command, p.batch_id) == (data["commandName"], data["command"], "b")
+    for job in ("App\\Handlers\\Foo@bar", "App\\Handlers\\Foo", "Illuminate\\Queue\\CallQueuedHandler@handle", None):
+        p = _p({"attempts": 0, "job": job, "data": data})
+        assert not p.is_queued_command and (p.command_name, p.command, p.batch_id) == (None, None, None)
+        assert not p.is_encrypted_command
 
 
 def test_retry_until_timeout_at_fallback_is_8x_only() -> None:

@@ -110,6 +110,34 @@ def test_names_match_as_the_app_resolves_them(redis_client: redis.Redis) -> None
     assert len(expected) == 5
 
 
+def test_a_string_jobs_data_never_names_its_handler(redis_client: redis.Redis) -> None:
+    """A string job whose data carries ``commandName`` (a user-keyed array) is matched by its ``job``
+    string only, by the selective reserve and by :meth:`laraq.app.App.resolve` alike; a ``Class@method``
+    handler never takes a queued command, even one whose ``displayName`` is its name."""
+    from laraq.app import App
+    from laraq.protocol.payload import Payload
+
+    app = App()
+    for name in ("App\\Jobs\\EchoJob", "App\\Handlers\\Foo@bar"):
+        app.handler(name)(lambda data, job: None)
+    hostile = {"commandName": "App\\Jobs\\EchoJob", "command": 'O:1:"X":0:{}'}
+    members = [
+        json.dumps({"uuid": "s1", "displayName": "App\\Other", "job": "App\\Other@run", "data": hostile,
+                    "attempts": 0}).encode(),
+        json.dumps({"uuid": "s2", "displayName": "App\\Jobs\\EchoJob", "job": "App\\Other@run", "data": hostile,
+                    "attempts": 0}).encode(),
+        command_job("App\\Other", 3, display="App\\Handlers\\Foo@bar"),
+        json.dumps({"uuid": "s4", "displayName": "App\\Handlers\\Foo", "job": "App\\Handlers\\Foo@bar",
+                    "data": hostile, "attempts": 0}).encode(),
+    ]
+    queue = RedisQueue(redis_client, prefix="p_", retry_after=90)
+    push(redis_client, queue, members)
+    handlers = [app.resolve(Payload.parse(m)) for m in members]
+    assert [h.name if h else None for h in handlers] == [None, None, None, "App\\Handlers\\Foo@bar"]
+    taken = queue.reserving.reserve_batch(count=20, handled=app.names, window=100).jobs
+    assert [json.loads(t.body)["uuid"] for t in taken] == ["s4"]
+
+
 def test_batch_mode_without_names_is_unchanged(redis_client: redis.Redis) -> None:
     queue = RedisQueue(redis_client, prefix="p_", retry_after=90)
     members = [command_job("App\\Jobs\\Php", 0), command_job("App\\Jobs\\Py", 1)]

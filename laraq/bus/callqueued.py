@@ -76,7 +76,7 @@ class CallQueuedHandler:
         """The handler's first argument: the unserialized (decrypted) command, or ``data``."""
         if job.command is not None:
             return job.command
-        if handler.kind == "string":
+        if not job.payload.is_queued_command:  # a string job: its data, never unserialized
             job.command = php_arrays(job.payload.data)
             return job.command
         text = job.payload.command
@@ -132,7 +132,7 @@ class CallQueuedHandler:
         """Why this object job goes back to PHP although Python has its handler, or None; restores its
         models for the handler on the way (:func:`laraq.bus.models.prepare`). A command that cannot be
         decoded is not sent back: it fails in the handler's run, where PHP meets it too."""
-        if handler.kind != "command":
+        if not job.payload.is_queued_command:
             return None
         try:
             self.decode(job, handler)
@@ -231,7 +231,7 @@ class CallQueuedHandler:
     def _php_failed(self, job: Job, error: BaseException) -> None:
         handler = job.handler
         try:
-            if job.command is None and handler is not None and handler.kind == "command":
+            if job.command is None and handler is not None and job.payload.is_queued_command:
                 self.decode(job, handler)  # failed before it ran (max attempts): still PHP's failed()
         except Exception as exc:
             log.warning("%s (uuid %s): cannot read its command for the failure steps: %s", job.name, job.uuid, exc)

@@ -22,7 +22,7 @@ from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from laraq.protocol.payload import reencode_like_php_retry
+from laraq.protocol.payload import is_queued_command, reencode_like_php_retry
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.serializer import PHPObject, loads
 from laraq.stores.failed import DATE_FORMAT, FailedJob, FailedJobStore
@@ -229,7 +229,8 @@ def _class_names(job: FailedJob) -> list[str]:
     if not isinstance(data, dict):
         return []
     inner = data.get("data")
-    names = [data.get("displayName"), inner.get("commandName") if isinstance(inner, dict) else None, data.get("job")]
+    command = inner.get("commandName") if isinstance(inner, dict) and is_queued_command(data.get("job")) else None
+    names = [data.get("displayName"), command, data.get("job")]
     return [str(n) for n in names if isinstance(n, str) and n]
 
 

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from laraq.production.heartbeat import WorkerRecord, live_workers
+from laraq.protocol.payload import is_queued_command
 
 __all__ = ["Reservation", "holders", "reservations", "running_counts"]
 
@@ -95,8 +96,8 @@ def _describe(member: bytes) -> tuple[str | None, str | None, str, int | None]:
     if not isinstance(decoded, dict):
         return None, None, "(not a JSON payload)", None
     data = decoded.get("data")
-    name = (data.get("commandName") if isinstance(data, dict) else None) or decoded.get("displayName") \
-        or decoded.get("job") or "?"
+    command = data.get("commandName") if isinstance(data, dict) and is_queued_command(decoded.get("job")) else None
+    name = command or decoded.get("displayName") or decoded.get("job") or "?"
     attempts = decoded.get("attempts")
     return (str(decoded["id"]) if decoded.get("id") is not None else None,
             str(decoded["uuid"]) if decoded.get("uuid") is not None else None, str(name),

@@ -127,7 +127,8 @@ return take_many(tonumber(ARGV[3]) or 0)
 # Python handler are taken; every other member stays where it is, in order. ``names`` is the set of
 # registered handler names; a member's candidate names are read as :meth:`laraq.app.App.candidates`
 # reads them (``data.commandName`` and ``displayName`` for a queued command, the ``job`` string and
-# its class for a string job), with surrounding spaces and leading backslashes dropped.
+# its class for a string job, whose data is never read), with surrounding spaces and leading backslashes
+# dropped.
 _SELECT_LIB = """\
 local function clean(value)
   if type(value) ~= 'string' then
@@ -142,20 +143,21 @@ local function clean(value)
   return text
 end
 
+-- a class handler's name (a ``Class@method`` handler takes string jobs only)
+local function class_handled(name, names)
+  return name ~= nil and names[name] == true and string.find(name, '@', 1, true) == nil
+end
+
 local function handled(doc, names)
-  local job = doc['job']
-  local data = doc['data']
-  local command = nil
-  if type(data) == 'table' then
-    command = data['commandName']
-  end
-  local cleaned_job = clean(job)
-  if cleaned_job == 'Illuminate\\\\Queue\\\\CallQueuedHandler@call' or (command ~= nil and command ~= cjson.null) then
-    local by_command = clean(command)
-    local by_display = clean(doc['displayName'])
-    if (by_command and names[by_command]) or (by_display and names[by_display]) then
-      return true
+  local cleaned_job = clean(doc['job'])
+  if cleaned_job == 'Illuminate\\\\Queue\\\\CallQueuedHandler@call' then
+    local data = doc['data']
+    local by_command = nil
+    if type(data) == 'table' then
+      by_command = clean(data['commandName'])
     end
+    local by_display = clean(doc['displayName'])
+    return class_handled(by_command, names) or class_handled(by_display, names)
   end
   if cleaned_job then
     if names[cleaned_job] then

@@ -42,6 +42,7 @@ __all__ = [
     "build_object_payload",
     "build_string_payload",
     "horizon_prepare",
+    "is_queued_command",
     "log_context",
     "new_uuid",
     "parse_job_name",
@@ -53,6 +54,15 @@ __all__ = [
 
 #: The ``job`` of every object (class-based) payload.
 CALL_QUEUED_HANDLER = "Illuminate\\Queue\\CallQueuedHandler@call"
+
+
+def is_queued_command(job: Any) -> bool:
+    """True when a payload's ``job`` is Laravel's ``CallQueuedHandler@call`` (surrounding spaces and a
+    leading backslash aside): only then does PHP unserialize ``data.command``, and only then are
+    ``data.commandName`` and ``displayName`` the class that runs it. For any other ``job`` (a
+    ``Class@method`` string job) ``data`` is the array the app pushed, possibly keyed by its users, and
+    is never read as a command: a ``commandName`` or ``command`` in it is plain data."""
+    return type(job) is str and (job == CALL_QUEUED_HANDLER or job.strip().lstrip("\\") == CALL_QUEUED_HANDLER)
 
 #: The payload key the Context hook (11.0+) writes.
 LOG_CONTEXT_KEY = "illuminate:log:context"
@@ -352,32 +362,41 @@ class Payload:
             return {}
         return value
 
-    def _data_field(self, key: str) -> Any:
-        data = self.decoded.get("data")
-        return data.get(key) if isinstance(data, dict) else None
+    @property
+    def is_queued_command(self) -> bool:
+        """A queued job object (see :func:`is_queued_command`); the ``command*`` fields below are None
+        for any other job."""
+        return is_queued_command(self.decoded.get("job"))
+
+    def _command_field(self, key: str) -> Any:
+        """``data[key]`` of a queued command; None for a string job, whose data is not a command."""
+        decoded = self.decoded
+        data = decoded.get("data")
+        if not isinstance(data, dict) or not is_queued_command(decoded.get("job")):
+            return None
+        return data.get(key)
 
     @property
     def command_name(self) -> str | None:
-        value = self._data_field("commandName")
+        """``data.commandName`` of a queued command: the class PHP runs."""
+        value = self._command_field("commandName")
         return None if value is None else str(value)
 
     @property
     def command(self) -> str | None:
-        """``data.command`` untouched: a PHP-serialized job, or an encrypted one."""
-        data = self.decoded.get("data")  # (_data_field inlined: read several times per job)
-        value = data.get("command") if isinstance(data, dict) else None
+        """``data.command`` of a queued command, untouched: a PHP-serialized job, or an encrypted one."""
+        value = self._command_field("command")
         return value if isinstance(value, str) else None
 
     @property
     def is_encrypted_command(self) -> bool:
         """True when ``data.command`` is not a serialized object (``O:``), i.e. must be decrypted."""
-        data = self.decoded.get("data")
-        command = data.get("command") if isinstance(data, dict) else None
-        return isinstance(command, str) and not command.startswith("O:")
+        command = self.command
+        return command is not None and not command.startswith("O:")
 
     @property
     def batch_id(self) -> str | None:
-        value = self._data_field("batchId")
+        value = self._command_field("batchId")
         return None if value is None else str(value)
 
 

@@ -51,16 +51,16 @@ def _where(db: Any) -> BatchTable:
 
 
 def batch_id(job: Job) -> str | None:
-    """The job's batch id (``$batchId`` on the command, or ``data.batchId`` 11+), None outside a batch."""
+    """The job's batch id (``$batchId`` on the command, or ``data.batchId`` 12.51+), None outside a batch
+    and for a string job (its data is the app's array, not a command)."""
+    if not job.payload.is_queued_command:
+        return None
     command = job.command
     value: Any = None
     get = getattr(command, "get", None)
     if callable(get):
         value = get("batchId")
-    if not value:
-        data = job.payload.decoded.get("data")
-        value = data.get("batchId") if isinstance(data, dict) else None
-    return str(value) if value else None
+    return str(value) if value else job.payload.batch_id or None
 
 
 def batch_cancelled(job: Job) -> bool:

@@ -1,0 +1,95 @@
+"""A string job's data stays data: laraq never reads it as a serialized command, nor hands it to PHP as one.
+
+``Queue::push('App\\Handlers\\Foo@bar', $data)`` runs ``Foo::bar($job, $data)`` under ``queue:work``:
+nothing in ``$data`` is unserialized, whatever keys it has. An app that pushes user-keyed arrays
+(``$request->all()``) lets its users choose those keys, so they may write ``commandName`` and a
+serialized ``command`` into it. laraq must pick the handler by the ``job`` string alone (as Laravel does)
+and give the handler the data, on success and on failure, with the app on the worker's host (the
+in-process PHP steps) and without it (continuations to ``--php-queue``, run by artisan afterwards).
+
+The ``command`` here is a serialized ``App\\Handlers\\Tripwire`` (fixtures/laravel8/app/Handlers): its
+``__wakeup`` writes a line, as a gadget chain would run code. It carries a ``chained`` step and EchoJob's
+properties, so a worker that took ``commandName`` for the class would run EchoJob's handler and then hand
+PHP the chain step (or, with ``mode`` fail, ``failed()``), and PHP would unserialize it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+import pytest
+import test_worker_support as support
+from phpapp import PhpApp
+
+from laraq.app import App
+from laraq.cli.work import build_worker, default_params
+
+pytestmark = pytest.mark.php
+
+QUEUE = "strings"
+TRIPWIRE = "App\\Handlers\\Tripwire"
+
+
+def _gadget(mode: str) -> str:
+    """``serialize(new Tripwire)`` with EchoJob's properties and one chained step."""
+    def s(text: str) -> str:
+        return f's:{len(text.encode())}:"{text}";'
+    props = (s("mode") + s(mode) + s("seconds") + "i:0;" + s("args") + "a:0:{}" + s("note") + "N;"
+             + s("hidden") + "N;" + s("chained") + "a:1:{i:0;" + s("x") + "}")
+    return f'O:{len(TRIPWIRE)}:"{TRIPWIRE}":6:{{{props}}}'
+
+
+def _foo_bar(data: Any, job: Any) -> None:
+    support.record(job, data=support.plain(data))
+    if data.get("mode") == "fail":
+        raise RuntimeError("string job failed on purpose")
+
+
+handlers = App("string-data")
+handlers.register("App\\Jobs\\EchoJob", support.echo)
+handlers.register("App\\Handlers\\Foo@bar", _foo_bar)
+
+
+@pytest.fixture
+def app(laravel: str, redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> PhpApp:
+    app = PhpApp(redis_server.port, version=laravel)
+    monkeypatch.setenv("LARAQ_LOG", str(app.log_path))
+    return app
+
+
+@pytest.mark.parametrize(("where", "mode"), [("on-host", "ok"), ("on-host", "fail"), ("off-host", "ok"),
+                                             ("off-host", "fail")])
+def test_a_string_job_whose_data_names_a_command_runs_as_a_string_job(app: PhpApp, redis_client: Any,
+                                                                      where: str, mode: str) -> None:
+    gadget = _gadget(mode)
+    data = {"commandName": "App\\Jobs\\EchoJob", "command": gadget, "mode": mode}
+    app.tool("dispatch", "string", f"--queue={QUEUE}", "--args=" + json.dumps(data))
+    uuid = json.loads(redis_client.lindex(app.prefix + "queues:" + QUEUE, 0))["uuid"]
+
+    on_host = {"php_app": str(app.path)} if where == "on-host" else {"php_queue": "php"}
+    params = default_params(laravel=app.release, sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20,
+                            queue=QUEUE, tries=1, **on_host)
+    worker = build_worker(params, env=app.env, app=handlers)
+    try:
+        assert worker.daemon() == 0
+    finally:
+        if worker.callqueued.steps.php is not None:
+            worker.callqueued.steps.php.close()
+    # whatever laraq handed to PHP (a continuation on the PHP queue) runs now, under a stock artisan
+    app.artisan("queue:work", "redis", f"--queue={QUEUE},php", "--stop-when-empty", "--sleep=0", check=True)
+
+    runs = app.runs()
+    assert [r for r in runs if r.get("class") == TRIPWIRE] == []       # nobody unserialized the data
+    assert [(r["runner"], r["class"], r["uuid"]) for r in runs] == [("python", "App\\Handlers\\Foo", uuid)]
+    assert runs[0]["data"]["command"] == gadget                         # the handler got it as text
+    failed = sqlite3.connect(app.db_path).execute("select payload, exception from failed_jobs").fetchall()
+    if mode == "fail":
+        assert len(failed) == 1 and json.loads(failed[0][0])["uuid"] == uuid
+        assert "string job failed on purpose" in failed[0][1]
+    else:
+        assert failed == []
+    for name in (QUEUE, "php"):
+        key = app.prefix + "queues:" + name
+        assert redis_client.llen(key) + redis_client.zcard(key + ":reserved") + redis_client.zcard(key + ":delayed") == 0
