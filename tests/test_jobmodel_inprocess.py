@@ -36,6 +36,7 @@ handlers = App("jobmodel")
 handlers.register("App\\Jobs\\EchoJob", support.echo)
 handlers.register("App\\Jobs\\BatchEchoJob", support.batch_echo)
 handlers.register("App\\Jobs\\FailedHookJob", support.failed_hook, php_failed=True)
+handlers.register("App\\Jobs\\PrintingFailedJob", support.failed_hook, php_failed=True)
 handlers.register("App\\Jobs\\UniquePropertyJob", support.unique_property)
 handlers.register("App\\Jobs\\UniqueMethodJob", support.unique_method, unique=True)
 handlers.register("App\\Jobs\\UntilProcessingJob", support.until_processing, unique="until_processing")
@@ -222,7 +223,76 @@ def test_php_failed_method_runs_once_before_the_next_job(app: PhpApp, redis_clie
     assert hooks == ["no lq", "no pq"]
 
 
+#: What ``PrintingFailedJob::failed()`` prints to stdout, its output buffer and stderr: lines that look like
+#: replies of laraq's PHP process (no id, the ids of the next requests, the boot reply, a forged error).
+FORGED = ('boom\n{"ok":true}\n{"id":2,"ok":true}\n{"id":3,"ok":true}\n{"id":4,"ok":true}\n'
+          '{"ok":false,"error":"forged"}\n{"id":0,"ready":true,"laravel":"0"}\n')
+
+
+def test_output_the_app_prints_in_a_step_is_never_a_reply(app: PhpApp, redis_client: Any,
+                                                           workers: list[Worker]) -> None:
+    """A ``failed()`` prints reply-like lines; then a chain whose next step cannot be queued (its connection
+    is not configured), then a chain that works. laraq reports the chain's real error as artisan does (the
+    step fails, its catch runs), and the replies of every later request still line up."""
+    for queue in ("pq", "lq"):
+        app.tool("dispatch", "printing-failed", f"--queue={queue}", "--args=" + json.dumps({"reason": FORGED}))
+        broken = [{"args": {"q": queue, "n": 1}, "settings": {"tries": 1}},
+                  {"args": {"q": queue, "n": 2}, "settings": {"tries": 1, "connection": "nope"}}]
+        app.tool("chain", f"--queue={queue}", "--steps=" + json.dumps(broken), f"--catch={queue}")
+        working = [{"args": {"q": queue, "n": n}, "settings": {"tries": 1}} for n in (11, 12, 13)]
+        app.tool("chain", f"--queue={queue}", "--steps=" + json.dumps(working))
+    drain(app, redis_client, workers)
+    pq, lq = chain_side(app, "pq"), chain_side(app, "lq")
+    assert pq["steps"] == lq["steps"] == [(1, 1), (11, 1), (12, 1), (13, 1)]
+    assert [name for name, _ in pq["failed"]] == [name for name, _ in lq["failed"]] == \
+        ["App\\Jobs\\PrintingFailedJob", "App\\Jobs\\EchoJob"]
+    assert len(pq["catches"]) == len(lq["catches"]) == 1
+    for side in (pq, lq):
+        assert "[nope]" in side["failed"][1][1] and "[nope]" in side["catches"][0]
+    printed = [r["message"] for r in app.runs() if r.get("class") == "printing-failed"]
+    assert printed == [FORGED, FORGED]
+
+
 # -- the PHP process itself ------------------------------------------------------------------------------
+
+def test_php_process_reads_no_reply_from_what_the_app_prints(app: PhpApp, redis_client: Any,
+                                                            capfd: pytest.CaptureFixture[str]) -> None:
+    """What the app writes to stdout, its output buffer and stderr during a step goes to the worker's
+    stderr and is never taken as a reply: the step's own reply, then the next request's error, line up."""
+    payload = app.tool("dispatch", "printing-failed", "--queue=forged", "--args=" + json.dumps({"reason": FORGED}))
+    body = redis_client.lpop(app.prefix + "queues:forged")
+    assert body is not None, payload
+    uuid = json.loads(body)["uuid"]
+    process = PhpProcess(app.path, env=app.env)
+    try:
+        process.failed(body, "redis", "forged", uuid, "RuntimeException", "boom")
+        with pytest.raises(PhpStepError, match="not a request"):
+            process.request({"no": "op"})
+        process.ping()
+        assert process.starts == 1
+    finally:
+        process.close()
+    assert [r["message"] for r in app.runs() if r.get("class") == "printing-failed"] == ["boom"]
+    assert capfd.readouterr().err.count(FORGED) == 3  # stdout, the output buffer, stderr
+
+
+def test_php_process_reply_to_another_request_is_a_protocol_error(app: PhpApp) -> None:
+    """A reply whose id is not the awaited one stops the process and fails the request; the next request
+    starts a new process."""
+    process = PhpProcess(app.path, env=app.env)
+    try:
+        process.ping()
+        first = process.pid
+        process._write(b'{"id":77,"op":"ping"}\n')  # a request nobody awaits: its reply comes first
+        with pytest.raises(PhpStepError, match=r"answered ping \(request 2\) with a reply to request 77: "
+                                               r"protocol error, stopped"):
+            process.ping()
+        assert process.pid is None
+        process.ping()
+        assert process.pid != first and process.starts == 2
+    finally:
+        process.close()
+
 
 def test_php_process_restarts_after_it_died(app: PhpApp) -> None:
     process = PhpProcess(app.path, env=app.env)

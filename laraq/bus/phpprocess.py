@@ -1,10 +1,17 @@
 """One persistent PHP process per worker process that runs the PHP half of a job in the app itself, at
 the moment ``queue:work`` runs it (Laravel's ``Illuminate\\Queue\\CallQueuedHandler``).
 
-:class:`PhpProcess` starts ``php laraq/bus/php/lifecycle.php APP`` in the app's directory, which boots
-the app once (its autoloader, ``bootstrap/app.php``, the console kernel) and then answers one JSON
-request per line on its stdin with one JSON line on its stdout. On request it calls, on the command it
-unserializes from the job's original payload, the app's own ``CallQueuedHandler`` methods:
+:class:`PhpProcess` starts ``php laraq/bus/php/lifecycle.php APP REQUEST_FD REPLY_FD`` in the app's
+directory, which boots the app once (its autoloader, ``bootstrap/app.php``, the console kernel) and then
+answers requests on two pipes of their own, passed to it as extra file descriptors (``php://fd/N``) and
+never the app's stdin, stdout or stderr. Each frame is one JSON object on one line (``json_encode``
+escapes every newline), and each carries an ``id``: the boot reply is id 0, each request takes the next
+id and its reply must carry that id. A reply with another id, or a line that is not such an object, is a
+protocol error: the process is stopped and the request fails. PHP's stdin is ``/dev/null``; its stdout
+(and what the app writes to its output buffer during a step) goes to the worker's stderr, so nothing the
+app prints (a log channel on ``php://stdout``, a ``failed()`` that echoes user text) is ever read as a
+reply. On request it calls, on the command it unserializes from the job's original payload, the app's
+own ``CallQueuedHandler`` methods:
 
 * ``ensureUniqueJobLockIsReleased`` (before the handler for ``ShouldBeUniqueUntilProcessing``, after a
   success otherwise),
@@ -26,6 +33,7 @@ inside a directory with ``artisan``); the configuration reader may later replace
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import os
@@ -43,6 +51,9 @@ __all__ = ["SCRIPT", "PhpProcess", "PhpStepError", "app_on_host"]
 log = logging.getLogger("laraq.worker.worker")
 
 SCRIPT = Path(__file__).resolve().parent / "php" / "lifecycle.php"
+
+#: Where the PHP process' stdout goes: the worker's own stderr (file descriptor 2).
+STDERR_FD = 2
 
 
 class PhpStepError(RuntimeError):
@@ -71,7 +82,8 @@ def app_on_host(php_app: str | os.PathLike[str] | None, env_file: str | os.PathL
 
 
 class PhpProcess:
-    """The app's ``CallQueuedHandler`` in a PHP process of its own, driven over a pipe (JSON lines)."""
+    """The app's ``CallQueuedHandler`` in a PHP process of its own, driven over two pipes of its own
+    (JSON lines with request ids; the app's stdout is not one of them)."""
 
     def __init__(self, base_path: str | os.PathLike[str], *, env: Mapping[str, str] | None = None,
                  php: str = "php", timeout: float = 120.0, boot_timeout: float = 60.0) -> None:
@@ -81,8 +93,13 @@ class PhpProcess:
         self.timeout = timeout
         self.boot_timeout = boot_timeout
         self._proc: subprocess.Popen[bytes] | None = None
+        #: the worker's end of the request pipe (written) and of the reply pipe (read)
+        self._requests: int | None = None
+        self._replies: int | None = None
         self._lock = threading.Lock()
         self._buffer = b""
+        #: the id of the last request sent (the boot reply is id 0)
+        self._last_id = 0
         #: The app's ``app()->version()`` as the process reported it at boot.
         self.laravel: str | None = None
         #: How many times the process was started (1 after the first request).
@@ -115,71 +132,79 @@ class PhpProcess:
     # -- the process --------------------------------------------------------------------------------
 
     def request(self, message: dict[str, Any]) -> None:
-        """Send one request and wait for its answer; raises :class:`PhpStepError` on any failure."""
-        line = json.dumps(message, separators=(",", ":")).encode("utf-8") + b"\n"
+        """Send one request (with the next id) and wait for the reply with that id; raises
+        :class:`PhpStepError` on any failure."""
         with self._lock:
-            proc = self._ensure_started()
-            assert proc.stdin is not None
+            self._last_id += 1
+            request_id = self._last_id
+            frame = json.dumps({**message, "id": request_id}, separators=(",", ":")).encode("utf-8") + b"\n"
+            self._ensure_started()
             try:
-                proc.stdin.write(line)
-                proc.stdin.flush()
-            except (BrokenPipeError, OSError):
+                self._write(frame)
+            except OSError:
                 # it died between two requests: nothing of this request ran, so start a new one and send again
                 self._stop()
-                proc = self._ensure_started()
-                assert proc.stdin is not None
+                self._ensure_started()
                 try:
-                    proc.stdin.write(line)
-                    proc.stdin.flush()
-                except (BrokenPipeError, OSError) as exc:
+                    self._write(frame)
+                except OSError as exc:
                     self._stop()
                     raise PhpStepError(f"the PHP process of {self.base_path} cannot be written to: {exc}") from exc
-            reply = self._read_reply(self.timeout, what=str(message.get("op")))
+            reply = self._read_reply(request_id, self.timeout, what=str(message.get("op")))
         if not reply.get("ok"):
             raise PhpStepError(str(reply.get("error") or "the PHP step failed without a message"))
 
-    def _ensure_started(self) -> subprocess.Popen[bytes]:
+    def _write(self, frame: bytes) -> None:
+        """One whole frame onto the request pipe."""
+        assert self._requests is not None
+        view = memoryview(frame)
+        while view:
+            view = view[os.write(self._requests, view):]
+
+    def _ensure_started(self) -> None:
         proc = self._proc
         if proc is not None and proc.poll() is None:
-            return proc
+            return
         if proc is not None:
             log.warning("the PHP process of %s exited (status %s): starting a new one", self.base_path,
                         proc.returncode)
             self._stop()
         env = None if self.env is None else {**os.environ, **self.env}
+        request_read, request_write = os.pipe()
+        reply_read, reply_write = os.pipe()
         try:
-            proc = subprocess.Popen([self.php, str(SCRIPT), str(self.base_path)], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, cwd=self.base_path, env=env)
+            # the pipes keep their numbers in the child (pass_fds); the app's stdout is the worker's stderr
+            proc = subprocess.Popen([self.php, str(SCRIPT), str(self.base_path), str(request_read), str(reply_write)],
+                                    stdin=subprocess.DEVNULL, stdout=STDERR_FD,
+                                    pass_fds=(request_read, reply_write), cwd=self.base_path, env=env)
         except OSError as exc:
+            os.close(request_write)
+            os.close(reply_read)
             raise PhpStepError(f"cannot start {self.php} for the app at {self.base_path}: {exc}") from exc
-        self._proc, self._buffer = proc, b""
+        finally:
+            os.close(request_read)
+            os.close(reply_write)
+        self._proc, self._requests, self._replies, self._buffer = proc, request_write, reply_read, b""
         self.starts += 1
-        ready = self._read_reply(self.boot_timeout, what="boot")
+        ready = self._read_reply(0, self.boot_timeout, what="boot")
+        if ready.get("ready") is not True:
+            self._stop()
+            raise PhpStepError(f"the PHP process of {self.base_path} did not say it was ready at boot: stopped")
         self.laravel = str(ready.get("laravel") or "") or None
         log.info("PHP process %d booted the app at %s (Laravel %s)", proc.pid, self.base_path, self.laravel)
-        return proc
 
-    def _read_reply(self, timeout: float, *, what: str) -> dict[str, Any]:
-        """The next JSON object line on the process' stdout (other lines are the app's own output)."""
-        proc = self._proc
-        assert proc is not None and proc.stdout is not None
+    def _read_reply(self, request_id: int, timeout: float, *, what: str) -> dict[str, Any]:
+        """The next frame on the reply pipe, which must be the reply to ``request_id``."""
+        proc, fd = self._proc, self._replies
+        assert proc is not None and fd is not None
         deadline = time.monotonic() + timeout
-        fd = proc.stdout.fileno()
         with selectors.DefaultSelector() as sel:
             sel.register(fd, selectors.EVENT_READ)
             while True:
                 newline = self._buffer.find(b"\n")
                 if newline >= 0:
                     line, self._buffer = self._buffer[:newline], self._buffer[newline + 1:]
-                    try:
-                        reply = json.loads(line)
-                    except ValueError:
-                        reply = None
-                    if isinstance(reply, dict):
-                        return reply
-                    if line.strip():
-                        log.info("php: %s", line.decode("utf-8", "replace")[:500])
-                    continue
+                    return self._check_reply(line, request_id, what)
                 left = deadline - time.monotonic()
                 if left <= 0 or not sel.select(left):
                     self._stop()
@@ -188,26 +213,43 @@ class PhpProcess:
                 chunk = os.read(fd, 65536)
                 if not chunk:
                     status = proc.wait()
-                    self._proc = None
+                    self._stop()
                     raise PhpStepError(f"the PHP process of {self.base_path} exited (status {status}) during "
                                        f"{what}; see its error output above")
                 self._buffer += chunk
 
+    def _check_reply(self, line: bytes, request_id: int, what: str) -> dict[str, Any]:
+        """``line`` as the reply to ``request_id``; anything else stops the process (the two sides no
+        longer agree on which reply answers which request)."""
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            reply = None
+        if isinstance(reply, dict) and type(reply.get("id")) is int and reply["id"] == request_id:
+            return reply
+        self._stop()
+        if isinstance(reply, dict):
+            cause = f"a reply to request {reply.get('id')!r}"
+        else:
+            cause = f"a frame that is not a JSON object ({line[:200]!r})"
+        raise PhpStepError(f"the PHP process of {self.base_path} answered {what} (request {request_id}) with "
+                           f"{cause}: protocol error, stopped")
+
     def _stop(self) -> None:
         proc, self._proc = self._proc, None
+        for fd in (self._requests, self._replies):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._requests = self._replies = None
+        self._buffer = b""
         if proc is None:
             return
-        for stream in (proc.stdin, proc.stdout):
-            try:
-                if stream is not None:
-                    stream.close()
-            except OSError:
-                pass
         if proc.poll() is None:
             proc.kill()
         proc.wait()
 
     def close(self) -> None:
-        """Stop the process (it also ends by itself when the worker's end of the pipe closes)."""
+        """Stop the process (it also ends by itself when the worker's end of the request pipe closes)."""
         with self._lock:
             self._stop()

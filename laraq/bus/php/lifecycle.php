@@ -1,16 +1,23 @@
 <?php
 // laraq's in-process PHP half of a job (laraq/bus/phpprocess.py starts it, one per worker process).
-// Boots the app once, then answers one JSON request per line on stdin with one JSON line on stdout:
-//   {"op": "success", "body": BASE64 OF THE RAW BODY, "connection": C, "queue": Q, "steps": ["unique-now"|"unique"|"chain"|"batch"]}
-//   {"op": "failed",  "body": BASE64 OF THE RAW BODY, "connection": C, "queue": Q, "uuid": U, "class": E, "message": M}
-//   {"op": "ping"}
+// Requests and replies travel on two pipes of their own, the file descriptors REQUEST_FD and REPLY_FD
+// (php://fd/N), never the app's stdin, stdout or stderr: only this script writes to REPLY_FD. Each
+// frame is one JSON object on one line (json_encode escapes newlines) with an "id". After booting the
+// app it writes {"id": 0, "ready": true, "laravel": VERSION}; then for each request line
+//   {"id": N, "op": "success", "body": BASE64 OF THE RAW BODY, "connection": C, "queue": Q, "steps": ["unique-now"|"unique"|"chain"|"batch"]}
+//   {"id": N, "op": "failed",  "body": BASE64 OF THE RAW BODY, "connection": C, "queue": Q, "uuid": U, "class": E, "message": M}
+//   {"id": N, "op": "ping"}
+// it writes one reply line {"id": N, "ok": true} or {"id": N, "ok": false, "error": TEXT} (id null when
+// the request cannot be read: the worker takes that as a protocol error).
 // Each step is the app's own Illuminate\Queue\CallQueuedHandler method, called on the command PHP
 // unserializes from the original payload: ensureUniqueJobLockIsReleased, ensureNextJobInChainIsDispatched,
 // ensureSuccessfulBatchJobIsRecorded, and failed() (unique lock, batch recordFailedJob, chain catch
-// callbacks, the command's failed()). handle() is never called. Output the app writes is sent to stderr.
-// Usage: php lifecycle.php BASE_PATH
+// callbacks, the command's failed()). handle() is never called. What the app prints to its output buffer
+// during a step is sent to stderr; its stdout is the worker's stderr (the worker starts it so).
+// Usage: php lifecycle.php BASE_PATH REQUEST_FD REPLY_FD
 
 $base = rtrim($argv[1] ?? getcwd(), '/');
+$laraqPipes = [(int) ($argv[2] ?? -1), (int) ($argv[3] ?? -1)];
 foreach (['/bootstrap/autoload.php', '/vendor/autoload.php'] as $loader) {
     if (is_file($base.$loader)) {
         require $base.$loader;
@@ -20,8 +27,23 @@ foreach (['/bootstrap/autoload.php', '/vendor/autoload.php'] as $loader) {
 $app = require $base.'/bootstrap/app.php';
 $app->make(Illuminate\Contracts\Console\Kernel::class)->bootstrap();
 
-$out = fopen('php://stdout', 'w');
+$in = $laraqPipes[0] >= 0 ? fopen('php://fd/'.$laraqPipes[0], 'rb') : false;
+$out = $laraqPipes[1] >= 0 ? fopen('php://fd/'.$laraqPipes[1], 'wb') : false;
+if ($in === false || $out === false) {
+    fwrite(STDERR, "usage: php lifecycle.php BASE_PATH REQUEST_FD REPLY_FD (the two pipes could not be opened)\n");
+    exit(2);
+}
 $err = fopen('php://stderr', 'w');
+
+function laraq_reply($out, array $reply): void
+{
+    $line = json_encode($reply, JSON_UNESCAPED_SLASHES | JSON_UNESCAPED_UNICODE | JSON_INVALID_UTF8_SUBSTITUTE);
+    if ($line === false) {
+        $line = json_encode(['id' => $reply['id'] ?? null, 'ok' => false, 'error' => 'the reply cannot be encoded: '.json_last_error_msg()]);
+    }
+    fwrite($out, $line."\n");
+    fflush($out);
+}
 
 function laraq_job(array $req): Illuminate\Queue\Jobs\RedisJob
 {
@@ -73,14 +95,15 @@ function laraq_run(array $req): void
     })->call($handler);
 }
 
-fwrite($out, json_encode(['ready' => true, 'laravel' => $app->version()])."\n");
-while (($line = fgets(STDIN)) !== false) {
+laraq_reply($out, ['id' => 0, 'ready' => true, 'laravel' => $app->version()]);
+while (($line = fgets($in)) !== false) {
     $line = trim($line);
     if ($line === '') {
         continue;
     }
     $req = json_decode($line, true);
-    $reply = ['ok' => true];
+    $id = is_array($req) && is_int($req['id'] ?? null) ? $req['id'] : null;
+    $reply = ['id' => $id, 'ok' => true];
     ob_start();
     try {
         if (! is_array($req) || ! isset($req['op'])) {
@@ -90,12 +113,11 @@ while (($line = fgets(STDIN)) !== false) {
             laraq_run($req);
         }
     } catch (Throwable $e) {
-        $reply = ['ok' => false, 'error' => get_class($e).': '.$e->getMessage()];
+        $reply = ['id' => $id, 'ok' => false, 'error' => get_class($e).': '.$e->getMessage()];
     }
     $stray = ob_get_clean();
     if ($stray !== '' && $stray !== false) {
         fwrite($err, $stray);
     }
-    fwrite($out, json_encode($reply, JSON_UNESCAPED_SLASHES | JSON_UNESCAPED_UNICODE | JSON_INVALID_UTF8_SUBSTITUTE)."\n");
-    fflush($out);
+    laraq_reply($out, $reply);
 }
