@@ -93,3 +93,25 @@ def test_a_string_job_whose_data_names_a_command_runs_as_a_string_job(app: PhpAp
     for name in (QUEUE, "php"):
         key = app.prefix + "queues:" + name
         assert redis_client.llen(key) + redis_client.zcard(key + ":reserved") + redis_client.zcard(key + ":delayed") == 0
+
+
+@pytest.mark.parametrize("op", ["success", "failed"])
+def test_the_php_process_refuses_a_string_job_as_a_command(app: PhpApp, redis_client: Any, op: str) -> None:
+    """The in-process PHP's own guard: asked to run a step on a string job (whatever its data says), it
+    answers with an error and unserializes nothing."""
+    from laraq.bus.phpprocess import PhpProcess, PhpStepError
+
+    data = {"commandName": "App\\Jobs\\EchoJob", "command": _gadget("ok")}
+    app.tool("dispatch", "string", f"--queue={QUEUE}", "--args=" + json.dumps(data))
+    body = redis_client.lpop(app.prefix + "queues:" + QUEUE)
+    process = PhpProcess(app.path, env=app.env)
+    try:
+        with pytest.raises(PhpStepError, match=r'not a queued command \(job "App\\\\Handlers\\\\Foo@bar"\)'):
+            if op == "success":
+                process.success(body, "redis", QUEUE, ["chain"])
+            else:
+                process.failed(body, "redis", QUEUE, json.loads(body)["uuid"], "RuntimeException", "boom")
+        process.ping()  # the process lives on
+    finally:
+        process.close()
+    assert app.runs() == []

@@ -58,6 +58,12 @@ function laraq_run(array $req): void
     $req['raw'] = base64_decode((string) $req['body'], true);
     $job = laraq_job($req);
     $payload = json_decode($req['raw'], true);
+    // only a queued job object's data.command is a command, as in Illuminate\Queue\Jobs\Job::fire: a
+    // string job's data is the array the app pushed and is never unserialized
+    $name = is_array($payload) && is_string($payload['job'] ?? null) ? ltrim(trim($payload['job']), '\\') : '';
+    if ($name !== 'Illuminate\\Queue\\CallQueuedHandler@call') {
+        throw new InvalidArgumentException('not a queued command (job '.json_encode(substr($name, 0, 200)).'): its data is not unserialized');
+    }
     $data = is_array($payload['data'] ?? null) ? $payload['data'] : [];
     if ($req['op'] === 'failed') {
         // a class the app does not have (a job only Python knows): PHP has no failure steps for it
