@@ -119,7 +119,7 @@ _CONFIG_ENV = "LARAQ_WORKER_CONFIG"
 @click.option("--metrics-addr", default="127.0.0.1", show_default=True,
               help="Address for --metrics-port: loopback only by default; 0.0.0.0 (or this host's address) lets "
                    "other hosts scrape it (a container's port mapping, a remote Prometheus).")
-@click.option("--metrics-jobs", multiple=True, metavar="CLASSES",
+@click.option("--metrics-jobs", multiple=True, default=(), metavar="CLASSES",
               help="Job classes labelled by name in the job metrics besides the app's handlers (comma-separated, "
                    "repeatable); every other class is counted as job=\"other\", so the series stay bounded.")
 @click.option("--metrics-interval", type=click.FloatRange(0.1), default=15.0, show_default=True, metavar="SECONDS",
