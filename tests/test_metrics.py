@@ -10,13 +10,26 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from laraq.app import App
 from laraq.bus.dispatch import Dispatcher
 from laraq.bus.job import Job
 from laraq.cli.production import COMMANDS
-from laraq.production.metrics import Metrics, sample_queues
+from laraq.production.listeners import build_listeners
+from laraq.production.metrics import OTHER, Metrics, sample_queues
 from laraq.protocol.payload import Payload
 from laraq.protocol.queue import RedisQueue
-from laraq.worker.events import JobFailed, JobProcessed, JobProcessing, JobReleased, JobTimedOut
+from laraq.protocol.versions import LaravelVersion
+from laraq.worker.context import WorkerOptions
+from laraq.worker.events import (
+    JobFailed,
+    JobProcessed,
+    JobProcessing,
+    JobReleased,
+    JobTimedOut,
+    WorkerStarting,
+    WorkerStopping,
+)
+from laraq.worker.worker import Worker
 
 cli = click.Group("laraq", commands={c.name: c for c in COMMANDS})
 PREFIX = "m_"
@@ -45,7 +58,7 @@ def test_job_events_become_labelled_counters_and_histograms(queue):
     for i in range(4):
         d.push(d.prepare_job("App\\Jobs\\Resize", {"i": i}, queue="media"))
     registry = CollectorRegistry()
-    m = Metrics(registry=registry)
+    m = Metrics(registry=registry, jobs=["App\\Jobs\\Resize"])
     jobs = [popped(queue, "media") for _ in range(4)]
     for job in jobs:
         m.job_processing(JobProcessing(job))
@@ -66,6 +79,49 @@ def test_job_events_become_labelled_counters_and_histograms(queue):
     # createdAt is in the 12.x payload: four pickup delays observed, each well under a day
     assert get("laraq_job_pickup_delay_seconds_count", {"queue": "media"}) == 4
     assert get("laraq_job_pickup_delay_seconds_bucket", {"queue": "media", "le": "86400.0"}) == 4
+
+
+def label_values(registry: CollectorRegistry, label: str) -> set[str]:
+    return {s.labels[label] for family in registry.collect() for s in family.samples if label in s.labels}
+
+
+def test_job_and_queue_labels_come_from_a_bounded_set(queue):
+    """A producer's names cannot grow the page: 300 unique 1 KB class names are one ``other`` series."""
+    d = Dispatcher(queue)
+    for i in range(300):
+        d.push(d.prepare_job(f"App\\Jobs\\Unique{i:03d}" + "x" * 1000, {}, queue="media"))
+    d.push(d.prepare_job("App\\Jobs\\Resize", {}, queue="media"))
+    d.push(d.prepare_job("App\\Jobs\\Listed", {}, queue="media"))
+    d.push(d.prepare_job("App\\Jobs\\Resize", {}, queue="elsewhere"))  # a queue this worker does not serve
+    registry = CollectorRegistry()
+    m = Metrics(registry=registry, jobs=["App\\Jobs\\Resize", "\\App\\Jobs\\Listed"])
+    m.worker_starting(WorkerStarting("redis", ["media"], WorkerOptions(), LaravelVersion.parse("12.67")))
+    try:
+        jobs = [popped(queue, "media") for _ in range(302)] + [popped(queue, "elsewhere")]
+        for job in jobs:
+            m.job_processing(JobProcessing(job))
+            m.job_processed(JobProcessed(job, 0.01))
+    finally:
+        m.worker_stopping(WorkerStopping(0, "test", WorkerOptions()))
+    assert label_values(registry, "job") == {"App\\Jobs\\Resize", "App\\Jobs\\Listed", OTHER}
+    assert label_values(registry, "queue") == {"media", OTHER}
+    get = registry.get_sample_value
+    assert get("laraq_jobs_processed_total", {"queue": "media", "job": OTHER}) == 300
+    assert get("laraq_jobs_processed_total", {"queue": OTHER, "job": "App\\Jobs\\Resize"}) == 1
+
+
+def test_the_worker_labels_the_apps_handlers_and_metrics_jobs(queue):
+    app = App("labels")
+    app.register("App\\Jobs\\Handled", lambda command, job: None)
+    worker = Worker(app, queue, ["default"])
+    try:
+        params = {"heartbeat": False, "metrics_port": 0, "metrics_jobs": ["App\\Jobs\\Php,App\\Jobs\\Other2", "X"]}
+        [metrics] = build_listeners(worker, params)
+    finally:
+        worker.close()
+    assert isinstance(metrics, Metrics)
+    assert metrics.jobs == {"App\\Jobs\\Handled", "App\\Jobs\\Php", "App\\Jobs\\Other2", "X"}
+    assert metrics.addr == "127.0.0.1"  # loopback unless --metrics-addr says otherwise
 
 
 def test_queue_sampling_reads_sizes_and_the_oldest_pending_age(queue, redis_client):

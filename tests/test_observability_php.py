@@ -164,3 +164,36 @@ def test_handler_exceptions_reach_sentry_and_logging_with_the_job(pyapp: PyApp, 
              e["tags"]["job.attempt"], e["tags"]["job.outcome"], e["contexts"]["job"]["job_id"])
             for e in sentry.events] == [("ValueError", ECHO, "lq", "1", "released", job.id),
                                         ("ValueError", ECHO, "lq", "2", "failed", job.id)]
+
+
+
+def test_a_sentry_event_carries_no_job_data_from_laraq(pyapp: PyApp, redis_client: Any, workers: list[Any],
+                                                       sentry: Capture) -> None:
+    # the secret is built here so that no source line Sentry quotes around a frame holds it
+    secret = "-".join(("card", "4111", "1111"))
+    d = dispatcher(pyapp, redis_client, {})
+    d.dispatch_job(ECHO, {"mode": "fail", "cardNumber": secret}, queue="lq")
+    run_worker(pyapp, workers, _failing_handler, tries=1)
+    [event] = sentry.events
+    assert event["tags"]["job.class"] == ECHO and "extra" not in event and "request" not in event
+    frames = event["exception"]["values"][-1]["stacktrace"]["frames"]
+    laraq_frames = [f for f in frames if str(f.get("module")).startswith("laraq.")]
+    assert laraq_frames and not [f["module"] for f in laraq_frames if "vars" in f]
+
+    def holding(node: Any, path: str = "") -> Iterator[str]:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                yield from holding(value, f"{path}/{key}")
+        elif isinstance(node, list):
+            for n, value in enumerate(node):
+                yield from holding(value, f"{path}/{n}")
+        elif secret in str(node):
+            yield path
+
+    # only the handler's own frame (the app's code, the app's include_local_variables) may hold the command
+    handler = frames.index(next(f for f in frames if f.get("function") == "_failing_handler"))
+    assert list(holding(event)) == [f"/exception/values/0/stacktrace/frames/{handler}/vars/command"]
+
+
+def _failing_handler(command: Any, job: Any) -> None:
+    raise ValueError("no stock")

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -145,3 +146,44 @@ def test_two_worker_processes_add_up_on_one_metrics_port(env, redis_client, tmp_
     finally:
         stop_process(first)
         stop_process(second)
+
+
+def listening_addresses(port: int) -> set[str]:
+    """The local IPv4/IPv6 addresses (hex, as /proc/net/tcp* writes them) of the sockets listening on ``port``."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as fh:
+            for line in list(fh)[1:]:
+                local, state = line.split()[1], line.split()[3]
+                address, _, hexport = local.partition(":")
+                if state == "0A" and int(hexport, 16) == port:
+                    found.add(address)
+    return found
+
+
+def this_hosts_addresses() -> set[str]:
+    """This machine's IPv4 addresses other than loopback (none on a host with only ``lo``)."""
+    import socket
+
+    found = set()
+    with contextlib.suppress(OSError):
+        found |= {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)}
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("192.0.2.1", 9))  # no packet is sent: the kernel picks the outgoing address
+        found.add(probe.getsockname()[0])
+    return {a for a in found if not a.startswith("127.")}
+
+
+def test_metrics_listen_on_loopback_unless_told_otherwise(env, tmp_path):
+    import socket
+
+    port = free_port()
+    worker = popen_work(env, "--sleep", "0.1", "--metrics-port", str(port), log=tmp_path / "w.log")
+    try:
+        assert wait_until(lambda: try_scrape(port), 60), (tmp_path / "w.log").read_text()
+        assert listening_addresses(port) == {"0100007F"}  # 127.0.0.1, and no 0.0.0.0 (00000000) socket
+        for address in this_hosts_addresses():
+            with pytest.raises(ConnectionRefusedError), socket.create_connection((address, port), timeout=5):
+                pass
+    finally:
+        stop_process(worker)

@@ -19,8 +19,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from laraq.protocol.payload import is_queued_command, reencode_like_php_retry
 from laraq.protocol.queue import RedisQueue
@@ -259,10 +258,11 @@ def parse_moment(text: str, *, now: float | None = None) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def bulk_retry(store: FailedJobStore, queue: RedisQueue, jobs: Sequence[FailedJob], journal: str | Path, *,
+def bulk_retry(store: FailedJobStore, queue: RedisQueue, jobs: Sequence[FailedJob], journal: IO[str], *,
                retry_until: str = "auto", encrypter: Encrypter | None = None,
                connection_name: str | None = None) -> list[RetryOutcome]:
-    """``queue:retry`` of ``jobs``, each step written to the JSON Lines ``journal`` first.
+    """``queue:retry`` of ``jobs``, each step written to the JSON Lines ``journal`` (an open text file, its
+    creation and permissions the caller's) first.
 
     Per job the journal gets the failed row as it was (to put back) and the exact payload pushed and
     the key it went to (to take back), before the push; then the push, then the row is forgotten, then
@@ -270,7 +270,7 @@ def bulk_retry(store: FailedJobStore, queue: RedisQueue, jobs: Sequence[FailedJo
     both), never in neither; :func:`undo_retry` reads the journal back."""
     conn = connection_name or queue.connection_name
     out: list[RetryOutcome] = []
-    with open(journal, "a", encoding="utf-8") as fh:
+    with journal as fh:
         def write(entry: dict[str, Any]) -> None:
             fh.write(json.dumps(entry, ensure_ascii=False) + "\n")
             fh.flush()
@@ -306,21 +306,22 @@ class UndoOutcome:
     message: str
 
 
-def undo_retry(store: FailedJobStore, queue: RedisQueue, journal: str | Path) -> list[UndoOutcome]:
-    """Take back what a :func:`bulk_retry` journal says was pushed, and put the failed rows back.
+def undo_retry(store: FailedJobStore, queue: RedisQueue, journal: IO[str]) -> list[UndoOutcome]:
+    """Take back what a :func:`bulk_retry` journal (an open text file) says was pushed, and put the failed
+    rows back.
 
     A payload still waiting in its list is removed (``LREM`` of the exact bytes pushed) and its row
     logged again with its exception and ``failed_at``; one a worker already took is left alone and
     reported. Entries whose job the store already holds again are skipped, so an undo can be re-run."""
     entries: list[dict[str, Any]] = []
-    with open(journal, encoding="utf-8") as fh:
+    with journal as fh:
         for number, line in enumerate(fh, 1):
             if not line.strip():
                 continue
             try:
                 entry = json.loads(line)
             except ValueError as exc:
-                raise ValueError(f"{journal}:{number}: not a journal line ({exc})") from None
+                raise ValueError(f"line {number}: not a journal line ({exc})") from None
             if isinstance(entry, dict) and entry.get("step") == "retry":
                 entries.append(entry)
     out: list[UndoOutcome] = []

@@ -18,6 +18,7 @@ from laraq.cli.common import (
     settings_options,
 )
 from laraq.cli.render import Column, print_table
+from laraq.cli.statefiles import How, open_private, state_dir, state_dir_problem
 from laraq.exitcodes import EXIT_ERROR
 
 
@@ -61,7 +62,8 @@ def failed_cmd(ops: Ops, queue_name: str | None, as_json: bool, exceptions: bool
 @click.option("--dry-run", is_flag=True, help="Bulk: list what would be retried, change nothing.")
 @click.option("-y", "--yes", is_flag=True, help="Bulk: do not ask for confirmation after the count.")
 @click.option("--journal", type=click.Path(dir_okay=False), default=None,
-              help="Bulk: the JSON Lines journal of what was sent where (default: laraq-retry-<time>.jsonl).")
+              help="Bulk: the JSON Lines journal of what was sent where, created 0600 or appended to if it is "
+                   "yours (default: laraq-retry-<time>.jsonl in the state directory, $LARAQ_STATE_DIR).")
 @click.option("--undo", "undo_journal", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Take back a bulk retry from its journal: waiting jobs leave the queue, rows return to the store.")
 @click.option("--retry-until", "retry_until", type=click.Choice(["auto", "keep", "window"]), default="auto",
@@ -125,15 +127,32 @@ def _bulk(ops: Ops, flt: RetryFilter, among: list[str | int] | None, *, dry_run:
         return
     if not yes and not click.confirm(f"Retry {len(jobs)} failed job(s)?"):
         raise click.Abort()
-    path = Path(journal or f"laraq-retry-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.jsonl")
-    outcomes = bulk_retry(store, ops.queue, jobs, path, retry_until=retry_until, encrypter=ops.encrypter)
+    # the journal holds every payload: a private file, never one found at a predictable name
+    how: How = "append"
+    if journal:
+        path = Path(journal)
+    else:
+        where = state_dir()
+        loose = state_dir_problem(where)
+        if loose:
+            click.echo(f"warning: {loose}", err=True)
+        path, how = where / f"laraq-retry-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.jsonl", "new"
+    try:
+        fh = open_private(path, how)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write the journal: {exc}") from exc
+    outcomes = bulk_retry(store, ops.queue, jobs, fh, retry_until=retry_until, encrypter=ops.encrypter)
     click.echo(f"journal: {path} (undo: laraq retry --undo {path})", err=True)
     _report(outcomes, as_json)
 
 
 def _undo(ops: Ops, journal: str, as_json: bool) -> None:
     try:
-        outcomes = undo_retry(ops.failed_store(), ops.queue, journal)
+        fh = open_private(journal, "read")
+    except OSError as exc:
+        raise click.ClickException(f"cannot undo from {journal}: {exc}") from exc
+    try:
+        outcomes = undo_retry(ops.failed_store(), ops.queue, fh)
     except (ValueError, KeyError) as exc:
         raise click.ClickException(f"cannot undo from {journal}: {exc}") from exc
     if as_json:

@@ -16,6 +16,7 @@ from laraq.cli.common import (
     settings_options,
 )
 from laraq.cli.render import progress
+from laraq.cli.statefiles import open_private
 from laraq.config.settings import LaravelSettings, make_redis
 from laraq.ops.failed_move import move_failed
 from laraq.ops.inspect import discover_prefixes, discover_queues
@@ -286,7 +287,7 @@ copy_cmd = _transfer_command("copy", False)
 @settings_options
 @click.argument("queues", nargs=-1)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), default="-", show_default=True,
-              help="File to write (- for standard output).")
+              help="File to write, 0600 (- for standard output).")
 @click.option("--state", "states", multiple=True, type=click.Choice(["pending", "delayed", "reserved", "poison"]),
               help="States to export (repeatable; default: pending, delayed, reserved).")
 def export_cmd(ops: Ops, queues: tuple[str, ...], output: str, states: tuple[str, ...]) -> None:
@@ -295,7 +296,10 @@ def export_cmd(ops: Ops, queues: tuple[str, ...], output: str, states: tuple[str
     A copy: the jobs stay in Redis and workers keep running them. Once the file is imported and
     checked, `laraq remove-exported FILE` deletes exactly the exported jobs still here."""
     names = ops.queues(queues)
-    stream = click.open_file(output, "w", encoding="utf-8")
+    try:  # the jobs' payloads: a 0600 file of this user, never through a symbolic link
+        stream = click.open_file("-", "w", encoding="utf-8") if output == "-" else open_private(output, "replace")
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {output}: {exc}") from exc
     with stream:
         count = export_jobs(ops.queue, names, stream, states=tuple(states) or ("pending", "delayed", "reserved"))
     where = "standard output" if output == "-" else output

@@ -11,7 +11,8 @@ not start (a :class:`StartupError` naming the cause, the fix and the exit code o
   Laravel project behind the settings, a store that is not there (13's stock ``database`` store on
   ``database/database.sqlite``) is skipped with a warning; with a project it is an error.
 * **failed-job store**: with no project and the stock store unreachable (8's MySQL), failed jobs go to a
-  local SQLite ``failed_jobs`` (:func:`local_failed_store_path`), said loudly. With a project, an
+  local SQLite ``failed_jobs`` (:func:`local_failed_store_path`: a ``0600`` file in the ``0700`` state
+  directory of :mod:`laraq.cli.statefiles`), said loudly. With a project, an
   unreachable database is opened again when a job fails, like artisan.
 * **APP_KEY**: a malformed key stops the worker at start, not jobs later.
 * **Redis**: pinged once; refused connections and rejected credentials are start-up errors.
@@ -24,7 +25,6 @@ not detected, the asked-for queues empty while jobs wait under another prefix or
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from laraq import exitcodes
 from laraq._version import __version__
 from laraq.bus.middleware import limiter_names
 from laraq.cli import linesink
+from laraq.cli.statefiles import state_dir, state_dir_problem, touch_private
 from laraq.config import faults
 from laraq.config.provenance import setting_facts
 from laraq.config.settings import LaravelSettings
@@ -141,14 +142,13 @@ def open_cache(settings: LaravelSettings, *, redis_url: str | None = None) -> Op
 
 def local_failed_store_path() -> Path:
     """Where failed jobs go when no Laravel project is given and the stock store is not reachable."""
-    base = os.environ.get("LARAQ_STATE_DIR") or os.path.join(
-        os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state"), "laraq")
-    return Path(base) / "failed_jobs.sqlite"
+    return state_dir() / "failed_jobs.sqlite"
 
 
 def _local_failed_store(settings: LaravelSettings) -> DatabaseUuidFailedJobStore:
     path = local_failed_store_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    # 0600 before SQLite opens it: its -journal and -wal files take the database file's mode
+    touch_private(path)
     import sqlite3  # start-up: ~1 MB resident, loaded only for the local failed-job file
 
     conn = sqlite3.connect(str(path), timeout=30, check_same_thread=False)
@@ -185,9 +185,10 @@ def open_failed_store(settings: LaravelSettings, *, fallback: bool = True) -> Op
                 raise StartupError(f"no failed-job store: the stock one is not available ({reason}) and the "
                                    f"local one at {local} cannot be opened ({faults.one_line(exc2)})",
                                    exitcodes.EXIT_DATABASE) from exc2
+            loose = state_dir_problem(local.parent)
             return OpenedStore(store, f"local SQLite {local} (fallback)", [
                 f"no Laravel project: the stock failed-job store {described} is not available ({reason}); "
-                f"failed jobs go to {local} instead ({_FIX_PROJECT})"])
+                f"failed jobs go to {local} instead ({_FIX_PROJECT})", *([loose] if loose else [])])
         # Like artisan: start anyway; failed_jobs is only needed when a job fails, and a job that cannot
         # be logged then is put back on its queue, never dropped.
         return OpenedStore(LazyFailedJobStore(lambda: make_failed_store(settings)), described + " (not reachable now)", [

@@ -116,7 +116,12 @@ _CONFIG_ENV = "LARAQ_WORKER_CONFIG"
                    "through Horizon's command lists; for containers sharing a hostname).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
               help="Serve Prometheus metrics on this port (see compat-docs/production.md).")
-@click.option("--metrics-addr", default="0.0.0.0", show_default=True, help="Address for --metrics-port.")
+@click.option("--metrics-addr", default="127.0.0.1", show_default=True,
+              help="Address for --metrics-port: loopback only by default; 0.0.0.0 (or this host's address) lets "
+                   "other hosts scrape it (a container's port mapping, a remote Prometheus).")
+@click.option("--metrics-jobs", multiple=True, default=(), metavar="CLASSES",
+              help="Job classes labelled by name in the job metrics besides the app's handlers (comma-separated, "
+                   "repeatable); every other class is counted as job=\"other\", so the series stay bounded.")
 @click.option("--metrics-interval", type=click.FloatRange(0.1), default=15.0, show_default=True, metavar="SECONDS",
               help="How often the queue-size gauges are sampled (one pipelined round per queue).")
 @click.option("--metrics-dir", type=click.Path(file_okay=False), default=None, envvar="PROMETHEUS_MULTIPROC_DIR",

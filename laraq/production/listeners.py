@@ -1,7 +1,7 @@
 """The production listeners ``laraq work`` attaches from its options: heartbeat and Prometheus metrics.
 
 :func:`attach_listeners` turns ``--heartbeat/--no-heartbeat``, ``--heartbeat-file``, ``--metrics-port``,
-``--metrics-addr``, ``--metrics-interval`` and ``--metrics-dir`` into :class:`~laraq.production.heartbeat.Heartbeat` and
+``--metrics-addr``, ``--metrics-jobs``, ``--metrics-interval`` and ``--metrics-dir`` into :class:`~laraq.production.heartbeat.Heartbeat` and
 :class:`~laraq.production.metrics.Metrics` listeners on a :class:`~laraq.worker.worker.Worker` (through the event seam,
 ``worker.add_listener``). The listeners themselves live in their own modules. From the environment:
 ``LARAQ_OTEL=1`` adds the OpenTelemetry span listener (:mod:`laraq.production.otel`, extra ``laraq[otel]``);
@@ -36,8 +36,12 @@ def build_listeners(worker: Any, params: dict[str, Any]) -> list[Any]:
         # start-up: it (~40 modules, ~15 ms) is loaded only for --metrics-port
         from laraq.production.metrics import Metrics
 
-        listeners.append(Metrics(port=params["metrics_port"], addr=params.get("metrics_addr") or "0.0.0.0",
-                                 sample_interval=float(params.get("metrics_interval") or 15.0), queue=worker.queue))
+        # the job label's known classes: the app's handlers and the names --metrics-jobs adds
+        jobs = [*(getattr(worker.context.app, "names", None) or ()),
+                *(n for arg in params.get("metrics_jobs") or () for n in str(arg).split(",") if n.strip())]
+        listeners.append(Metrics(port=params["metrics_port"], addr=params.get("metrics_addr") or "127.0.0.1",
+                                 sample_interval=float(params.get("metrics_interval") or 15.0), queue=worker.queue,
+                                 jobs=jobs))
     if params.get("otel") or os.environ.get("LARAQ_OTEL", "") not in ("", "0", "false"):
         # optional dependency: opentelemetry (laraq[otel]) is imported only when tracing is asked for
         from laraq.production.otel import OtelListener, instrument_dispatch

@@ -2,7 +2,8 @@
 
 Built on the maintained ``prometheus_client`` library. :class:`Metrics` is a
 :class:`~laraq.worker.events.WorkerListener`: per-job events bump counters and histograms labelled by queue
-and job class; queue gauges (pending, delayed, reserved, oldest pending age) are sampled by a daemon
+and job class, both from a bounded set (the worker's queues; the app's handler classes plus
+``--metrics-jobs``; any other as ``other``), so a producer's job names cannot grow the page; queue gauges (pending, delayed, reserved, oldest pending age) are sampled by a daemon
 thread every ``sample_interval`` seconds with one pipelined round of ``LLEN``/``ZCARD``/``LINDEX`` per
 queue, never on a scrape and never with a key scan.
 
@@ -57,7 +58,7 @@ from laraq.worker.events import (
     WorkerStopping,
 )
 
-__all__ = ["Metrics", "QueueSampler", "sample_queues", "exposition", "multiprocess_dir", "use_multiprocess_dir",
+__all__ = ["OTHER", "Metrics", "QueueSampler", "sample_queues", "exposition", "multiprocess_dir", "use_multiprocess_dir",
            "reap_dead_processes", "MULTIPROC_ENV"]
 
 log = logging.getLogger("laraq.production.metrics")
@@ -85,13 +86,13 @@ def _pushed_at(job: Any) -> float | None:
     return float(created)
 
 
-def _job_labels(job: Any) -> tuple[str, str]:
-    queue = str(getattr(job, "queue", "") or "")
-    try:
-        name = getattr(job, "name", None) or "?"
-    except Exception:
-        name = "?"
-    return queue, str(name)
+#: The ``job`` (or ``queue``) label of every job whose class (or queue) is not in the metrics' known set.
+OTHER = "other"
+
+
+def _class_name(name: str) -> str:
+    """A job class as the app registers it (``App\\Jobs\\X``: no leading backslash, no spaces around)."""
+    return name.strip().lstrip("\\")
 
 
 # -- queue sampling ---------------------------------------------------------------------------------------
@@ -173,14 +174,18 @@ class QueueSampler:
 class Metrics(WorkerListener):
     """Prometheus metrics of one worker process (a :class:`WorkerListener`).
 
-    ``port``: serve ``/metrics`` there (``None``: only record, e.g. for tests or a textfile dump).
-    ``registry``: a ``CollectorRegistry`` (default: the library's global one).
+    ``port``: serve ``/metrics`` there (``None``: only record, e.g. for tests or a textfile dump), on
+    ``addr`` (loopback unless told otherwise). ``registry``: a ``CollectorRegistry`` (default: the library's
+    global one). ``jobs``: the job classes labelled by name (the app's handlers and ``--metrics-jobs``);
+    every other name, which comes from the payload and so from whoever pushed it, is counted as ``other``,
+    so the number of series stays bounded. Queues: those the worker serves, any other as ``other``.
     """
 
-    def __init__(self, *, port: int | None = None, addr: str = "0.0.0.0", sample_interval: float = 15.0,
-                 registry: CollectorRegistry | None = None, queue: Any = None) -> None:
+    def __init__(self, *, port: int | None = None, addr: str = "127.0.0.1", sample_interval: float = 15.0,
+                 registry: CollectorRegistry | None = None, queue: Any = None, jobs: Iterable[str] = ()) -> None:
         #: the queue connection whose queues are sampled (the worker's), None: no sampling
         self.queue = queue
+        self.jobs = frozenset(_class_name(name) for name in jobs)
         self.port = port
         self.addr = addr
         self.sample_interval = sample_interval
@@ -246,6 +251,17 @@ class Metrics(WorkerListener):
 
     # -- job events ----------------------------------------------------------------------------------------
 
+    def _job_labels(self, job: Any) -> tuple[str, str]:
+        """``(queue, job)`` labels from a bounded set: the known queues and classes, else ``other``."""
+        queue = str(getattr(job, "queue", "") or "")
+        if self._queues is not None and queue not in self._queues:
+            queue = OTHER
+        try:
+            name = _class_name(str(getattr(job, "name", None) or ""))
+        except Exception:
+            name = ""
+        return queue, name if name in self.jobs else OTHER
+
     def _running_changed(self, job: Any, running: bool) -> None:
         with self._lock:
             if running:
@@ -259,24 +275,24 @@ class Metrics(WorkerListener):
         self._running_changed(job, True)
         pushed = _pushed_at(job)
         if pushed is not None:
-            self.pickup.labels(_job_labels(job)[0]).observe(max(0.0, time.time() - pushed))
+            self.pickup.labels(self._job_labels(job)[0]).observe(max(0.0, time.time() - pushed))
 
     def job_processed(self, event: JobProcessed) -> None:
         job, runtime = event.job, event.runtime
-        labels = _job_labels(job)
+        labels = self._job_labels(job)
         self.processed.labels(*labels).inc()
         self.runtime.labels(*labels).observe(runtime)
         self._running_changed(job, False)
 
     def job_released(self, event: JobReleased) -> None:
         job, exc = event.job, event.exception
-        self.released.labels(*_job_labels(job)).inc()
+        self.released.labels(*self._job_labels(job)).inc()
         if exc is not None:  # a handler's own release is followed by job_processed
             self._running_changed(job, False)
 
     def job_failed(self, event: JobFailed) -> None:
         job, runtime = event.job, event.runtime
-        labels = _job_labels(job)
+        labels = self._job_labels(job)
         self.failed.labels(*labels).inc()
         if runtime is not None:
             self.runtime.labels(*labels).observe(runtime)
@@ -284,12 +300,12 @@ class Metrics(WorkerListener):
 
     def job_timed_out(self, event: JobTimedOut) -> None:
         job = event.job
-        self.timed_out.labels(*_job_labels(job)).inc()
+        self.timed_out.labels(*self._job_labels(job)).inc()
         self._running_changed(job, False)
 
     def job_unhandled(self, event: JobUnhandled) -> None:
         job, action = event.job, event.action
-        self.unhandled.labels(*_job_labels(job), action).inc()
+        self.unhandled.labels(*self._job_labels(job), action).inc()
 
     # -- serving and sampling ---------------------------------------------------------------------------------
 

@@ -13,10 +13,15 @@ attempt with (released after it, or failed by it, including timeouts and max att
   exception, captured in a new scope with the tags ``job.class``, ``job.queue``, ``job.attempt``,
   ``job.outcome`` and a ``job`` context (``id``, ``uuid``, ``connection``). Sentry's logging integration is
   told to ignore ``laraq.report`` and the worker's own error line, so an exception is one event, not three.
+  An event processor on that scope (:func:`scrub_event`) takes the local variables out of laraq's own
+  frames (they hold the decoded command, protected properties included) and drops the event's ``extra``
+  and ``request`` (the SDK puts ``sys.argv`` there, which may carry ``--redis-url`` with its password).
+  The handler's own frames are the app's code: the app's ``sentry_sdk.init(include_local_variables=...)``
+  decides whether its locals (``command`` among them) are sent.
 
 ``laraq work`` attaches it when Sentry is initialized (by the handlers module, as Sentry asks) or when
 ``LARAQ_REPORT`` is set (``log``: the logger only; see :mod:`laraq.production.listeners`). No payload,
-command or secret is put into a report.
+command or secret is put into a report by laraq.
 """
 
 from __future__ import annotations
@@ -32,9 +37,11 @@ from laraq.worker.events import (
 )
 
 if TYPE_CHECKING:
+    from sentry_sdk._types import Event
+
     from laraq.bus.job import Job
 
-__all__ = ["ErrorReporter", "report_fields", "sentry_active"]
+__all__ = ["ErrorReporter", "report_fields", "scrub_event", "sentry_active"]
 
 log = logging.getLogger("laraq.report")
 #: the worker's own line for a handler exception (the worker's modules log as laraq.worker.worker): as
@@ -47,6 +54,25 @@ def report_fields(job: Job, outcome: str) -> dict[str, Any]:
     return {"job_class": job.name, "job_id": job.id, "job_uuid": job.uuid, "queue": job.queue,
             "connection": getattr(job, "connection_name", None) or "redis", "attempt": job.attempts,
             "outcome": outcome}
+
+
+def _laraq_module(module: Any) -> bool:
+    return isinstance(module, str) and (module == "laraq" or module.startswith("laraq."))
+
+
+def scrub_event(event: Event, hint: dict[str, Any] | None = None) -> Event:
+    """A Sentry event of a job exception as laraq sends it: no locals in laraq's frames, no ``extra`` or
+    ``request`` (a Sentry event processor: returns the event it changed)."""
+    event.pop("extra", None)
+    event.pop("request", None)
+    values = (event.get("exception") or {}).get("values") or []
+    stacks = [v.get("stacktrace") for v in values if isinstance(v, dict)]
+    stacks += [t.get("stacktrace") for t in (event.get("threads") or {}).get("values") or [] if isinstance(t, dict)]
+    for stack in stacks:
+        for frame in (stack or {}).get("frames") or []:
+            if isinstance(frame, dict) and _laraq_module(frame.get("module")):
+                frame.pop("vars", None)
+    return event
 
 
 def sentry_active() -> bool:
@@ -81,6 +107,7 @@ class ErrorReporter(WorkerListener):
         import sentry_sdk  # optional dependency: present, since Sentry was initialized
 
         with sentry_sdk.new_scope() as scope:
+            scope.add_event_processor(scrub_event)
             scope.set_tag("job.class", fields["job_class"])
             scope.set_tag("job.queue", fields["queue"])
             scope.set_tag("job.attempt", str(fields["attempt"]))
