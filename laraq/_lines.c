@@ -13,7 +13,9 @@
  * the two lines every job has. Their wording stays in laraq/cli/output.py: configure() hands over each
  * line as a template, a tuple of literal UTF-8 pieces (bytes) and slots (ints: the date, the job's id,
  * its name, the run of dots, the run time). The table of started jobs is Output's own dict, so its
- * other lines (failures, releases) find what started() recorded.
+ * other lines (failures, releases) find what started() recorded. A job's id and name come from its
+ * payload: one that holds a control character (or any non-ASCII text) goes through the escaper
+ * configure() is given (laraq.logtext.visible), so what the line shows is what Python would print.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -57,6 +59,7 @@ typedef struct {
     Py_ssize_t max_started;
     Template start, done;
     PyObject *run_time; /* seconds -> str, for runs of a second or more */
+    PyObject *visible;  /* str -> str with its control characters escaped; NULL: shown as they are */
     time_t date_sec;
     char date[64];
     Py_ssize_t date_len;
@@ -245,8 +248,31 @@ static void refresh_date(LineSink *s) { /* Y-m-d H:i:s, UTC, formatted once per 
     s->date_sec = ts.tv_sec;
 }
 
-/* A job's id (``job.id or ""``) and name, as str. New references. */
-static int job_identity(PyObject *job, PyObject **ident, PyObject **name) {
+/* Whether a str may hold a character the escaper changes: a control character of ASCII, or any
+ * non-ASCII one (the escaper tells those apart; a plain ASCII name, the usual case, costs one scan). */
+static int may_need_escape(PyObject *text) {
+    if (!PyUnicode_IS_ASCII(text)) return 1;
+    const unsigned char *p = PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (p[i] < 0x20 || p[i] == 0x7f) return 1;
+    return 0;
+}
+
+/* ``text`` as the escaper shows it (a new reference; steals ``text``). */
+static PyObject *shown(LineSink *s, PyObject *text) {
+    if (text == NULL || s->visible == NULL || !may_need_escape(text)) return text;
+    PyObject *escaped = PyObject_CallOneArg(s->visible, text);
+    Py_DECREF(text);
+    if (escaped != NULL && !PyUnicode_Check(escaped)) {
+        PyErr_SetString(PyExc_TypeError, "the escaper must return str");
+        Py_CLEAR(escaped);
+    }
+    return escaped;
+}
+
+/* A job's id (``job.id or ""``) and name, as str and as shown (see ``visible``). New references. */
+static int job_identity(LineSink *s, PyObject *job, PyObject **ident, PyObject **name) {
     PyObject *id = PyObject_GetAttr(job, str_id);
     if (id == NULL) return -1;
     int truth = PyObject_IsTrue(id);
@@ -258,9 +284,11 @@ static int job_identity(PyObject *job, PyObject **ident, PyObject **name) {
         Py_SETREF(id, Py_NewRef(str_empty));
     else if (!PyUnicode_Check(id))
         Py_SETREF(id, PyObject_Str(id));
+    id = shown(s, id);
     if (id == NULL) return -1;
     PyObject *nm = PyObject_GetAttr(job, str_name);
     if (nm != NULL && !PyUnicode_Check(nm)) Py_SETREF(nm, PyObject_Str(nm));
+    nm = shown(s, nm);
     if (nm == NULL) {
         Py_DECREF(id);
         return -1;
@@ -325,7 +353,7 @@ static int check_configured(LineSink *s) {
 static PyObject *sink_started(LineSink *s, PyObject *job) {
     if (check_configured(s) < 0) return NULL;
     PyObject *ident, *name, *key = NULL, *entry = NULL;
-    if (job_identity(job, &ident, &name) < 0) return NULL;
+    if (job_identity(s, job, &ident, &name) < 0) return NULL;
     int r = -1;
     if (PyDict_GET_SIZE(s->started) >= s->max_started) { /* an abandoned job never ends here: forget the oldest */
         Py_ssize_t pos = 0;
@@ -396,7 +424,7 @@ static PyObject *sink_succeeded(LineSink *s, PyObject *const *args, Py_ssize_t n
     } else { /* never started here: read now, timed as 0 */
         if (entry != NULL && PyDict_DelItem(s->started, key) < 0) goto done;
         start = monotonic_now();
-        if (job_identity(job, &ident, &name) < 0) goto done;
+        if (job_identity(s, job, &ident, &name) < 0) goto done;
     }
     if (!PyUnicode_Check(ident) || !PyUnicode_Check(name)) {
         PyErr_SetString(PyExc_TypeError, "a started job's id and name must be str");
@@ -456,11 +484,15 @@ static int parse_template(PyObject *tuple, Py_ssize_t width, Template *t, const 
 }
 
 static PyObject *sink_configure(LineSink *s, PyObject *args) {
-    PyObject *started, *start_tpl, *done_tpl, *run_time;
+    PyObject *started, *start_tpl, *done_tpl, *run_time, *visible = Py_None;
     Py_ssize_t max_started, start_width, done_width;
-    if (!PyArg_ParseTuple(args, "O!nOnOnO:configure", &PyDict_Type, &started, &max_started, &start_tpl, &start_width,
-                          &done_tpl, &done_width, &run_time))
+    if (!PyArg_ParseTuple(args, "O!nOnOnO|O:configure", &PyDict_Type, &started, &max_started, &start_tpl,
+                          &start_width, &done_tpl, &done_width, &run_time, &visible))
         return NULL;
+    if (visible != Py_None && !PyCallable_Check(visible)) {
+        PyErr_SetString(PyExc_TypeError, "the escaper must be callable or None");
+        return NULL;
+    }
     if (max_started < 1) {
         PyErr_SetString(PyExc_ValueError, "max_started must be at least 1");
         return NULL;
@@ -476,6 +508,7 @@ static PyObject *sink_configure(LineSink *s, PyObject *args) {
     }
     Py_XSETREF(s->started, Py_NewRef(started));
     Py_XSETREF(s->run_time, Py_NewRef(run_time));
+    Py_XSETREF(s->visible, visible == Py_None ? NULL : Py_NewRef(visible));
     s->max_started = max_started;
     Py_RETURN_NONE;
 }
@@ -508,6 +541,7 @@ static void sink_dealloc(LineSink *s) {
     Py_CLEAR(s->stream);
     Py_CLEAR(s->started);
     Py_CLEAR(s->run_time);
+    Py_CLEAR(s->visible);
     Py_CLEAR(s->start.tuple);
     Py_CLEAR(s->done.tuple);
     PyMem_Free(s->buf);
@@ -522,7 +556,8 @@ static PyMethodDef sink_methods[] = {
     {"release", (PyCFunction)sink_release, METH_NOARGS, "release(): stop holding, and write what is held."},
     {"flush", (PyCFunction)sink_flush, METH_NOARGS, "flush(): write what is held now."},
     {"configure", (PyCFunction)sink_configure, METH_VARARGS,
-     "configure(started, max_started, start_template, start_width, done_template, done_width, run_time)."},
+     "configure(started, max_started, start_template, start_width, done_template, done_width, run_time, "
+     "visible=None)."},
     {"started", (PyCFunction)sink_started, METH_O, "started(job): record the job and write its first line."},
     {"succeeded", (PyCFunction)(void (*)(void))sink_succeeded, METH_FASTCALL | METH_KEYWORDS,
      "succeeded(job, runtime=None): the job's success line (held on the holding thread)."},

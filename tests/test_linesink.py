@@ -48,7 +48,8 @@ NAMES = [
     (42, "App\\Jobs\\IntId"),
     ("ünï-✓", "App\\Jobs\\Ünïcödé ✓ 日本"),
     ("long", "App\\Jobs\\" + "VeryLong" * 20),  # wider than the line: no dots
-    ("sur\udcff", "App\\Jobs\\Bad\udcffName"),  # not valid UTF-8: written as '?'
+    ("sur\udcff", "App\\Jobs\\Bad\udcffName"),  # not valid UTF-8: a lone surrogate, shown as its escape
+    ("id\x1b", "App\\Jobs\\Evil\x1b[2J\n\u202e\x9b"),  # control characters: shown as escapes (laraq.logtext)
 ]
 
 
@@ -104,7 +105,9 @@ def test_the_c_sink_prints_what_python_prints(c_sink: None, tmp_path: Path, vers
     assert c_out.started == c_out._sink.started  # the C sink prints these two itself
     assert c_text == py_text
     c_text = re.sub(r"\x1b\[[\d;]*m", "", c_text)  # colours off, for the checks below
-    assert "?" in c_text and "Ünïcödé ✓ 日本" in c_text and "App\\Jobs\\Fails" in c_text
+    assert "Bad\\udcffName" in c_text and "Ünïcödé ✓ 日本" in c_text and "App\\Jobs\\Fails" in c_text
+    assert "App\\Jobs\\Evil\\x1b[2J\\n\\u202e\\x9b" in c_text
+    assert ("[id\\x1b]" in c_text) == (version == "8.83.27")  # only legacy lines show the id
     if LaravelVersion.parse(version).since("10.13.1"):  # long runs humanized
         assert "1m 15s DONE" in c_text and "1h 2m 5s DONE" in c_text
     elif version != "8.83.27":

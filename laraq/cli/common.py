@@ -16,6 +16,7 @@ import redis
 
 from laraq.config.effective import effective_settings, with_flags
 from laraq.config.settings import LaravelSettings, make_redis
+from laraq.logtext import visible
 from laraq.ops.inspect import discover_queues
 from laraq.protocol.encryption import Encrypter
 from laraq.protocol.queue import RedisQueue
@@ -121,7 +122,9 @@ def settings_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def emit_json(value: Any) -> None:
-    click.echo(json.dumps(value, ensure_ascii=False, indent=2, default=str))
+    """``value`` as indented JSON, non-ASCII text raw but control and format characters as JSON escapes
+    (:func:`laraq.logtext.visible`): the same document, safe on a terminal."""
+    click.echo(visible(json.dumps(value, ensure_ascii=False, indent=2, default=str), multiline=True, json=True))
 
 
 def human_age(seconds: float | None) -> str:

@@ -14,6 +14,7 @@ from laraq.cli.common import (
 )
 from laraq.cli.render import Column, print_table
 from laraq.exitcodes import EXIT_ERROR
+from laraq.logtext import visible
 from laraq.ops.doctor import diagnose
 
 # -- doctor --------------------------------------------------------------------------------------------------
@@ -38,9 +39,9 @@ def doctor_cmd(ops: Ops, app_ref: str | None, worker_timeout: int, queue_names: 
     else:
         rows = []
         for f in findings:
-            finding = Text(f.title)
+            finding = Text(visible(f.title))  # a Text cell is taken as built: what it holds is escaped here
             if f.detail:
-                finding.append("\n" + f.detail, style="dim")
+                finding.append("\n" + visible(f.detail, multiline=True), style="dim")
             rows.append((Text(f.level.upper(), style=LEVEL_STYLES.get(f.level, "")), finding, f.fix))
         print_table([Column("level", no_wrap=True), Column("finding", overflow="fold", min_width=20),
                      Column("fix", overflow="fold", min_width=20)], rows)

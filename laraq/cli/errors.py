@@ -3,7 +3,8 @@
 :class:`LaraqGroup` is the ``laraq`` click group: a command that lets a Redis, database or configuration
 error escape gets the line and code of :func:`laraq.config.faults.explain` (``Redis ... refused the
 credentials ...; set REDIS_PASSWORD ...``, exit 4) instead of a traceback. Unknown exceptions still show
-their traceback: they are bugs, and hiding them would help nobody.
+their traceback: they are bugs, and hiding them would help nobody. An error's message may name a queue or
+a class read from Redis: its control characters are shown as escapes (:func:`laraq.logtext.visible`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 import click
+
+from laraq.logtext import visible
 
 __all__ = ["LaraqGroup", "LaraqError"]
 
@@ -30,15 +33,19 @@ class LaraqGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.ClickException, click.exceptions.Exit, click.Abort):
+        except click.ClickException as exc:
+            # click types message as final, and reads it when the error is shown: escaped in place
+            exc.message = visible(exc.message, multiline=True)  # type: ignore[misc]
+            raise
+        except (click.exceptions.Exit, click.Abort):
             raise
         except Exception as exc:
             # start-up: the start-up and fault modules are imported only when a command failed (laraq --version needs neither)
             from laraq.cli.startup import StartupError  # start-up: as above
             from laraq.config.faults import explain  # start-up: as above
             if isinstance(exc, StartupError):
-                raise LaraqError(exc.message, exc.exit_code) from exc
+                raise LaraqError(visible(exc.message, multiline=True), exc.exit_code) from exc
             explained = explain(exc)
             if explained is None:
                 raise
-            raise LaraqError(*explained) from exc
+            raise LaraqError(visible(explained[0], multiline=True), explained[1]) from exc

@@ -20,6 +20,7 @@ from laraq.cli.common import (
 from laraq.cli.render import Column, print_table
 from laraq.cli.statefiles import How, open_private, state_dir, state_dir_problem
 from laraq.exitcodes import EXIT_ERROR
+from laraq.logtext import visible
 
 
 @click.command("failed")
@@ -105,7 +106,7 @@ def _report(outcomes: list[RetryOutcome], as_json: bool) -> None:
         emit_json([{"id": o.id, "status": o.status, "queue": o.queue, "message": o.message} for o in outcomes])
     else:
         for o in outcomes:
-            click.echo(o.message, err=o.status != "pushed")
+            click.echo(visible(o.message), err=o.status != "pushed")
     if any(o.status != "pushed" for o in outcomes):
         sys.exit(EXIT_ERROR)
 
@@ -159,7 +160,7 @@ def _undo(ops: Ops, journal: str, as_json: bool) -> None:
         emit_json([{"id": o.id, "status": o.status, "queue": o.queue, "message": o.message} for o in outcomes])
     else:
         for o in outcomes:
-            click.echo(o.message, err=o.status == "taken")
+            click.echo(visible(o.message), err=o.status == "taken")
         counts = Counter(o.status for o in outcomes)
         click.echo(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "nothing to undo", err=True)
     if any(o.status == "taken" for o in outcomes):

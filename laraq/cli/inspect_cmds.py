@@ -15,6 +15,7 @@ from laraq.cli.common import (
     settings_options,
 )
 from laraq.cli.render import Column, kv_table, print_renderable, print_table
+from laraq.logtext import visible
 from laraq.ops.inspect import STATES, JobView, find_failed, find_job, list_jobs
 
 
@@ -181,16 +182,18 @@ def _show_one(v: JobView, full: bool) -> None:
         # the big parts go straight to the output: a table would re-flow megabytes of text
         print_renderable(kv_table(pairs))
         if exception:
-            click.echo(f"\nexception:\n{exception}")
-        click.echo(f"\n{label}:\n" + json.dumps(view, ensure_ascii=False, indent=2, default=str))
-        click.echo(f"\n{body_key} ({len(v.raw):,} bytes):\n{body}")
+            click.echo(f"\nexception:\n{visible(exception, multiline=True)}")
+        click.echo(f"\n{label}:\n" + visible(json.dumps(view, ensure_ascii=False, indent=2, default=str),
+                                              multiline=True, json=True))
+        click.echo(f"\n{body_key} ({len(v.raw):,} bytes):\n{visible(body, multiline=True)}")
         return
     if exception:
         lines = exception.splitlines()
         shown = "\n".join(lines[:6]) + (f"\n… {len(lines) - 6} more lines (--full)" if len(lines) > 6 else "")
         pairs.append(("exception", preview(shown, chars=BODY_PREVIEW)))
-    pairs.append((label, json.dumps(preview(view), ensure_ascii=False, indent=2, default=str)))
+    pairs.append((label, visible(json.dumps(preview(view), ensure_ascii=False, indent=2, default=str), multiline=True,
+                                 json=True)))
     if len(body) > BODY_PREVIEW:
         body = body[:BODY_PREVIEW] + f"… ({len(v.raw):,} bytes in all; --full prints the whole body)"
     pairs.append((body_key, body))
-    print_renderable(kv_table(pairs))
+    print_renderable(kv_table(pairs, multiline=("exception", label, body_key)))

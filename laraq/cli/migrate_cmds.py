@@ -18,6 +18,7 @@ from laraq.cli.common import (
 from laraq.cli.render import progress
 from laraq.cli.statefiles import open_private
 from laraq.config.settings import LaravelSettings, make_redis
+from laraq.logtext import visible
 from laraq.ops.failed_move import move_failed
 from laraq.ops.inspect import discover_prefixes, discover_queues
 from laraq.ops.jsonl import remove_exported
@@ -244,7 +245,7 @@ def _stack(ops: Ops, target: RedisQueue, names: list[str], dest: str | None, *, 
     for transfer in stack.transfers:
         stack.report.warnings.extend(spent_reserved(transfer).warnings())
     for warning in stack.report.warnings:
-        click.echo(f"warning: {warning}", err=True)
+        click.echo(f"warning: {visible(warning)}", err=True)
     try:
         with progress(stack.count(), "moving" if move else "copying", enabled=not as_json and not dry_run) as bar:
             report = stack.run(progress=bar.update, dry_run=dry_run)
@@ -268,7 +269,7 @@ def _run_transfer(transfer: Transfer, verb: str, move: bool, dry_run: bool, as_j
             f"dispatched; nothing was {'moved' if move else 'copied'} (--filter selects the classes to take):\n  {shown}")
     warnings = spent_reserved(transfer).warnings()
     for warning in warnings:
-        click.echo(f"warning: {warning}", err=True)
+        click.echo(f"warning: {visible(warning)}", err=True)
     total = transfer.count()
     if dry_run:
         summary = transfer.plan()

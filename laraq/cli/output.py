@@ -12,6 +12,11 @@ Three console styles, chosen by the Laravel version profile like artisan's own o
 * ``inline`` (9.21 – 9.40): the name, then `` .... 12.34ms DONE`` on the same line when the job ends.
 * ``legacy`` (8.0 – 9.20): ``[date][id] Processing: Name`` / ``Processed:`` / ``Failed:``.
 
+A job's id and name, and every other text a line takes from a job or from Redis, is shown through
+:func:`laraq.logtext.visible`: a class name holding ``\x1b[2J`` or a newline prints as those escapes,
+never as a cleared screen or a forged line (the C sink calls the same function on any name that is
+not plain printable ASCII).
+
 ``--json`` (11.27+ style) prints ``{"level", "id", "uuid", "connection", "queue", "job", "status",
 "result", "attempts", "exception", "message", "timestamp", "duration"}`` with empty fields dropped,
 encoded like PHP's ``json_encode`` without flags. Colours only on a terminal. The lines reach the stream
@@ -37,6 +42,7 @@ from functools import partial
 from typing import IO, TYPE_CHECKING, Any, Literal
 
 from laraq.cli.linesink import open_sink
+from laraq.logtext import visible
 from laraq.protocol.phpjson import php_json_encode
 from laraq.stores.failed import php_class_name
 from laraq.worker.events import (
@@ -79,6 +85,11 @@ _clock = time.time
 
 #: jobs remembered between their first and last line; far above any --concurrency
 _MAX_STARTED = 65536
+
+
+def _identity(job: Job) -> tuple[str, str]:
+    """A job's id and name as its lines show them (:func:`laraq.logtext.visible`), as str (as the C sink reads them)."""
+    return visible(str(job.id or "")), visible(str(job.name))
 
 
 def format_run_time(seconds: float, *, humanize: bool = True) -> str:
@@ -150,7 +161,7 @@ class Output:
             # the C sink prints the two lines every job has; Python keeps the rarer ones (and -v, --json)
             (start, start_width), (done, done_width) = self._templates()
             c_sink.configure(self._started, _MAX_STARTED, start, start_width, done, done_width,
-                             partial(format_run_time, humanize=self._humanize))
+                             partial(format_run_time, humanize=self._humanize), visible)
             self.started = c_sink.started  # type: ignore[method-assign]
             self.succeeded = c_sink.succeeded  # type: ignore[method-assign]
 
@@ -197,7 +208,7 @@ class Output:
         """``INFO  Processing jobs from the [default] queue.`` (terminals only, never with --json)."""
         if self.json_mode or self.version.output_style == "legacy" or not self.color:
             return
-        self._write(f"\n  {self._c(_BLUE, ' INFO ')} Processing jobs from the [{queues}] queue.\n\n")
+        self._write(f"\n  {self._c(_BLUE, ' INFO ')} Processing jobs from the [{visible(queues)}] queue.\n\n")
 
     def job(self, job: Job, status: Status, exc: BaseException | None = None, *, detail: str = "") -> None:
         """Report one job event."""
@@ -211,7 +222,7 @@ class Output:
         if kind is None:  # --quiet: nothing is written, nothing is formatted
             return
         entry = self._started.pop(id(job), None)
-        ident, name = (job.id or "", job.name) if entry is None else entry[1:]
+        ident, name = _identity(job) if entry is None else entry[1:]
         if kind == "legacy" and status != "unhandled":  # legacy lines carry no run time
             parts = self._legacy.get(status)
             if parts is not None:  # releases print nothing before 9.21
@@ -221,7 +232,8 @@ class Output:
         if kind == "json":
             self._json(job, status, exc, elapsed, detail)
         elif status == "unhandled":
-            self._write(self._line(job, name, ident, f"SKIPPED ({detail})" if detail else "SKIPPED", None, _YELLOW))
+            self._write(self._line(job, name, ident, f"SKIPPED ({visible(detail)})" if detail else "SKIPPED", None,
+                                   _YELLOW))
         else:
             word, colour = _MODERN_WORDS.get(status, _FAILED_WORD)
             runtime = format_run_time(elapsed, humanize=self._humanize)
@@ -235,7 +247,7 @@ class Output:
         kind = self._kind
         if kind is None:
             return
-        ident, name = job.id or "", job.name
+        ident, name = _identity(job)
         started = self._started
         if len(started) >= _MAX_STARTED:  # a job that timed out and was abandoned never ends here
             del started[next(iter(started))]
@@ -257,7 +269,8 @@ class Output:
             return
         entry = self._started.pop(id(job), None)
         if entry is None:  # never started here: read now, timed as 0
-            start, ident, name = time.monotonic(), job.id or "", job.name
+            start = time.monotonic()
+            ident, name = _identity(job)
         else:
             start, ident, name = entry
         if kind == "legacy":
@@ -277,7 +290,7 @@ class Output:
             record = {"level": level, "message": text, "timestamp": self._stamp()}
             self._write(php_json_encode(record, unescaped_unicode=False) + "\n")
         else:
-            self._write(f"  {self._c(_GRAY, self._now().strftime('%Y-%m-%d %H:%M:%S'))} {text}\n")
+            self._write(f"  {self._c(_GRAY, self._now().strftime('%Y-%m-%d %H:%M:%S'))} {visible(text)}\n")
 
     # -- styles ------------------------------------------------------------------------------------
 
@@ -285,7 +298,7 @@ class Output:
         """``-v``: the name, then the job id (and from 12.20 connection and queue); with its printed length."""
         extra = f" {ident}"
         if self._id_and_queue:
-            extra += f" {job.connection} {job.queue}"
+            extra += f" {visible(job.connection)} {visible(job.queue)}"
         return name + self._c(_GRAY, extra), len(name) + len(extra)
 
     def _legacy_line(self, parts: tuple[str, str, str], ident: str, name: str) -> str:

@@ -17,6 +17,7 @@ import click
 from laraq.cli.common import Ops, emit_json, settings_options
 from laraq.cli.render import Column, print_table
 from laraq.exitcodes import EXIT_ERROR
+from laraq.logtext import visible
 from laraq.ops.inspect import discover_queues
 from laraq.ops.poison import drop_poison, poison_readable, poison_reason, requeue_poison
 
@@ -95,7 +96,7 @@ def poison_requeue_cmd(ops: Ops, queue_name: str, indexes: tuple[int, ...], all_
     click.echo(f"requeued {moved} poison member(s) to {ops.queue.keys(queue_name).list}")
     for o in outcomes:
         if o.status == "unreadable":
-            click.echo(f"#{o.index} left in the poison list: {o.reason} (fix it, or --force)", err=True)
+            click.echo(f"#{o.index} left in the poison list: {visible(o.reason)} (fix it, or --force)", err=True)
         elif o.status == "gone":
             click.echo(f"#{o.index} was no longer in the poison list", err=True)
     if any(o.status == "unreadable" for o in outcomes):

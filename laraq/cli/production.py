@@ -24,6 +24,7 @@ import click
 from laraq.cli.common import Ops, emit_json, human_age, settings_options
 from laraq.cli.render import Column, print_table
 from laraq.exitcodes import EXIT_ERROR, EXIT_SUCCESS
+from laraq.logtext import visible
 from laraq.production.heartbeat import _redis_now, check_health, live_workers, read_id_file
 
 __all__ = ["COMMANDS"]
@@ -86,7 +87,7 @@ def health_cmd(ops: Ops, within: float, id_file: str | None, pid: int | None, ho
 
 def _report(ok: bool, reason: str, quiet: bool) -> None:
     if not quiet:
-        click.echo(("healthy: " if ok else "unhealthy: ") + reason, err=not ok)
+        click.echo(("healthy: " if ok else "unhealthy: ") + visible(reason), err=not ok)
     sys.exit(EXIT_SUCCESS if ok else EXIT_ERROR)
 
 

@@ -2,7 +2,9 @@
 
 * :func:`print_table` draws a :class:`rich.table.Table` (a header, a rule under it, no outer box) on
   standard output. Cells are plain text (never rich markup: a queue named ``[default]`` or a JSON
-  value prints as is). Colours only on a terminal; piped output is plain text without trailing
+  value prints as is), with their control characters shown as escapes (:func:`laraq.logtext.visible`:
+  a cell is one line; :func:`kv_table` keeps the line breaks of the values it is told are multi-line),
+  so a class name, queue name or exception text from a job never reaches the terminal raw. Colours only on a terminal; piped output is plain text without trailing
   blanks. The width is the terminal's; elsewhere ``$COLUMNS`` (how tests pin it), else unbounded, so a
   pipe or a log gets every column whole (never cut to 80).
 * :func:`progress` is ``click.progressbar`` on standard error, drawn only when standard error is a
@@ -22,10 +24,12 @@ import io
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 import click
+
+from laraq.logtext import visible
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -68,13 +72,14 @@ class Column:
         return f"Column({self.header!r}, **{self.options!r})"
 
 
-def cell(value: Any) -> Text:
-    """One table cell as literal text (``None`` prints empty)."""
+def cell(value: Any, *, multiline: bool = False) -> Text:
+    """One table cell as literal text (``None`` prints empty), its control characters escaped (one line
+    unless ``multiline``). A :class:`rich.text.Text` is taken as built: its maker escaped what it holds."""
     from rich.text import Text  # start-up: rich only when a table is drawn
 
     if isinstance(value, Text):
         return value
-    return Text("" if value is None else str(value))
+    return Text("" if value is None else visible(str(value), multiline=multiline))
 
 
 def make_table(columns: Sequence[str | Column], *, show_header: bool = True) -> Table:
@@ -125,12 +130,13 @@ def print_table(columns: Sequence[str | Column], rows: Sequence[Sequence[Any]]) 
     print_renderable(table)
 
 
-def kv_table(pairs: Sequence[tuple[str, Any]]) -> Table:
-    """Two columns, no header: a right-aligned bold name and its value (``laraq show``)."""
+def kv_table(pairs: Sequence[tuple[str, Any]], *, multiline: Collection[str] = ()) -> Table:
+    """Two columns, no header: a right-aligned bold name and its value (``laraq show``); the values of the
+    names in ``multiline`` keep their line breaks."""
     table = make_table([Column("name", justify="right", style="bold", no_wrap=True),
                         Column("value", overflow="fold")], show_header=False)
     for name, value in pairs:
-        table.add_row(cell(name), cell(value))
+        table.add_row(cell(name), cell(value, multiline=name in multiline))
     return table
 
 

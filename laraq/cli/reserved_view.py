@@ -10,6 +10,7 @@ import click
 
 from laraq.cli.common import Ops, emit_json, human_age
 from laraq.cli.render import Column, print_table
+from laraq.logtext import visible
 from laraq.production.holders import reservations
 
 __all__ = ["show_reserved"]
@@ -32,7 +33,7 @@ def show_reserved(ops: Ops, asked: list[str], as_json: bool) -> dict[str, Any]:
         emit_json(doc)
         return doc
     if not jobs:
-        click.echo(f"no reserved jobs on {', '.join(names) or 'any queue'}")
+        click.echo(f"no reserved jobs on {visible(', '.join(names)) or 'any queue'}")
         return doc
     rows = []
     for j in jobs:

@@ -37,6 +37,7 @@ from laraq.cli.statefiles import state_dir, state_dir_problem, touch_private
 from laraq.config import faults
 from laraq.config.provenance import setting_facts
 from laraq.config.settings import LaravelSettings
+from laraq.logtext import visible
 from laraq.protocol import phparray
 from laraq.protocol.encryption import Encrypter
 from laraq.protocol.payload import Payload
@@ -381,6 +382,7 @@ def render_setup(info: dict[str, Any]) -> str:
         ("unserialize", info.get("unserialize") or unserialize_path()),
         ("console lines", info.get("console_lines") or console_lines_path()),
     ]
-    lines = [f"laraq {info['laraq']}"] + [f"  {k:<17}{v}" for k, v in rows]
-    lines += [f"  WARNING: {w}" for w in info["warnings"]]
+    # queue and class names come from the command line, the app's config and the jobs: shown escaped
+    lines = [f"laraq {info['laraq']}"] + [f"  {k:<17}{visible(v)}" for k, v in rows]
+    lines += [f"  WARNING: {visible(w)}" for w in info["warnings"]]
     return "\n".join(lines)

@@ -25,6 +25,7 @@ from laraq.cli.common import Ops, emit_json, human_age, settings_options
 from laraq.cli.render import Column, print_table, stdout_stream
 from laraq.cli.reserved_view import show_reserved
 from laraq.exitcodes import EXIT_ERROR
+from laraq.logtext import visible
 from laraq.ops.failed_queues import failed_queue_names
 from laraq.ops.inspect import (
     ListMark,
@@ -214,9 +215,9 @@ def render(snap: Snapshot) -> None:
     if snap.transfers:
         click.echo("unfinished transfers (no worker runs a held job):")
         for held in snap.transfers:
-            click.echo(f"  {held.describe(snap.prefix)}")
+            click.echo(f"  {visible(held.describe(snap.prefix))}")
     for note in snap.notes:
-        click.echo(f"note: {note}", err=True)
+        click.echo(f"note: {visible(note)}", err=True)
 
 
 def _is_tty() -> bool:
@@ -290,7 +291,7 @@ def status_cmd(ops: Ops, queues: tuple[str, ...], sample: float, max_size: int |
 
 def _emit(snap: Snapshot, as_json: bool, *, lines: bool = False) -> None:
     if as_json and lines:  # --watch --json: one compact document per line (JSON Lines)
-        click.echo(json.dumps(snap.to_dict(), ensure_ascii=False, default=str))
+        click.echo(visible(json.dumps(snap.to_dict(), ensure_ascii=False, default=str), json=True))
     elif as_json:
         emit_json(snap.to_dict())
     else:

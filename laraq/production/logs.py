@@ -3,7 +3,10 @@
 * **Levels.** ``--log-level`` (default ``info``, so a handler's ``log.info(...)`` is visible); ``-vv``
   means ``debug``. Library loggers (``redis``, ``asyncio``, ``urllib3``) stay at ``warning`` unless
   debug is combined with ``-vvv``: their debug lines are noise for a queue user.
-* **Formats.** ``text``: ``time laraq[pid] LEVEL logger: message``; ``json``: one JSON object per line
+* **Formats.** ``text``: ``time laraq[pid] LEVEL logger: message``, one line: the message's control
+  characters (a newline or ``\x1b`` in a job's class name or exception text) are shown as escapes
+  (:func:`laraq.logtext.visible`), and so are those of the exception messages in a traceback that
+  follows it, so a job cannot forge a record or drive a terminal; ``json``: one JSON object per line
   (``time, level, logger, message, pid``, the ``exception`` traceback when there is one, and ``job_id``,
   ``job_uuid``, ``job``, ``queue``, ``attempt`` while a job runs). With ``json`` the worker's job lines
   are log records too (``job processed/released/failed`` with ``duration_ms``), instead of artisan's
@@ -30,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from laraq.logtext import short
+from laraq.logtext import short, visible
 from laraq.worker.events import (
     JobFailed,
     JobProcessed,
@@ -70,32 +73,38 @@ class JobFieldsFilter(logging.Filter):
         return True
 
 
-def capped_traceback(exc_info: Any) -> str:
-    """The traceback text with the exception message(s) cut to :data:`laraq.logtext.MAX_LOGGED_TEXT`."""
+def capped_traceback(exc_info: Any, *, escaped: bool = False) -> str:
+    """The traceback text with the exception message(s) cut to :data:`laraq.logtext.MAX_LOGGED_TEXT`;
+    ``escaped``: each message (and note) also one line, its control characters shown as escapes (a text log)."""
     te = traceback.TracebackException(*exc_info)
     seen: set[int] = set()
     node: traceback.TracebackException | None = te
     while node is not None and id(node) not in seen:  # the chain: __cause__ / __context__
         seen.add(id(node))
         if isinstance(getattr(node, "_str", None), str):
-            node._str = short(node._str)  # type: ignore[attr-defined]
+            node._str = visible(short(node._str)) if escaped else short(node._str)  # type: ignore[attr-defined]
+        notes = getattr(node, "__notes__", None)
+        if escaped and isinstance(notes, list):
+            node.__notes__ = [visible(short(str(n))) for n in notes]
         node = node.__cause__ or node.__context__
     return "".join(te.format()).rstrip()
 
 
 class TextFormatter(logging.Formatter):
-    """The text lines, with long messages and exception texts cut (see :func:`short`)."""
+    """The text lines, with long messages and exception texts cut (see :func:`short`) and their control
+    characters escaped (:func:`laraq.logtext.visible`): a record's own text is one line."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
-        record.message = short(record.message)
+        record.message = visible(short(record.message))
         return super().formatMessage(record)
 
     def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
-        return capped_traceback(ei)
+        return capped_traceback(ei, escaped=True)
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line; tracebacks are a field, never extra lines."""
+    """One JSON object per line; tracebacks are a field, never extra lines. Non-ASCII text stays raw, but
+    control and format characters are JSON escapes (``\u009b``): the same values, safe on a terminal."""
 
     laraq_json = True
 
@@ -115,7 +124,7 @@ class JsonFormatter(logging.Formatter):
             out["exception"] = capped_traceback(record.exc_info)
         elif record.exc_text:
             out["exception"] = record.exc_text
-        return json.dumps(out, ensure_ascii=False, default=str)
+        return visible(json.dumps(out, ensure_ascii=False, default=str), json=True)
 
 
 def configure_logging(*, level: str | None = None, fmt: str = "text", config_file: str | None = None,
