@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from laraq.production.heartbeat import WorkerRecord, live_workers
+from laraq.protocol.phpjson import json_loads
 
 __all__ = ["Reservation", "holders", "reservations", "running_counts"]
 
@@ -89,7 +90,7 @@ def holders(records: Iterable[WorkerRecord]) -> dict[str, tuple[WorkerRecord, fl
 
 def _describe(member: bytes) -> tuple[str | None, str | None, str, int | None]:
     try:
-        decoded = json.loads(member)
+        decoded = json_loads(member)
     except ValueError:
         return None, None, "(not a JSON payload)", None
     if not isinstance(decoded, dict):

@@ -14,13 +14,13 @@ that is not a JSON object gives an entry with no uuid and no name, as PHP's null
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, cast
 
+from laraq.protocol.phpjson import json_loads
 from laraq.protocol.queue import RedisQueue
 
 __all__ = ["InspectedJob", "all_delayed_jobs", "all_pending_jobs", "all_queue_names", "all_reserved_jobs",
@@ -41,7 +41,7 @@ class InspectedJob:
     @classmethod
     def from_payload(cls, member: bytes | str, queue: str | None = None) -> InspectedJob:
         try:
-            decoded = json.loads(member)
+            decoded = json_loads(member)
         except (ValueError, UnicodeDecodeError):
             decoded = None
         if not isinstance(decoded, dict):

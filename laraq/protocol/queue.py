@@ -15,6 +15,10 @@ version it is configured with (every version difference comes from :mod:`laraq.p
 Redis is addressed with raw bytes: no serializer, no compression, ``decode_responses`` off. Unlike
 Laravel, redis-py does not add a key prefix, so every key carries the prefix itself.
 
+The operator commands read members through :meth:`RedisQueue.excerpts` (at most
+:data:`~laraq.protocol.lua.EXCERPT_SIDE` bytes from each end of a member) and the top-level fields they
+show with :func:`member_fields`, so a queue of huge members costs them a bounded read.
+
 The worker's own operations on a queue (batch reserves, acks, lease renewals, give-backs, the unstarted
 record), which Laravel has no counterpart for, are the queue's ``reserving``
 (:class:`~laraq.protocol.reserve.Reserving`, :mod:`laraq.protocol.reserve`).
@@ -22,9 +26,9 @@ record), which Laravel has no counterpart for, are the queue's ``reserving``
 
 from __future__ import annotations
 
-import json
 import logging
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -35,7 +39,8 @@ from typing import Any, cast
 import redis
 
 from laraq.protocol.keys import QueueKeys, has_hash_tag
-from laraq.protocol.lua import Scripts
+from laraq.protocol.lua import EXCERPT_SIDE, Excerpt, Scripts, excerpts_from
+from laraq.protocol.phpjson import json_loads
 from laraq.protocol.pooled import blocking
 from laraq.protocol.redis_retry import fail_fast_on_auth
 from laraq.protocol.reserve import Reserved, Reserving
@@ -50,10 +55,13 @@ PayloadLike = bytes | bytearray | memoryview | str | Any
 
 # QueueKeys and has_hash_tag (keys.py) and redact_url (urls.py) are importable from here too.
 __all__ = [
+    "Excerpt",
     "QueueKeys",
     "RedisQueue",
     "ReservedJob",
+    "excerpts_from",
     "has_hash_tag",
+    "member_fields",
     "redact_url",
 ]
 
@@ -103,7 +111,7 @@ def _payload_bytes(payload: PayloadLike) -> bytes:
 def _payload_id(payload: bytes) -> str | None:
     """``json_decode($payload, true)['id'] ?? null``, as ``pushRaw`` returns it."""
     try:
-        data = json.loads(payload)
+        data = json_loads(payload)
     except (ValueError, UnicodeDecodeError):
         return None
     if not isinstance(data, dict):
@@ -114,6 +122,34 @@ def _payload_id(payload: bytes) -> str | None:
     if isinstance(value, bool):
         return "1" if value else ""
     return str(value)
+
+
+# A top-level field with a scalar value, as PHP's json_encode writes it, in the last bytes of a member
+_TAIL_FIELD = re.compile(rb'[,{]"([A-Za-z]{1,32})":(-?[0-9][0-9.eE+-]{0,40}|"[^"\\]{0,64}"|null|true|false)(?=[,}])')
+
+
+def member_fields(excerpt: Excerpt, names: tuple[str, ...]) -> dict[str, Any]:
+    """The top-level fields ``names`` of a member read by :meth:`RedisQueue.excerpts`, as decoded.
+
+    A whole member is decoded (:func:`~laraq.protocol.phpjson.json_loads`; nothing when it is not a JSON
+    object). Of a cut one only the scalar fields in its last bytes are read, the last match of each name:
+    where ``createdAt``, ``id``, ``attempts`` and Horizon's ``pushedAt`` stand, after ``data``."""
+    whole = excerpt.whole
+    if whole is not None:
+        try:
+            decoded = json_loads(whole)
+        except ValueError:
+            return {}
+        return {n: decoded[n] for n in names if n in decoded} if isinstance(decoded, dict) else {}
+    found: dict[str, Any] = {}
+    wanted = {n.encode("ascii") for n in names}
+    for match in _TAIL_FIELD.finditer(excerpt.tail):
+        if match.group(1) in wanted:
+            try:
+                found[match.group(1).decode("ascii")] = json_loads(match.group(2))
+            except ValueError:
+                continue
+    return found
 
 
 # -- the queue -----------------------------------------------------------------------------------
@@ -469,20 +505,23 @@ class RedisQueue:
         return int(self.client.zcard(self.keys(queue).reserved))
 
     def creation_time_of_oldest_pending_job(self, queue: str | None = None) -> int | float | None:
-        """``creationTimeOfOldestPendingJob``: ``createdAt`` of the list head (12.11+ payloads), or None."""
-        head = self.client.lindex(self.keys(queue).list, 0)
+        """``creationTimeOfOldestPendingJob``: ``createdAt`` of the list head (12.11+ payloads), or None.
+
+        The head is read with :meth:`excerpts` (:func:`member_fields`): a huge head costs a bounded read."""
+        head = self.excerpts(self.keys(queue).list, "list", 0, 0)
         if not head:
             return None
-        try:
-            data = json.loads(head)
-        except (ValueError, UnicodeDecodeError):
-            return None
-        if not isinstance(data, dict):
-            return None
-        created = data.get("createdAt")
+        created = member_fields(head[0], ("createdAt",)).get("createdAt")
         if isinstance(created, bool) or not isinstance(created, int | float):
             return None
         return created
+
+    def excerpts(self, key: str, kind: str, start: int, stop: int, *, side: int = EXCERPT_SIDE,
+                 client: Any = None) -> Any:
+        """Members ``start``..``stop`` of the list or ZSET ``key`` (``kind``), each whole when at most
+        ``2 * side`` bytes long, else its first and last ``side`` bytes (:class:`Excerpt`). With a pipeline
+        as ``client`` the call is queued there: read its reply with :func:`excerpts_from`."""
+        return self.scripts.excerpts(key, kind, start, stop, side=side, client=client)
 
     def oldest_pending_age(self, queue: str | None = None) -> float | None:
         """Seconds since the list head was created (None if empty or it has no ``createdAt``)."""
