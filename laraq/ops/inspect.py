@@ -385,8 +385,9 @@ class JobView:
                      encrypter: Any = None, with_properties: bool = True) -> JobView:
         """:meth:`from_member` for a member read whole; a longer one is described from its two ends: the
         top-level fields its first bytes hold before one is cut off, the scalar fields of its last bytes
-        (``id``, ``attempts``, ``createdAt``), ``raw`` its first bytes, ``size`` its length. First bytes
-        already nested too deep make it unreadable, with :meth:`from_member`'s error."""
+        (``id``, ``attempts``, ``createdAt``), ``raw`` its first bytes, ``size`` its length, its name and
+        handler cut to :data:`NAME_LIMIT` characters. First bytes already nested too deep make it
+        unreadable, with :meth:`from_member`'s error."""
         whole = excerpt.whole
         if whole is not None:
             return cls.from_member(queue, state, whole, excerpt.score, index, encrypter=encrypter,
@@ -399,8 +400,12 @@ class JobView:
             view.error = f"job payload is not valid JSON: {exc}"
             view.uuid = leading_uuid(excerpt.head)
             return view
-        fields = leading_fields(excerpt.head)
+        fields, cut = leading_fields(excerpt.head)
         fields.update(member_fields(excerpt, ("id", "attempts", "createdAt", "retryUntil")))
+        for key in ("displayName", "job"):  # names cut to NAME_LIMIT; a name cut off by the read says so
+            if isinstance(fields.get(key), str):
+                fields[key] = clip(fields[key], min(NAME_LIMIT, len(fields[key])) if key == cut else NAME_LIMIT,
+                                   more=key == cut)
         display, job = fields.get("displayName"), fields.get("job")
         view.name = display if isinstance(display, str) and display not in ("", "0") else \
             job if isinstance(job, str) else None
@@ -447,9 +452,9 @@ _LEADING_KEY = re.compile(r'\s*[{,]\s*"([^"\\]{1,64})"\s*:\s*')
 _CUT_STRING = re.compile(r'"((?:[^"\\]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*)')
 
 
-def leading_fields(head: bytes) -> dict[str, Any]:
-    """The top-level fields of a member's first bytes, in order, up to the first one whose value is cut off
-    (a cut string is kept as far as it goes, ending in ``…``)."""
+def leading_fields(head: bytes) -> tuple[dict[str, Any], str | None]:
+    """The top-level fields of a member's first bytes, in order, up to the first one whose value is cut off,
+    and the name of that one when it is a string, kept as far as it goes (else None)."""
     text = head.decode("utf-8", "ignore")  # a character cut at the end is dropped
     decoder = json.JSONDecoder()
     fields: dict[str, Any] = {}
@@ -460,17 +465,19 @@ def leading_fields(head: bytes) -> dict[str, Any]:
         except (ValueError, RecursionError):
             cut = _CUT_STRING.match(text, key.end())
             if cut is not None and cut.end() == len(text):
-                fields[key.group(1)] = json.loads('"' + cut.group(1) + '"') + "…"
+                fields[key.group(1)] = json.loads('"' + cut.group(1) + '"')
+                return fields, key.group(1)
             break
         fields[key.group(1)] = value
-    return fields
+    return fields, None
 
 
-def clip(text: str | None, limit: int = NAME_LIMIT) -> str | None:
-    """``text`` cut to ``limit`` characters, saying how long it was."""
-    if text is None or len(text) <= limit:
+def clip(text: str | None, limit: int = NAME_LIMIT, *, more: bool = False) -> str | None:
+    """``text`` cut to ``limit`` characters, saying how long it was (``more``: ``text`` is itself only the
+    start of a longer one)."""
+    if text is None or (len(text) <= limit and not more):
         return text
-    return text[:limit] + f"… ({len(text):,} characters)"
+    return text[:limit] + (f"… (more than {len(text):,} characters)" if more else f"… ({len(text):,} characters)")
 
 
 
@@ -569,7 +576,8 @@ def list_jobs(
             skipped += 1
             continue
         view = JobView.from_excerpt(qname, state, excerpt, index, encrypter=encrypter)
-        view.name, view.job = clip(view.name), clip(view.job)
+        if view.size is None:  # read whole (from_excerpt cuts the names of the others)
+            view.name, view.job = clip(view.name), clip(view.job)
         out.append(view)
         if len(out) >= limit:
             break
