@@ -14,6 +14,7 @@ that is not a JSON object gives an entry with no uuid and no name, as PHP's null
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -47,8 +48,10 @@ class InspectedJob:
         if not isinstance(decoded, dict):
             decoded = {}
         created = decoded.get("createdAt")
-        created_at = (datetime.fromtimestamp(created, UTC)
-                      if isinstance(created, int | float) and not isinstance(created, bool) else None)
+        created_at = None
+        if isinstance(created, int | float) and not isinstance(created, bool):
+            with contextlib.suppress(ValueError, OverflowError, OSError):  # no date (NaN, out of range)
+                created_at = datetime.fromtimestamp(created, UTC)
         attempts = decoded.get("attempts", 0)
         return cls(
             uuid=_text(decoded.get("uuid")),
