@@ -119,6 +119,8 @@ def test_worker_fails_each_hostile_job_and_runs_the_next(pyapp: PyApp, redis_cli
     assert "999999999999" in rows["huge-count"]["exception"]
     assert "99999999999" in rows["huge-string"]["exception"]
     assert redis_client.lrange(qkey(pyapp, "dq") + ":poison", 0, -1) == [too_deep_for_cjson]
+    assert re.search(r"moved 1 unreadable member\(s\) of \S+:dq to \S+:dq:poison \(.*\): uuid deep-cjson, "
+                     r"nested more than 1000 levels deep", proc.stderr), proc.stderr[-3000:]
     assert not redis_client.exists(qkey(pyapp, "dq"), qkey(pyapp, "dq") + ":reserved")
 
 

@@ -40,7 +40,8 @@ import redis
 
 from laraq.protocol.keys import QueueKeys, has_hash_tag
 from laraq.protocol.lua import EXCERPT_SIDE, Excerpt, Scripts, excerpts_from
-from laraq.protocol.phpjson import json_loads
+from laraq.protocol.payload import leading_uuid
+from laraq.protocol.phpjson import PhpJsonError, check_json_depth, json_loads
 from laraq.protocol.pooled import blocking
 from laraq.protocol.redis_retry import fail_fast_on_auth
 from laraq.protocol.reserve import Reserved, Reserving
@@ -124,6 +125,9 @@ def _payload_id(payload: bytes) -> str | None:
     return str(value)
 
 
+#: Redis's Lua cjson refuses documents nested deeper than this (``decode_max_depth``).
+CJSON_MAX_DEPTH = 1000
+
 # A top-level field with a scalar value, as PHP's json_encode writes it, in the last bytes of a member
 _TAIL_FIELD = re.compile(rb'[,{]"([A-Za-z]{1,32})":(-?[0-9][0-9.eE+-]{0,40}|"[^"\\]{0,64}"|null|true|false)(?=[,}])')
 
@@ -150,6 +154,17 @@ def member_fields(excerpt: Excerpt, names: tuple[str, ...]) -> dict[str, Any]:
             except ValueError:
                 continue
     return found
+
+
+def _describe_parked(excerpt: Excerpt) -> str:
+    """A parked member in a few words: its uuid or its size and first bytes, and a depth that explains it."""
+    uuid = leading_uuid(excerpt.head)
+    name = f"uuid {uuid}" if uuid else f"{excerpt.length:,} bytes starting {excerpt.head[:40]!r}"
+    try:
+        check_json_depth(excerpt.head, CJSON_MAX_DEPTH + 1)
+    except PhpJsonError:
+        return f"{name}, nested more than {CJSON_MAX_DEPTH} levels deep"
+    return name
 
 
 # -- the queue -----------------------------------------------------------------------------------
@@ -361,10 +376,7 @@ class RedisQueue:
             keys.list, keys.reserved, keys.notify, keys.poison, self.available_at(self.retry_after)
         )
         if result.poisoned:
-            log.warning(
-                "moved %d unreadable member(s) of %s to %s (not JSON or no numeric attempts)",
-                result.poisoned, keys.list, keys.poison,
-            )
+            self._report_poisoned(keys, result.poisoned)
         if result.job is None and self.block_for is not None and block and self._wait_on(keys.notify, wait_bound):
             return self._retrieve_next_job(keys, False, wait_bound)
         return result.job, result.reserved
@@ -382,15 +394,29 @@ class RedisQueue:
             keys.list, keys.reserved, keys.notify, keys.poison, self.available_at(self.retry_after), count
         )
         if result.poisoned:
-            log.warning("moved %d unreadable member(s) of %s to %s", result.poisoned, keys.list, keys.poison)
+            self._report_poisoned(keys, result.poisoned)
         return [ReservedJob(name, job, reserved) for job, reserved in result.jobs]
 
     def reserved_from(self, name: str, keys: QueueKeys, result: Any) -> Reserved:
         """What a batch reserve's reply (:mod:`laraq.protocol.reserve`) took and counted."""
         if result.poisoned:
-            log.warning("moved %d unreadable member(s) of %s to %s", result.poisoned, keys.list, keys.poison)
+            self._report_poisoned(keys, result.poisoned)
         return Reserved([ReservedJob(name, job, reserved) for job, reserved in result.jobs], result.skipped,
                         result.poisoned)
+
+    def _report_poisoned(self, keys: QueueKeys, count: int) -> None:
+        """One warning line for the members the pop script just parked in ``:poison`` (its last ``count``),
+        naming each (its ``uuid``, else its size and first bytes) and, when its first bytes show it, why."""
+        try:
+            length = int(self.client.llen(keys.poison))
+            parked = self.excerpts(keys.poison, "list", max(0, length - min(count, 5)), max(0, length - 1),
+                                   side=4096)
+        except redis.RedisError:  # the warning still goes out, without the names
+            parked = []
+        shown = "; ".join(_describe_parked(e) for e in parked)
+        more = f" and {count - 5} more" if count > 5 and shown else ""
+        log.warning("moved %d unreadable member(s) of %s to %s (Redis's cjson cannot read them as a JSON object "
+                    "with numeric attempts)%s%s", count, keys.list, keys.poison, f": {shown}" if shown else "", more)
 
     def wait_for_token(self, queue: str | None = None,
                        wait_bound: Callable[[float], float | None] | None = None) -> bool:
