@@ -480,7 +480,6 @@ def clip(text: str | None, limit: int = NAME_LIMIT, *, more: bool = False) -> st
     return text[:limit] + (f"… (more than {len(text):,} characters)" if more else f"… ({len(text):,} characters)")
 
 
-
 def job_identity(member: bytes) -> str:
     """What makes a member the same job: its payload ``uuid``, else its ``id``, else its bytes' SHA-1.
 
