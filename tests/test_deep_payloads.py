@@ -52,8 +52,10 @@ def deep_command(depth: int) -> bytes:
 
 
 def laraq_cmd(app: PyApp, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "laraq", *args, "--laravel", app.release], env=laraq_env(app),
-                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    # a table as wide as a terminal of 400 columns: no cell wraps
+    return subprocess.run([sys.executable, "-m", "laraq", *args, "--laravel", app.release],
+                          env=laraq_env(app, COLUMNS="400"), cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def qkey(app: PyApp, queue: str) -> str:
