@@ -22,6 +22,7 @@ from datetime import UTC, datetime, tzinfo
 from typing import IO, TYPE_CHECKING, Any
 
 from laraq.protocol.payload import is_queued_command, reencode_like_php_retry
+from laraq.protocol.phpjson import json_loads
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.serializer import PHPObject, loads
 from laraq.stores.failed import DATE_FORMAT, FailedJob, FailedJobStore
@@ -91,7 +92,7 @@ def retry_payload(
     """
     if retry_until not in RETRY_UNTIL_POLICIES:
         raise ValueError(f"retry_until must be one of {RETRY_UNTIL_POLICIES}, got {retry_until!r}")
-    decoded = json.loads(raw)
+    decoded = json_loads(raw)
     new_deadline: int | None = None
     old = decoded.get("retryUntil") if isinstance(decoded, dict) else None
     created = decoded.get("createdAt") if isinstance(decoded, dict) else None

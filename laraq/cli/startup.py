@@ -40,6 +40,7 @@ from laraq.config.settings import LaravelSettings
 from laraq.logtext import visible
 from laraq.protocol import phparray
 from laraq.protocol.encryption import Encrypter
+from laraq.protocol.lua import Scripts
 from laraq.protocol.payload import Payload
 from laraq.protocol.serializer import loads
 from laraq.stores.cache import UnsupportedCacheStore, make_cache
@@ -264,13 +265,18 @@ def queue_warnings(client: Any, prefix: str, queues: list[str]) -> list[str]:
 
 def limiter_warnings(client: Any, prefix: str, queues: list[str], app: Any, *, sample: int = 100) -> list[str]:
     """One warning per ``RateLimited(name)`` seen on the first ``sample`` waiting/delayed jobs of each asked
-    queue whose limiter the Python app does not declare (``app.rate_limiter``): those jobs go back to PHP."""
+    queue whose limiter the Python app does not declare (``app.rate_limiter``): those jobs go back to PHP.
+    Only jobs of at most 64 KB are looked at (:meth:`~laraq.protocol.lua.Scripts.excerpts`): a queue of
+    huge jobs costs the start-up a bounded read."""
     declared = getattr(app, "rate_limiters", {})
     missing: dict[str, set[str]] = {}
+    scripts = Scripts(client)
     try:
         for q in queues:
             base = f"{prefix}queues:{q}"
-            for body in client.lrange(base, 0, sample - 1) + client.zrange(base + ":delayed", 0, sample - 1):
+            excerpts = scripts.excerpts(base, "list", 0, sample - 1) + \
+                scripts.excerpts(base + ":delayed", "zset", 0, sample - 1)
+            for body in (e.whole for e in excerpts if e.whole is not None):
                 try:
                     payload = Payload.parse(body)
                     text = payload.command

@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from laraq.protocol.phpjson import json_loads
+
 if TYPE_CHECKING:
     from laraq.horizon.settings import HorizonSettings
 
@@ -80,7 +82,7 @@ class HorizonPayload:
     @classmethod
     def parse(cls, raw: bytes | str) -> HorizonPayload:
         value = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
-        decoded = json.loads(value)
+        decoded = json_loads(value)
         if not isinstance(decoded, dict):
             raise ValueError("a job payload must be a JSON object")
         return cls(value, decoded)

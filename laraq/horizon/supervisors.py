@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from laraq.horizon.settings import HorizonSettings
+from laraq.protocol.phpjson import json_loads
 from laraq.protocol.versions import _slug
 
 __all__ = ["NO_SIGNAL_PID", "HorizonCommand", "HorizonMaster", "master_basename", "pid_namespace", "process_started"]
@@ -247,7 +248,7 @@ class HorizonMaster:
             pipe.delete(key)
             for raw in pipe.execute()[0]:
                 try:
-                    item = json.loads(raw)
+                    item = json_loads(raw)
                     out.append(HorizonCommand(str(item["command"]), item.get("options") or {}, own))
                 except (ValueError, KeyError, TypeError):
                     log.warning("horizon: ignoring an unreadable command in %s: %r", key, raw[:200])

@@ -12,7 +12,15 @@
 * :func:`list_jobs` / :func:`find_job` decode members into :class:`JobView`: class, handler,
   attempts, uuid, id, when available (delayed score) or when the reservation expires, the retry
   settings, and a readable view of the command's properties (decrypted when an Encrypter is given).
-  A member that is not a job (not JSON, no ``attempts``) is shown with its error, never dropped.
+  A member that is not a job (not JSON, no ``attempts``, nested 512 levels deep) is shown with its
+  error, never dropped.
+* What they read is bounded per member: :func:`queue_status`, :func:`list_jobs` and the search of
+  :func:`find_job` read members through :meth:`~laraq.protocol.queue.RedisQueue.excerpts`, whole up to
+  64 KB (2 x :data:`~laraq.protocol.lua.EXCERPT_SIDE`), else their first and last 32 KB. A longer
+  member is listed from those ends (:meth:`JobView.from_excerpt`: the fields before ``data`` and the
+  scalar ones after it, ``size`` its length, its command not decoded); ``find_job`` reads in full only
+  the members it matched. :func:`list_jobs` cuts a name or handler longer than :data:`NAME_LIMIT`
+  characters, saying how long it was.
   :func:`find_job` also looks into the journals of unfinished moves (:mod:`laraq.ops.transfers`): a
   job held there is shown in state ``held`` with the commands that finish or undo the move.
 """
@@ -31,11 +39,13 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from laraq.ops.transfers import find_held, journal_members
-from laraq.protocol.payload import Payload, PayloadError
-from laraq.protocol.queue import RedisQueue
+from laraq.protocol.payload import Payload, PayloadError, leading_uuid
+from laraq.protocol.phpjson import PhpJsonError, check_json_depth, json_loads
+from laraq.protocol.queue import Excerpt, RedisQueue, excerpts_from, member_fields
 from laraq.protocol.serializer import PHPEnum, PHPObject, PHPReference, PHPSerializeError, loads
 
 __all__ = [
+    "NAME_LIMIT",
     "STATES",
     "SUFFIXES",
     "JobView",
@@ -46,8 +56,11 @@ __all__ = [
     "discover_queues",
     "find_failed",
     "find_job",
+    "clip",
+    "iter_excerpts",
     "iter_members",
     "job_identity",
+    "leading_fields",
     "list_members",
     "list_jobs",
     "scored_members",
@@ -63,6 +76,9 @@ SUFFIXES = (":delayed", ":reserved", ":notify", ":poison", ":failed-parked",  # 
 
 #: Where a job can be: the ready list, the delayed ZSET, the reserved ZSET, laraq's poison list.
 STATES = ("pending", "delayed", "reserved", "poison")
+
+#: The most characters of a job's name or handler :func:`list_jobs` keeps.
+NAME_LIMIT = 200
 
 
 def _glob_escape(text: str) -> str:
@@ -150,17 +166,14 @@ def queue_status(queue: RedisQueue, name: str | None = None) -> QueueStatus:
     pipe.zcount(keys.reserved, "-inf", now)
     pipe.llen(keys.notify)
     pipe.llen(keys.poison)
-    pipe.lindex(keys.list, 0)
+    queue.excerpts(keys.list, "list", 0, 0, client=pipe)
     pipe.zrange(keys.delayed, 0, 0, withscores=True)
     pending, delayed, reserved, due, expired, notify, poison, head, first = pipe.execute()
     age: float | None = None
-    if head:
-        try:
-            created = Payload.parse(head).created_at
-        except (PayloadError, ValueError):
-            created = None
-        if created is not None:
-            age = max(0.0, queue.clock() - created)
+    heads = excerpts_from(head)
+    created = member_fields(heads[0], ("createdAt",)).get("createdAt") if heads else None
+    if isinstance(created, int | float) and not isinstance(created, bool) and math.isfinite(created):
+        age = max(0.0, queue.clock() - int(created))
     return QueueStatus(
         queue=queue.queue_name(name), pending=int(pending), delayed=int(delayed), reserved=int(reserved),
         due_delayed=int(due), expired_reserved=int(expired), notify=int(notify), poison=int(poison),
@@ -336,6 +349,8 @@ class JobView:
     data: Any = None
     #: Where the job sits outside Redis (``failed_jobs``: connection, failed_id, failed_at, exception).
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The member's length in bytes when only its two ends were read (:meth:`from_excerpt`), else None.
+    size: int | None = None
 
     @classmethod
     def from_member(
@@ -347,6 +362,7 @@ class JobView:
             p = Payload.parse(raw)
         except PayloadError as exc:
             view.error = str(exc)
+            view.uuid = leading_uuid(raw)
             return view
         view.name = p.resolve_name
         view.job = p.get("job") if isinstance(p.get("job"), str) else None
@@ -362,6 +378,50 @@ class JobView:
                 view.properties = command_view(p, encrypter, max_elements=max_elements)
         else:
             view.data = to_plain(p.get("data"))
+        return view
+
+    @classmethod
+    def from_excerpt(cls, queue: str, state: str, excerpt: Excerpt, index: int | None = None, *,
+                     encrypter: Any = None, with_properties: bool = True) -> JobView:
+        """:meth:`from_member` for a member read whole; a longer one is described from its two ends: the
+        top-level fields its first bytes hold before one is cut off, the scalar fields of its last bytes
+        (``id``, ``attempts``, ``createdAt``), ``raw`` its first bytes, ``size`` its length, its name and
+        handler cut to :data:`NAME_LIMIT` characters. First bytes already nested too deep make it
+        unreadable, with :meth:`from_member`'s error."""
+        whole = excerpt.whole
+        if whole is not None:
+            return cls.from_member(queue, state, whole, excerpt.score, index, encrypter=encrypter,
+                                   with_properties=with_properties)
+        view = cls(queue=queue, state=state, raw=excerpt.head, score=excerpt.score, index=index,
+                   size=excerpt.length)
+        try:  # nested too deep already in its first bytes: unreadable as a whole (what from_member says)
+            check_json_depth(excerpt.head)
+        except PhpJsonError as exc:
+            view.error = f"job payload is not valid JSON: {exc}"
+            view.uuid = leading_uuid(excerpt.head)
+            return view
+        fields, cut = leading_fields(excerpt.head)
+        fields.update(member_fields(excerpt, ("id", "attempts", "createdAt", "retryUntil")))
+        for key in ("displayName", "job"):  # names cut to NAME_LIMIT; a name cut off by the read says so
+            if isinstance(fields.get(key), str):
+                fields[key] = clip(fields[key], min(NAME_LIMIT, len(fields[key])) if key == cut else NAME_LIMIT,
+                                   more=key == cut)
+        display, job = fields.get("displayName"), fields.get("job")
+        view.name = display if isinstance(display, str) and display not in ("", "0") else \
+            job if isinstance(job, str) else None
+        view.job = job if isinstance(job, str) else None
+        for attr, key in (("uuid", "uuid"), ("id", "id")):
+            value = fields.get(key)
+            setattr(view, attr, None if value is None or isinstance(value, dict | list) else str(value))
+        for attr, key in (("attempts", "attempts"), ("max_tries", "maxTries"), ("timeout", "timeout"),
+                          ("retry_until", "retryUntil"), ("created_at", "createdAt")):
+            value = fields.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+                setattr(view, attr, int(value))
+        view.backoff = fields.get("backoff")
+        if with_properties:
+            view.properties = {"@skipped": f"the job is {excerpt.length:,} bytes: only its first and last "
+                                           f"{len(excerpt.head):,} were read (laraq show reads it all)"}
         return view
 
     @property
@@ -383,21 +443,52 @@ class JobView:
                 out["body"] = self.raw.decode("utf-8")
             except UnicodeDecodeError:
                 out["body_b64"] = base64.b64encode(self.raw).decode("ascii")
+            if self.size is not None:
+                out["body_truncated"] = True
         return out
 
 
-_UUID_HEAD = re.compile(rb'^\{"uuid":"([^"\\]{1,200})"')
+_LEADING_KEY = re.compile(r'\s*[{,]\s*"([^"\\]{1,64})"\s*:\s*')
+_CUT_STRING = re.compile(r'"((?:[^"\\]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*)')
+
+
+def leading_fields(head: bytes) -> tuple[dict[str, Any], str | None]:
+    """The top-level fields of a member's first bytes, in order, up to the first one whose value is cut off,
+    and the name of that one when it is a string, kept as far as it goes (else None)."""
+    text = head.decode("utf-8", "ignore")  # a character cut at the end is dropped
+    decoder = json.JSONDecoder()
+    fields: dict[str, Any] = {}
+    pos = 0
+    while (key := _LEADING_KEY.match(text, pos)) is not None:
+        try:
+            value, pos = decoder.raw_decode(text, key.end())
+        except (ValueError, RecursionError):
+            cut = _CUT_STRING.match(text, key.end())
+            if cut is not None and cut.end() == len(text):
+                fields[key.group(1)] = json.loads('"' + cut.group(1) + '"')
+                return fields, key.group(1)
+            break
+        fields[key.group(1)] = value
+    return fields, None
+
+
+def clip(text: str | None, limit: int = NAME_LIMIT, *, more: bool = False) -> str | None:
+    """``text`` cut to ``limit`` characters, saying how long it was (``more``: ``text`` is itself only the
+    start of a longer one)."""
+    if text is None or (len(text) <= limit and not more):
+        return text
+    return text[:limit] + (f"… (more than {len(text):,} characters)" if more else f"… ({len(text):,} characters)")
 
 
 def job_identity(member: bytes) -> str:
     """What makes a member the same job: its payload ``uuid``, else its ``id``, else its bytes' SHA-1.
 
     Laravel writes ``uuid`` first (8.x+), so the usual case is read without decoding the body."""
-    head = _UUID_HEAD.match(member)
-    if head:
-        return "uuid:" + head.group(1).decode("utf-8", "replace")
+    uuid = leading_uuid(member)
+    if uuid is not None:
+        return "uuid:" + uuid
     try:
-        data = json.loads(member)
+        data = json_loads(member)
     except ValueError:
         data = None
     if isinstance(data, dict):
@@ -442,23 +533,51 @@ def iter_members(
         start += batch
 
 
+def _state_key(queue: RedisQueue, name: str | None, state: str) -> tuple[str, str]:
+    """The key of one state of a queue, and its kind (``list`` or ``zset``)."""
+    keys = queue.keys(name)
+    if state in ("pending", "poison"):
+        return (keys.list if state == "pending" else keys.poison), "list"
+    if state in ("delayed", "reserved"):
+        return (keys.delayed if state == "delayed" else keys.reserved), "zset"
+    raise ValueError(f"unknown state {state!r} (one of {', '.join(STATES)})")
+
+
+def iter_excerpts(queue: RedisQueue, name: str | None, state: str, *, batch: int = 100) -> Iterator[
+        tuple[Excerpt, int]]:
+    """``(excerpt, index)`` of one state of a queue, in queue order, in batches: :func:`iter_members` with
+    each member whole or cut to its two ends (:meth:`~laraq.protocol.queue.RedisQueue.excerpts`)."""
+    key, kind = _state_key(queue, name, state)
+    start = 0
+    while True:
+        chunk = queue.excerpts(key, kind, start, start + batch - 1)
+        for offset, excerpt in enumerate(chunk):
+            yield excerpt, start + offset
+        if len(chunk) < batch:
+            return
+        start += batch
+
+
 def list_jobs(
     queue: RedisQueue, name: str | None = None, state: str = "pending", *, offset: int = 0, limit: int = 20,
     encrypter: Any = None, class_filter: str | None = None,
 ) -> list[JobView]:
-    """Decoded jobs of one state, ``offset``/``limit`` applied after the optional class filter."""
+    """Decoded jobs of one state, ``offset``/``limit`` applied after the optional class filter (each member
+    read whole up to 64 KB, else from its two ends; names cut to :data:`NAME_LIMIT` characters)."""
     out: list[JobView] = []
     skipped = 0
     qname = queue.queue_name(name)
-    for member, score, index in iter_members(queue, name, state):
-        view = JobView.from_member(qname, state, member, score, index, encrypter=encrypter,
-                                   with_properties=False)
+    for excerpt, index in iter_excerpts(queue, name, state):
+        view = JobView.from_excerpt(qname, state, excerpt, index, encrypter=encrypter, with_properties=False)
         if class_filter and not _matches(view, class_filter):
             continue
         if skipped < offset:
             skipped += 1
             continue
-        out.append(JobView.from_member(qname, state, member, score, index, encrypter=encrypter))
+        view = JobView.from_excerpt(qname, state, excerpt, index, encrypter=encrypter)
+        if view.size is None:  # read whole (from_excerpt cuts the names of the others)
+            view.name, view.job = clip(view.name), clip(view.job)
+        out.append(view)
         if len(out) >= limit:
             break
     return out
@@ -481,16 +600,32 @@ def find_job(
     needle = ident.encode("utf-8")
     for name in queues if queues is not None else discover_queues(queue.client, queue.prefix):
         for state in STATES:
-            for member, score, index in iter_members(queue, name, state):
-                if needle not in member:
+            for excerpt, index in iter_excerpts(queue, name, state):
+                if needle not in excerpt.head and needle not in excerpt.tail:
                     continue
-                view = JobView.from_member(name, state, member, score, index, encrypter=encrypter,
-                                           with_properties=False)
-                if ident in (view.id, view.uuid):
-                    found.append(JobView.from_member(name, state, member, score, index, encrypter=encrypter,
+                view = JobView.from_excerpt(name, state, excerpt, index, encrypter=encrypter,
+                                            with_properties=False)
+                if ident not in (view.id, view.uuid):
+                    continue
+                member = excerpt.whole if excerpt.whole is not None else _read_whole(queue, name, state, excerpt,
+                                                                                     index)
+                if member is not None:  # None: it left its place since it was matched
+                    found.append(JobView.from_member(name, state, member, excerpt.score, index, encrypter=encrypter,
                                                      max_elements=max_elements))
     found.extend(_find_held(queue, ident, needle, queues, encrypter, max_elements))
     return found
+
+
+def _read_whole(queue: RedisQueue, name: str, state: str, excerpt: Excerpt, index: int) -> bytes | None:
+    """The member at ``index`` in full, when it is still the one ``excerpt`` was read from."""
+    key, kind = _state_key(queue, name, state)
+    if kind == "list":
+        members = list_members(queue.client, key, index, index)
+    else:
+        members = [m for m, _ in scored_members(queue.client, key, index, index)]
+    if members and len(members[0]) == excerpt.length and members[0].startswith(excerpt.head):
+        return members[0]
+    return None
 
 
 def _find_held(queue: RedisQueue, ident: str, needle: bytes, queues: list[str] | None, encrypter: Any,

@@ -20,6 +20,7 @@ import redis
 
 from laraq.ops.inspect import iter_members, job_identity, list_members, scored_members
 from laraq.ops.transfers import TRANSFER_MARK
+from laraq.protocol.phpjson import json_loads
 from laraq.protocol.queue import RedisQueue
 
 __all__ = ["REMEMBER_SECONDS", "ImportLineError", "export_jobs", "import_jobs", "remove_exported"]
@@ -75,7 +76,7 @@ class _Entry:
 def _parse_line(number: int, text: str | bytes, queue: str | None, reserved_as: str, *,
                 keep_poison: bool = False) -> _Entry | None:
     try:
-        line = json.loads(text)
+        line = json_loads(text)
     except ValueError as exc:
         raise ImportLineError(number, f"not JSON ({exc})") from None
     if not isinstance(line, dict):

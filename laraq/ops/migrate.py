@@ -67,6 +67,7 @@ from laraq.ops.transfers import (
     find_held,
 )
 from laraq.protocol.keys import QueueKeys
+from laraq.protocol.phpjson import json_loads
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.versions import LaravelVersion
 
@@ -182,7 +183,7 @@ def unsupported_by(member: bytes, version: LaravelVersion) -> str | None:
 
 def _describe_member(member: bytes) -> str:
     try:
-        doc = json.loads(member)
+        doc = json_loads(member)
     except (ValueError, UnicodeDecodeError):
         return "an unreadable member"
     if not isinstance(doc, dict):

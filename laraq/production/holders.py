@@ -29,6 +29,7 @@ from typing import Any
 
 from laraq.production.heartbeat import WorkerRecord, live_workers
 from laraq.protocol.payload import is_queued_command
+from laraq.protocol.phpjson import json_loads
 
 __all__ = ["Reservation", "holders", "reservations", "running_counts"]
 
@@ -90,7 +91,7 @@ def holders(records: Iterable[WorkerRecord]) -> dict[str, tuple[WorkerRecord, fl
 
 def _describe(member: bytes) -> tuple[str | None, str | None, str, int | None]:
     try:
-        decoded = json.loads(member)
+        decoded = json_loads(member)
     except ValueError:
         return None, None, "(not a JSON payload)", None
     if not isinstance(decoded, dict):

@@ -23,7 +23,6 @@ without loading the library, and the code that builds metrics (:mod:`laraq.produ
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import threading
@@ -46,6 +45,7 @@ from prometheus_client import (
 from laraq.production.heartbeat import live_workers
 from laraq.production.holders import STATES, reservations, running_counts
 from laraq.production.multiproc import MULTIPROC_ENV, multiprocess_dir, use_multiprocess_dir
+from laraq.protocol.queue import excerpts_from, member_fields
 from laraq.worker.events import (
     JobFailed,
     JobProcessed,
@@ -109,16 +109,17 @@ def sample_queues(redis_queue: Any, queues: Iterable[str], *, now: float | None 
         pipe.llen(keys.list)
         pipe.zcard(keys.delayed)
         pipe.zcard(keys.reserved)
-        pipe.lindex(keys.list, 0)
+        redis_queue.excerpts(keys.list, "list", 0, 0, client=pipe)  # the head, bounded whatever its size
     replies = pipe.execute()
     now = time.time() if now is None else now
     out: dict[str, dict[str, Any]] = {}
     for i, name in enumerate(names):
         pending, delayed, reserved, head = replies[4 * i: 4 * i + 4]
         oldest = None
-        if head:
+        heads = excerpts_from(head)
+        if heads:
             with contextlib.suppress(ValueError, TypeError, AttributeError):
-                decoded = json.loads(head)
+                decoded = member_fields(heads[0], ("pushedAt", "createdAt"))
                 stamp = decoded.get("pushedAt") or decoded.get("createdAt")
                 if stamp is not None:
                     oldest = max(0.0, now - float(str(stamp).replace(",", ".")))

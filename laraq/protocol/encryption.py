@@ -25,6 +25,8 @@ import json
 import os
 from collections.abc import Sequence
 
+from laraq.protocol.phpjson import json_loads
+
 __all__ = ["DecryptError", "EncryptError", "Encrypter", "SUPPORTED_CIPHERS", "parse_app_key"]
 
 #: cipher name → (key length in bytes, is AEAD)
@@ -195,7 +197,7 @@ class Encrypter:
     def _document(self, payload: str | bytes) -> dict[str, object]:
         raw = payload.encode("ascii", "replace") if isinstance(payload, str) else bytes(payload)
         try:
-            decoded = json.loads(base64.b64decode(raw, validate=False))
+            decoded = json_loads(base64.b64decode(raw, validate=False))
         except (binascii.Error, ValueError):
             raise DecryptError("The payload is invalid: not base64-encoded JSON.") from None
         if not isinstance(decoded, dict):

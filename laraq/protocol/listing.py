@@ -14,13 +14,14 @@ that is not a JSON object gives an entry with no uuid and no name, as PHP's null
 
 from __future__ import annotations
 
-import json
+import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, cast
 
+from laraq.protocol.phpjson import json_loads
 from laraq.protocol.queue import RedisQueue
 
 __all__ = ["InspectedJob", "all_delayed_jobs", "all_pending_jobs", "all_queue_names", "all_reserved_jobs",
@@ -41,14 +42,16 @@ class InspectedJob:
     @classmethod
     def from_payload(cls, member: bytes | str, queue: str | None = None) -> InspectedJob:
         try:
-            decoded = json.loads(member)
+            decoded = json_loads(member)
         except (ValueError, UnicodeDecodeError):
             decoded = None
         if not isinstance(decoded, dict):
             decoded = {}
         created = decoded.get("createdAt")
-        created_at = (datetime.fromtimestamp(created, UTC)
-                      if isinstance(created, int | float) and not isinstance(created, bool) else None)
+        created_at = None
+        if isinstance(created, int | float) and not isinstance(created, bool):
+            with contextlib.suppress(ValueError, OverflowError, OSError):  # no date (NaN, out of range)
+                created_at = datetime.fromtimestamp(created, UTC)
         attempts = decoded.get("attempts", 0)
         return cls(
             uuid=_text(decoded.get("uuid")),

@@ -44,7 +44,12 @@ SCRIPT_TEXTS: dict[str, str] = {
     "size": lua_laravel.SIZE,
     "clear": lua_laravel.CLEAR,
     "clear_with_notify": lua_laravel.CLEAR_WITH_NOTIFY,
+    "excerpts": lua_laraq.EXCERPTS,
 }
+
+#: How much of one member :meth:`Scripts.excerpts` hands back: a member up to twice this long whole, a
+#: longer one as its first and its last this many bytes.
+EXCERPT_SIDE = 32 * 1024
 
 
 # -- results -------------------------------------------------------------------------------------
@@ -66,6 +71,29 @@ class PopManyResult:
     poisoned: int = 0
     #: members a selective reserve looked at and left in the list (no Python handler)
     skipped: int = 0
+
+
+@dataclass(frozen=True)
+class Excerpt:
+    """One member as :data:`~laraq.protocol.lua_laraq.EXCERPTS` read it: its length in bytes, and either
+    all of it (``head``, with ``tail`` empty) or its first and its last bytes; its score in a ZSET."""
+
+    length: int
+    head: bytes
+    tail: bytes
+    score: float | None = None
+
+    @property
+    def whole(self) -> bytes | None:
+        """The member itself when it was read whole, else None."""
+        return self.head if len(self.head) == self.length else None
+
+
+def excerpts_from(reply: Any) -> list[Excerpt]:
+    """The :class:`Excerpt` list of one ``excerpts`` script reply."""
+    return [Excerpt(int(reply[i]), _as_bytes(reply[i + 1]) or b"", _as_bytes(reply[i + 2]) or b"",
+                    None if reply[i + 3] is None else float(reply[i + 3]))
+            for i in range(0, len(reply), 4)]
 
 
 def _as_bytes(value: Any) -> bytes | None:
@@ -214,6 +242,15 @@ class Scripts:
         return self._scripts[name](keys=list(keys), args=list(args), client=target)
 
     # -- operations -------------------------------------------------------------------------------
+
+    def excerpts(self, key: str, kind: str, start: int, stop: int, *, side: int = EXCERPT_SIDE,
+                 client: Any = None) -> Any:
+        """Members ``start``..``stop`` (inclusive, >= 0) of the list or ZSET ``key`` (``kind``: ``list`` or
+        ``zset``), each whole or cut to its two ends (:data:`~laraq.protocol.lua_laraq.EXCERPTS`): a list of
+        :class:`Excerpt`, or the queued call when ``client`` is a pipeline (read its reply with
+        :func:`excerpts_from`)."""
+        reply = self.run("excerpts", [key], [kind, int(start), int(stop), int(side)], client)
+        return reply if client is not None else excerpts_from(reply)
 
     def push(self, list_key: str, notify_key: str, payload: bytes | str, client: Any = None) -> Any:
         """``RPUSH list payload`` + ``RPUSH notify 1``."""

@@ -11,6 +11,8 @@ unchanged.
 * :data:`RENEW`, :data:`GIVE_BACK`, :data:`REQUEUE`: keep a reservation alive, hand reserved jobs back
   untouched, put a job back as it was pushed.
 * :data:`UNSTARTED`, :data:`RECLAIM` and :func:`unstarted_member`: the unstarted record.
+* :data:`EXCERPTS`: the operator commands' read of a range of members, each cut to its two ends when
+  long, so what crosses the network per member is bounded whatever a member holds.
 
 The unstarted record is a ZSET ``<list>:laraq-unstarted`` beside ``:reserved`` that holds the jobs a
 worker has reserved but not started yet. A member is ``<length of the reserved member>:<the reserved
@@ -336,6 +338,53 @@ if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
   return 1
 end
 return 0
+"""
+
+
+#: How many bytes of members :data:`EXCERPTS` holds at once (it reads fewer members at a time after big ones).
+EXCERPTS_BUDGET = 1 << 20
+
+#: laraq's own, read-only. KEYS: 1 a list or a ZSET. ARGV: 1 ``list`` or ``zset``, 2 start, 3 stop
+#: (indexes >= 0, inclusive), 4 side (bytes). For each member of the range, four values: its length;
+#: the member when it is at most 2 * side bytes long, else its first side bytes; '' for a whole member,
+#: else its last side bytes; its score (a ZSET) or nil. The members are fetched a few at a time, as many
+#: as EXCERPTS_BUDGET bytes of the last ones would hold (1 to 64), so a range of huge members is never
+#: held at once.
+EXCERPTS = f"""\
+local key, zset = KEYS[1], ARGV[1] == 'zset'
+local i, stop, side = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local width = zset and 2 or 1
+local out, step = {{}}, 1
+while i <= stop do
+  local last = math.min(stop, i + step - 1)
+  local got
+  if zset then
+    got = redis.call('ZRANGE', key, i, last, 'WITHSCORES')
+  else
+    got = redis.call('LRANGE', key, i, last)
+  end
+  local n = #got / width
+  local biggest = 1
+  for j = 0, n - 1 do
+    local m = got[j * width + 1]
+    local len = #m
+    if len > biggest then biggest = len end
+    out[#out + 1] = len
+    if len > 2 * side then
+      out[#out + 1] = string.sub(m, 1, side)
+      out[#out + 1] = string.sub(m, len - side + 1)
+    else
+      out[#out + 1] = m
+      out[#out + 1] = ''
+    end
+    out[#out + 1] = zset and got[j * width + 2] or false
+  end
+  got = nil
+  if n < last - i + 1 then break end
+  i = last + 1
+  step = math.max(1, math.min(64, math.floor({EXCERPTS_BUDGET} / biggest)))
+end
+return out
 """
 
 

@@ -1,8 +1,11 @@
 """Laravel queue payloads: reading a job body the way Laravel's ``Job`` readers do, and building one
 with exactly the bytes PHP's ``Queue::createPayload`` writes for a given Laravel version.
 
-Reading (:class:`Payload`) is lenient about the shapes Redis's Lua ``cjson`` produces after a pop or a
-release: key order is scrambled, empty arrays come back as ``{}``, large integers as floats such as
+Reading (:class:`Payload`) refuses what PHP's ``json_decode`` refuses before decoding anything: a body
+nested 512 levels deep or more (:func:`~laraq.protocol.phpjson.check_json_depth`) is a
+:class:`PayloadError`, as is every other body that is not a JSON object with ``attempts``. It is
+lenient about the shapes Redis's Lua ``cjson`` produces after a pop or a release: key order is
+scrambled, empty arrays come back as ``{}``, large integers as floats such as
 ``1.2345678901235e+16``, and ``attempts`` may be a float or a numeric string. The original bytes are
 kept in :attr:`Payload.raw` and never rebuilt.
 
@@ -31,7 +34,14 @@ from typing import Any
 
 import orjson
 
-from laraq.protocol.phpjson import PhpJsonError, php_float_repr, php_json_decode, php_json_encode
+from laraq.protocol.phpjson import (
+    JSON_MAX_DEPTH,
+    PhpJsonError,
+    check_json_depth,
+    php_float_repr,
+    php_json_decode,
+    php_json_encode,
+)
 from laraq.protocol.versions import DEFAULT_VERSION, LaravelVersion
 
 __all__ = [
@@ -43,6 +53,7 @@ __all__ = [
     "build_string_payload",
     "horizon_prepare",
     "is_queued_command",
+    "leading_uuid",
     "log_context",
     "new_uuid",
     "parse_job_name",
@@ -71,6 +82,16 @@ _ALPHANUM = string.ascii_letters + string.digits
 _INT_PREFIX = re.compile(r"[ \t\n\r\v\f]*([+-]?)(\d*)(\.\d*)?([eE][+-]?\d+)?")
 _INT64_MAX = 2**63 - 1
 _INT64_MIN = -(2**63)
+
+
+_UUID_HEAD = re.compile(rb'^\{"uuid":"([^"\\]{1,200})"')
+
+
+def leading_uuid(raw: bytes) -> str | None:
+    """The ``uuid`` Laravel writes first in a payload, read from the body's first bytes without decoding it:
+    the one identity a body that cannot be decoded may still give."""
+    head = _UUID_HEAD.match(raw)
+    return head.group(1).decode("utf-8", "replace") if head else None
 
 
 def _loads_fast(raw: bytes) -> Any:
@@ -190,6 +211,13 @@ class Payload:
     def parse(cls, raw: bytes | str, *, version: LaravelVersion | str | int | None = None) -> Payload:
         """Decode ``raw`` and check it is a job Laravel's Lua pop script could reserve."""
         raw_bytes = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
+        # PHP's json_decode depth, checked before any parser recurses (check_json_depth's first test,
+        # inlined: two counts, and the usual body has fewer openers than levels allowed)
+        if raw_bytes.count(b"[") + raw_bytes.count(b"{") >= JSON_MAX_DEPTH:
+            try:
+                check_json_depth(raw_bytes)
+            except PhpJsonError as exc:
+                raise PayloadError(f"job payload is not valid JSON: {exc}") from None
         decoded = _loads_fast(raw_bytes)
         if decoded is None:
             try:
@@ -200,6 +228,10 @@ class Payload:
                 decoded = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise PayloadError(f"job payload is not valid JSON: {exc.msg} at position {exc.pos}") from None
+            except RecursionError:  # within the depth allowed, but the caller's stack was already deep
+                raise PayloadError("job payload is not valid JSON: Maximum stack depth exceeded") from None
+            except ValueError as exc:  # a number with more digits than Python converts
+                raise PayloadError(f"job payload is not valid JSON: {exc}") from None
             del text
         if not isinstance(decoded, dict):
             raise PayloadError(f"job payload must be a JSON object, got {type(decoded).__name__}")

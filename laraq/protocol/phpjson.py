@@ -19,6 +19,12 @@ PHP itself has no empty-object/empty-array distinction for arrays: with ``php_ar
 is treated like a PHP array, so an empty dict or one keyed exactly ``0..n-1`` in order becomes a JSON
 array, which is what ``json_encode(json_decode($x, true))`` does. :func:`php_json_decode` is the
 matching ``json_decode($x, true)``.
+
+Decoding text from a queue (anyone who can write the queue's keys chooses it) goes through
+:func:`check_json_depth` first: PHP's ``json_decode`` refuses arrays and objects nested deeper than 512
+levels (its default ``$depth``, which counts the value inside the innermost array as one level: 511
+nested arrays decode, 512 do not), and so does every decode here, before a parser recurses into them.
+:func:`json_loads` is ``json.loads`` with that check, whose only failure is a ``ValueError``.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ from typing import Any
 
 import orjson
 
-__all__ = ["PhpJsonError", "php_json_decode", "php_json_encode", "php_float_repr"]
+__all__ = ["JSON_MAX_DEPTH", "PhpJsonError", "check_json_depth", "json_loads", "php_json_decode",
+           "php_json_encode", "php_float_repr"]
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -252,6 +259,51 @@ def php_json_encode(
     return "".join(parts)
 
 
+#: ``json_decode``'s default ``$depth``: arrays and objects nested this many levels deep are an error (the
+#: innermost value is a level too: 511 nested arrays decode).
+JSON_MAX_DEPTH = 512
+
+_JSON_STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def check_json_depth(raw: str | bytes, max_depth: int = JSON_MAX_DEPTH) -> None:
+    """Raise :class:`PhpJsonError` (``Maximum stack depth exceeded``, PHP's message) when ``raw`` nests
+    arrays and objects ``max_depth`` levels deep or more: what ``json_decode($raw, true, $max_depth)``
+    refuses (checked against PHP in ``tests/test_json_depth.py``).
+
+    Two counts of ``[`` and ``{`` settle every usual document (no more openers than levels allowed); only
+    a document with more is scanned: its strings removed, then its brackets followed, stopping at the
+    first level too deep. Linear in the size, with no recursion whatever the nesting.
+    """
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    if data.count(b"[") + data.count(b"{") < max_depth:
+        return
+    brackets = _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
+    if brackets.count(b"[") + brackets.count(b"{") < max_depth:
+        return
+    depth = 0
+    for byte in brackets:
+        if byte == 0x5B or byte == 0x7B:  # [ {
+            depth += 1
+            if depth >= max_depth:
+                raise PhpJsonError(f"Maximum stack depth exceeded (arrays and objects nested {max_depth} "
+                                   "levels deep or more)")
+        else:
+            depth -= 1
+
+
+def json_loads(raw: str | bytes) -> Any:
+    """``json.loads`` of text read from a queue: PHP's depth limit first (:func:`check_json_depth`), and
+    every failure a ``ValueError`` (:class:`PhpJsonError` for the depth, ``json.JSONDecodeError``,
+    ``UnicodeDecodeError``, a number too long to convert), never a ``RecursionError``."""
+    check_json_depth(raw)
+    try:
+        return json.loads(raw)
+    except RecursionError:  # a deep stack at the call: the depth allowed did not fit in what is left
+        raise PhpJsonError("Maximum stack depth exceeded") from None
+
+
 def _parse_int(text: str) -> int | float:
     number = int(text)
     if _INT64_MIN <= number <= _INT64_MAX:
@@ -266,8 +318,13 @@ def _reject_constant(name: str) -> Any:
 def php_json_decode(raw: str | bytes) -> Any:
     """``json_decode($raw, true)``: objects become ``dict`` (insertion order, last duplicate wins in
     the first position), big integers become floats; errors raise :class:`PhpJsonError`."""
+    check_json_depth(raw)
     text = _as_text(raw)
     try:
         return json.loads(text, parse_int=_parse_int, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
+        raise PhpJsonError(f"Syntax error: {exc}") from None
+    except RecursionError:
+        raise PhpJsonError("Maximum stack depth exceeded") from None
+    except ValueError as exc:  # a number longer than Python converts (sys.get_int_max_str_digits)
         raise PhpJsonError(f"Syntax error: {exc}") from None

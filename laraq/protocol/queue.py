@@ -15,6 +15,10 @@ version it is configured with (every version difference comes from :mod:`laraq.p
 Redis is addressed with raw bytes: no serializer, no compression, ``decode_responses`` off. Unlike
 Laravel, redis-py does not add a key prefix, so every key carries the prefix itself.
 
+The operator commands read members through :meth:`RedisQueue.excerpts` (at most
+:data:`~laraq.protocol.lua.EXCERPT_SIDE` bytes from each end of a member) and the top-level fields they
+show with :func:`member_fields`, so a queue of huge members costs them a bounded read.
+
 The worker's own operations on a queue (batch reserves, acks, lease renewals, give-backs, the unstarted
 record), which Laravel has no counterpart for, are the queue's ``reserving``
 (:class:`~laraq.protocol.reserve.Reserving`, :mod:`laraq.protocol.reserve`).
@@ -22,9 +26,9 @@ record), which Laravel has no counterpart for, are the queue's ``reserving``
 
 from __future__ import annotations
 
-import json
 import logging
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -35,7 +39,9 @@ from typing import Any, cast
 import redis
 
 from laraq.protocol.keys import QueueKeys, has_hash_tag
-from laraq.protocol.lua import Scripts
+from laraq.protocol.lua import EXCERPT_SIDE, Excerpt, Scripts, excerpts_from
+from laraq.protocol.payload import leading_uuid
+from laraq.protocol.phpjson import PhpJsonError, check_json_depth, json_loads
 from laraq.protocol.pooled import blocking
 from laraq.protocol.redis_retry import fail_fast_on_auth
 from laraq.protocol.reserve import Reserved, Reserving
@@ -50,10 +56,13 @@ PayloadLike = bytes | bytearray | memoryview | str | Any
 
 # QueueKeys and has_hash_tag (keys.py) and redact_url (urls.py) are importable from here too.
 __all__ = [
+    "Excerpt",
     "QueueKeys",
     "RedisQueue",
     "ReservedJob",
+    "excerpts_from",
     "has_hash_tag",
+    "member_fields",
     "redact_url",
 ]
 
@@ -103,7 +112,7 @@ def _payload_bytes(payload: PayloadLike) -> bytes:
 def _payload_id(payload: bytes) -> str | None:
     """``json_decode($payload, true)['id'] ?? null``, as ``pushRaw`` returns it."""
     try:
-        data = json.loads(payload)
+        data = json_loads(payload)
     except (ValueError, UnicodeDecodeError):
         return None
     if not isinstance(data, dict):
@@ -114,6 +123,48 @@ def _payload_id(payload: bytes) -> str | None:
     if isinstance(value, bool):
         return "1" if value else ""
     return str(value)
+
+
+#: Redis's Lua cjson refuses documents nested deeper than this (``decode_max_depth``).
+CJSON_MAX_DEPTH = 1000
+
+# A top-level field with a scalar value, as PHP's json_encode writes it, in the last bytes of a member
+_TAIL_FIELD = re.compile(rb'[,{]"([A-Za-z]{1,32})":(-?[0-9][0-9.eE+-]{0,40}|"[^"\\]{0,64}"|null|true|false)(?=[,}])')
+
+
+def member_fields(excerpt: Excerpt, names: tuple[str, ...]) -> dict[str, Any]:
+    """The top-level fields ``names`` of a member read by :meth:`RedisQueue.excerpts`, as decoded.
+
+    A whole member is decoded (:func:`~laraq.protocol.phpjson.json_loads`; nothing when it is not a JSON
+    object). Of a cut one only the scalar fields in its last bytes are read, the last match of each name:
+    where ``createdAt``, ``id``, ``attempts`` and Horizon's ``pushedAt`` stand, after ``data``."""
+    whole = excerpt.whole
+    if whole is not None:
+        try:
+            decoded = json_loads(whole)
+        except ValueError:
+            return {}
+        return {n: decoded[n] for n in names if n in decoded} if isinstance(decoded, dict) else {}
+    found: dict[str, Any] = {}
+    wanted = {n.encode("ascii") for n in names}
+    for match in _TAIL_FIELD.finditer(excerpt.tail):
+        if match.group(1) in wanted:
+            try:
+                found[match.group(1).decode("ascii")] = json_loads(match.group(2))
+            except ValueError:
+                continue
+    return found
+
+
+def _describe_parked(excerpt: Excerpt) -> str:
+    """A parked member in a few words: its uuid or its size and first bytes, and a depth that explains it."""
+    uuid = leading_uuid(excerpt.head)
+    name = f"uuid {uuid}" if uuid else f"{excerpt.length:,} bytes starting {excerpt.head[:40]!r}"
+    try:
+        check_json_depth(excerpt.head, CJSON_MAX_DEPTH + 1)
+    except PhpJsonError:
+        return f"{name}, nested more than {CJSON_MAX_DEPTH} levels deep"
+    return name
 
 
 # -- the queue -----------------------------------------------------------------------------------
@@ -325,10 +376,7 @@ class RedisQueue:
             keys.list, keys.reserved, keys.notify, keys.poison, self.available_at(self.retry_after)
         )
         if result.poisoned:
-            log.warning(
-                "moved %d unreadable member(s) of %s to %s (not JSON or no numeric attempts)",
-                result.poisoned, keys.list, keys.poison,
-            )
+            self._report_poisoned(keys, result.poisoned)
         if result.job is None and self.block_for is not None and block and self._wait_on(keys.notify, wait_bound):
             return self._retrieve_next_job(keys, False, wait_bound)
         return result.job, result.reserved
@@ -346,15 +394,29 @@ class RedisQueue:
             keys.list, keys.reserved, keys.notify, keys.poison, self.available_at(self.retry_after), count
         )
         if result.poisoned:
-            log.warning("moved %d unreadable member(s) of %s to %s", result.poisoned, keys.list, keys.poison)
+            self._report_poisoned(keys, result.poisoned)
         return [ReservedJob(name, job, reserved) for job, reserved in result.jobs]
 
     def reserved_from(self, name: str, keys: QueueKeys, result: Any) -> Reserved:
         """What a batch reserve's reply (:mod:`laraq.protocol.reserve`) took and counted."""
         if result.poisoned:
-            log.warning("moved %d unreadable member(s) of %s to %s", result.poisoned, keys.list, keys.poison)
+            self._report_poisoned(keys, result.poisoned)
         return Reserved([ReservedJob(name, job, reserved) for job, reserved in result.jobs], result.skipped,
                         result.poisoned)
+
+    def _report_poisoned(self, keys: QueueKeys, count: int) -> None:
+        """One warning line for the members the pop script just parked in ``:poison`` (its last ``count``),
+        naming each (its ``uuid``, else its size and first bytes) and, when its first bytes show it, why."""
+        try:
+            length = int(self.client.llen(keys.poison))
+            parked = self.excerpts(keys.poison, "list", max(0, length - min(count, 5)), max(0, length - 1),
+                                   side=4096)
+        except redis.RedisError:  # the warning still goes out, without the names
+            parked = []
+        shown = "; ".join(_describe_parked(e) for e in parked)
+        more = f" and {count - 5} more" if count > 5 and shown else ""
+        log.warning("moved %d unreadable member(s) of %s to %s (Redis's cjson cannot read them as a JSON object "
+                    "with numeric attempts)%s%s", count, keys.list, keys.poison, f": {shown}" if shown else "", more)
 
     def wait_for_token(self, queue: str | None = None,
                        wait_bound: Callable[[float], float | None] | None = None) -> bool:
@@ -469,20 +531,23 @@ class RedisQueue:
         return int(self.client.zcard(self.keys(queue).reserved))
 
     def creation_time_of_oldest_pending_job(self, queue: str | None = None) -> int | float | None:
-        """``creationTimeOfOldestPendingJob``: ``createdAt`` of the list head (12.11+ payloads), or None."""
-        head = self.client.lindex(self.keys(queue).list, 0)
+        """``creationTimeOfOldestPendingJob``: ``createdAt`` of the list head (12.11+ payloads), or None.
+
+        The head is read with :meth:`excerpts` (:func:`member_fields`): a huge head costs a bounded read."""
+        head = self.excerpts(self.keys(queue).list, "list", 0, 0)
         if not head:
             return None
-        try:
-            data = json.loads(head)
-        except (ValueError, UnicodeDecodeError):
-            return None
-        if not isinstance(data, dict):
-            return None
-        created = data.get("createdAt")
+        created = member_fields(head[0], ("createdAt",)).get("createdAt")
         if isinstance(created, bool) or not isinstance(created, int | float):
             return None
         return created
+
+    def excerpts(self, key: str, kind: str, start: int, stop: int, *, side: int = EXCERPT_SIDE,
+                 client: Any = None) -> Any:
+        """Members ``start``..``stop`` of the list or ZSET ``key`` (``kind``), each whole when at most
+        ``2 * side`` bytes long, else its first and last ``side`` bytes (:class:`Excerpt`). With a pipeline
+        as ``client`` the call is queued there: read its reply with :func:`excerpts_from`."""
+        return self.scripts.excerpts(key, kind, start, stop, side=side, client=client)
 
     def oldest_pending_age(self, queue: str | None = None) -> float | None:
         """Seconds since the list head was created (None if empty or it has no ``createdAt``)."""

@@ -35,7 +35,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from laraq.protocol.phpjson import php_json_encode
+from laraq.protocol.phpjson import json_loads, php_json_encode
 from laraq.stores.database import connect_database, connection_lost, dialect_of, locked_cursor, revive
 from laraq.stores.php_exceptions import (
     MaxAttemptsExceededError,
@@ -96,7 +96,7 @@ class FailedJob:
 
     @property
     def payload_data(self) -> Any:
-        return json.loads(self.payload)
+        return json_loads(self.payload)
 
     @property
     def display_name(self) -> str | None:
@@ -151,7 +151,7 @@ def _payload_uuid(payload: str) -> str:
     if m is not None:
         return m.group(1)
     try:
-        uuid = json.loads(payload)["uuid"]
+        uuid = json_loads(payload)["uuid"]
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError("the payload has no uuid (Laravel's failer requires one)") from exc
     return str(uuid)

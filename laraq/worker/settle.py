@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from laraq.bus.job import Delay, Job, ManuallyFailedError, UnhandledJobError
 from laraq.logtext import short
-from laraq.protocol.payload import PayloadError
+from laraq.protocol.payload import PayloadError, leading_uuid
 from laraq.protocol.redis_retry import retrying
 from laraq.stores.failed import format_exception
 from laraq.stores.parked import ParkedFailures
@@ -156,8 +156,10 @@ class Settle:
     def unreadable(self, reserved: ReservedJob, exc: PayloadError) -> None:
         """A reservation whose body Python cannot read: to ``failed_jobs`` with a clear reason (released for
         60 s when that row cannot be written)."""
+        uuid = leading_uuid(reserved.body)
+        named = f" (uuid {uuid})" if uuid else ""
         error = exc if hasattr(exc, "php_class") else \
-            PayloadError(f"laraq cannot read the job payload on queue {reserved.queue}: {exc}")
+            PayloadError(f"laraq cannot read the job payload on queue {reserved.queue}{named}: {exc}")
         try:
             if self.failer is not None:
                 self.failer.log(self.context.connection_name, reserved.queue, reserved.body, format_exception(error))
