@@ -456,18 +456,56 @@ static PyObject *release_free_memory(PyObject *self, PyObject *noargs) {
 #endif
 }
 
+/* True when the JSON text ``data`` nests arrays and objects ``limit`` levels deep or more, strings
+ * (with their backslash escapes) skipped: the depth check of laraq/protocol/phpjson.py
+ * (check_json_depth) in one pass, without building anything. */
+static PyObject *json_too_deep(PyObject *Py_UNUSED(self), PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "y*n", &view, &limit)) return NULL;
+    const unsigned char *p = view.buf, *end = p + view.len;
+    Py_ssize_t depth = 0;
+    int deep = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (p < end) {
+        unsigned char c = *p++;
+        if (c == '"') {
+            while (p < end) {
+                unsigned char d = *p++;
+                if (d == '\\') {
+                    if (p < end) p++;
+                } else if (d == '"') {
+                    break;
+                }
+            }
+        } else if (c == '[' || c == '{') {
+            if (++depth >= limit) {
+                deep = 1;
+                break;
+            }
+        } else if (c == ']' || c == '}') {
+            depth--;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(deep);
+}
+
 static PyMethodDef methods[] = {
     {"release_free_memory", release_free_memory, METH_NOARGS,
      "release_free_memory() -> bool: malloc_trim(0) where glibc has it (memory freed but still held)."},
     {"pairs_loads", pairs_loads, METH_VARARGS,
      "pairs_loads(data: bytes | ASCII str, max_depth: int) -> value, or the bail marker outside the fast subset."},
+    {"json_too_deep", json_too_deep, METH_VARARGS,
+     "json_too_deep(data: bytes, limit: int) -> bool: arrays and objects nested limit levels deep or more."},
     {"configure", configure, METH_VARARGS,
      "configure(array_type, new_object, make_float, make_enum, bail): the Python pieces pairs_loads uses."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "laraq._speedups",
-                                    "The worker's hot paths in C: unserialize (laraq/protocol/phpread.py) and console lines (laraq/cli/linesink.py).", -1,
+                                    "The worker's hot paths in C: unserialize (laraq/protocol/phpread.py), the JSON depth check (laraq/protocol/phpjson.py) and console lines (laraq/cli/linesink.py).", -1,
                                     methods, NULL, NULL, NULL, NULL};
 
 int laraq_add_line_sink(PyObject *module); /* laraq/_lines.c */

@@ -25,8 +25,14 @@ from conftest import ROOT
 from pyapp import PYTHON_JOB, STRING_JOB, PyApp
 from test_worker_support import laraq_env, run_laraq
 
+from laraq.protocol import phpjson
 from laraq.protocol.payload import build_object_payload, build_string_payload
-from laraq.protocol.phpjson import PhpJsonError, check_json_depth
+from laraq.protocol.phpjson import JSON_MAX_DEPTH, PhpJsonError, check_json_depth
+
+try:
+    import laraq._speedups as _speedups
+except ImportError:  # no compiler: the Python scan alone
+    _speedups = None  # type: ignore[assignment]
 
 MB = 1024 * 1024
 
@@ -80,6 +86,7 @@ DEPTH_CASES = {
 @pytest.mark.php
 @pytest.mark.parametrize("name", sorted(DEPTH_CASES))
 def test_json_depth_is_phps(php: str, name: str) -> None:
+    """``check_json_depth`` and both of its scans (C, when built, and Python) say what PHP says."""
     doc = DEPTH_CASES[name]
     proc = subprocess.run([php, "-r", "echo json_decode(stream_get_contents(STDIN), true) === null "
                                       "&& json_last_error() === JSON_ERROR_DEPTH ? 'deep' : 'ok';"],
@@ -90,6 +97,8 @@ def test_json_depth_is_phps(php: str, name: str) -> None:
     except PhpJsonError:
         ours = "deep"
     assert ours == proc.stdout.decode()
+    scans = [phpjson.scan_too_deep] + ([_speedups.json_too_deep] if _speedups is not None else [])
+    assert [("deep" if scan(doc.encode(), JSON_MAX_DEPTH) else "ok") for scan in scans] == [ours] * len(scans)
 
 
 # -- a worker fails each one and goes on ----------------------------------------------------------------

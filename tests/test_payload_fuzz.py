@@ -122,3 +122,27 @@ def test_payloads_and_their_damage_read_cleanly(fields: dict[str, Any], rng: ran
 def test_random_bytes_read_cleanly(data: bytes) -> None:
     read_everything(data)
     read_everything(b'{"uuid":"u","attempts":0,"data":' + data + b"}")
+
+
+_nested = st.recursive(_scalars, lambda children: st.one_of(
+    st.lists(children, min_size=1, max_size=3), st.dictionaries(st.text(alphabet='[]{}"\\ab', max_size=6), children,
+                                                               min_size=1, max_size=3)), max_leaves=40)
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(_nested, st.integers(min_value=1, max_value=12))
+def test_the_depth_scans_agree_with_the_real_depth(value: Any, limit: int) -> None:
+    """The C and Python depth scans both give the nesting of any valid document (strings full of
+    brackets, quotes and backslashes included)."""
+    from laraq.protocol import phpjson
+
+    def depth(v: Any) -> int:
+        children = list(v.values()) if isinstance(v, dict) else v if isinstance(v, list) else None
+        return 0 if children is None else 1 + max((depth(c) for c in children), default=0)
+
+    doc = json.dumps(value, ensure_ascii=False).encode()
+    scans = [phpjson.scan_too_deep]
+    with contextlib.suppress(ImportError):
+        from laraq._speedups import json_too_deep
+        scans.append(json_too_deep)
+    assert [scan(doc, limit) for scan in scans] == [depth(value) >= limit] * len(scans)

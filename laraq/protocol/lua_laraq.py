@@ -130,7 +130,8 @@ return take_many(tonumber(ARGV[3]) or 0)
 # registered handler names; a member's candidate names are read as :meth:`laraq.app.App.candidates`
 # reads them (``data.commandName`` and ``displayName`` for a queued command, the ``job`` string and
 # its class for a string job, whose data is never read), with surrounding spaces and leading backslashes
-# dropped.
+# dropped. A member PHP's ``Job::fire`` fails before any handler (no ``job`` or ``data``) is taken, to be
+# failed as PHP fails it.
 _SELECT_LIB = """\
 local function clean(value)
   if type(value) ~= 'string' then
@@ -151,7 +152,11 @@ local function class_handled(name, names)
 end
 
 local function handled(doc, names)
-  local cleaned_job = clean(doc['job'])
+  local job = doc['job']
+  if type(job) ~= 'string' or job == '' or string.sub(job, 1, 1) == '@' or doc['data'] == nil then
+    return true  -- PHP's Job::fire fails it before any handler (Payload.unrunnable): laraq fails it alike
+  end
+  local cleaned_job = clean(job)
   if cleaned_job == 'Illuminate\\\\Queue\\\\CallQueuedHandler@call' then
     local data = doc['data']
     local by_command = nil

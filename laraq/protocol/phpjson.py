@@ -31,11 +31,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
+
+try:  # the C build (setup.py, optional): the depth check in one pass; without it, the scan below
+    from laraq._speedups import json_too_deep as _c_too_deep
+except ImportError:  # pragma: no cover - no compiler when installed
+    _c_too_deep = None  # type: ignore[assignment]
 
 __all__ = ["JSON_MAX_DEPTH", "PhpJsonError", "check_json_depth", "json_loads", "php_json_decode",
            "php_json_encode", "php_float_repr"]
@@ -263,34 +269,46 @@ def php_json_encode(
 #: innermost value is a level too: 511 nested arrays decode).
 JSON_MAX_DEPTH = 512
 
+_PURE_PYTHON = os.environ.get("LARAQ_PURE_PYTHON", "") not in ("", "0")
 _JSON_STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 
-def check_json_depth(raw: str | bytes, max_depth: int = JSON_MAX_DEPTH) -> None:
-    """Raise :class:`PhpJsonError` (``Maximum stack depth exceeded``, PHP's message) when ``raw`` nests
-    arrays and objects ``max_depth`` levels deep or more: what ``json_decode($raw, true, $max_depth)``
-    refuses (checked against PHP in ``tests/test_json_depth.py``).
-
-    Two counts of ``[`` and ``{`` settle every usual document (no more openers than levels allowed); only
-    a document with more is scanned: its strings removed, then its brackets followed, stopping at the
-    first level too deep. Linear in the size, with no recursion whatever the nesting.
-    """
-    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
-    if data.count(b"[") + data.count(b"{") < max_depth:
-        return
+def scan_too_deep(data: bytes, max_depth: int) -> bool:
+    """True when ``data`` nests arrays and objects ``max_depth`` levels deep or more: its strings removed,
+    its brackets followed, stopping at the first level too deep (the pure-Python twin of the C
+    ``json_too_deep``)."""
     brackets = _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
     if brackets.count(b"[") + brackets.count(b"{") < max_depth:
-        return
+        return False
     depth = 0
     for byte in brackets:
         if byte == 0x5B or byte == 0x7B:  # [ {
             depth += 1
             if depth >= max_depth:
-                raise PhpJsonError(f"Maximum stack depth exceeded (arrays and objects nested {max_depth} "
-                                   "levels deep or more)")
+                return True
         else:
             depth -= 1
+    return False
+
+
+#: The scan :func:`check_json_depth` uses: C with the build (``LARAQ_PURE_PYTHON=1`` aside), else Python.
+too_deep = scan_too_deep if _c_too_deep is None or _PURE_PYTHON else _c_too_deep
+
+
+def check_json_depth(raw: str | bytes, max_depth: int = JSON_MAX_DEPTH) -> None:
+    """Raise :class:`PhpJsonError` (``Maximum stack depth exceeded``, PHP's message) when ``raw`` nests
+    arrays and objects ``max_depth`` levels deep or more: what ``json_decode($raw, true, $max_depth)``
+    refuses (checked against PHP in ``tests/test_deep_payloads.py``).
+
+    Two counts of ``[`` and ``{`` settle every usual document (no more openers than levels allowed); only
+    a document with more is scanned (:data:`too_deep`). Linear in the size, with no recursion whatever
+    the nesting.
+    """
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    if data.count(b"[") + data.count(b"{") >= max_depth and too_deep(data, max_depth):
+        raise PhpJsonError(f"Maximum stack depth exceeded (arrays and objects nested {max_depth} "
+                           "levels deep or more)")
 
 
 def json_loads(raw: str | bytes) -> Any:
