@@ -492,6 +492,35 @@ static PyObject *json_too_deep(PyObject *Py_UNUSED(self), PyObject *args) {
     return PyBool_FromLong(deep);
 }
 
+/* 1 when ``value`` (a list or dict at nesting ``level``, the outermost being 1) holds a list or dict at
+ * level ``limit`` or deeper, else 0. Recursion is bounded by ``limit``. */
+static int value_reaches(PyObject *value, Py_ssize_t level, Py_ssize_t limit) {
+    if (PyDict_Check(value)) {
+        if (level >= limit) return 1;
+        Py_ssize_t pos = 0;
+        PyObject *key, *item;
+        while (PyDict_Next(value, &pos, &key, &item)) {
+            if ((PyDict_Check(item) || PyList_Check(item)) && value_reaches(item, level + 1, limit)) return 1;
+        }
+    } else if (PyList_Check(value)) {
+        if (level >= limit) return 1;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(value); i++) {
+            PyObject *item = PyList_GET_ITEM(value, i);
+            if ((PyDict_Check(item) || PyList_Check(item)) && value_reaches(item, level + 1, limit)) return 1;
+        }
+    }
+    return 0;
+}
+
+/* True when a decoded JSON value (dicts, lists and scalars, as orjson or json builds them) nests lists
+ * and dicts ``limit`` levels deep or more: check_json_depth's rule, asked of a parsed document. */
+static PyObject *value_too_deep(PyObject *Py_UNUSED(self), PyObject *args) {
+    PyObject *value;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "On", &value, &limit)) return NULL;
+    return PyBool_FromLong(value_reaches(value, 1, limit));
+}
+
 static PyMethodDef methods[] = {
     {"release_free_memory", release_free_memory, METH_NOARGS,
      "release_free_memory() -> bool: malloc_trim(0) where glibc has it (memory freed but still held)."},
@@ -499,6 +528,8 @@ static PyMethodDef methods[] = {
      "pairs_loads(data: bytes | ASCII str, max_depth: int) -> value, or the bail marker outside the fast subset."},
     {"json_too_deep", json_too_deep, METH_VARARGS,
      "json_too_deep(data: bytes, limit: int) -> bool: arrays and objects nested limit levels deep or more."},
+    {"value_too_deep", value_too_deep, METH_VARARGS,
+     "value_too_deep(value, limit: int) -> bool: a parsed document nests lists and dicts limit levels deep or more."},
     {"configure", configure, METH_VARARGS,
      "configure(array_type, new_object, make_float, make_enum, bail): the Python pieces pairs_loads uses."},
     {NULL, NULL, 0, NULL},

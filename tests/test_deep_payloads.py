@@ -99,6 +99,8 @@ def test_json_depth_is_phps(php: str, name: str) -> None:
     assert ours == proc.stdout.decode()
     scans = [phpjson.scan_too_deep] + ([_speedups.json_too_deep] if _speedups is not None else [])
     assert [("deep" if scan(doc.encode(), JSON_MAX_DEPTH) else "ok") for scan in scans] == [ours] * len(scans)
+    if _speedups is not None:  # the worker's check of what orjson parsed
+        assert ("deep" if _speedups.value_too_deep(json.loads(doc), JSON_MAX_DEPTH) else "ok") == ours
 
 
 # -- a worker fails each one and goes on ----------------------------------------------------------------

@@ -132,8 +132,8 @@ _nested = st.recursive(_scalars, lambda children: st.one_of(
 @settings(max_examples=300, derandomize=True, deadline=None)
 @given(_nested, st.integers(min_value=1, max_value=12))
 def test_the_depth_scans_agree_with_the_real_depth(value: Any, limit: int) -> None:
-    """The C and Python depth scans both give the nesting of any valid document (strings full of
-    brackets, quotes and backslashes included)."""
+    """The C and Python depth scans of the text, and the C walk of the parsed value, all give the nesting
+    of any valid document (strings full of brackets, quotes and backslashes included)."""
     from laraq.protocol import phpjson
 
     def depth(v: Any) -> int:
@@ -143,6 +143,6 @@ def test_the_depth_scans_agree_with_the_real_depth(value: Any, limit: int) -> No
     doc = json.dumps(value, ensure_ascii=False).encode()
     scans = [phpjson.scan_too_deep]
     with contextlib.suppress(ImportError):
-        from laraq._speedups import json_too_deep
-        scans.append(json_too_deep)
+        from laraq._speedups import json_too_deep, value_too_deep
+        scans += [json_too_deep, lambda _doc, lim: value_too_deep(value, lim)]
     assert [scan(doc, limit) for scan in scans] == [depth(value) >= limit] * len(scans)

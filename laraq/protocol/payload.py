@@ -41,6 +41,7 @@ from laraq.protocol.phpjson import (
     php_float_repr,
     php_json_decode,
     php_json_encode,
+    value_too_deep,
 )
 from laraq.protocol.versions import DEFAULT_VERSION, LaravelVersion
 
@@ -107,6 +108,16 @@ def _loads_fast(raw: bytes) -> Any:
 
 class PayloadError(ValueError):
     """A job body that Laravel could not use (not JSON, not an object, bad ``attempts``, ...)."""
+
+
+def _check_depth(raw: bytes) -> None:
+    """PHP's ``json_decode`` depth of a body, before a parser recurses into it (:func:`check_json_depth`;
+    its first test inlined: two counts, and the usual body has fewer openers than levels allowed)."""
+    if raw.count(b"[") + raw.count(b"{") >= JSON_MAX_DEPTH:
+        try:
+            check_json_depth(raw)
+        except PhpJsonError as exc:
+            raise PayloadError(f"job payload is not valid JSON: {exc}") from None
 
 
 class UndefinedKeyError(PayloadError):
@@ -200,26 +211,32 @@ class Payload:
     ``timeoutAt`` fallback); without it :data:`~laraq.protocol.versions.DEFAULT_VERSION` applies.
     """
 
-    __slots__ = ("raw", "decoded", "version")
+    __slots__ = ("raw", "decoded", "version", "is_queued_command")
 
     def __init__(self, raw: bytes, decoded: dict[str, Any], version: LaravelVersion) -> None:
         self.raw = raw
         self.decoded = decoded
         self.version = version
+        #: a queued job object (see :func:`is_queued_command`): the ``command*`` fields are None for any
+        #: other job (read once: ``job`` is never rewritten)
+        self.is_queued_command = is_queued_command(decoded.get("job"))
 
     @classmethod
     def parse(cls, raw: bytes | str, *, version: LaravelVersion | str | int | None = None) -> Payload:
         """Decode ``raw`` and check it is a job Laravel's Lua pop script could reserve."""
         raw_bytes = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
-        # PHP's json_decode depth, checked before any parser recurses (check_json_depth's first test,
-        # inlined: two counts, and the usual body has fewer openers than levels allowed)
-        if raw_bytes.count(b"[") + raw_bytes.count(b"{") >= JSON_MAX_DEPTH:
-            try:
-                check_json_depth(raw_bytes)
-            except PhpJsonError as exc:
-                raise PayloadError(f"job payload is not valid JSON: {exc}") from None
+        # PHP's json_decode depth: with the C build, asked of what orjson built (its own limit keeps a
+        # deeper body from recursing); otherwise, and before the standard parser, of the body's brackets
+        walk = value_too_deep
+        if walk is None:
+            _check_depth(raw_bytes)
         decoded = _loads_fast(raw_bytes)
+        if decoded is not None and walk is not None and walk(decoded, JSON_MAX_DEPTH):
+            raise PayloadError(f"job payload is not valid JSON: Maximum stack depth exceeded (arrays and "
+                               f"objects nested {JSON_MAX_DEPTH} levels deep or more)")
         if decoded is None:
+            if walk is not None:
+                _check_depth(raw_bytes)
             try:
                 text = raw_bytes.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -394,19 +411,10 @@ class Payload:
             return {}
         return value
 
-    @property
-    def is_queued_command(self) -> bool:
-        """A queued job object (see :func:`is_queued_command`); the ``command*`` fields below are None
-        for any other job."""
-        return is_queued_command(self.decoded.get("job"))
-
     def _command_field(self, key: str) -> Any:
         """``data[key]`` of a queued command; None for a string job, whose data is not a command."""
-        decoded = self.decoded
-        data = decoded.get("data")
-        if not isinstance(data, dict) or not is_queued_command(decoded.get("job")):
-            return None
-        return data.get(key)
+        data = self.decoded.get("data")
+        return data.get(key) if self.is_queued_command and isinstance(data, dict) else None
 
     @property
     def command_name(self) -> str | None:
@@ -417,14 +425,16 @@ class Payload:
     @property
     def command(self) -> str | None:
         """``data.command`` of a queued command, untouched: a PHP-serialized job, or an encrypted one."""
-        value = self._command_field("command")
+        data = self.decoded.get("data")  # (_command_field inlined: read several times per job)
+        value = data.get("command") if self.is_queued_command and isinstance(data, dict) else None
         return value if isinstance(value, str) else None
 
     @property
     def is_encrypted_command(self) -> bool:
         """True when ``data.command`` is not a serialized object (``O:``), i.e. must be decrypted."""
-        command = self.command
-        return command is not None and not command.startswith("O:")
+        data = self.decoded.get("data")
+        command = data.get("command") if self.is_queued_command and isinstance(data, dict) else None
+        return isinstance(command, str) and not command.startswith("O:")
 
     @property
     def batch_id(self) -> str | None:

@@ -38,10 +38,12 @@ from typing import Any
 
 import orjson
 
-try:  # the C build (setup.py, optional): the depth check in one pass; without it, the scan below
+try:  # the C build (setup.py, optional): the depth checks in one pass; without it, the scan below
     from laraq._speedups import json_too_deep as _c_too_deep
+    from laraq._speedups import value_too_deep as _c_value_too_deep
 except ImportError:  # pragma: no cover - no compiler when installed
     _c_too_deep = None  # type: ignore[assignment]
+    _c_value_too_deep = None  # type: ignore[assignment]
 
 __all__ = ["JSON_MAX_DEPTH", "PhpJsonError", "check_json_depth", "json_loads", "php_json_decode",
            "php_json_encode", "php_float_repr"]
@@ -294,6 +296,12 @@ def scan_too_deep(data: bytes, max_depth: int) -> bool:
 
 #: The scan :func:`check_json_depth` uses: C with the build (``LARAQ_PURE_PYTHON=1`` aside), else Python.
 too_deep = scan_too_deep if _c_too_deep is None or _PURE_PYTHON else _c_too_deep
+
+#: With the C build, the same rule asked of a document already parsed (``value_too_deep(value, limit)``:
+#: its lists and dicts nest ``limit`` levels deep or more), a walk of its containers only: the worker's
+#: parse asks it after orjson (whose own limit, 1024 levels, keeps a deeper body from recursing) instead
+#: of counting the body's brackets. None without the build.
+value_too_deep = None if _PURE_PYTHON else _c_value_too_deep
 
 
 def check_json_depth(raw: str | bytes, max_depth: int = JSON_MAX_DEPTH) -> None:
