@@ -131,14 +131,26 @@ def test_lease_renewal_keeps_prefetched_jobs_reserved_past_retry_after(
     worker = build_worker(params, env=app.env, app=support.async_app)
     workers.append(worker)
     worker.context.pace.average = 0.001  # as if short jobs had been measured: prefetch from the first call
-    # a PHP worker polls the same queue the whole time: it would run any job whose lease lapsed
-    artisan = app.popen_artisan("queue:work", "redis", "--queue=fast", "--sleep=0.1", "--tries=0", "--quiet")
+    # once laraq has reserved all four, a PHP worker polls the same queue the whole time: it would run
+    # any job whose lease lapsed (started earlier, it could take the first job before laraq's first reserve)
+    started: list[subprocess.Popen[str]] = []
+
+    def start_artisan() -> None:
+        wait_for(lambda: redis_client.llen(KEY) == 0, timeout=60, interval=0.01)
+        started.append(app.popen_artisan("queue:work", "redis", "--queue=fast", "--sleep=0.1", "--tries=0",
+                                         "--quiet"))
+
+    starter = threading.Thread(target=start_artisan)
+    starter.start()
     try:
         assert worker.daemon() == 0
     finally:
-        artisan.send_signal(signal.SIGTERM)
-        artisan.wait(30)
-        _stop([artisan])
+        starter.join(60)
+        for artisan in started:
+            artisan.send_signal(signal.SIGTERM)
+            artisan.wait(30)
+        _stop(started)
+    assert started, "laraq never reserved the four jobs"
     runs = app.runs()
     assert [(r["runner"], r["attempts"]) for r in runs] == [("python", 1)] * 4
     assert _left(redis_client) == 0
