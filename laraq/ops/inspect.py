@@ -33,10 +33,10 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, TypeVar
 
 from laraq.ops.transfers import find_held, journal_members
 from laraq.protocol.payload import Payload, PayloadError, leading_uuid
@@ -76,6 +76,8 @@ SUFFIXES = (":delayed", ":reserved", ":notify", ":poison", ":failed-parked",  # 
 
 #: Where a job can be: the ready list, the delayed ZSET, the reserved ZSET, laraq's poison list.
 STATES = ("pending", "delayed", "reserved", "poison")
+
+T = TypeVar("T")
 
 #: The most characters of a job's name or handler :func:`list_jobs` keeps.
 NAME_LIMIT = 200
@@ -509,30 +511,6 @@ def scored_members(client: Any, key: str, start: int, end: int) -> list[tuple[by
     return [(m, float(s)) for m, s in client.zrange(key, start, end, withscores=True)]
 
 
-def iter_members(
-    queue: RedisQueue, name: str | None, state: str, *, batch: int = 500
-) -> Iterator[tuple[bytes, float | None, int]]:
-    """``(member, score, index)`` of one state of a queue, in queue order, in batches."""
-    keys = queue.keys(name)
-    client = queue.client
-    start = 0
-    while True:
-        if state in ("pending", "poison"):
-            key = keys.list if state == "pending" else keys.poison
-            chunk: list[tuple[bytes, float | None]] = [(m, None) for m in list_members(client, key, start,
-                                                                                       start + batch - 1)]
-        elif state in ("delayed", "reserved"):
-            key = keys.delayed if state == "delayed" else keys.reserved
-            chunk = [(m, s) for m, s in scored_members(client, key, start, start + batch - 1)]
-        else:
-            raise ValueError(f"unknown state {state!r} (one of {', '.join(STATES)})")
-        for offset, (member, score) in enumerate(chunk):
-            yield member, score, start + offset
-        if len(chunk) < batch:
-            return
-        start += batch
-
-
 def _state_key(queue: RedisQueue, name: str | None, state: str) -> tuple[str, str]:
     """The key of one state of a queue, and its kind (``list`` or ``zset``)."""
     keys = queue.keys(name)
@@ -543,19 +521,40 @@ def _state_key(queue: RedisQueue, name: str | None, state: str) -> tuple[str, st
     raise ValueError(f"unknown state {state!r} (one of {', '.join(STATES)})")
 
 
+def _members(client: Any, key: str, kind: str, start: int, end: int) -> list[tuple[bytes, float | None]]:
+    """``(member, score)`` at ``start``..``end`` of a list (score None) or a ZSET."""
+    if kind == "list":
+        return [(m, None) for m in list_members(client, key, start, end)]
+    return list(scored_members(client, key, start, end))
+
+
+def _pages(read: Callable[[int, int], list[T]], batch: int) -> Iterator[tuple[T, int]]:
+    """``(item, index)`` of what ``read(start, end)`` returns, a batch at a time, until a short batch."""
+    start = 0
+    while True:
+        chunk = read(start, start + batch - 1)
+        for offset, item in enumerate(chunk):
+            yield item, start + offset
+        if len(chunk) < batch:
+            return
+        start += batch
+
+
+def iter_members(
+    queue: RedisQueue, name: str | None, state: str, *, batch: int = 500
+) -> Iterator[tuple[bytes, float | None, int]]:
+    """``(member, score, index)`` of one state of a queue, in queue order, in batches."""
+    key, kind = _state_key(queue, name, state)
+    for (member, score), index in _pages(lambda a, b: _members(queue.client, key, kind, a, b), batch):
+        yield member, score, index
+
+
 def iter_excerpts(queue: RedisQueue, name: str | None, state: str, *, batch: int = 100) -> Iterator[
         tuple[Excerpt, int]]:
     """``(excerpt, index)`` of one state of a queue, in queue order, in batches: :func:`iter_members` with
     each member whole or cut to its two ends (:meth:`~laraq.protocol.queue.RedisQueue.excerpts`)."""
     key, kind = _state_key(queue, name, state)
-    start = 0
-    while True:
-        chunk = queue.excerpts(key, kind, start, start + batch - 1)
-        for offset, excerpt in enumerate(chunk):
-            yield excerpt, start + offset
-        if len(chunk) < batch:
-            return
-        start += batch
+    yield from _pages(lambda a, b: queue.excerpts(key, kind, a, b), batch)
 
 
 def list_jobs(
@@ -619,12 +618,9 @@ def find_job(
 def _read_whole(queue: RedisQueue, name: str, state: str, excerpt: Excerpt, index: int) -> bytes | None:
     """The member at ``index`` in full, when it is still the one ``excerpt`` was read from."""
     key, kind = _state_key(queue, name, state)
-    if kind == "list":
-        members = list_members(queue.client, key, index, index)
-    else:
-        members = [m for m, _ in scored_members(queue.client, key, index, index)]
-    if members and len(members[0]) == excerpt.length and members[0].startswith(excerpt.head):
-        return members[0]
+    members = _members(queue.client, key, kind, index, index)
+    if members and len(members[0][0]) == excerpt.length and members[0][0].startswith(excerpt.head):
+        return members[0][0]
     return None
 
 
