@@ -77,7 +77,7 @@ def test_a_string_job_whose_data_names_a_command_runs_as_a_string_job(app: PhpAp
     finally:
         if worker.callqueued.steps.php is not None:
             worker.callqueued.steps.php.close()
-    # whatever laraq handed to PHP (a continuation on the PHP queue) runs now, under a stock artisan
+    # whatever laraq handed to PHP (a continuation on the PHP queue) runs here, under a stock artisan
     app.artisan("queue:work", "redis", f"--queue={QUEUE},php", "--stop-when-empty", "--sleep=0", check=True)
 
     runs = app.runs()
