@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -115,3 +116,61 @@ def test_the_php_process_refuses_a_string_job_as_a_command(app: PhpApp, redis_cl
     finally:
         process.close()
     assert app.runs() == []
+
+
+def test_on_a_real_apps_shared_queue_neither_worker_unserializes_a_string_jobs_data(
+        laravel: str, redis_server: Any) -> None:
+    """The app as a team configures it (``fixtures/laravel{N}-custom``: literal values in ``config/``, its own
+    connection, prefix and queue, a cached config) with artisan and laraq working its queue together:
+    string jobs whose data carry ``commandName`` and the gadget run once each, on whichever side takes
+    them (laraq with the app on its host through ``--env-file``), and nothing is unserialized."""
+    import os
+    import subprocess
+    import sys
+
+    from test_app_config_php import CONNECTION, PREFIX, QUEUE, app_redis, clean_env, failed_rows
+    from test_worker_support import wait_for
+
+    for db in (0, 1, 3):
+        redis_server.client(db).flushall()
+    app = PhpApp(redis_server.port, version=laravel, variant="custom")
+    app.artisan("config:cache", check=True)
+    client = app_redis(app)
+    key = f"{PREFIX}queues:{QUEUE}"
+    def dispatch(count: int) -> None:
+        for mode in ("ok", "fail") * (count // 2):
+            data = {"commandName": "App\\Jobs\\EchoJob", "command": _gadget(mode), "mode": mode}
+            app.tool("dispatch", "string", f"--connection={CONNECTION}", "--args=" + json.dumps(data))
+
+    def pushed() -> set[str]:
+        return {json.loads(m)["uuid"] for m in client.lrange(key, 0, -1)}
+
+    dispatch(10)
+    first = pushed()
+    assert len(first) == 10
+    env = {**clean_env(app), "LARAQ_LOG": str(app.log_path)}
+    laraq = subprocess.Popen(
+        [sys.executable, "-c", "from laraq.cli import main; main()", "work", "--env-file", str(app.path / ".env"),
+         "--app", f"{__name__}:handlers", "--sleep", "0", "--tries", "1", "--no-supervise", "--quiet"],
+        env={**env, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])},
+        cwd=Path(__file__).parent.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    artisan = None
+    try:
+        # laraq alone works the first ten; then artisan joins and both work the next ten
+        wait_for(lambda: client.llen(key) + client.zcard(key + ":reserved") == 0, timeout=120, interval=0.1)
+        artisan = app.popen_artisan("queue:work", "--sleep=0", "--tries=1", "--quiet")
+        dispatch(10)
+        wait_for(lambda: client.llen(key) + client.zcard(key + ":reserved") == 0, timeout=120, interval=0.1)
+    finally:
+        procs = [p for p in (laraq, artisan) if p is not None]
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.communicate(timeout=60)
+    runs = app.runs()
+    assert [r for r in runs if r.get("class") == TRIPWIRE] == []       # nobody unserialized the data
+    ran = [r["uuid"] for r in runs]
+    assert len(ran) == len(set(ran)) == 20                              # each ran once, on one side
+    assert first <= {r["uuid"] for r in runs if r["runner"] == "python"}
+    python_failed = {r["uuid"] for r in runs if r["runner"] == "python" and r["data"]["mode"] == "fail"}
+    assert python_failed and {json.loads(row["payload"])["uuid"] for row in failed_rows(app)} >= python_failed
