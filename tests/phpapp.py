@@ -51,6 +51,9 @@ STOCK_CACHE_PREFIX = {"8": "laravel_cache", "9": "laravel_cache_", "10": "larave
 #: Where a version's fixture app and live tree are when not ``laravelN`` and ``N``.
 _FIXTURE_DIRS = {"13-h548": "laravel13-horizon548"}
 _TREES = {"13-h548": "13-horizon-5.48"}
+#: A line whose variant apps are another line's (``13-h548``'s custom app is ``laravel13-custom`` on the
+#: Horizon 5.48 tree).
+_CUSTOM_OF = {"13-h548": "13"}
 
 
 def live_root() -> Path:
@@ -94,8 +97,9 @@ def app_path(version: str) -> Path:
 
 def materialize_app(version: str, variant: str, dest: Path) -> Path:
     """A private copy of ``fixtures/laravel{version}-{variant}`` at ``dest``: its own ``bootstrap/cache``
-    (for ``config:cache``), ``storage`` and ``.env``; ``config``/``database``/``routes`` link to the fixture."""
-    src = FIXTURES / f"laravel{version}-{variant}"
+    (for ``config:cache``), ``storage`` and ``.env``; ``config``/``database``/``routes`` link to the fixture,
+    ``vendor`` to the line's live tree."""
+    src = FIXTURES / f"laravel{_CUSTOM_OF.get(version, version)}-{variant}"
     if not src.is_dir():
         raise ValueError(f"no fixture app {src.name}")
     dest.mkdir(parents=True, exist_ok=True)
@@ -117,7 +121,7 @@ def materialize_app(version: str, variant: str, dest: Path) -> Path:
     for sub in ("framework/cache/data", "framework/sessions", "framework/views", "logs", "app"):
         (dest / "storage" / sub).mkdir(parents=True, exist_ok=True)
     if version != "8":
-        (dest / "vendor").symlink_to((live_root() / version / "vendor").resolve())
+        (dest / "vendor").symlink_to(live_tree(version).resolve())
     return dest
 
 

@@ -29,12 +29,13 @@ fields the values (enum cases, models as ``ModelIdentifier``, dates as Carbon).
 String jobs (``Queue::push('Class@method', $data)``) are built by :meth:`Dispatcher.dispatch_string`.
 :meth:`Dispatcher.bulk` pushes many prepared jobs in one MULTI/EXEC round trip.
 
-Into a Horizon app (``horizon=`` a :class:`laraq.horizon.HorizonSettings`) the push is Horizon's
-``RedisQueue``'s: ``id`` is the ``uuid``, ``JobPayload::prepare`` adds ``type``, ``tags`` (given, else
-``Class:key`` of each ``ModelIdentifier`` property, as Horizon tags models), ``silenced`` (given, else
-the class is silenced in Horizon's config) and ``pushedAt``, and after the push the pending record
-(``JobPushed`` → ``StoreJob``, ``StoreMonitoredTags``) is written. The dispatcher knows Horizon only
-through :class:`PushMonitor` (the horizon package sits above the bus and implements it).
+Into a Horizon app (``horizon=`` a :class:`laraq.horizon.HorizonSettings`, which
+:meth:`Dispatcher.from_app` finds in the app itself) the push is Horizon's ``RedisQueue``'s: ``id`` is
+the ``uuid``, ``JobPayload::prepare`` adds ``type``, ``tags`` (given, else ``Class:key`` of each
+``ModelIdentifier`` property, as Horizon tags models), ``silenced`` (given, else the class is silenced
+in Horizon's config) and ``pushedAt``, and the pending record (``StoreJob``, ``StoreMonitoredTags``) is
+written after the push (before it on Horizon 5.42+). The dispatcher knows Horizon only through
+:class:`PushMonitor`, which :class:`laraq.horizon.HorizonSettings` implements.
 
 ``queue:retry`` lives in :mod:`laraq.bus.retry` (its names are importable from here too).
 """
@@ -350,12 +351,15 @@ class Dispatcher:
         *,
         schemas: Mapping[str, Any] | None = None,
         cache: Any = None,
+        horizon_client: Any = None,
     ) -> None:
         self.queue = queue
         self.version = queue.version if version is None else LaravelVersion.parse(version)
         self.encrypter = encrypter
         #: :class:`laraq.horizon.HorizonSettings` when the app runs Horizon (see the module docstring).
         self.horizon = horizon
+        #: the redis-py client on Horizon's connection (``horizon.use``) when it is not the queue's
+        self.horizon_client = horizon_client
         self._records: PushRecorder | None = None
         #: class -> :class:`laraq.bus.schema.JobSchema`: dispatch such a class with its PHP defaults and lock
         self.schemas: dict[str, Any] = dict(schemas or {})
@@ -364,21 +368,28 @@ class Dispatcher:
 
     @classmethod
     def from_app(cls, env_file: str | None = None, app_path: str | None = None, connection: str | None = None,
-                 *, app_config: str | None = None, horizon: PushMonitor | None = None,
+                 *, app_config: str | None = None, horizon: PushMonitor | bool | None = None,
                  env: Mapping[str, str] | None = None) -> Dispatcher:
         """A dispatcher onto the app's queue connection (its default, or ``connection``), with the app's
         ``APP_KEY`` and cache store, from the app's own configuration as ``laraq work`` reads it
-        (:func:`laraq.config.effective.effective_settings`). For a Horizon app pass ``horizon=``."""
+        (:func:`laraq.config.effective.effective_settings`).
+
+        On an app that uses Horizon (``config/horizon.php``, ``vendor/laravel/horizon``, a ``horizon``
+        prefix in its configuration: :func:`laraq.horizon.settings.app_horizon`, as ``laraq work``
+        decides it) the push is Horizon's, with its payload fields and pending record for the app's
+        Horizon release. ``horizon=False`` writes Laravel's plain payload; ``True`` forces Horizon;
+        a :class:`PushMonitor` is used as given."""
         # start-up: the settings machinery is loaded only by a dispatcher made from the app
         from laraq.config.effective import effective_settings
         from laraq.config.settings import make_redis  # start-up: as above
+        from laraq.horizon.settings import app_horizon  # start-up: as above
         from laraq.protocol.encryption import Encrypter  # start-up: as above
         from laraq.stores.cache import make_cache  # start-up: as above
 
         settings = effective_settings(env, env_file=env_file, app_path=app_path, app_config=app_config,
                                       connection=connection)
-        queue = RedisQueue(make_redis(settings, settings.redis_queue_connection),
-                           connection_name=connection or settings.connection_name,
+        client = make_redis(settings, settings.redis_queue_connection)
+        queue = RedisQueue(client, connection_name=connection or settings.connection_name,
                            default_queue=settings.redis_queue, prefix=settings.redis_prefix,
                            retry_after=settings.retry_after, version=settings.version)
         encrypter = (Encrypter.from_app_key(settings.app_key, previous_keys=settings.app_previous_keys)
@@ -387,7 +398,16 @@ class Dispatcher:
             cache = make_cache(settings)
         except Exception:  # a store laraq cannot open: only unique jobs need it, and they say so
             cache = None
-        return cls(queue, encrypter=encrypter, horizon=horizon, cache=cache)
+        monitor: PushMonitor | None
+        horizon_client = None
+        if horizon is None or isinstance(horizon, bool):
+            found = app_horizon(settings, horizon)
+            monitor = found
+            if found is not None and found.use != settings.redis_queue_connection:
+                horizon_client = make_redis(settings, found.use)  # horizon.use: another Redis connection
+        else:
+            monitor = horizon
+        return cls(queue, encrypter=encrypter, horizon=monitor, cache=cache, horizon_client=horizon_client)
 
     def _horizon_payload(self, payload: str, *, tags: Sequence[str] | None,
                          silenced: bool, class_name: str | None) -> str:
@@ -404,7 +424,7 @@ class Dispatcher:
         if self.horizon is None:
             return
         if self._records is None:
-            self._records = self.horizon.push_recorder(self.queue.client)
+            self._records = self.horizon.push_recorder(self.horizon_client or self.queue.client)
         for job in jobs:
             if job.skipped:
                 continue

@@ -57,10 +57,9 @@ def dispatch_cmd(ops: Ops, job: str, props: tuple[str, ...], protected_props: tu
                  unique_id: str | None, unique_for: int | None, as_json: bool) -> None:
     """Dispatch JOB (a job class, or Class@method) so that PHP workers run it."""
     # start-up: the horizon package (5 modules, ~3 ms) is not loaded for laraq --version/--help or other commands
-    from laraq.horizon import HorizonSettings, horizon_in_use
+    from laraq.horizon.settings import app_horizon
 
-    use_horizon = horizon if horizon is not None else horizon_in_use(ops.settings.env, ops.settings.base_path)
-    hs = HorizonSettings.from_app(ops.settings.env, ops.settings.base_path) if use_horizon else None
+    hs = app_horizon(ops.settings, horizon)
     schemas: dict[str, Any] = {}
     if schema_file:
         try:

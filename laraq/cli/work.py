@@ -423,18 +423,15 @@ def _check_continuations(worker: Worker, params: dict[str, Any]) -> None:
 def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any:
     """The Horizon listener when ``--horizon`` or the app uses Horizon (``laraq.horizon``)."""
     # start-up: the horizon package (~3 ms) is not loaded for laraq --version/--help
-    from laraq.horizon import HorizonSettings, horizon_in_use
+    from laraq.horizon.settings import app_horizon
 
-    wanted = params.get("horizon")
-    if wanted is False or (wanted is None and not horizon_in_use(settings.env, settings.base_path)):
+    hs = app_horizon(settings, params.get("horizon"))
+    if hs is None:
         return None
     # start-up: importing these runs the horizon package too; only for a worker that writes Horizon's records
     from laraq.horizon.listener import HorizonListener
     from laraq.horizon.supervisors import NO_SIGNAL_PID  # start-up: as the line above
 
-    hs = HorizonSettings.from_app(settings.env, settings.base_path)
-    if settings.horizon_prefix is not None:  # read from the app's own config (laraq.config.effective)
-        hs = dataclasses.replace(hs, prefix=settings.horizon_prefix, use=settings.horizon_use)
     if params.get("horizon_signals", True):
         signal_pid = params.get("horizon_signal_pid") or None
     else:

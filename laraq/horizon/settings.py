@@ -13,26 +13,33 @@ Mirrors what ``Laravel\\Horizon\\Horizon::use`` and the published ``config/horiz
   changed after 5.29; on a Redis Cluster connection (``LARAQ_REDIS_CLUSTER`` names the ``use``
   connection) 5.46+ wraps the prefix in a hash tag (``{laravel_horizon:}``), as ``Horizon::use`` does.
 
-Horizon is *in use* when the app has ``config/horizon.php`` or ``vendor/laravel/horizon``, or when
-``HORIZON_PREFIX`` is set; ``laraq work --horizon`` forces it. The config file is PHP, so laraq
-reads only literal values from it (numbers, quoted strings, ``X::class``); anything computed keeps
-Horizon's stock default.
+Horizon is *in use* when the app has ``config/horizon.php`` or ``vendor/laravel/horizon``, when its
+configuration (cached, booted or exported: :mod:`laraq.config.effective`) has a ``horizon`` prefix, or
+when ``HORIZON_PREFIX`` is set; ``laraq work --horizon`` forces it. :func:`app_horizon` is that one
+reading, made by ``laraq work``, ``laraq dispatch`` and ``Dispatcher.from_app`` alike. The config file is
+PHP, so laraq reads only literal values from it (numbers, quoted strings, ``X::class``); anything
+computed keeps Horizon's stock default, except the prefix and ``use``, which the app's own configuration
+gives when laraq reads it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from laraq.config.cluster import cluster_nodes
 from laraq.horizon.records import HorizonRecords
 from laraq.horizon.version import NEWEST, HorizonVersion, detect_horizon_version
 from laraq.protocol.versions import _slug
 
-__all__ = ["HorizonSettings", "HorizonTrim", "hash_tagged", "horizon_in_use"]
+if TYPE_CHECKING:
+    from laraq.config.settings import LaravelSettings
+
+__all__ = ["HorizonSettings", "HorizonTrim", "app_horizon", "hash_tagged", "horizon_in_use"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +136,25 @@ class HorizonSettings:
         return cls(prefix=prefix, trim=trim, silenced=silenced, use=use,
                    environment=env.get("APP_ENV") or "production", silenced_tags=silenced_tags,
                    version=version, version_source=source)
+
+
+def app_horizon(settings: LaravelSettings, wanted: bool | None = None) -> HorizonSettings | None:
+    """The app's Horizon settings, or ``None`` when it does not use Horizon (see the module docstring).
+
+    ``wanted``: ``True`` forces Horizon (``--horizon``), ``False`` turns it off, ``None`` detects it. The
+    prefix and ``use`` the app's own configuration gives (``settings.horizon_prefix``) win over the
+    literal reading of ``config/horizon.php``."""
+    if wanted is False:
+        return None
+    if wanted is None and settings.horizon_prefix is None and not horizon_in_use(settings.env, settings.base_path):
+        return None
+    found = HorizonSettings.from_app(settings.env, settings.base_path)
+    if settings.horizon_prefix is not None:
+        prefix = settings.horizon_prefix
+        if found.version.cluster_hash_tag and cluster_nodes(settings.env, ("127.0.0.1", 6379), settings.horizon_use):
+            prefix = hash_tagged(prefix)
+        found = dataclasses.replace(found, prefix=prefix, use=settings.horizon_use)
+    return found
 
 
 def hash_tagged(prefix: str) -> str:
