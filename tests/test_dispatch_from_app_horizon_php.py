@@ -118,7 +118,7 @@ def test_horizon_false_writes_laravels_own_payload(php: str, redis_server: Any) 
     # the same app with Horizon not registered: PHP's plain dispatch, and laraq's with horizon=False
     redis_server.client(0).flushall()
     target = Target("13", "custom", redis_server.port, horizon=False)
-    php_id = target.php_dispatch()
+    target.php_dispatch()
     php = target.take()
     target.from_app(horizon=False).dispatch_job(
         "App\\Jobs\\GenerateReport", PROPERTIES, protected={"owner": "ops"}, queue="python",

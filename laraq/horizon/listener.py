@@ -21,10 +21,14 @@ Supervisor-level ones (``horizon:pause-supervisor``/``continue-supervisor`` sign
 record's pid, a :class:`~laraq.horizon.relay.SupervisorRelay`; or the supervisor's own command list)
 pause the worker too, but the master record keeps saying ``running``.
 
-Round trips: the ``reserved`` write (with the reservation's own time) is held back and sent with the
-job's outcome, or on the next loop (within about a second) once the job is running, so a short job
-costs one round trip for all its records. A prefetched job that laraq hands back unstarted at
-shutdown never shows as reserved.
+Round trips: the ``reserved`` write is held back and sent with the job's outcome, or on the next loop
+(within about a second) once the job is running, so a short job costs one round trip for all its
+records. A prefetched job that laraq hands back unstarted at shutdown never shows as reserved.
+
+``reserved_at`` is when the job starts. Horizon's dashboard shows a job's runtime as ``completed_at −
+reserved_at``, and PHP's worker runs a job the moment it pops it; laraq reserves several jobs at once
+and runs them one after another, so the time of the batch's reserve would add the wait of every job
+ahead. A job that never starts (handed back, failed before its handler) keeps its reservation's time.
 """
 
 from __future__ import annotations
@@ -82,8 +86,8 @@ class HorizonListener(WorkerListener):
         self.signal_pid = signal_pid
         self.master: HorizonMaster | None = None
         self._lock = threading.Lock()
-        #: reserved writes not sent yet: job key -> (hash key, fields, started)
-        self._held: dict[int, tuple[str, dict[str, Any], bool]] = {}
+        #: reserved writes not sent yet: job key -> (the job's payload, its reserved_at, started)
+        self._held: dict[int, tuple[HorizonPayload, float, bool]] = {}
         #: the supervisor record's own pid (none under --no-horizon-signals)
         self.relay: SupervisorRelay | None = None
         #: the worker was paused at the supervisor level (the master still runs)
@@ -92,13 +96,13 @@ class HorizonListener(WorkerListener):
     def _take(self, job: Any) -> list[tuple[str, dict[str, Any]]]:
         with self._lock:
             held = self._held.pop(id(job), None)
-        return [] if held is None else [(held[0], held[1])]
+        return [] if held is None else [self.records.reserved_write(held[0], held[1])]
 
     def _flush_started(self) -> None:
         with self._lock:
             ready = [k for k, (_, _, started) in self._held.items() if started]
-            writes = [self._held.pop(k)[:2] for k in ready]
-        self.records.write(writes)
+            taken = [self._held.pop(k) for k in ready]
+        self.records.write([self.records.reserved_write(payload, at) for payload, at, _ in taken])
 
     # -- the worker -------------------------------------------------------------------------------------
 
@@ -200,16 +204,17 @@ class HorizonListener(WorkerListener):
 
     def job_reserved(self, event: JobReserved) -> None:
         job = event.job
-        key, fields = self.records.reserved_write(self._payload(job), time.time())
+        payload = self._payload(job)
         with self._lock:
-            self._held[id(job)] = (key, fields, False)
+            self._held[id(job)] = (payload, time.time(), False)
 
     def job_processing(self, event: JobProcessing) -> None:
         job = event.job
+        now = time.time()  # reserved_at: when the job starts (see the module docstring)
         with self._lock:
             held = self._held.get(id(job))
             if held is not None:
-                self._held[id(job)] = (held[0], held[1], True)
+                self._held[id(job)] = (held[0], now, True)
 
     def job_timed_out(self, event: JobTimedOut) -> None:
         job = event.job
@@ -244,12 +249,14 @@ class HorizonListener(WorkerListener):
 
     def job_unhandled(self, event: JobUnhandled) -> None:
         job, action = event.job, event.action
+        if action not in ("requeue", "release"):  # "fail": job_failed follows; keep the reservation for it
+            with self._lock:
+                held = self._held.get(id(job))
+                if held is not None:
+                    self._held[id(job)] = (held[0], held[1], True)
+            return
         before = self._take(job)
         if action == "requeue":  # the original body went back on the list for PHP
             self.records.released(job.connection_name, job.queue, self._payload(job, body=True), before=before)
-        elif action == "release":
+        else:
             self.records.released(job.connection_name, job.queue, self._payload(job), before=before)
-        else:  # "fail": job_failed follows; keep the reservation for it
-            with self._lock:
-                for key, fields in before:
-                    self._held[id(job)] = (key, fields, True)
