@@ -5,12 +5,13 @@ Python handlers of the Horizon fixture jobs (``TaggedJob``, ``SilencedJob``: ``E
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from typing import Any
 
 from conftest import require
 from phpapp import PhpApp, live_missing
-from test_worker_support import _echo, echo
+from test_worker_support import _echo, echo, laraq_env, popen_laraq
 
 from laraq.app import App
 from laraq.bus.job import Job
@@ -33,6 +34,13 @@ def horizon_app(version: str, redis_port: int, **extra_env: str) -> PhpApp:
     reason = live_missing(version)
     require(reason is None, reason or "")
     return PhpApp(redis_port, version=version, horizon=True, extra_env=extra_env or None)
+
+
+def popen_horizon_laraq(hz: PhpApp, *args: str) -> subprocess.Popen[str]:
+    """``laraq work --horizon`` on the Horizon fixture app, told where the app is (``LARAQ_BASE_PATH``, as
+    ``--env-file`` tells it in production), so it reads the app's Horizon release."""
+    return popen_laraq(hz, "--horizon", *args, app_spec="horizon_support:app",
+                       env=laraq_env(hz, LARAQ_BASE_PATH=str(hz.path)))
 
 
 def laraq_horizon_settings(hz: PhpApp) -> HorizonSettings:

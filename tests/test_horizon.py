@@ -18,7 +18,7 @@ import pytest
 from laraq.app import App
 from laraq.bus.dispatch import Dispatcher
 from laraq.cli.work import build_worker, default_params
-from laraq.horizon import HorizonPayload, HorizonSettings, HorizonTrim, horizon_in_use
+from laraq.horizon import HorizonPayload, HorizonRecords, HorizonSettings, HorizonTrim, horizon_in_use
 from laraq.horizon.listener import HorizonListener
 from laraq.horizon.records import php_float_string
 from laraq.horizon.supervisors import NO_SIGNAL_PID, HorizonMaster, process_started
@@ -235,6 +235,23 @@ def test_silenced_tags_only_from_534(tmp_path: Path) -> None:
     assert new.is_silenced("App\\Jobs\\X", ["noisy"]) and not new.is_silenced("App\\Jobs\\X", ["other"])
     old = HorizonSettings.from_app({"LARAQ_HORIZON_VERSION": "5.33.9"}, tmp_path)
     assert not old.is_silenced("App\\Jobs\\X", ["noisy"])
+
+
+def test_a_migrated_jobs_reservation_carries_delay_zero_from_5451(tmp_path: Path) -> None:
+    # RedisJobRepository::migrated (5.45.1+) sets delay 0 on each job a migration moved; laraq's reserve
+    # migrates without that event, so the reservation of such a job writes it
+    def reserved_fields(release: str, **payload: Any) -> dict[str, Any]:
+        settings = HorizonSettings.from_app({"LARAQ_HORIZON_VERSION": release}, tmp_path)
+        body = HorizonPayload.parse(json.dumps({"uuid": "u1", "displayName": "J", "delay": None, **payload}))
+        return HorizonRecords(None, settings).reserved_write(body, 1795351333.5)[1]
+
+    assert reserved_fields("5.48.1", attempts=1)["reserved_at"] == "1795351333.5"
+    assert "delay" not in reserved_fields("5.48.1", attempts=1)          # pushed: never migrated
+    assert reserved_fields("5.48.1", attempts=1, delay=30)["delay"] == 0  # dispatched delayed
+    assert reserved_fields("5.48.1", attempts=2)["delay"] == 0            # released, or its lease expired
+    assert reserved_fields("5.45.1", attempts=2)["delay"] == 0
+    assert "delay" not in reserved_fields("5.45.0", attempts=2, delay=30)  # no such field before 5.45.1
+    assert "delay" not in reserved_fields("5.29.1", attempts=2, delay=30)
 
 
 def test_the_supervisor_relay_is_a_real_process_that_passes_signals_on() -> None:

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from horizon_support import HORIZON_RELEASE_LINES, horizon_app
+from horizon_support import HORIZON_RELEASE_LINES, horizon_app, popen_horizon_laraq
 from phpapp import PhpApp
-from test_worker_support import popen_laraq, wait_for
+from test_worker_support import wait_for
 
 pytestmark = pytest.mark.php
 
@@ -69,8 +69,8 @@ def _round(hz: PhpApp, redis_client: Any, start: Callable[[PhpApp], subprocess.P
 
 def test_a_prefetched_python_jobs_runtime_is_its_own(hz: PhpApp, redis_client: Any) -> None:
     php, php_metrics = _round(hz, redis_client, lambda app: app.popen_artisan("horizon"))
-    py, py_metrics = _round(hz, redis_client, lambda app: popen_laraq(
-        app, "--horizon", "--queue=default", "--sleep=3", "--batch=8", app_spec="horizon_support:app"))
+    py, py_metrics = _round(hz, redis_client, lambda app: popen_horizon_laraq(
+        app, "--queue=default", "--sleep=3", "--batch=8"))
     assert all(runtime >= SECONDS for runtime in php + py), (php, py)
     baseline = statistics.median(php)
     assert [abs(runtime - baseline) <= TOLERANCE for runtime in py] == [True] * JOBS, (php, py)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from horizon_support import HORIZON_LINES, HORIZON_PREFIX, horizon_app
+from horizon_support import HORIZON_LINES, HORIZON_PREFIX, horizon_app, popen_horizon_laraq
 from phpapp import PhpApp
 from test_worker_support import popen_laraq, wait_for
 
@@ -137,7 +137,7 @@ def _run_horizon(hz: PhpApp) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def _run_laraq(hz: PhpApp) -> tuple[dict[str, Any], dict[str, Any]]:
     # --sleep=3: Horizon's default, so the supervisors' options can be compared whole
-    proc = popen_laraq(hz, "--horizon", "--queue=default", "--sleep=3", app_spec="horizon_support:app")
+    proc = popen_horizon_laraq(hz, "--queue=default", "--sleep=3")
     try:
         dump = wait_for(lambda: _done(hz), timeout=120, interval=0.5)
         live = hz.tool("horizon-dump")

@@ -118,6 +118,15 @@ class HorizonPayload:
         return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
     @property
+    def migrated(self) -> bool:
+        """Whether this reserved copy reached the list through a migration (``migrateExpiredJobs``): a job
+        reserved again came back from ``:delayed`` (released) or ``:reserved`` (expired), and a payload
+        with a ``delay`` (``later()`` on Laravel 12.11+ with Horizon 5.45.6+, or laraq's dispatch) was
+        pushed onto ``:delayed``. A delayed payload without the key (older Laravel, Horizon 5.45.1 to
+        5.45.5) cannot be told from a plain push."""
+        return self.attempts > 1 or self.decoded.get("delay") is not None
+
+    @property
     def retry_of(self) -> str | None:
         value = self.decoded.get("retry_of")
         return None if value is None else str(value)
@@ -228,10 +237,10 @@ class HorizonRecords:
         fields: dict[str, Any] = {
             "status": "reserved", "payload": payload.value, "updated_at": now, "reserved_at": now,
         }
-        if self.settings.version.job_hash_delay and payload.attempts > 1:
-            # A job reserved again came back through a migration (released to the delayed set, or an
-            # expired reservation), where Horizon 5.45.1+'s JobsMigrated listener sets ``delay`` to 0.
-            # laraq's pop migrates without that event, so the reservation writes it.
+        if self.settings.version.job_hash_delay and payload.migrated:
+            # The job came to the list through a migration, where Horizon 5.45.1+'s JobsMigrated listener
+            # (``RedisJobRepository::migrated``) sets ``delay`` to 0. laraq's pop migrates without that
+            # event, so the reservation writes it.
             fields["delay"] = 0
         return self._k(_require_id(payload)), fields
 
