@@ -382,14 +382,14 @@ class Dispatcher:
         # start-up: the settings machinery is loaded only by a dispatcher made from the app
         from laraq.config.effective import effective_settings
         from laraq.config.settings import make_redis  # start-up: as above
-        from laraq.horizon.settings import app_horizon  # start-up: as above
+        from laraq.horizon.settings import app_horizon, records_client  # start-up: as above
         from laraq.protocol.encryption import Encrypter  # start-up: as above
         from laraq.stores.cache import make_cache  # start-up: as above
 
         settings = effective_settings(env, env_file=env_file, app_path=app_path, app_config=app_config,
                                       connection=connection)
-        client = make_redis(settings, settings.redis_queue_connection)
-        queue = RedisQueue(client, connection_name=connection or settings.connection_name,
+        queue = RedisQueue(make_redis(settings, settings.redis_queue_connection),
+                           connection_name=connection or settings.connection_name,
                            default_queue=settings.redis_queue, prefix=settings.redis_prefix,
                            retry_after=settings.retry_after, version=settings.version)
         encrypter = (Encrypter.from_app_key(settings.app_key, previous_keys=settings.app_previous_keys)
@@ -398,16 +398,11 @@ class Dispatcher:
             cache = make_cache(settings)
         except Exception:  # a store laraq cannot open: only unique jobs need it, and they say so
             cache = None
-        monitor: PushMonitor | None
-        horizon_client = None
-        if horizon is None or isinstance(horizon, bool):
-            found = app_horizon(settings, horizon)
-            monitor = found
-            if found is not None and found.use != settings.redis_queue_connection:
-                horizon_client = make_redis(settings, found.use)  # horizon.use: another Redis connection
-        else:
-            monitor = horizon
-        return cls(queue, encrypter=encrypter, horizon=monitor, cache=cache, horizon_client=horizon_client)
+        if horizon is not None and not isinstance(horizon, bool):
+            return cls(queue, encrypter=encrypter, horizon=horizon, cache=cache)
+        found = app_horizon(settings, horizon)
+        return cls(queue, encrypter=encrypter, horizon=found, cache=cache,
+                   horizon_client=None if found is None else records_client(settings, found, queue.client))
 
     def _horizon_payload(self, payload: str, *, tags: Sequence[str] | None,
                          silenced: bool, class_name: str | None) -> str:

@@ -57,9 +57,11 @@ def dispatch_cmd(ops: Ops, job: str, props: tuple[str, ...], protected_props: tu
                  unique_id: str | None, unique_for: int | None, as_json: bool) -> None:
     """Dispatch JOB (a job class, or Class@method) so that PHP workers run it."""
     # start-up: the horizon package (5 modules, ~3 ms) is not loaded for laraq --version/--help or other commands
-    from laraq.horizon.settings import app_horizon
+    from laraq.horizon.settings import app_horizon, records_client
 
     hs = app_horizon(ops.settings, horizon)
+    # --redis-url points every connection at one server: the records go on the queue's client
+    horizon_client = None if hs is None or ops.redis_url else records_client(ops.settings, hs, ops.queue.client)
     schemas: dict[str, Any] = {}
     if schema_file:
         try:
@@ -67,7 +69,8 @@ def dispatch_cmd(ops: Ops, job: str, props: tuple[str, ...], protected_props: tu
         except SchemaError as exc:
             raise click.ClickException(str(exc)) from exc
     cache = ops.cache() if job.lstrip("\\") in schemas else None
-    dispatcher = Dispatcher(ops.queue, encrypter=ops.encrypter, horizon=hs, schemas=schemas, cache=cache)
+    dispatcher = Dispatcher(ops.queue, encrypter=ops.encrypter, horizon=hs, schemas=schemas, cache=cache,
+                            horizon_client=horizon_client)
     backoff_value: Any = None
     if backoff is not None:
         backoff_value = [int(b) for b in backoff.split(",")] if "," in backoff else int(backoff)

@@ -423,7 +423,7 @@ def _check_continuations(worker: Worker, params: dict[str, Any]) -> None:
 def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any:
     """The Horizon listener when ``--horizon`` or the app uses Horizon (``laraq.horizon``)."""
     # start-up: the horizon package (~3 ms) is not loaded for laraq --version/--help
-    from laraq.horizon.settings import app_horizon
+    from laraq.horizon.settings import app_horizon, records_client
 
     hs = app_horizon(settings, params.get("horizon"))
     if hs is None:
@@ -436,13 +436,8 @@ def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any
         signal_pid = params.get("horizon_signal_pid") or None
     else:
         signal_pid = NO_SIGNAL_PID
-    horizon_client = client
-    if hs.use != settings.redis_queue_connection and not params.get("redis_url"):
-        try:
-            horizon_client = make_redis(settings, hs.use)
-        except ValueError as exc:
-            log.warning("horizon: config/horizon.php uses Redis connection %r (%s); "
-                        "writing Horizon's records on the queue's connection", hs.use, exc)
+    # --redis-url points every connection at one server: the records go on the queue's client
+    horizon_client = client if params.get("redis_url") else records_client(settings, hs, client)
     log.info("horizon: writing Horizon's records under prefix %r", hs.prefix)
     return HorizonListener(horizon_client, hs, signal_pid=signal_pid)
 

@@ -25,6 +25,7 @@ gives when laraq reads it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from laraq.config.cluster import cluster_nodes
+from laraq.config.settings import make_redis
 from laraq.horizon.records import HorizonRecords
 from laraq.horizon.version import NEWEST, HorizonVersion, detect_horizon_version
 from laraq.protocol.versions import _slug
@@ -39,7 +41,9 @@ from laraq.protocol.versions import _slug
 if TYPE_CHECKING:
     from laraq.config.settings import LaravelSettings
 
-__all__ = ["HorizonSettings", "HorizonTrim", "app_horizon", "hash_tagged", "horizon_in_use"]
+__all__ = ["HorizonSettings", "HorizonTrim", "app_horizon", "hash_tagged", "horizon_in_use", "records_client"]
+
+log = logging.getLogger("laraq.horizon")
 
 
 @dataclass(frozen=True)
@@ -155,6 +159,20 @@ def app_horizon(settings: LaravelSettings, wanted: bool | None = None) -> Horizo
             prefix = hash_tagged(prefix)
         found = dataclasses.replace(found, prefix=prefix, use=settings.horizon_use)
     return found
+
+
+def records_client(settings: LaravelSettings, horizon: HorizonSettings, client: Any) -> Any:
+    """The redis-py client Horizon's records are written with: one on ``horizon.use`` when that is not the
+    queue's connection (``Horizon::use``), else ``client``. A connection laraq cannot open is logged and
+    ``client`` is used."""
+    if horizon.use == settings.redis_queue_connection:
+        return client
+    try:
+        return make_redis(settings, horizon.use)
+    except ValueError as exc:
+        log.warning("horizon: config/horizon.php uses Redis connection %r (%s); "
+                    "writing Horizon's records on the queue's connection", horizon.use, exc)
+        return client
 
 
 def hash_tagged(prefix: str) -> str:
