@@ -77,6 +77,26 @@ def test_stock_settings_and_detection(tmp_path: Path) -> None:
     assert horizon_in_use({}, tmp_path)
 
 
+def test_one_detection_for_work_dispatch_and_from_app(tmp_path: Path) -> None:
+    import dataclasses
+
+    from laraq.config.settings import LaravelSettings
+    from laraq.horizon import app_horizon
+
+    plain = LaravelSettings.from_env({"LARAQ_BASE_PATH": str(tmp_path)})
+    assert app_horizon(plain) is None and app_horizon(plain, False) is None
+    assert app_horizon(plain, True) is not None  # --horizon / horizon=True
+    # the app's own configuration (cached, booted or exported) gives the prefix and connection: in use
+    configured = dataclasses.replace(plain, base_path=None, horizon_prefix="acme_horizon:", horizon_use="cache")
+    found = app_horizon(configured)
+    assert found is not None and (found.prefix, found.use) == ("acme_horizon:", "cache")
+    assert app_horizon(configured, False) is None
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "horizon.php").write_text("<?php return [\n    'prefix' => 'lit_horizon:',\n];")
+    found = app_horizon(plain)
+    assert found is not None and found.prefix == "lit_horizon:"
+
+
 @pytest.mark.parametrize(("value", "text"), [
     (1795351333.30195, "1795351333.3019"), (1795351333.30196, "1795351333.302"), (1795351333.3019, "1795351333.3019"), (27.67, "27.67"),
     (5.0, "5"), (0.0, "0"), (-1795351330.3388, "-1795351330.3388"), (1795351330.0, "1795351330"),
