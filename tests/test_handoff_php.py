@@ -153,13 +153,15 @@ def test_batch_callbacks_once_in_order_counters_never_negative(side: Side, redis
     assert batch_state(php, batch_id) == {"pending": 3, "failed": 0, "callbacks": [], "finished": False,
                                           "cancelled": False}
     side.start_laraq()
-    wait_for(lambda: batch_state(php, batch_id)["finished"] and settled(php, redis_client), timeout=120, interval=0.3)
-    # the same batch of PHP-only items (BatchEchoJob) run by the PHP worker alone is the reference
+    wait_for(lambda: "finally" in batch_state(php, batch_id)["callbacks"] and settled(php, redis_client),
+             timeout=120, interval=0.3)
+    # artisan's end state for the batch (test_jobmodel_php proves laraq's bookkeeping equals it): a failed
+    # item stays counted as pending and failed, and leaves the batch unfinished (finished_at unset)
     failing = "fail" in modes
     state = batch_state(php, batch_id)
     assert state == {"pending": 1 if failing else 0, "failed": 1 if failing else 0,
                      "callbacks": ["catch", "finally"] if failing else ["then", "finally"],
-                     "finished": True, "cancelled": False}
+                     "finished": not failing, "cancelled": False}
     assert sorted(steps_run(php)) == [(1, "python"), (2, "python"), (3, "python")]
     failed_hooks = [r["args"]["n"] for r in php.runs() if r.get("class") == "py-failed"]
     assert failed_hooks == ([2] if failing else [])
