@@ -121,7 +121,11 @@ def test_chain_runs_each_step_once_in_order(side: Side, redis_client: Any) -> No
     steps = [{"kind": k, "args": {"n": i + 1}} for i, k in enumerate(kinds)]
     php.tool("chain", f"--queue={QUEUE}", "--steps=" + json.dumps(steps), f"--catch={QUEUE}")
     # laraq stopped: PHP runs step 1, hands step 2 over, and the chain waits there
-    [py2] = wait_for(lambda: (u := queue_uuids(php, redis_client)) and steps_run(php) == [(1, "php")] and u, timeout=60)
+    def waiting() -> list[str]:
+        ran = {r.get("uuid") for r in php.runs()}
+        return [u for u in queue_uuids(php, redis_client) if u not in ran] if steps_run(php) == [(1, "php")] else []
+
+    [py2] = wait_for(waiting, timeout=60)
     wait_for(lambda: side.handed(py2), timeout=60)
     assert steps_run(php) == [(1, "php")] and queue_uuids(php, redis_client) == [py2]
     side.start_laraq()
