@@ -136,6 +136,9 @@ def test_chain_runs_each_step_once_in_order(side: Side, redis_client: Any) -> No
         dump = wait_for(lambda: (d := php.tool("horizon-dump"))["counts"]["completed"] == 5 and d, timeout=60)
         assert dump["throughput"] == 5 and dump["counts"]["pending"] == 0
         assert sorted(j["status"] for j in dump["recent"]) == ["completed"] * 5
+        # one run each, per class too: the hand-offs counted nothing
+        assert sorted((j["name"], j["throughput"]) for j in dump["jobs"]) == [
+            ("App\\Jobs\\EchoJob", 3), ("App\\Jobs\\PyStepJob", 2)]
 
 
 def batch_state(php: PhpApp, batch_id: str) -> dict[str, Any]:
