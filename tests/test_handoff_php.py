@@ -224,3 +224,33 @@ def test_python_failure_runs_php_failed_once(side: Side, redis_client: Any) -> N
         dump = wait_for(lambda: (d := php.tool("horizon-dump"))["counts"]["failed"] == 1 and d, timeout=60)
         assert dump["counts"]["completed"] == 0
         assert redis_client.hget(HORIZON_PREFIX + uuid, "status") == b"failed"
+
+
+@pytest.mark.parametrize("version", HORIZON_RELEASE_LINES)
+def test_horizon_sees_a_handed_job_as_just_pushed(version: str, redis_client: Any, redis_server: Any) -> None:
+    """One hand-off by a worker on Horizon's queue (``queue:work --once`` on the Horizon app): every Horizon key
+    is as it was right after the push, but the record's ``updated_at``, and the job waits on its queue as pushed."""
+    reason = live_missing(version)
+    require(reason is None, reason or "")
+    php = PhpApp(redis_server.port, version=version, horizon=True)
+    php.tool("dispatch", "py-step", f"--queue={QUEUE}", "--args=" + json.dumps({"args": {"n": 1}}))
+    [body] = redis_client.lrange(php.prefix + "queues:" + QUEUE, 0, -1)
+
+    def horizon_keys() -> dict[bytes, Any]:
+        state: dict[bytes, Any] = {}
+        for key in sorted(redis_client.keys(HORIZON_PREFIX + "*")):
+            kind = redis_client.type(key)
+            if kind == b"hash":
+                state[key] = {k: v for k, v in redis_client.hgetall(key).items() if k != b"updated_at"}
+            elif kind == b"zset":
+                state[key] = redis_client.zrange(key, 0, -1, withscores=True)
+            else:
+                state[key] = redis_client.dump(key)
+        return state
+
+    pushed = horizon_keys()
+    php.artisan("queue:work", "redis", f"--queue={QUEUE}", "--once", check=True)
+    assert php.runs() == []
+    assert redis_client.lrange(php.prefix + "queues:" + QUEUE, 0, -1) == [body]
+    assert redis_client.zcard(php.prefix + "queues:" + QUEUE + ":reserved") == 0
+    assert horizon_keys() == pushed
