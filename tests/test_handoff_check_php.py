@@ -9,8 +9,10 @@ it could not be checked. With no PHP worker on laraq's queue, nothing is said.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -111,3 +113,14 @@ def test_metric_names_the_class(supervised: PhpApp) -> None:
     unchecked = CollectorRegistry()
     Metrics(registry=unchecked, handoff=banner_warnings(supervised, "default", on_host=False)[1])
     assert "laraq_handoff_unchecked 1.0" in generate_latest(unchecked).decode()
+
+
+def test_laraq_config_names_the_class(supervised: PhpApp) -> None:
+    from test_worker_support import ROOT, laraq_env
+
+    proc = subprocess.run([sys.executable, "-c", "from laraq.cli import main; main()", "config", "--json",
+                           "--app", APP, "--app-path", str(supervised.path), "--laravel", supervised.release],
+                          env=laraq_env(supervised), cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    [line] = [w for w in json.loads(proc.stdout)["warnings"] if "RunsInPython" in w]
+    assert MISSING in line and HANDED not in line

@@ -313,7 +313,7 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
         warnings += queue_warnings(client, settings.redis_prefix, names)
         shared = shared_queue_warnings(client, settings, connection_name, names)
         warnings += shared
-        handoff = _handoff_check(params, env, app) if shared else None
+        handoff = handoff_check(params, env, app) if shared else None
         warnings += [w for w in (handoff.warning() if handoff else None,) if w]
         warnings += limiter_warnings(client, settings.redis_prefix, names, app)
     info = describe_setup(
@@ -323,7 +323,7 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
     return Prepared(settings, app, queue, queues, cache.store, failer.store, encrypter, info, handoff)
 
 
-def _handoff_check(params: dict[str, Any], env: Mapping[str, str] | None, app: App) -> HandoffCheck:
+def handoff_check(params: dict[str, Any], env: Mapping[str, str] | None, app: App) -> HandoffCheck:
     """A PHP worker shares one of laraq's queues: which handled classes lack the RunsInPython hand-off."""
     try:
         base = app_on_host(params.get("php_app") or params.get("app_path"), params.get("env_file"))
