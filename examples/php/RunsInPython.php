@@ -45,7 +45,9 @@ use Illuminate\Support\Facades\Log;
  *         }
  *     }
  *
- * Copy this file into app/Jobs/Concerns/ of your Laravel app (namespace App\Jobs\Concerns).
+ * Copy this file into app/Jobs/Concerns/ of your Laravel app (namespace App\Jobs\Concerns). It also
+ * holds RunsInPythonHandOff, the hand-off's steps, which only the trait's handle() uses (the file is
+ * loaded with the trait, before handle() can run).
  */
 trait RunsInPython
 {
