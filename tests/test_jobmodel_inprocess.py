@@ -389,3 +389,42 @@ def test_failure_of_a_class_the_app_does_not_have(app: PhpApp) -> None:
         process.failed(body.encode(), "redis", "default", "u-1", "RuntimeException", "boom")
     finally:
         process.close()
+
+
+#: A handler that says nothing of uniqueness (``unique=None``), as most are written: the app on the host says
+#: the class is ``ShouldBeUniqueUntilProcessing``, keyed by a ``uniqueId()`` method.
+undeclared = App("jobmodel-undeclared")
+_redispatch: list[PhpApp] = []
+
+
+@undeclared.handler("App\\Jobs\\UntilProcessingMethodJob")
+def _until_processing_method(command: Any, job: Any) -> None:
+    support._unique_run(command, job, "m-" + command.key)
+    if command.mode == "redispatch":  # a dispatch with the same key while this one runs
+        _redispatch[0].tool("dispatch", "until-processing-method", "--queue=lq", "--pending",
+                            "--args=" + json.dumps({"id": command.key, "mode": "ok"}))
+
+
+def test_until_processing_by_method_frees_the_lock_before_the_handler(app: PhpApp, redis_client: Any,
+                                                                      workers: list[Worker]) -> None:
+    """artisan frees a ``ShouldBeUniqueUntilProcessing`` lock keyed by ``uniqueId()`` before ``handle()``: a
+    dispatch with that key while the job runs is queued and runs; laraq with the app on the host does the same."""
+    _redispatch[:] = [app]
+    for queue in ("pq", "lq"):
+        app.tool("dispatch", "until-processing-method", f"--queue={queue}", "--pending",
+                 "--args=" + json.dumps({"id": f"{queue}-1", "mode": "redispatch" if queue == "lq" else "ok"}))
+    artisan_drain(app, "pq")
+    params = default_params(laravel=app.release, sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20,
+                            queue="lq", php_app=str(app.path))
+    worker = build_worker(params, env=app.env, app=undeclared)
+    workers.append(worker)
+    try:
+        assert worker.daemon() == 0
+    finally:
+        assert worker.callqueued.steps.php is not None
+        worker.callqueued.steps.php.close()
+    runs = {q: [(r["lock"], r["mode"]) for r in app.runs() if r.get("queue") == q and "lock" in r] for q in ("pq", "lq")}
+    assert runs["pq"] == [("free", "ok")]
+    # the first ran with its lock free, so the dispatch it made was queued, and ran too
+    assert runs["lq"] == [("free", "redispatch"), ("free", "ok")]
+    assert pending(app, redis_client, "lq") == 0 and unique_locks(redis_client, "lq-1") == 0

@@ -125,15 +125,25 @@ class PhpProcess:
         self.request({"op": "failed", "body": base64.b64encode(body).decode("ascii"), "connection": connection,
                       "queue": queue, "uuid": uuid, "class": exc_class, "message": message})
 
+    def classes(self, names: list[str]) -> dict[str, dict[str, Any]]:
+        """What the app says of these classes: ``exists``, ``unique`` (``"until_processing"``, ``"unique"``
+        or None: the ``ShouldBeUnique`` interfaces it implements) and ``runs_in_python`` (it uses a trait
+        named ``RunsInPython``)."""
+        reply = self.request({"op": "classes", "classes": list(names)})
+        facts = reply.get("classes")
+        if not isinstance(facts, dict):
+            raise PhpStepError("the PHP process answered the class question without classes")
+        return {str(k): v for k, v in facts.items() if isinstance(v, dict)}
+
     def ping(self) -> None:
         """Boot the process now (the worker does it at start, so a broken app is said at once)."""
         self.request({"op": "ping"})
 
     # -- the process --------------------------------------------------------------------------------
 
-    def request(self, message: dict[str, Any]) -> None:
-        """Send one request (with the next id) and wait for the reply with that id; raises
-        :class:`PhpStepError` on any failure."""
+    def request(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send one request (with the next id) and wait for the reply with that id, which is returned;
+        raises :class:`PhpStepError` on any failure."""
         with self._lock:
             self._last_id += 1
             request_id = self._last_id
@@ -153,6 +163,7 @@ class PhpProcess:
             reply = self._read_reply(request_id, self.timeout, what=str(message.get("op")))
         if not reply.get("ok"):
             raise PhpStepError(str(reply.get("error") or "the PHP step failed without a message"))
+        return reply
 
     def _write(self, frame: bytes) -> None:
         """One whole frame onto the request pipe."""

@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from laraq.bus.handoff import FAILURE_CODE, SUCCESS_CODE, continuation_payload, continuation_title
+from laraq.bus.phpprocess import PhpStepError
+from laraq.logtext import visible
 from laraq.protocol.serializer import PHPObject, PHPSerializeError, deref, loads
 from laraq.stores import batches
 from laraq.stores.failed import php_class_name
@@ -127,6 +129,8 @@ class PhpSteps:
         self.php_queue = php_queue
         #: The app's own CallQueuedHandler in a PHP process on this host (None: hand-off by continuation).
         self.php: PhpProcess | None = None
+        #: The unique kind the app's class declares, per class (asked of PHP once, when a handler says none).
+        self._class_unique: dict[str, bool | str | None] = {}
 
     def use_php(self, process: PhpProcess | None) -> None:
         """Run PHP's steps in ``process`` (synchronously), not as continuations."""
@@ -180,8 +184,27 @@ class PhpSteps:
         return facts
 
     def _unique_mode(self, job: Job) -> Any:
+        """The handler's ``unique=``; when it says nothing and the app is on this host, what the class
+        implements (``ShouldBeUniqueUntilProcessing``: ``"until_processing"``, ``ShouldBeUnique``: True), so
+        that a lock keyed by a ``uniqueId()`` method goes at artisan's moment."""
         handler = job.handler
-        return None if handler is None else handler.unique
+        if handler is None:
+            return None
+        if handler.unique is None and self.php is not None:
+            return self._declared_unique(job.payload.command_name or job.name)
+        return handler.unique
+
+    def _declared_unique(self, class_name: str) -> bool | str | None:
+        if class_name not in self._class_unique:
+            assert self.php is not None
+            try:
+                kind = self.php.classes([class_name]).get(class_name, {}).get("unique")
+            except PhpStepError as exc:
+                log.warning("could not ask the app whether %s is unique: %s", visible(class_name), exc)
+                kind = None
+            self._class_unique[class_name] = ("until_processing" if kind == "until_processing"
+                                              else True if kind == "unique" else None)
+        return self._class_unique[class_name]
 
     def _python_unique_id(self, job: Job) -> str | None:
         """The ``uniqueId`` Python can compute (a property), else None."""

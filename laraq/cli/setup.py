@@ -24,7 +24,7 @@ from laraq.app import App
 from laraq.cli.common import APP_CONFIG_HELP, APP_PATH_HELP
 from laraq.cli.errors import LaraqError
 from laraq.cli.startup import StartupError, check_redis, queue_warnings, render_setup
-from laraq.cli.work import default_params, prepare
+from laraq.cli.work import default_params, handoff_check, prepare
 from laraq.config.appconfig import AppConfigError, export_app_config, find_app_path
 from laraq.config.phpworkers import shared_queue_warnings
 
@@ -67,8 +67,11 @@ def config_cmd(app_spec: str | None, queue: str | None, env_file: str | None, ap
     try:
         check_redis(prepared.queue.client, info["redis"])
         info["warnings"] += queue_warnings(prepared.queue.client, info["prefix"], info["queues"])
-        info["warnings"] += shared_queue_warnings(prepared.queue.client, prepared.settings,
-                                                  prepared.queue.connection_name, info["queues"])
+        shared = shared_queue_warnings(prepared.queue.client, prepared.settings,
+                                       prepared.queue.connection_name, info["queues"])
+        info["warnings"] += shared
+        if shared and app_spec:
+            info["warnings"] += [w for w in (handoff_check(params, None, prepared.app).warning(),) if w]
     except StartupError as exc:
         failure = exc
         info["warnings"].append(exc.message)

@@ -33,6 +33,7 @@ import click
 import redis
 
 from laraq.app import App, load_app
+from laraq.bus.handoffcheck import HandoffCheck, check_handoff
 from laraq.bus.models import ModelLoader
 from laraq.bus.phpprocess import PhpProcess, PhpStepError, app_on_host
 from laraq.bus.phpsteps import PhpSteps, continuation_conflict
@@ -230,6 +231,8 @@ class Prepared:
     failer: Any
     encrypter: Any
     info: dict[str, Any]
+    #: The Python jobs' PHP classes without the hand-off, when a PHP worker shares a queue (None: not asked).
+    handoff: HandoffCheck | None = None
 
 
 def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app: App | None = None,
@@ -305,15 +308,28 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
         except ValueError as exc:
             raise click.ClickException(str(exc)) from exc
     warnings += app.problems(settings.version)
+    handoff: HandoffCheck | None = None
     if checks:
         warnings += queue_warnings(client, settings.redis_prefix, names)
-        warnings += shared_queue_warnings(client, settings, connection_name, names)
+        shared = shared_queue_warnings(client, settings, connection_name, names)
+        warnings += shared
+        handoff = handoff_check(params, env, app) if shared else None
+        warnings += [w for w in (handoff.warning() if handoff else None,) if w]
         warnings += limiter_warnings(client, settings.redis_prefix, names, app)
     info = describe_setup(
         settings, redis_url=shown_url, prefix=settings.redis_prefix, queues=names, retry_after=retry_after,
         block_for=block_for, cache=cache.description, failed=failer.description, handlers=list(app.names),
         app_spec=params.get("app_spec"), warnings=warnings)
-    return Prepared(settings, app, queue, queues, cache.store, failer.store, encrypter, info)
+    return Prepared(settings, app, queue, queues, cache.store, failer.store, encrypter, info, handoff)
+
+
+def handoff_check(params: dict[str, Any], env: Mapping[str, str] | None, app: App) -> HandoffCheck:
+    """A PHP worker shares one of laraq's queues: which handled classes lack the RunsInPython hand-off."""
+    try:
+        base = app_on_host(params.get("php_app") or params.get("app_path"), params.get("env_file"))
+    except ValueError:  # said by the worker's own check of --php-app
+        base = None
+    return check_handoff(base, app.names, env=env)
 
 
 def _load_app(spec: str, load_app: Any) -> App:
@@ -385,7 +401,7 @@ def build_worker(params: dict[str, Any], *, env: Mapping[str, str] | None = None
     horizon = _horizon_listener(params, settings, p.queue.client)
     if horizon is not None:
         worker.add_listener(horizon)
-    attach_listeners(worker, params)
+    attach_listeners(worker, {**params, "handoff": p.handoff})
     return worker
 
 

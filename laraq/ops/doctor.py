@@ -32,6 +32,7 @@ from typing import Any
 
 from laraq.app import load_app
 from laraq.bus.handoff import is_continuation
+from laraq.bus.handoffcheck import check_handoff
 from laraq.bus.middleware import limiter_names, unsupported_names
 from laraq.config.phpworkers import shared_queue_warnings
 from laraq.config.provenance import setting_facts
@@ -306,12 +307,14 @@ def diagnose(
             out.append(Finding("ok", f"timeouts ({longest}s) below retry_after ({retry_after}s)"))
 
     # -- handlers
+    handled: list[str] = []  # the loaded app's handler names
     if app_ref:
         try:
             app = load_app(app_ref)
         except Exception as exc:
             out.append(Finding("error", f"cannot load --app {app_ref!r}", str(exc), "give module:attribute"))
         else:
+            handled = list(app.names)
             # the worker's own lookup (command class, display name, Class@method, Class)
             missing = sorted(name for name, payload in job_samples.items() if app.resolve(payload) is None)
             if missing:
@@ -350,11 +353,29 @@ def diagnose(
             "(compat-docs/horizon.md)",
         ))
     laraq_queues = queues or [settings.redis_queue]
-    for warning in shared_queue_warnings(client, settings, queue.connection_name, laraq_queues):
+    shared = shared_queue_warnings(client, settings, queue.connection_name, laraq_queues)
+    for warning in shared:
         out.append(Finding("warn", "PHP workers share a queue laraq takes Python jobs from", warning,
                            "run Python jobs on a queue only laraq works (laraq work --queue python), and make "
                            "the PHP class route itself there (compat-docs/config.md)"))
+    if shared and handled:
+        out += handoff_findings(settings, handled)
     return out
+
+
+def handoff_findings(settings: LaravelSettings, handled: list[str]) -> list[Finding]:
+    """The Python jobs' PHP classes without the RunsInPython hand-off, asked of the app when it is here."""
+    base = settings.base_path
+    on_host = base if base is not None and (base / "artisan").is_file() and (base / "bootstrap" / "app.php").is_file() \
+        else None
+    check = check_handoff(on_host, handled, env=settings.env)
+    text = check.warning()
+    if text is None:
+        return []
+    title = ("the PHP classes of Python jobs could not be checked for RunsInPython" if check.unchecked
+             else f"{len(check.missing)} PHP class(es) of Python jobs lack RunsInPython")
+    return [Finding("warn", title, text, "use the RunsInPython trait on the PHP class (examples/php/RunsInPython.php, "
+                    "compat-docs/worker.md)")]
 
 
 def config_findings(settings: LaravelSettings) -> list[Finding]:

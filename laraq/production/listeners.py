@@ -41,7 +41,7 @@ def build_listeners(worker: Any, params: dict[str, Any]) -> list[Any]:
                 *(n for arg in params.get("metrics_jobs") or () for n in str(arg).split(",") if n.strip())]
         listeners.append(Metrics(port=params["metrics_port"], addr=params.get("metrics_addr") or "127.0.0.1",
                                  sample_interval=float(params.get("metrics_interval") or 15.0), queue=worker.queue,
-                                 jobs=jobs))
+                                 jobs=jobs, handoff=params.get("handoff")))
     if params.get("otel") or os.environ.get("LARAQ_OTEL", "") not in ("", "0", "false"):
         # optional dependency: opentelemetry (laraq[otel]) is imported only when tracing is asked for
         from laraq.production.otel import OtelListener, instrument_dispatch

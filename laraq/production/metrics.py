@@ -183,7 +183,8 @@ class Metrics(WorkerListener):
     """
 
     def __init__(self, *, port: int | None = None, addr: str = "127.0.0.1", sample_interval: float = 15.0,
-                 registry: CollectorRegistry | None = None, queue: Any = None, jobs: Iterable[str] = ()) -> None:
+                 registry: CollectorRegistry | None = None, queue: Any = None, jobs: Iterable[str] = (),
+                 handoff: Any = None) -> None:
         #: the queue connection whose queues are sampled (the worker's), None: no sampling
         self.queue = queue
         self.jobs = frozenset(_class_name(name) for name in jobs)
@@ -211,6 +212,7 @@ class Metrics(WorkerListener):
                         multiprocess_mode=live)
         self.in_flight = Gauge("laraq_jobs_in_flight", "Jobs being run now.", registry=reg, multiprocess_mode=live)
         self.sampler = QueueSampler(self.registry, multiprocess=self.multiprocess)
+        self._handoff_gauges(handoff)
         self._queues: list[str] | None = None
         self._running: set[int] = set()
         self._lock = threading.Lock()
@@ -218,6 +220,23 @@ class Metrics(WorkerListener):
         self._thread: threading.Thread | None = None
         self._server: Any = None
         self._bind_warned = False
+
+    def _handoff_gauges(self, handoff: Any) -> None:
+        """``laraq_handoff_missing{job}``: 1 per Python job class whose PHP class lacks RunsInPython while a
+        PHP worker shares its queue; ``laraq_handoff_unchecked``: 1 when the app could not be asked
+        (:class:`laraq.bus.handoffcheck.HandoffCheck`; no check at all: both absent)."""
+        if handoff is None:
+            return
+        mode: Literal["max", "all"] = "max" if self.multiprocess else "all"
+        missing = Gauge("laraq_handoff_missing", "Python job classes whose PHP class lacks the RunsInPython "
+                        "hand-off while a PHP worker works their queue.", ["job"], registry=self.registry,
+                        multiprocess_mode=mode)
+        for name in handoff.missing:
+            missing.labels(job=name).set(1)
+        unchecked = Gauge("laraq_handoff_unchecked", "1: a PHP worker shares a queue and the app could not be "
+                          "asked whether the Python jobs' PHP classes use RunsInPython.", registry=self.registry,
+                          multiprocess_mode=mode)
+        unchecked.set(1 if handoff.unchecked else 0)
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 

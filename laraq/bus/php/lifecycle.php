@@ -6,9 +6,13 @@
 // app it writes {"id": 0, "ready": true, "laravel": VERSION}; then for each request line
 //   {"id": N, "op": "success", "body": BASE64 OF THE RAW BODY, "connection": C, "queue": Q, "steps": ["unique-now"|"unique"|"chain"|"batch"]}
 //   {"id": N, "op": "failed",  "body": BASE64 OF THE RAW BODY, "connection": C, "queue": Q, "uuid": U, "class": E, "message": M}
+//   {"id": N, "op": "classes", "classes": [CLASS, ...]}
 //   {"id": N, "op": "ping"}
 // it writes one reply line {"id": N, "ok": true} or {"id": N, "ok": false, "error": TEXT} (id null when
-// the request cannot be read: the worker takes that as a protocol error).
+// the request cannot be read: the worker takes that as a protocol error). "classes" replies with
+// "classes": {CLASS: {"exists": bool, "unique": "until_processing"|"unique"|null, "runs_in_python": bool}}
+// (the ShouldBeUnique interfaces it implements, and whether it uses a trait named RunsInPython,
+// class_uses_recursive as Laravel reads traits).
 // Each step is the app's own Illuminate\Queue\CallQueuedHandler method, called on the command PHP
 // unserializes from the original payload: ensureUniqueJobLockIsReleased, ensureNextJobInChainIsDispatched,
 // ensureSuccessfulBatchJobIsRecorded, and failed() (unique lock, batch recordFailedJob, chain catch
@@ -101,6 +105,24 @@ function laraq_run(array $req): void
     })->call($handler);
 }
 
+function laraq_classes(array $names): array
+{
+    $facts = [];
+    foreach ($names as $name) {
+        $name = (string) $name;
+        if (! class_exists($name)) {
+            $facts[$name] = ['exists' => false, 'unique' => null, 'runs_in_python' => false];
+            continue;
+        }
+        $unique = is_subclass_of($name, Illuminate\Contracts\Queue\ShouldBeUniqueUntilProcessing::class) ? 'until_processing'
+            : (is_subclass_of($name, Illuminate\Contracts\Queue\ShouldBeUnique::class) ? 'unique' : null);
+        $traits = array_map(fn ($trait) => substr(strrchr('\\'.$trait, '\\'), 1), array_keys(class_uses_recursive($name)));
+        $facts[$name] = ['exists' => true, 'unique' => $unique, 'runs_in_python' => in_array('RunsInPython', $traits, true)];
+    }
+
+    return $facts;
+}
+
 laraq_reply($out, ['id' => 0, 'ready' => true, 'laravel' => $app->version()]);
 while (($line = fgets($in)) !== false) {
     $line = trim($line);
@@ -115,7 +137,9 @@ while (($line = fgets($in)) !== false) {
         if (! is_array($req) || ! isset($req['op'])) {
             throw new InvalidArgumentException('not a request: '.substr($line, 0, 200));
         }
-        if ($req['op'] !== 'ping') {
+        if ($req['op'] === 'classes') {
+            $reply['classes'] = laraq_classes((array) ($req['classes'] ?? []));
+        } elseif ($req['op'] !== 'ping') {
             laraq_run($req);
         }
     } catch (Throwable $e) {
