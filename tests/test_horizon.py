@@ -21,7 +21,7 @@ from laraq.cli.work import build_worker, default_params
 from laraq.horizon import HorizonPayload, HorizonSettings, HorizonTrim, horizon_in_use
 from laraq.horizon.listener import HorizonListener
 from laraq.horizon.records import php_float_string
-from laraq.horizon.supervisors import NO_SIGNAL_PID, HorizonMaster, process_started
+from laraq.horizon.supervisors import NO_SIGNAL_PID, HorizonMaster, process_started, shared_master_name
 from laraq.protocol.queue import RedisQueue
 
 P = "laravel_horizon:"
@@ -204,6 +204,31 @@ def test_a_restarted_worker_removes_its_predecessors_master(redis_client: Any) -
     assert after.forget_dead_laraq_masters() == [before.name]
     after.persist()
     assert [m.decode() for m in redis_client.zrange(P + "masters", 0, -1)] == [after.name]
+
+
+def test_worker_processes_of_one_laraq_work_share_one_master(redis_client: Any) -> None:
+    # two worker processes of one laraq work (its pid: this process's parent), and one of another
+    parent = os.getppid()
+    name = shared_master_name(parent)
+    assert name == shared_master_name(parent) != shared_master_name(os.getpid())
+    workers = [HorizonMaster(redis_client, HorizonSettings(environment="production"), connection="redis",
+                             queues="default", processes=1, signal_pid=parent, name=name, slot=i, slots=2)
+               for i in range(2)]
+    for w in workers:
+        assert w.forget_dead_laraq_masters() == []  # a sibling is not a predecessor
+        w.persist()
+    assert [m.decode() for m in redis_client.zrange(P + "masters", 0, -1)] == [name]
+    record = {k.decode(): v.decode() for k, v in redis_client.hgetall(P + "master:" + name).items()}
+    assert json.loads(record["supervisors"]) == [f"{name}:laraq-default-1", f"{name}:laraq-default-2"]
+    assert (record["pid"], record["environment"]) == (str(parent), "laraq:production")
+    assert sorted(m.decode() for m in redis_client.zrange(P + "supervisors", 0, -1)) == json.loads(record["supervisors"])
+    # one stops: its supervisor goes; the master is written again by the other at its next heartbeat
+    workers[0].forget()
+    workers[1].persist()
+    assert [m.decode() for m in redis_client.zrange(P + "supervisors", 0, -1)] == [f"{name}:laraq-default-2"]
+    assert redis_client.exists(P + "master:" + name)
+    workers[1].forget()
+    assert redis_client.zcard(P + "masters") == 0 and not redis_client.keys(P + "supervisor:*")
 
 
 # -- the Horizon release and what follows from it ---------------------------------------------------------

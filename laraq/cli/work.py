@@ -97,7 +97,7 @@ def child_main() -> None:
     fd = int(os.environ.pop(prefork.FD_ENV))
     parent = int(os.environ.pop(prefork.PARENT_ENV, "0"))
     _die_with_parent(parent)
-    os.environ.pop(prefork.SLOT_ENV, None)
+    params["worker_slot"] = int(os.environ.pop(prefork.SLOT_ENV, "0") or 0)
     for key, env in (("max_jobs", prefork.MAX_JOBS_ENV), ("max_time", prefork.MAX_TIME_ENV)):
         remaining = os.environ.pop(env, None)
         if remaining is not None and params.get(key):
@@ -109,6 +109,7 @@ def child_main() -> None:
 
     # Horizon may signal the supervisor (it forwards signals here), never this restartable child.
     params["horizon_signal_pid"] = parent or None
+    params["worker_parent"] = parent or None
     # the supervisor counts jobs only for --max-jobs: without it, no write (and no wake-up of the
     # supervisor) per batch; the pipe still tells it when this worker is gone
     _exit_ignoring_quit_signals(_run_worker(params, on_jobs_popped=popped if params.get("max_jobs") else None))
@@ -447,7 +448,8 @@ def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any
             log.warning("horizon: config/horizon.php uses Redis connection %r (%s); "
                         "writing Horizon's records on the queue's connection", hs.use, exc)
     log.info("horizon: writing Horizon's records under prefix %r", hs.prefix)
-    return HorizonListener(horizon_client, hs, signal_pid=signal_pid)
+    return HorizonListener(horizon_client, hs, signal_pid=signal_pid, forward_pid=params.get("worker_parent"),
+                           slot=int(params.get("worker_slot") or 0), slots=int(params.get("worker_processes") or 1))
 
 
 # -- the worker process under the supervisor (laraq.production.prefork) ---------------------------------------
