@@ -286,3 +286,37 @@ def test_the_supervisor_relay_is_a_real_process_that_passes_signals_on() -> None
     assert relay.pid is None and relay.actions() == []
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # reaped, gone
+
+
+# -- jobs only PHP can run, waiting with no PHP worker (laraq.horizon.phpwait) ------------------------------
+
+def test_jobs_only_php_can_run_are_counted_recorded_and_sampled(redis_client: Any) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from laraq.horizon.phpwait import PhpWaitWatch, read_php_waiting
+    from laraq.production.metrics import QueueSampler
+
+    queue = RedisQueue(redis_client, prefix="laravel-database-", version="13")
+    d = Dispatcher(queue)
+    for name in ("Ok", "PhpOnly", "PhpOnly"):
+        d.dispatch_job(f"App\\Jobs\\{name}", {})
+    # laraq's own supervisor on the queue is not a PHP worker
+    HorizonMaster(redis_client, HorizonSettings(), connection="redis", queues="default", processes=1).persist()
+    watch = PhpWaitWatch(queue, redis_client, P, app.resolve)
+    [waiting] = watch.check("redis", ["default"])
+    assert (waiting.queue, waiting.jobs, waiting.looked_at) == ("default", 2, 3)
+    assert [(w.queue, w.jobs) for w in read_php_waiting(redis_client, queue.prefix)] == [("default", 2)]
+    registry = CollectorRegistry()
+    sampler = QueueSampler(registry)
+    sampler.update(queue, ["default"])
+    assert registry.get_sample_value("laraq_php_only_jobs_waiting", {"queue": "default"}) == 2
+    # a PHP Horizon supervisor works the queue (Horizon's supervisor record): nothing waits for PHP any more
+    sup = "php-host-AbCd:supervisor-1"
+    redis_client.hset(P + "supervisor:" + sup, mapping={
+        "name": sup, "master": "php-host-AbCd", "status": "running",
+        "processes": json.dumps({"redis:default": 1}), "options": json.dumps({"queue": "default", "connection": "redis"})})
+    redis_client.zadd(P + "supervisors", {sup: int(time.time())})
+    assert watch.check("redis", ["default"]) == []
+    assert read_php_waiting(redis_client, queue.prefix) == []
+    sampler.update(queue, ["default"])
+    assert registry.get_sample_value("laraq_php_only_jobs_waiting", {"queue": "default"}) == 0

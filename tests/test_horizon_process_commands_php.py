@@ -20,15 +20,16 @@ import json
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PARAM_LINES, require
+from conftest import PARAM_LINES, ROOT, require
 from horizon_support import HORIZON_LINES, horizon_app
 from phpapp import PhpApp, live_missing
-from test_worker_support import popen_laraq, wait_for
+from test_worker_support import laraq_env, popen_laraq, wait_for
 
 pytestmark = pytest.mark.php
 
@@ -261,3 +262,54 @@ def test_a_second_sigterm_is_what_it_is_to_artisan(app: PhpApp, redis_client: An
     _one_running_job(app)
     assert _twice(laraq, signal.SIGINT) == 1
     assert redis_client.zcard(reserved) == 1 and _failed(app) == 0
+
+
+# -- horizon:status and jobs only PHP can run ---------------------------------------------------------------
+
+
+def _laraq_cli(hz: PhpApp, *args: str) -> Any:
+    out = subprocess.run([sys.executable, "-c", "from laraq.cli import main; main()", *args, "--laravel", hz.release,
+                          "--json"], env=laraq_env(hz), cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode in (0, 1), out.stderr
+    return json.loads(out.stdout)
+
+
+def _doctor_waiting(hz: PhpApp) -> list[str]:
+    findings = _laraq_cli(hz, "doctor", "--app", "horizon_support:app", "--queue", "default")
+    return [f["title"] for f in findings if "only PHP can run" in f["title"]]
+
+
+@pytest.mark.parametrize("line", [v for v in ("13", "13-h548") if v in LINES])
+def test_jobs_only_php_can_run_are_named_while_horizon_status_says_running(
+        line: str, php: str, redis_client: Any, redis_server: Any) -> None:
+    hz = horizon_app(line, redis_server.port, HORIZON_BALANCE="false", HORIZON_TRIES="1")
+    for _ in range(2):  # App\Handlers\Foo@bar: no Python handler in horizon_support:app
+        hz.tool("dispatch", "string")
+    laraq = _laraq(hz, 1)
+    horizon = None
+    try:
+        _records(hz, laraq, 1)
+        # Horizon's own answer counts laraq's master: "running", with no PHP worker alive
+        assert hz.artisan("horizon:status").returncode == 0
+        # laraq says what horizon:status cannot
+        status = wait_for(lambda: (s := _laraq_cli(hz, "status", "--sample", "0"))["php_only_waiting"] and s,
+                          timeout=60, interval=0.5)
+        assert {q: w["jobs"] for q, w in status["php_only_waiting"].items()} == {"default": 2}
+        assert any("only PHP can run" in note for note in status["notes"])
+        assert _doctor_waiting(hz) == ["queue 'default': 2 job(s) only PHP can run wait and no PHP worker works it"]
+        # with PHP's Horizon working the queue, nothing is said (and PHP runs them)
+        horizon = hz.popen_artisan("horizon")
+        wait_for(lambda: len(hz.tool("horizon-dump")["masters"]) == 2, timeout=60, interval=0.3)
+        assert _doctor_waiting(hz) == []
+        wait_for(lambda: redis_client.llen(hz.prefix + "queues:default") == 0, timeout=60, interval=0.3)
+    finally:
+        hz.artisan("horizon:terminate")
+        for proc in (laraq, horizon):
+            if proc is not None:
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+    err = laraq.stderr.read() if laraq.stderr else ""
+    assert "have no Python handler and no PHP worker works that queue" in err

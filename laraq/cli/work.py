@@ -383,9 +383,8 @@ def build_worker(params: dict[str, Any], *, env: Mapping[str, str] | None = None
         model_loader=ModelLoader(lambda name: connect_database(settings.database(name)), p.app.model_schemas,
                                  BatchTable(settings.batch_database, settings.batch_table)),
     )
-    horizon = _horizon_listener(params, settings, p.queue.client)
-    if horizon is not None:
-        worker.add_listener(horizon)
+    for listener in _horizon_listeners(params, settings, p.queue, p.app):
+        worker.add_listener(listener)
     attach_listeners(worker, params)
     return worker
 
@@ -421,16 +420,19 @@ def _check_continuations(worker: Worker, params: dict[str, Any]) -> None:
         log.warning("%s", problem[1])
 
 
-def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any:
-    """The Horizon listener when ``--horizon`` or the app uses Horizon (``laraq.horizon``)."""
+def _horizon_listeners(params: dict[str, Any], settings: Any, queue: RedisQueue, app: App) -> list[Any]:
+    """The Horizon listener and the check for jobs waiting for PHP (:mod:`laraq.horizon.phpwait`) when
+    ``--horizon`` or the app uses Horizon (``laraq.horizon``)."""
+    client = queue.client
     # start-up: the horizon package (~3 ms) is not loaded for laraq --version/--help
     from laraq.horizon import HorizonSettings, horizon_in_use
 
     wanted = params.get("horizon")
     if wanted is False or (wanted is None and not horizon_in_use(settings.env, settings.base_path)):
-        return None
+        return []
     # start-up: importing these runs the horizon package too; only for a worker that writes Horizon's records
     from laraq.horizon.listener import HorizonListener
+    from laraq.horizon.phpwait import PhpWaitWatch  # start-up: as the line above
     from laraq.horizon.supervisors import NO_SIGNAL_PID  # start-up: as the line above
 
     hs = HorizonSettings.from_app(settings.env, settings.base_path)
@@ -448,8 +450,9 @@ def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any
             log.warning("horizon: config/horizon.php uses Redis connection %r (%s); "
                         "writing Horizon's records on the queue's connection", hs.use, exc)
     log.info("horizon: writing Horizon's records under prefix %r", hs.prefix)
-    return HorizonListener(horizon_client, hs, signal_pid=signal_pid, forward_pid=params.get("worker_parent"),
-                           slot=int(params.get("worker_slot") or 0), slots=int(params.get("worker_processes") or 1))
+    return [HorizonListener(horizon_client, hs, signal_pid=signal_pid, forward_pid=params.get("worker_parent"),
+                            slot=int(params.get("worker_slot") or 0), slots=int(params.get("worker_processes") or 1)),
+            PhpWaitWatch(queue, horizon_client, hs.prefix, app.resolve, window=int(params.get("scan_window") or 200))]
 
 
 # -- the worker process under the supervisor (laraq.production.prefork) ---------------------------------------
