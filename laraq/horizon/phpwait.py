@@ -14,9 +14,8 @@ the first ``window`` of the queue's list that have no Python handler (the app's 
 there are some, logs a WARNING and records the count in the hash ``<prefix>laraq:php-waiting`` (field
 ``<connection>:<queue>``, JSON ``{"jobs", "looked_at", "checked_at", "worker"}``; the hash expires
 :data:`TTL` seconds after the last write; a queue with nothing waiting, or one PHP works, is removed
-from it). ``laraq
-status``, ``laraq doctor`` and the ``laraq_php_only_jobs_waiting`` gauge read that hash
-(:func:`read_php_waiting`); ``laraq doctor --app`` also makes the check itself (:func:`php_only_waiting`).
+from it). ``laraq status``, ``laraq doctor`` and the ``laraq_php_only_jobs_waiting`` gauge read that
+hash (:func:`read_php_waiting`); ``laraq doctor --app`` also makes the check itself (:func:`php_only_waiting`).
 Plain ``php artisan queue:work`` processes leave no record in Redis: on an app that uses Horizon they
 are not counted as alive.
 """
