@@ -450,9 +450,13 @@ def _horizon_listeners(params: dict[str, Any], settings: Any, queue: RedisQueue,
             log.warning("horizon: config/horizon.php uses Redis connection %r (%s); "
                         "writing Horizon's records on the queue's connection", hs.use, exc)
     log.info("horizon: writing Horizon's records under prefix %r", hs.prefix)
-    return [HorizonListener(horizon_client, hs, signal_pid=signal_pid, forward_pid=params.get("worker_parent"),
-                            slot=int(params.get("worker_slot") or 0), slots=int(params.get("worker_processes") or 1)),
-            PhpWaitWatch(queue, horizon_client, hs.prefix, app.resolve, window=int(params.get("scan_window") or 200))]
+    listeners: list[Any] = [HorizonListener(
+        horizon_client, hs, signal_pid=signal_pid, forward_pid=params.get("worker_parent"),
+        slot=int(params.get("worker_slot") or 0), slots=int(params.get("worker_processes") or 1))]
+    if (params.get("unhandled") or "leave") != "fail":  # with "fail", laraq fails them: nothing waits for PHP
+        listeners.append(PhpWaitWatch(queue, horizon_client, hs.prefix, app.resolve,
+                                      window=int(params.get("scan_window") or 200)))
+    return listeners
 
 
 # -- the worker process under the supervisor (laraq.production.prefork) ---------------------------------------
