@@ -66,7 +66,7 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def php_worked_queues(horizon_client: Any, horizon_prefix: str) -> set[tuple[str, str]]:
+def _worked_queues(horizon_client: Any, horizon_prefix: str) -> set[tuple[str, str]]:
     """The ``(connection, queue)`` pairs a live PHP Horizon supervisor works."""
     return {pair for sup in php_supervisors(horizon_client, horizon_prefix) for pair in sup.queues}
 
@@ -95,7 +95,7 @@ def php_only_waiting(queue: Any, names: Iterable[str], resolve: Callable[[Payloa
 
 
 def read_php_waiting(client: Any, prefix: str) -> list[PhpWaiting]:
-    """What live workers recorded (queues with jobs waiting only), oldest queue name first."""
+    """What live workers recorded (only queues where jobs wait), in ``<connection>:<queue>`` order."""
     out = []
     for field, raw in sorted(client.hgetall(waiting_key(prefix)).items()):
         connection, _, name = _text(field).partition(":")
@@ -139,7 +139,7 @@ class PhpWaitWatch(WorkerListener):
     def check(self, connection: str, names: Iterable[str]) -> list[PhpWaiting]:
         """One check: log, record and return the queues where jobs only PHP can run wait."""
         names = list(names)
-        worked = php_worked_queues(self.horizon_client, self.horizon_prefix)
+        worked = _worked_queues(self.horizon_client, self.horizon_prefix)
         found = php_only_waiting(self.queue, names, self.resolve, connection=connection, worked=worked,
                                  window=self.window)
         key = waiting_key(self.queue.prefix)
