@@ -112,14 +112,18 @@ def test_sigterm_finishes_the_running_job_then_exits_0(pyapp: PyApp, redis_clien
     assert not redis_client.exists(qkey(pyapp, "py"), qkey(pyapp, "py:reserved"), qkey(pyapp, "py:delayed"))
 
 
-def test_second_signal_stops_at_once_leaving_the_job_reserved(pyapp: PyApp, redis_client: Any) -> None:
+def test_sigint_after_a_quit_signal_stops_at_once_leaving_the_job_reserved(pyapp: PyApp, redis_client: Any) -> None:
     pyapp.dispatch("echo", "py", mode="sleep", seconds=30)
     worker = popen_laraq(pyapp, "--queue=py", "--sleep=0.2")
     wait_for(pyapp.runs)
     worker.send_signal(signal.SIGTERM)
     with pytest.raises(subprocess.TimeoutExpired):  # the first signal waits for the job...
         worker.wait(0.5)
-    assert stop(worker) == 1  # ...the second one does not
+    worker.send_signal(signal.SIGTERM)
+    with pytest.raises(subprocess.TimeoutExpired):  # ...so does a second SIGTERM, as artisan's...
+        worker.wait(0.5)
+    worker.send_signal(signal.SIGINT)
+    assert worker.wait(30) == 1  # ...SIGINT after them does not
     assert redis_client.zcard(qkey(pyapp, "py:reserved")) == 1  # retry_after brings it back
 
 

@@ -21,7 +21,7 @@ from laraq.cli.work import build_worker, default_params
 from laraq.horizon import HorizonPayload, HorizonRecords, HorizonSettings, HorizonTrim, horizon_in_use
 from laraq.horizon.listener import HorizonListener
 from laraq.horizon.records import php_float_string
-from laraq.horizon.supervisors import NO_SIGNAL_PID, HorizonMaster, process_started
+from laraq.horizon.supervisors import NO_SIGNAL_PID, HorizonMaster, process_started, shared_master_name
 from laraq.protocol.queue import RedisQueue
 
 P = "laravel_horizon:"
@@ -226,6 +226,31 @@ def test_a_restarted_worker_removes_its_predecessors_master(redis_client: Any) -
     assert [m.decode() for m in redis_client.zrange(P + "masters", 0, -1)] == [after.name]
 
 
+def test_worker_processes_of_one_laraq_work_share_one_master(redis_client: Any) -> None:
+    # two worker processes of one laraq work (its pid: this process's parent), and one of another
+    parent = os.getppid()
+    name = shared_master_name(parent)
+    assert name == shared_master_name(parent) != shared_master_name(os.getpid())
+    workers = [HorizonMaster(redis_client, HorizonSettings(environment="production"), connection="redis",
+                             queues="default", processes=1, signal_pid=parent, name=name, slot=i, slots=2)
+               for i in range(2)]
+    for w in workers:
+        assert w.forget_dead_laraq_masters() == []  # a sibling is not a predecessor
+        w.persist()
+    assert [m.decode() for m in redis_client.zrange(P + "masters", 0, -1)] == [name]
+    record = {k.decode(): v.decode() for k, v in redis_client.hgetall(P + "master:" + name).items()}
+    assert json.loads(record["supervisors"]) == [f"{name}:laraq-default-1", f"{name}:laraq-default-2"]
+    assert (record["pid"], record["environment"]) == (str(parent), "laraq:production")
+    assert sorted(m.decode() for m in redis_client.zrange(P + "supervisors", 0, -1)) == json.loads(record["supervisors"])
+    # one stops: its supervisor goes; the master is written again by the other at its next heartbeat
+    workers[0].forget()
+    workers[1].persist()
+    assert [m.decode() for m in redis_client.zrange(P + "supervisors", 0, -1)] == [f"{name}:laraq-default-2"]
+    assert redis_client.exists(P + "master:" + name)
+    workers[1].forget()
+    assert redis_client.zcard(P + "masters") == 0 and not redis_client.keys(P + "supervisor:*")
+
+
 # -- the Horizon release and what follows from it ---------------------------------------------------------
 
 @pytest.mark.parametrize("installed", [
@@ -298,3 +323,37 @@ def test_the_supervisor_relay_is_a_real_process_that_passes_signals_on() -> None
     assert relay.pid is None and relay.actions() == []
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # reaped, gone
+
+
+# -- jobs only PHP can run, waiting with no PHP worker (laraq.horizon.phpwait) ------------------------------
+
+def test_jobs_only_php_can_run_are_counted_recorded_and_sampled(redis_client: Any) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from laraq.horizon.phpwait import PhpWaitWatch, read_php_waiting
+    from laraq.production.metrics import QueueSampler
+
+    queue = RedisQueue(redis_client, prefix="laravel-database-", version="13")
+    d = Dispatcher(queue)
+    for name in ("Ok", "PhpOnly", "PhpOnly"):
+        d.dispatch_job(f"App\\Jobs\\{name}", {})
+    # laraq's own supervisor on the queue is not a PHP worker
+    HorizonMaster(redis_client, HorizonSettings(), connection="redis", queues="default", processes=1).persist()
+    watch = PhpWaitWatch(queue, redis_client, P, app.resolve)
+    [waiting] = watch.check("redis", ["default"])
+    assert (waiting.queue, waiting.jobs, waiting.looked_at) == ("default", 2, 3)
+    assert [(w.queue, w.jobs) for w in read_php_waiting(redis_client, queue.prefix)] == [("default", 2)]
+    registry = CollectorRegistry()
+    sampler = QueueSampler(registry)
+    sampler.update(queue, ["default"])
+    assert registry.get_sample_value("laraq_php_only_jobs_waiting", {"queue": "default"}) == 2
+    # a PHP Horizon supervisor works the queue (Horizon's supervisor record): nothing waits for PHP any more
+    sup = "php-host-AbCd:supervisor-1"
+    redis_client.hset(P + "supervisor:" + sup, mapping={
+        "name": sup, "master": "php-host-AbCd", "status": "running",
+        "processes": json.dumps({"redis:default": 1}), "options": json.dumps({"queue": "default", "connection": "redis"})})
+    redis_client.zadd(P + "supervisors", {sup: int(time.time())})
+    assert watch.check("redis", ["default"]) == []
+    assert read_php_waiting(redis_client, queue.prefix) == []
+    sampler.update(queue, ["default"])
+    assert registry.get_sample_value("laraq_php_only_jobs_waiting", {"queue": "default"}) == 0

@@ -65,6 +65,8 @@ class Snapshot:
     transfers: list[Any] = field(default_factory=list)
     #: failures waiting for the failed-job store (laraq.stores.parked), per queue
     parked: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: jobs only PHP can run, waiting where no PHP worker works (laraq.horizon.phpwait.PhpWaiting)
+    php_waiting: list[Any] = field(default_factory=list)
 
     def alert(self, s: QueueStatus) -> bool:
         return self.max is not None and s.total >= self.max
@@ -99,6 +101,8 @@ class Snapshot:
             queues.append(d)
         return {"prefix": self.prefix, "queues": queues, "failed_total": self.failed_total,
                 "max": self.max, "notes": self.notes, "parked_failures": self.parked,
+                "php_only_waiting": {w.queue: {"jobs": w.jobs, "looked_at": w.looked_at, "checked_at": w.checked_at}
+                                     for w in self.php_waiting},
                 "transfers": [h.to_dict(self.prefix) for h in self.transfers]}
 
 
@@ -160,6 +164,20 @@ def _with_failed_only(ops: Ops, names: list[str]) -> list[str]:
     return sorted(set(names) | set(failed))
 
 
+def _php_waiting(ops: Ops, names: list[str]) -> list[Any]:
+    """What live ``laraq work`` processes recorded about jobs only PHP can run and no PHP worker takes
+    (:mod:`laraq.horizon.phpwait`), for ``names`` on this connection."""
+    # start-up: the horizon package only for the status frame, not for laraq --help
+    from laraq.horizon.phpwait import read_php_waiting
+
+    connection = ops.settings.connection_name
+    try:
+        found = read_php_waiting(ops.queue.client, ops.queue.prefix)
+    except Exception:  # a server that refuses HGETALL (ACL) must not hide the queue counters
+        return []
+    return [w for w in found if w.connection == connection and w.queue in names]
+
+
 def snapshot(ops: Ops, asked: list[str], marks: list[ListMark] | None, *, max_size: int | None) -> Snapshot:
     """One frame: counters now, pickups since ``marks`` (when given), failed counts and paused state."""
     names = ops.queues(asked)
@@ -177,6 +195,12 @@ def snapshot(ops: Ops, asked: list[str], marks: list[ListMark] | None, *, max_si
         snap.notes.extend(f"queue {n!r}: {p['count']} failed job(s) parked until the failed-job store takes their "
                           "rows (kept in Redis, not run again)" for n, p in snap.parked.items())
     snap.notes.extend(_elsewhere(ops, asked, statuses))
+    snap.php_waiting = _php_waiting(ops, names)
+    snap.notes.extend(
+        f"queue {w.queue!r}: {w.jobs} job(s) only PHP can run wait (among the first {w.looked_at}) and no PHP "
+        f"worker works the queue (no PHP Horizon supervisor alive; horizon:status counts laraq's masters as "
+        f"Horizon running); seen by laraq work {w.worker} {human_age(max(0.0, time.time() - w.checked_at))} ago"
+        for w in snap.php_waiting)
     held = find_held(ops.queue.client, ops.queue.prefix)
     snap.transfers = [h for h in held if not asked or h.source_queue(ops.queue.prefix) in asked]
     return snap

@@ -98,7 +98,7 @@ def child_main() -> None:
     fd = int(os.environ.pop(prefork.FD_ENV))
     parent = int(os.environ.pop(prefork.PARENT_ENV, "0"))
     _die_with_parent(parent)
-    os.environ.pop(prefork.SLOT_ENV, None)
+    params["worker_slot"] = int(os.environ.pop(prefork.SLOT_ENV, "0") or 0)
     for key, env in (("max_jobs", prefork.MAX_JOBS_ENV), ("max_time", prefork.MAX_TIME_ENV)):
         remaining = os.environ.pop(env, None)
         if remaining is not None and params.get(key):
@@ -110,6 +110,7 @@ def child_main() -> None:
 
     # Horizon may signal the supervisor (it forwards signals here), never this restartable child.
     params["horizon_signal_pid"] = parent or None
+    params["worker_parent"] = parent or None
     # the supervisor counts jobs only for --max-jobs: without it, no write (and no wake-up of the
     # supervisor) per batch; the pipe still tells it when this worker is gone
     _exit_ignoring_quit_signals(_run_worker(params, on_jobs_popped=popped if params.get("max_jobs") else None))
@@ -398,9 +399,8 @@ def build_worker(params: dict[str, Any], *, env: Mapping[str, str] | None = None
         model_loader=ModelLoader(lambda name: connect_database(settings.database(name)), p.app.model_schemas,
                                  BatchTable(settings.batch_database, settings.batch_table)),
     )
-    horizon = _horizon_listener(params, settings, p.queue.client)
-    if horizon is not None:
-        worker.add_listener(horizon)
+    for listener in _horizon_listeners(params, settings, p.queue, p.app):
+        worker.add_listener(listener)
     attach_listeners(worker, {**params, "handoff": p.handoff})
     return worker
 
@@ -436,16 +436,19 @@ def _check_continuations(worker: Worker, params: dict[str, Any]) -> None:
         log.warning("%s", problem[1])
 
 
-def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any:
-    """The Horizon listener when ``--horizon`` or the app uses Horizon (``laraq.horizon``)."""
+def _horizon_listeners(params: dict[str, Any], settings: Any, queue: RedisQueue, app: App) -> list[Any]:
+    """The Horizon listener and the check for jobs waiting for PHP (:mod:`laraq.horizon.phpwait`) when
+    ``--horizon`` or the app uses Horizon (``laraq.horizon``)."""
+    client = queue.client
     # start-up: the horizon package (~3 ms) is not loaded for laraq --version/--help
     from laraq.horizon.settings import app_horizon, records_client
 
     hs = app_horizon(settings, params.get("horizon"))
     if hs is None:
-        return None
+        return []
     # start-up: importing these runs the horizon package too; only for a worker that writes Horizon's records
     from laraq.horizon.listener import HorizonListener
+    from laraq.horizon.phpwait import PhpWaitWatch  # start-up: as the line above
     from laraq.horizon.supervisors import NO_SIGNAL_PID  # start-up: as the line above
 
     if params.get("horizon_signals", True):
@@ -455,7 +458,13 @@ def _horizon_listener(params: dict[str, Any], settings: Any, client: Any) -> Any
     # --redis-url points every connection at one server: the records go on the queue's client
     horizon_client = client if params.get("redis_url") else records_client(settings, hs, client)
     log.info("horizon: writing Horizon's records under prefix %r", hs.prefix)
-    return HorizonListener(horizon_client, hs, signal_pid=signal_pid)
+    listeners: list[Any] = [HorizonListener(
+        horizon_client, hs, signal_pid=signal_pid, forward_pid=params.get("worker_parent"),
+        slot=int(params.get("worker_slot") or 0), slots=int(params.get("worker_processes") or 1))]
+    if (params.get("unhandled") or "leave") != "fail":  # with "fail", laraq fails them: nothing waits for PHP
+        listeners.append(PhpWaitWatch(queue, horizon_client, hs.prefix, app.resolve,
+                                      window=int(params.get("scan_window") or 200)))
+    return listeners
 
 
 # -- the worker process under the supervisor (laraq.production.prefork) ---------------------------------------

@@ -165,7 +165,7 @@ def _exec_supervisor(params: dict[str, Any], processes: int) -> None:
     """
     from laraq.production import prefork  # start-up: the supervisor's module, imported just before the exec
 
-    os.environ[_CONFIG_ENV] = json.dumps(params)
+    os.environ[_CONFIG_ENV] = json.dumps(dict(params, worker_processes=processes))
     # The worker's modules, imported once before the fork (the workers share those pages until they
     # write to them) and then kept out of the collector's passes, which would otherwise touch (copy)
     # every page holding an object. No gc.collect() first: the imports leave no garbage (it finds 0

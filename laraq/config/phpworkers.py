@@ -27,7 +27,7 @@ from laraq.protocol.versions import _slug
 if TYPE_CHECKING:
     from laraq.config.settings import LaravelSettings
 
-__all__ = ["PhpSupervisor", "horizon_prefix", "php_supervisors", "shared_queue_warnings"]
+__all__ = ["PhpSupervisor", "horizon_prefix", "php_supervisors", "php_worked_queues", "shared_queue_warnings"]
 
 #: Horizon reads supervisors updated within this many seconds as alive (their hashes expire after 30 s).
 ALIVE = 30
@@ -95,6 +95,19 @@ def _horizon_client(client: Any, settings: LaravelSettings) -> Any:
         return make_redis(settings, use, socket_connect_timeout=2, socket_timeout=2)
     except ValueError:  # the app's config has no such connection: Horizon itself would not boot
         return client
+
+
+def php_worked_queues(client: Any, settings: LaravelSettings) -> set[tuple[str, str]] | None:
+    """The ``(connection, queue)`` pairs live PHP Horizon supervisors work, read where Horizon stores them
+    (``None`` when Horizon's records cannot be read)."""
+    horizon_client = _horizon_client(client, settings)
+    try:
+        return {pair for sup in php_supervisors(horizon_client, horizon_prefix(settings)) for pair in sup.queues}
+    except Exception:  # a server not reachable, a cluster without that slot: nothing known
+        return None
+    finally:
+        if horizon_client is not client:
+            horizon_client.close()
 
 
 def shared_queue_warnings(client: Any, settings: LaravelSettings, connection: str,

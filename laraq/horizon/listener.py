@@ -16,7 +16,9 @@ laraq event                   Horizon listener it stands in for
 ============================  ================================================================
 
 Horizon commands reach the worker as the signals Horizon itself would send (SIGUSR2 pause, SIGCONT
-continue, SIGTERM terminate), sent by the process to itself, so there is one code path for both.
+continue, SIGTERM terminate), so there is one code path for both. A master-level command read from the
+master's list is sent to the ``laraq work`` process that forwards signals to every worker process
+(each reads the shared list, one of them takes the command); a supervisor-level one to the worker itself.
 Supervisor-level ones (``horizon:pause-supervisor``/``continue-supervisor`` signal the supervisor
 record's pid, a :class:`~laraq.horizon.relay.SupervisorRelay`; or the supervisor's own command list)
 pause the worker too, but the master record keeps saying ``running``.
@@ -44,7 +46,7 @@ from typing import Any
 from laraq.horizon.records import HorizonPayload, HorizonRecords
 from laraq.horizon.relay import SupervisorRelay
 from laraq.horizon.settings import HorizonSettings
-from laraq.horizon.supervisors import NO_SIGNAL_PID, HorizonMaster
+from laraq.horizon.supervisors import NO_SIGNAL_PID, HorizonMaster, shared_master_name
 from laraq.horizon.trimming import Trimmer
 from laraq.stores.failed import format_exception
 from laraq.worker.events import (
@@ -75,15 +77,21 @@ class HorizonListener(WorkerListener):
     ``client`` is a redis-py client on Horizon's Redis (no key prefix); ``signal_pid`` is the pid
     Horizon may signal (see :mod:`laraq.horizon.supervisors`): ``None`` = this process,
     :data:`~laraq.horizon.supervisors.NO_SIGNAL_PID` = none. ``trim`` = ``False`` never trims.
+    ``forward_pid``: the ``laraq work`` process that forwards signals to every worker process (this
+    worker's parent; ``None`` = this process), which names the shared master; ``slot`` of ``slots``:
+    this worker process among them (its supervisor).
     """
 
     def __init__(self, client: Any, settings: HorizonSettings, *, signal_pid: int | None = None,
-                 trim: bool = True) -> None:
+                 trim: bool = True, forward_pid: int | None = None, slot: int = 0, slots: int = 1) -> None:
         self.client = client
         self.settings = settings
         self.records = HorizonRecords(client, settings)
         self.trimmer = Trimmer(client, settings) if trim else None
         self.signal_pid = signal_pid
+        self.forward_pid = forward_pid
+        self.slot = slot
+        self.slots = max(1, slots)
         self.master: HorizonMaster | None = None
         self._lock = threading.Lock()
         #: reserved writes not sent yet: job key -> (the job's payload, its reserved_at, started)
@@ -117,7 +125,7 @@ class HorizonListener(WorkerListener):
         self.master = HorizonMaster(
             self.client, self.settings, connection=event.connection, queues=",".join(event.queues),
             processes=max(1, int(opts.concurrency)), signal_pid=self.signal_pid, supervisor_pid=supervisor_pid,
-            worker_name=opts.name,
+            worker_name=opts.name, name=shared_master_name(self._forwarder()), slot=self.slot, slots=self.slots,
             options={"backoff": opts.backoff, "force": opts.force, "tries": opts.max_tries,
                      "max_time": opts.max_time, "max_jobs": opts.max_jobs, "memory": opts.memory,
                      "sleep": opts.sleep, "timeout": opts.timeout, "rest": opts.rest},
@@ -139,11 +147,17 @@ class HorizonListener(WorkerListener):
             self._supervisor_paused = False  # resumed, at whichever level
         self.master.persist(paused=paused, supervisor_only=paused and self._supervisor_paused)
 
+    def _forwarder(self) -> int:
+        """The process whose signals reach every worker process of this ``laraq work``: the parent that
+        forwards them while it is still that parent, else this process."""
+        forward = self.forward_pid
+        return forward if forward and forward == os.getppid() else os.getpid()
+
     def _obey(self, action: str, *, supervisor: bool, source: str) -> None:
         log.info("horizon: %s requested through %s", action, source)
         if action == "pause":
             self._supervisor_paused = supervisor
-        os.kill(os.getpid(), _SIGNALS[action])
+        os.kill(os.getpid() if supervisor else self._forwarder(), _SIGNALS[action])
 
     def _relay_actions(self) -> list[str]:
         relay, master = self.relay, self.master

@@ -12,7 +12,8 @@ The supervisor record gets the pid of a relay: a child Python process that does 
 SIGUSR2/SIGCONT/SIGTERM and write one byte per signal (``p``, ``c``, ``t``) to a pipe the worker's
 Horizon listener reads at each loop. It ignores SIGINT/SIGHUP/SIGQUIT (a terminal's Ctrl-C reaches the
 worker, which stops it), and exits when its parent is gone or the pipe is closed, so it never outlives
-the worker and its pid is never left recorded for another process to inherit.
+the worker and its pid is never left recorded for another process to inherit. ``ps`` shows it as
+``laraq: horizon supervisor of worker <pid>``.
 """
 
 from __future__ import annotations
@@ -67,8 +68,10 @@ class SupervisorRelay:
         self.stop()
         read, write = os.pipe()
         try:
+            # argv[0] names it in ps/top (``laraq: horizon supervisor of worker <pid>``): a process of that worker
             self._proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _RELAY, str(write), str(os.getpid())],
+                [f"laraq: horizon supervisor of worker {os.getpid()}", "-I", "-S", "-c", _RELAY, str(write),
+                 str(os.getpid())], executable=sys.executable,
                 pass_fds=(write,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, close_fds=True,
             )

@@ -7,7 +7,15 @@ Mirrors ``Laravel\\Horizon\\Repositories\\RedisMasterSupervisorRepository`` (``m
 ``RedisHorizonCommandQueue`` (``commands:master:<master>`` and ``commands:<supervisor>`` lists).
 
 One ``laraq work`` process is one master named like ``MasterSupervisor::name()``
-(``slug(hostname)-XXXX``) with one supervisor ``<master>:laraq-<worker name>``. Its pool works the
+(``slug(hostname)-XXXX``, the ``XXXX`` derived from the ``laraq work`` process so that each of its
+worker processes, and one started again after a kill, names the same master: :func:`shared_master_name`)
+with one supervisor per worker process: ``<master>:laraq-<worker name>`` with ``--processes 1``,
+``<master>:laraq-<worker name>-<n>`` (``n`` = 1..N) with ``--processes N``. Every worker process writes
+the master hash (the same fields, the whole supervisor list) and its own supervisor hash. The master's
+``environment`` is ``laraq:<APP_ENV>``, an environment no ``horizon.environments`` plan names: the
+dashboard's masters endpoint (``MasterSupervisorController@index``) adds the plan's supervisors of a
+master's environment to that master as ``inactive`` ones, which under laraq's master would be
+supervisors that never run. Each pool works the
 ``--queue`` list in priority order, like a Horizon supervisor with ``balance => false``, so
 ``processes`` is ``{"<connection>:<q1,q2>": <concurrency>}``, and its options say what Horizon's
 ``SupervisorOptions::toArray`` says for such a supervisor: ``workersName`` is the worker name
@@ -15,8 +23,8 @@ One ``laraq work`` process is one master named like ``MasterSupervisor::name()``
 with ``balance => auto``).
 
 Two levels, two pids. The master record carries the master pid (below); the supervisor record carries
-the pid of :class:`laraq.horizon.relay.SupervisorRelay`, so ``horizon:pause-supervisor`` pauses the
-supervisor only: its record says ``paused`` while the master's still says ``running`` and
+the pid of :class:`laraq.horizon.relay.SupervisorRelay` (a child of that worker process), so
+``horizon:pause-supervisor`` pauses that worker process only: its record says ``paused`` while the master's still says ``running`` and
 ``horizon:status`` reports Horizon running, as with Horizon's own processes. A master-level pause
 (``horizon:pause``) shows both paused, as Horizon's master pauses its supervisors.
 
@@ -36,6 +44,7 @@ reach, and laraq still obeys the ``commands:`` lists.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -51,7 +60,8 @@ from laraq.horizon.settings import HorizonSettings
 from laraq.protocol.phpjson import json_loads
 from laraq.protocol.versions import _slug
 
-__all__ = ["NO_SIGNAL_PID", "HorizonCommand", "HorizonMaster", "master_basename", "pid_namespace", "process_started"]
+__all__ = ["NO_SIGNAL_PID", "HorizonCommand", "HorizonMaster", "master_basename", "pid_namespace", "process_started",
+           "shared_master_name"]
 
 log = logging.getLogger("laraq.horizon")
 
@@ -102,6 +112,31 @@ def process_started(pid: int) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
+_TOKEN_CHARS = string.ascii_letters + string.digits
+
+
+def shared_master_name(pid: int) -> str:
+    """The master name of the ``laraq work`` process ``pid``: ``slug(hostname)-XXXX`` like
+    ``MasterSupervisor::name()``, its four characters derived from the pid, the process's start time
+    and its PID namespace, so every worker process of one ``laraq work`` (and a worker started again
+    after a kill) names the same master, and another ``laraq work`` (or the same pid reused) another."""
+    seed = f"{pid}:{process_started(pid) or ''}:{pid_namespace()}".encode()
+    digest = hashlib.sha256(seed).digest()
+    token = "".join(_TOKEN_CHARS[b % len(_TOKEN_CHARS)] for b in digest[:4])
+    return f"{master_basename()}-{token}"
+
+
+def supervisor_names(master: str, worker_name: str, slots: int) -> list[str]:
+    """The supervisors of ``master``: one per worker process (``-1`` .. ``-N`` only when there are several)."""
+    base = f"{master}:laraq-{worker_name}"
+    return [base] if slots <= 1 else [f"{base}-{n}" for n in range(1, slots + 1)]
+
+
+def master_environment(app_env: str) -> str:
+    """The ``environment`` of laraq's master records: ``laraq:<APP_ENV>``, no ``horizon.environments`` key."""
+    return f"laraq:{app_env}"
+
+
 @dataclass(frozen=True)
 class HorizonCommand:
     """One entry of a ``commands:`` list (``{"command": class, "options": {...}}``)."""
@@ -138,6 +173,8 @@ class HorizonMaster:
         supervisor_pid: int | None = None,
         worker_name: str = "default",
         name: str | None = None,
+        slot: int = 0,
+        slots: int = 1,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.client = client
@@ -146,9 +183,11 @@ class HorizonMaster:
         self.queues = queues
         self.processes = processes
         self.clock = clock
-        token = "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(4))
+        token = "".join(secrets.choice(_TOKEN_CHARS) for _ in range(4))
         self.name = name or f"{master_basename()}-{token}"
-        self.supervisor = f"{self.name}:laraq-{worker_name}"
+        #: every worker process's supervisor (the master lists them all) and this one's
+        self.supervisors = supervisor_names(self.name, worker_name, slots)
+        self.supervisor = self.supervisors[min(max(0, slot), len(self.supervisors) - 1)]
         self.signal_pid = os.getpid() if signal_pid is None else signal_pid
         #: the pid ``horizon:pause-supervisor`` signals (the relay); the master's when there is none
         self.supervisor_pid = self.signal_pid if supervisor_pid is None else supervisor_pid
@@ -207,8 +246,8 @@ class HorizonMaster:
         pid = str(self.signal_pid)
         pipe = self.client.pipeline(transaction=False)
         pipe.hset(self._k("master:" + self.name), mapping={
-            "name": self.name, "environment": self.settings.environment, "pid": pid, "status": master_status,
-            "supervisors": json.dumps([self.supervisor]),
+            "name": self.name, "environment": master_environment(self.settings.environment), "pid": pid,
+            "status": master_status, "supervisors": json.dumps(self.supervisors),
             # laraq's own fields (Horizon reads only the ones above)
             "laraq": "1", "pid_started": self._started or "", "pid_ns": pid_namespace(),
         })
@@ -224,17 +263,27 @@ class HorizonMaster:
         pipe.execute()
 
     def forget(self) -> None:
-        """``RedisMasterSupervisorRepository::forget`` and the supervisor's: gone from Horizon at once."""
+        """``RedisMasterSupervisorRepository::forget`` and the supervisor's: gone from Horizon at once.
+
+        The master goes too: a sibling worker process still running writes it again at its next
+        loop (about a second), so it is gone at the end whichever worker stops last."""
+        keys = [self._k("master:" + self.name), self._k("supervisor:" + self.supervisor),
+                self._k("commands:" + self.supervisor)]
+        if len(self.supervisors) == 1:  # a master command may still be on its way to a sibling
+            keys.append(self._k("commands:master:" + self.name))
         pipe = self.client.pipeline(transaction=False)
-        pipe.delete(self._k("master:" + self.name), self._k("supervisor:" + self.supervisor),
-                    self._k("commands:master:" + self.name), self._k("commands:" + self.supervisor))
+        pipe.delete(*keys)
         pipe.zrem(self._k("masters"), self.name)
         pipe.zrem(self._k("supervisors"), self.supervisor)
         pipe.execute()
 
     def flush_commands(self) -> None:
-        """A new master or supervisor starts with empty command lists, as Horizon's do."""
-        self.client.delete(self._k("commands:master:" + self.name), self._k("commands:" + self.supervisor))
+        """A new master or supervisor starts with empty command lists, as Horizon's do (the master's only
+        when no worker process of it has written the master yet: a sibling's pending command stays)."""
+        keys = [self._k("commands:" + self.supervisor)]
+        if not self.client.exists(self._k("master:" + self.name)):
+            keys.append(self._k("commands:master:" + self.name))
+        self.client.delete(*keys)
 
     # -- commands ------------------------------------------------------------------------------------
 

@@ -34,9 +34,10 @@ from laraq.app import load_app
 from laraq.bus.handoff import is_continuation
 from laraq.bus.handoffcheck import check_handoff
 from laraq.bus.middleware import limiter_names, unsupported_names
-from laraq.config.phpworkers import shared_queue_warnings
+from laraq.config.phpworkers import php_worked_queues, shared_queue_warnings
 from laraq.config.provenance import setting_facts
 from laraq.config.settings import LaravelSettings
+from laraq.horizon.phpwait import php_only_waiting, read_php_waiting
 from laraq.ops.inspect import discover_prefixes, discover_queues, iter_members, queue_status
 from laraq.ops.transfers import held_findings
 from laraq.protocol.payload import Payload, PayloadError
@@ -308,6 +309,7 @@ def diagnose(
 
     # -- handlers
     handled: list[str] = []  # the loaded app's handler names
+    resolve = None
     if app_ref:
         try:
             app = load_app(app_ref)
@@ -315,6 +317,7 @@ def diagnose(
             out.append(Finding("error", f"cannot load --app {app_ref!r}", str(exc), "give module:attribute"))
         else:
             handled = list(app.names)
+            resolve = app.resolve
             # the worker's own lookup (command class, display name, Class@method, Class)
             missing = sorted(name for name, payload in job_samples.items() if app.resolve(payload) is None)
             if missing:
@@ -354,6 +357,8 @@ def diagnose(
         ))
     laraq_queues = queues or [settings.redis_queue]
     shared = shared_queue_warnings(client, settings, queue.connection_name, laraq_queues)
+    if horizon or hints.get("horizon"):
+        out.extend(_php_waiting_findings(queue, settings, laraq_queues, resolve))
     for warning in shared:
         out.append(Finding("warn", "PHP workers share a queue laraq takes Python jobs from", warning,
                            "run Python jobs on a queue only laraq works (laraq work --queue python), and make "
@@ -376,6 +381,27 @@ def handoff_findings(settings: LaravelSettings, handled: list[str]) -> list[Find
              else f"{len(check.missing)} PHP class(es) of Python jobs lack RunsInPython")
     return [Finding("warn", title, text, "use the RunsInPython trait on the PHP class (examples/php/RunsInPython.php, "
                     "compat-docs/worker.md)")]
+
+
+def _php_waiting_findings(queue: RedisQueue, settings: LaravelSettings, names: list[str],
+                          resolve: Any) -> list[Finding]:
+    """Jobs only PHP can run on a queue no PHP Horizon supervisor works (:mod:`laraq.horizon.phpwait`):
+    counted here with ``--app``, else as live ``laraq work`` processes recorded them."""
+    found = []
+    if resolve is not None:
+        worked = php_worked_queues(queue.client, settings)
+        if worked is not None:
+            found = [w for w in php_only_waiting(queue, names, resolve, connection=queue.connection_name,
+                                                 worked=worked) if w.jobs]
+    else:
+        with contextlib.suppress(Exception):
+            found = [w for w in read_php_waiting(queue.client, queue.prefix)
+                     if w.connection == queue.connection_name and w.queue in names]
+    return [Finding(
+        "warn", f"queue {w.queue!r}: {w.jobs} job(s) only PHP can run wait and no PHP worker works it",
+        f"among the first {w.looked_at} jobs, {w.jobs} have no Python handler; no PHP Horizon supervisor is alive "
+        "for the queue. horizon:status still says running while a laraq master is alive (it counts every master)",
+        "start php artisan horizon (compat-docs/horizon.md, horizon:status and laraq's masters)") for w in found]
 
 
 def config_findings(settings: LaravelSettings) -> list[Finding]:

@@ -42,6 +42,7 @@ from prometheus_client import (
     start_http_server,
 )
 
+from laraq.horizon.phpwait import read_php_waiting
 from laraq.production.heartbeat import live_workers
 from laraq.production.holders import STATES, reservations, running_counts
 from laraq.production.multiproc import MULTIPROC_ENV, multiprocess_dir, use_multiprocess_dir
@@ -148,6 +149,11 @@ class QueueSampler:
                                   "Reserved jobs by holder: held (a live laraq worker), unattributed (a PHP worker "
                                   "or an orphan), expired (an orphan whose lease ended), sampled.",
                                   ["queue", "state"], registry=target, multiprocess_mode=mode)
+        self.php_waiting = Gauge("laraq_php_only_jobs_waiting",
+                                 "Jobs only PHP can run (no Python handler) among the first --scan-window of a "
+                                 "queue no PHP worker works (no PHP Horizon supervisor alive), as laraq work "
+                                 "last saw them; 0 when PHP works the queue or none wait, sampled.",
+                                 ["queue"], registry=target, multiprocess_mode=mode)
         self.sampled_at = Gauge("laraq_queue_sampled_timestamp_seconds",
                                 "When the queue gauges were last sampled.", registry=target, multiprocess_mode=mode)
 
@@ -166,6 +172,13 @@ class QueueSampler:
         for name in found:
             for state in STATES:
                 self.reservations.labels(name, state).set(counts.get((name, state), 0))
+        try:
+            waiting = {w.queue: w.jobs for w in read_php_waiting(redis_queue.client, redis_queue.prefix)
+                       if w.connection == redis_queue.connection_name}
+        except Exception:  # a server refusing HGETALL (ACL): the other gauges still count
+            waiting = {}
+        for name in found:
+            self.php_waiting.labels(name).set(waiting.get(name, 0))
         self.sampled_at.set(time.time())
         return found
 

@@ -109,6 +109,8 @@ class Signals:
     wake: threading.Event = field(default_factory=threading.Event)
     #: why the worker was told to quit (said in the stop's log line)
     reason: str = ""
+    #: a quit signal arrived (a later SIGINT/SIGQUIT stops at once)
+    signalled: bool = False
 
     def quit(self, status: int = 0, reason: str = "") -> None:
         """Stop after the running jobs, with ``status``."""
@@ -118,8 +120,13 @@ class Signals:
         self.wake.set()
 
     def install_handlers(self) -> None:
-        """``queue:work``'s signals: SIGTERM/SIGINT/SIGQUIT finish the running jobs, then exit 0 (a second
-        one stops now, exit 1); SIGUSR2 pauses; SIGCONT resumes. Only possible in the main thread."""
+        """``queue:work``'s signals: SIGTERM/SIGINT/SIGQUIT finish the running jobs, then exit 0; SIGUSR2
+        pauses; SIGCONT resumes. Only possible in the main thread.
+
+        A SIGTERM after a quit signal changes nothing, as in ``Worker::listenForSignals`` (it sets
+        ``shouldQuit`` again): process managers and ``horizon:terminate`` may send it more than once. A
+        SIGINT or SIGQUIT after one is the deliberate way to stop at once (Ctrl-C twice): exit 1, the
+        running jobs stay reserved until ``retry_after``."""
         if threading.current_thread() is not threading.main_thread():
             return
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
@@ -129,12 +136,16 @@ class Signals:
 
     def _on_quit(self, signum: int, _frame: Any) -> None:
         name = signal.Signals(signum).name
-        if self.should_quit:
-            log.warning("second %s: stopping now; running jobs stay reserved until retry_after", name)
+        if self.signalled and signum == signal.SIGTERM:
+            log.info("%s again: still finishing the running jobs (SIGINT or SIGQUIT stops at once)", name)
+            return
+        if self.signalled:
+            log.warning("%s after a quit signal: stopping now; running jobs stay reserved until retry_after", name)
             with contextlib.suppress(Exception):
                 sys.stdout.flush()
                 sys.stderr.flush()
             os._exit(1)
+        self.signalled = True
         self.quit(self.quit_status, f"{name} received")
 
     def _on_pause(self, _signum: int, _frame: Any) -> None:
