@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("laraq.horizon",),
     ("laraq.bus",),
     ("laraq.worker",),
-    ("laraq.horizon.listener",),
+    ("laraq.horizon.listener", "laraq.horizon.phpwait"),
     ("laraq.schedule",),
     ("laraq.app",),
     ("laraq.production",),
