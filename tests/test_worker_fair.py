@@ -279,3 +279,59 @@ def test_max_per_queue_across_two_processes_and_a_kill(redis_client: redis.Redis
     assert {(r[1], r[2]) for r in rows} == {(q, str(n)) for q in ("tenant-a", "tenant-b") for n in range(12)}
     assert [r for r in rows if r[1] == "tenant-a" and r[2] == "0" and r[3] == "2"]
     _wait(lambda: not redis_client.exists("f_queues:tenant-a:laraq-slots", "f_queues:tenant-b:laraq-slots"), 30)
+
+
+# -- what the operator sees ------------------------------------------------------------------------------------
+
+def test_doctor_status_and_metrics_list_a_patterns_queues(redis_client: redis.Redis, redis_server: Any,
+                                                         tmp_path: Path) -> None:
+    import click
+    from click.testing import CliRunner
+
+    from laraq.cli.ops import COMMANDS
+    from laraq.config.settings import LaravelSettings
+    from laraq.ops.doctor import diagnose
+    from laraq.production.metrics import exposition
+
+    queue = _queue(redis_server)
+    _push(queue, "tenant-a", 2)
+    _push(queue, "tenant-b", 1)
+    _push(queue, "other", 1)
+    env = {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(redis_server.port), "REDIS_PREFIX": "f_",
+           "LARAQ_LARAVEL_VERSION": VERSION, "DB_CONNECTION": "sqlite", "DB_DATABASE": str(tmp_path / "db.sqlite"),
+           "COLUMNS": "200"}
+    settings = LaravelSettings.from_env(env, version=VERSION)
+    found = diagnose(settings, queue, queues=["tenant-*"])
+    assert [f.title for f in found if "pattern" in f.title] == ["pattern 'tenant-*' matches 2 queue(s): tenant-a, tenant-b"]
+    assert any(f.title.startswith("2 queue(s) under prefix") for f in found)
+    cli = click.Group("laraq", commands={c.name: c for c in COMMANDS})
+    result = CliRunner().invoke(cli, ["status", "tenant-*", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    rows = {q["queue"]: q for q in __import__("json").loads(result.output)["queues"]}
+    assert set(rows) == {"tenant-a", "tenant-b"}
+    text = exposition(queue, expand(queue, ["tenant-*"])).decode()
+    assert 'laraq_queue_jobs{queue="tenant-a",state="pending"} 2.0' in text
+    assert 'laraq_queue_jobs{queue="tenant-b",state="pending"} 1.0' in text
+
+
+def test_the_worker_metrics_label_and_sample_a_patterns_queues(redis_client: redis.Redis, redis_server: Any) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from laraq.production.metrics import Metrics
+
+    queue = _queue(redis_server)
+    _push(queue, "tenant-a", 2)
+    _push(queue, "tenant-b", 1)
+    registry = CollectorRegistry()
+    seen: list[tuple[str, int]] = []
+    metrics = Metrics(port=None, registry=registry, queue=queue, jobs=[NAME])
+    worker = Worker(_recording_app(seen), queue, "tenant-*",
+                    options=WorkerOptions(sleep=0, stop_when_empty=True, memory=1 << 20, fair=True),
+                    listeners=[metrics])
+    try:
+        assert worker.daemon() == 0
+    finally:
+        worker.close()
+    text = generate_latest(registry).decode()
+    assert 'queue="tenant-a"' in text and 'queue="tenant-b"' in text
+    assert 'queue="other"' not in text
