@@ -332,11 +332,11 @@ class Reserver:
             for name, n, got in results:
                 skipped += got.skipped
                 self._note_left(name, got)
-                taken += got.jobs
                 self.selection.took(level, name, n, len(got.jobs))
                 short = short or (level.fair and len(got.jobs) < n)
                 if self.slots is not None:
                     self.slots.assign(name, tokens.pop(name, []), [j.reserved for j in got.jobs])
+            taken = self.selection.interleave(level, [(name, got.jobs) for name, _, got in results])
         finally:
             if tokens and self.slots is not None:
                 self.slots.unused(tokens)

@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from laraq.protocol.discovery import QueueDiscovery, is_pattern, probe
 from laraq.protocol.queue import RedisQueue
@@ -45,6 +46,8 @@ from laraq.worker.events import JobFailed, JobProcessed, JobReleased, JobUnhandl
 __all__ = ["Level", "QueueSelection", "Slots", "parse_weights"]
 
 log = logging.getLogger("laraq.worker.worker")
+
+_T = TypeVar("_T")
 
 #: The longest a queue known empty goes without a probe while other queues keep the worker busy (s).
 PROBE_EVERY = 0.25
@@ -198,6 +201,19 @@ class QueueSelection:
                     break
         level.cursor, level.streak = (level.names.index(last) + 1) % len(level.names), 0
         return [(n, shares[n]) for n in order if n in shares]
+
+    def interleave(self, level: Level, taken: list[tuple[str, list[_T]]]) -> list[_T]:
+        """The jobs a round took from a level's queues, in the order they start: with ``--fair`` turn by turn
+        (each queue's weight in jobs, then the next queue), otherwise queue after queue."""
+        if not level.fair:
+            return [job for _, jobs in taken for job in jobs]
+        out: list[_T] = []
+        queues = [(self.weight(name), list(jobs)) for name, jobs in taken]
+        while any(jobs for _, jobs in queues):
+            for weight, jobs in queues:
+                out += jobs[:weight]
+                del jobs[:weight]
+        return out
 
     def served(self, level: Level, name: str) -> None:
         """One job was taken from ``name`` (one job per step, ``--batch 1``): with ``--fair`` the turn moves
