@@ -85,3 +85,26 @@ def test_artisan_and_fair_laraq_on_the_same_tenant_queues_run_each_job_once(php:
     assert sorted(r["n"] for r in handed) == sorted(list(range(10)) * 3)
     for q in (*TENANTS, "python"):
         assert redis_client.zcard(key(php, q) + ":delayed") == 0
+
+
+def test_a_paused_tenant_is_skipped_and_the_global_pause_stops_the_pattern(redis_client: Any, redis_server: Any) -> None:
+    """``queue:pause`` of the real 13.x app: one tenant paused is left out of the turns; ``--all`` (13.25+)
+    pauses every queue the pattern matches, for laraq as for artisan."""
+    from conftest import require_laravel
+
+    require_laravel("13")
+    php = PhpApp(redis_server.port, version="13")
+    for tenant in TENANTS:
+        dispatch(php, "python", tenant, document=tenant)
+    php.artisan("queue:pause", "redis:tenant-b", check=True)
+    proc = run_laraq(php, "--queue=tenant-*", "--fair", "--stop-when-empty", app_spec=APP)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(r["queue"] for r in php.runs()) == ["tenant-a", "tenant-c"]
+    assert redis_client.llen(key(php, "tenant-b")) == 1
+    php.artisan("queue:resume", "redis:tenant-b", check=True)
+    php.artisan("queue:pause", "--all", check=True)
+    dispatch(php, "python", "tenant-a", document="again")
+    proc = run_laraq(php, "--queue=tenant-*", "--fair", "--stop-when-empty", app_spec=APP)
+    assert proc.returncode == 0, proc.stderr
+    assert len(php.runs()) == 2
+    assert redis_client.llen(key(php, "tenant-a")) == 1 and redis_client.llen(key(php, "tenant-b")) == 1
