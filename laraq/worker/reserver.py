@@ -203,7 +203,6 @@ class Reserver:
             self._read_paused()
             left = 0
             for attempt in range(2):
-                index = 0
                 self.selection.probe_due(idle=False)
                 for level in self.selection.levels:
                     for name in self.selection.order(level):
@@ -215,15 +214,15 @@ class Reserver:
                             if not granted:
                                 continue
                         try:
-                            if self.handled is None:
+                            index = self.selection.position(name)
+                            if self.handled is None and not self.selection.dynamic:
                                 reserved = self.queue.pop(name, index, self.timers.wait_for)
-                            else:
-                                reserved, left = self._pop_handled(name, index)
+                            else:  # a pattern's queues are many and come and go: no wait on one's :notify
+                                reserved, left = self._pop_handled(name, index, wait=not self.selection.dynamic)
                         except BaseException:
                             if self.slots is not None:
                                 self.slots.unused(tokens)
                             raise
-                        index += 1
                         self.selection.took(level, name, 1, 0 if reserved is None else 1)
                         if self.slots is not None:
                             self.slots.assign(name, tokens[name], [] if reserved is None else [reserved.reserved])
@@ -238,11 +237,12 @@ class Reserver:
         except Exception as exc:
             return self._failed(exc, "pop a job from")
 
-    def _pop_handled(self, name: str, index: int) -> tuple[ReservedJob | None, int]:
+    def _pop_handled(self, name: str, index: int, *, wait: bool = True) -> tuple[ReservedJob | None, int]:
         """Laravel's pop (migrate, pop, ``BLPOP :notify`` and one more try) taking the first job with a
-        Python handler among the list's first ``window`` members; the others stay where they are. No wait
-        when jobs for PHP were left (their tokens would wake it at once)."""
-        block = self.queue.blocks_at(index)
+        Python handler among the list's first ``window`` members (any job when every one is taken); the
+        others stay where they are. No wait when jobs for PHP were left (their tokens would wake it at
+        once), nor without ``wait``."""
+        block = wait and self.queue.blocks_at(index)
         got = self.reserving.reserve_batch(name, 1, handled=self.handled, window=self.window)
         if not got.jobs and not got.skipped and block and self.queue.block_for is not None \
                 and self.queue.wait_for_token(name, self.timers.wait_for):
@@ -264,11 +264,10 @@ class Reserver:
             self._read_paused()
             for attempt in range(2):
                 self.selection.probe_due(idle=False)
-                index = 0
                 for level in self.selection.levels:
                     if len(taken) >= want:
                         break
-                    jobs, skipped, index = self._level(level, want - len(taken), acks, index)
+                    jobs, skipped = self._level(level, want - len(taken), acks)
                     taken += jobs
                     left += skipped
                 if taken or attempt or not self.selection.wake():
@@ -283,25 +282,23 @@ class Reserver:
             self.acks.restore(acks)
         return self._full(self._buffer(taken, left, sent_at, record=True), want, free, room)
 
-    def _level(self, level: Level, want: int, acks: dict[str, list[bytes]],
-               index: int) -> tuple[list[ReservedJob], int, int]:
+    def _level(self, level: Level, want: int, acks: dict[str, list[bytes]]) -> tuple[list[ReservedJob], int]:
         """Reserve from one level: its plan, then, while queues of it turned out empty and jobs are still
         wanted, a new plan without them (a turn that found nothing passes to the next queue)."""
         taken: list[ReservedJob] = []
         skipped = 0
         for _ in range(len(level.names) + 1):
-            jobs, left, index, short = self._plan_once(level, want - len(taken), acks, index)
+            jobs, left, short = self._plan_once(level, want - len(taken), acks)
             taken += jobs
             skipped += left
             if not short or len(taken) >= want:
                 break
-        return taken, skipped, index
+        return taken, skipped
 
-    def _plan_once(self, level: Level, want: int, acks: dict[str, list[bytes]],
-                   index: int) -> tuple[list[ReservedJob], int, int, bool]:
+    def _plan_once(self, level: Level, want: int,
+                   acks: dict[str, list[bytes]]) -> tuple[list[ReservedJob], int, bool]:
         """One plan of a level (cut to the slots granted), one call per queue; the jobs, the members left
-        for PHP, the list index after it (Laravel's first-queue rule), and whether a queue of a ``--fair``
-        level gave fewer jobs than its turn."""
+        for PHP, and whether a queue of a ``--fair`` level gave fewer jobs than its turn."""
         short = False
         plan = [(name, n) for name, n in self.selection.plan(level, want) if name not in self._paused]
         tokens: dict[str, list[str]] = {}
@@ -322,11 +319,10 @@ class Reserver:
                     mine = acks.pop(name, [])
                     try:
                         got = self.reserving.reserve_batch(name, n, mine, handled=self.handled, window=self.window,
-                                                           record=True, index=index)
+                                                           record=True, index=self.selection.position(name))
                     except BaseException:
                         acks.setdefault(name, []).extend(mine)
                         raise
-                    index += 1
                     results.append((name, n, got))
                     count += len(got.jobs)
             for name, n, got in results:
@@ -340,7 +336,7 @@ class Reserver:
         finally:
             if tokens and self.slots is not None:
                 self.slots.unused(tokens)
-        return taken, skipped, index, short
+        return taken, skipped, short
 
     def _together(self, plan: list[tuple[str, int]],
                   acks: dict[str, list[bytes]]) -> list[tuple[str, int, Reserved]]:

@@ -109,6 +109,7 @@ class QueueSelection:
         self._discovered_at = -1e9
         #: every queue served, in priority order (a pattern's: after the first :meth:`refresh`)
         self._names: list[str] = list(dict.fromkeys(n for level in self.levels for n in level.names))
+        self._positions = {n: i for i, n in enumerate(self._names)}
         self._started = not self.dynamic
 
     # -- what the worker serves --------------------------------------------------------------------------
@@ -116,6 +117,11 @@ class QueueSelection:
     def names(self) -> list[str]:
         """Every queue served now, in priority order (each once; a pattern's queues once discovered)."""
         return self._names
+
+    def position(self, name: str) -> int:
+        """A queue's place in :meth:`names` (Laravel's ``$index`` in ``getNextJob``, paused queues counted:
+        its first-queue rule)."""
+        return self._positions.get(name, len(self._positions))
 
     @property
     def single(self) -> str | None:
@@ -149,6 +155,7 @@ class QueueSelection:
                         level.cursor = found.index(kept) if kept in found else level.cursor % max(1, len(found))
         if changed:
             self._names = list(dict.fromkeys(n for level in self.levels for n in level.names))
+            self._positions = {n: i for i, n in enumerate(self._names)}
             self._empty &= set(self._names)
         return changed
 
