@@ -340,32 +340,25 @@ class Reserver:
 
     def _together(self, plan: list[tuple[str, int]],
                   acks: dict[str, list[bytes]]) -> list[tuple[str, int, Reserved]]:
-        """The calls of a ``--fair`` level's turns, all sent before any reply is read (one round trip; each
-        is the batch reserve of its queue, run back to back by Redis). A call that failed is left out (its
-        acks kept); if none came back, the first fault is raised."""
-        sent: list[tuple[str, int, list[bytes], PendingReserve | None]] = []
-        fault: Exception | None = None
-        for name, n in plan:
-            mine = acks.pop(name, [])
-            try:
-                pending = self.reserving.reserve_batch_send(name, n, mine, handled=self.handled, window=self.window,
-                                                            record=True)
-            except Exception as exc:
-                acks.setdefault(name, []).extend(mine)
-                fault = exc
-                break
-            sent.append((name, n, mine, pending))
+        """The calls of a ``--fair`` level's turns in one pipelined round trip (each the batch reserve of its
+        queue, with that queue's acks). A call that failed is left out (its acks kept, to be sent again);
+        if none came back, the first fault is raised."""
+        mine = {name: acks.pop(name, []) for name, _ in plan}
+        try:
+            answers = self.reserving.reserve_batches([(name, n, mine[name]) for name, n in plan],
+                                                     handled=self.handled, window=self.window, record=True)
+        except BaseException:
+            for name, sent in mine.items():
+                acks.setdefault(name, []).extend(sent)
+            raise
         results: list[tuple[str, int, Reserved]] = []
-        for name, n, mine, pending in sent:
-            try:
-                got = self.reserving.reserve_batch(name, n, mine, handled=self.handled, window=self.window,
-                                                   record=True) if pending is None \
-                    else self.reserving.reserve_batch_receive(pending)
-            except Exception as exc:
-                acks.setdefault(name, []).extend(mine)  # maybe applied, maybe not: a ZREM twice is harmless
-                fault = fault or exc
-                continue
-            results.append((name, n, got))
+        fault: Exception | None = None
+        for (name, n), got in zip(plan, answers, strict=True):
+            if isinstance(got, Exception):
+                acks.setdefault(name, []).extend(mine[name])  # maybe applied, maybe not: a ZREM twice is harmless
+                fault = fault or got
+            else:
+                results.append((name, n, got))
         if fault is not None and not any(got.jobs for _, _, got in results):
             raise fault
         return results
