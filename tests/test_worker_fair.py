@@ -335,3 +335,33 @@ def test_the_worker_metrics_label_and_sample_a_patterns_queues(redis_client: red
     text = generate_latest(registry).decode()
     assert 'queue="tenant-a"' in text and 'queue="tenant-b"' in text
     assert 'queue="other"' not in text
+
+
+# -- Redis Cluster -----------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_a_pattern_on_a_three_master_cluster(tmp_path: Path) -> None:
+    """13.5+ wraps each tenant's queue in a hash tag (``queues:{tenant-N}``): the tenants live on different
+    masters; SCAN runs on every master, and the worker drains them all in turns, slots included."""
+    from prodapp import Cluster
+    from redis.cluster import key_slot
+
+    cluster = Cluster(tmp_path / "cluster")
+    try:
+        client = redis.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+        queue = RedisQueue(client, prefix="f_", version="13.5.0", retry_after=90)
+        names = [f"tenant-{i}" for i in range(12)]
+        for name in names:
+            for n in range(3):
+                queue.push_raw(build_string_payload("13.5.0", NAME, {"n": n, "q": name}), name)
+        owners = {cluster.owner(key_slot(queue.keys(n).list.encode())).port for n in names}
+        assert len(owners) == 3  # the tenants are spread over the three masters
+        discovery = QueueDiscovery(queue, ["tenant-*"], count=5, calls=2)
+        discovery.full_pass()
+        assert discovery.matched() == sorted(names)
+        seen = _drain(queue, "tenant-*", fair=True, max_per_queue=1, slot_lease=5.0)
+        assert sorted(seen) == sorted((n, i) for n in names for i in range(3))
+        assert {q for q, _ in seen[:12]} == set(names)  # a turn for every tenant first
+        assert not any(client.exists(queue.keys(n).base + ":laraq-slots") for n in names)
+    finally:
+        cluster.stop()

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import redis
+
 if TYPE_CHECKING:
     from laraq.protocol.queue import RedisQueue
 
@@ -120,8 +122,10 @@ class QueueSlots:
         return int(self.queue.client.zcard(self.key(name)))
 
     def _each(self, names: Sequence[str], call: Any) -> list[Any]:
-        if len(names) == 1:
-            return [call(None, names[0])]
+        """One script call per queue: pipelined, or one by one on a Redis Cluster (whose pipelines refuse
+        scripts)."""
+        if len(names) == 1 or isinstance(self.queue.client, redis.RedisCluster):
+            return [call(None, name) for name in names]
         pipe = self.queue.client.pipeline(transaction=False)
         for name in names:
             call(pipe, name)
