@@ -239,8 +239,8 @@ class Reserver:
 
     def _pop_handled(self, name: str, index: int, *, wait: bool = True) -> tuple[ReservedJob | None, int]:
         """Laravel's pop (migrate, pop, ``BLPOP :notify`` and one more try) taking the first job with a
-        Python handler among the list's first ``window`` members (any job when every one is taken); the
-        others stay where they are. No wait when jobs for PHP were left (their tokens would wake it at
+        Python handler among the list's first ``window`` members (the head job, whatever it is, when no
+        handler names are given); the others stay where they are. No wait when jobs for PHP were left (their tokens would wake it at
         once), nor without ``wait``."""
         block = wait and self.queue.blocks_at(index)
         got = self.reserving.reserve_batch(name, 1, handled=self.handled, window=self.window)
