@@ -104,7 +104,6 @@ class QueueDiscovery:
         nodes = self._nodes()
         if not self._cursors:
             self._cursors = dict.fromkeys(range(len(nodes)), 0)
-            self._started = set(self._cursors)
         budget = self.calls
         while budget > 0 and self._cursors:
             index = next(iter(self._cursors))
