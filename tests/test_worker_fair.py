@@ -214,6 +214,28 @@ def test_slots_grant_at_most_the_limit_and_expire(redis_client: redis.Redis, red
     assert slots.acquire({"q": ["e", "f", "g"]}) == {"q": 2}
 
 
+@pytest.mark.parametrize("batch", [1, 32])
+def test_slots_are_taken_and_given_back_job_by_job(redis_client: redis.Redis, redis_server: Any, batch: int) -> None:
+    queue = _queue(redis_server)
+    _push(queue, "tenant-a", 4)
+    _push(queue, "tenant-b", 4)
+    held: list[int] = []
+    app = App()
+
+    @app.handler(NAME)
+    def run(data: Any, job: Job) -> None:
+        held.append(int(redis_client.zcard(f"f_queues:{job.queue}:laraq-slots")))
+
+    worker = Worker(app, queue, "tenant-*", options=WorkerOptions(
+        sleep=0, stop_when_empty=True, memory=1 << 20, fair=True, batch=batch, max_per_queue=1, concurrency=2))
+    try:
+        assert worker.daemon() == 0
+    finally:
+        worker.close()
+    assert len(held) == 8 and set(held) == {1}  # each running job held its queue's one slot
+    assert not redis_client.exists("f_queues:tenant-a:laraq-slots", "f_queues:tenant-b:laraq-slots")
+
+
 SLOT_WORKER = r"""
 import os, signal, sys, time
 import redis
