@@ -387,3 +387,10 @@ def test_a_pattern_on_a_three_master_cluster(tmp_path: Path) -> None:
         assert not any(client.exists(queue.keys(n).base + ":laraq-slots") for n in names)
     finally:
         cluster.stop()
+
+
+def test_only_a_star_makes_a_pattern() -> None:
+    from laraq.protocol.discovery import is_pattern
+
+    assert is_pattern("tenant-*") and is_pattern("tenant-[ab]*")
+    assert not is_pattern("q[1]") and not is_pattern("what?")  # a queue's own name, as Laravel takes it

@@ -36,8 +36,9 @@ _GLOB_CHARS = "*?["
 
 
 def is_pattern(name: str) -> bool:
-    """Does a ``--queue`` item name queues by a glob (``*``, ``?``, ``[...]``)?"""
-    return any(ch in name for ch in _GLOB_CHARS)
+    """Does a ``--queue`` item name queues by a glob? One with a ``*`` does (then ``?`` and ``[...]`` in it
+    are glob too); a name with only ``?`` or ``[`` is a queue's own name, as Laravel takes it."""
+    return "*" in name
 
 
 def _glob_escape(text: str) -> str:
