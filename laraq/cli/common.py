@@ -18,6 +18,7 @@ from laraq.config.effective import effective_settings, with_flags
 from laraq.config.settings import LaravelSettings, make_redis
 from laraq.logtext import visible
 from laraq.ops.inspect import discover_queues
+from laraq.protocol.discovery import expand
 from laraq.protocol.encryption import Encrypter
 from laraq.protocol.queue import RedisQueue
 from laraq.stores.cache import make_cache
@@ -90,7 +91,9 @@ class Ops:
             raise click.ClickException(f"cannot open the {self.settings.cache_store!r} cache store: {exc}") from exc
 
     def queues(self, names: Sequence[str] = ()) -> list[str]:
-        return list(names) or discover_queues(self.queue.client, self.queue.prefix)
+        """The queues asked for, a pattern (``tenant-*``) replaced by the queues it matches now; none asked
+        for: every queue found."""
+        return expand(self.queue, names) if names else discover_queues(self.queue.client, self.queue.prefix)
 
 
 APP_PATH_HELP = ("The Laravel app's directory, whose config laraq reads (default: LARAQ_APP_PATH, else the "

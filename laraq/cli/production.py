@@ -93,7 +93,8 @@ def _report(ok: bool, reason: str, quiet: bool) -> None:
 
 @click.command("metrics")
 @settings_options
-@click.option("--queue", "queues", default=None, help="Queues to sample (comma list; default: every queue found).")
+@click.option("--queue", "queues", default=None,
+              help="Queues to sample (comma list, patterns such as 'tenant-*' allowed; default: every queue found).")
 @click.option("--metrics-dir", type=click.Path(file_okay=False), default=None, envvar="PROMETHEUS_MULTIPROC_DIR",
               help="Add the job counters the workers wrote to this multiprocess dir.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
@@ -106,7 +107,7 @@ def metrics_cmd(ops: Ops, queues: str | None, metrics_dir: str | None, output: s
     # start-up: prometheus_client (~40 modules, ~15 ms) only for this command, once the variables are gone
     from laraq.production.metrics import exposition
 
-    names: list[str] = [q for q in (queues or "").split(",") if q] or ops.queues()
+    names: list[str] = ops.queues([q for q in (queues or "").split(",") if q])  # a pattern: its queues now
     text = exposition(ops.queue, names, heartbeat_prefix=ops.queue.prefix, metrics_dir=metrics_dir)
     if output is None:
         click.echo(text.decode(), nl=False)

@@ -59,6 +59,7 @@ from laraq.exitcodes import EXIT_ERROR, EXIT_USAGE
 from laraq.production import prefork
 from laraq.production.listeners import attach_listeners
 from laraq.production.logs import JobLogListener, configure_logging, json_logging_active
+from laraq.protocol.discovery import expand
 from laraq.protocol.phparray import set_command_limits
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.routing import QueueForwards
@@ -67,6 +68,7 @@ from laraq.stores.cache import MaintenanceMode
 from laraq.stores.failed import connect_database
 from laraq.worker.context import WorkerOptions
 from laraq.worker.notes import release_free_memory
+from laraq.worker.selection import parse_weights
 from laraq.worker.worker import Worker
 
 # ``work_cmd`` (the options and the exec into the supervisor) is in laraq.cli.work_command, which imports
@@ -311,12 +313,13 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
     warnings += app.problems(settings.version)
     handoff: HandoffCheck | None = None
     if checks:
-        warnings += queue_warnings(client, settings.redis_prefix, names)
-        shared = shared_queue_warnings(client, settings, connection_name, names)
+        found = expand(queue, names)  # a pattern's queues, as they are now
+        warnings += queue_warnings(client, settings.redis_prefix, found) if found else []
+        shared = shared_queue_warnings(client, settings, connection_name, found)
         warnings += shared
         handoff = handoff_check(params, env, app) if shared else None
         warnings += [w for w in (handoff.warning() if handoff else None,) if w]
-        warnings += limiter_warnings(client, settings.redis_prefix, names, app)
+        warnings += limiter_warnings(client, settings.redis_prefix, found, app)
     info = describe_setup(
         settings, redis_url=shown_url, prefix=settings.redis_prefix, queues=names, retry_after=retry_after,
         block_for=block_for, cache=cache.description, failed=failer.description, handlers=list(app.names),
@@ -361,6 +364,14 @@ def _mask_url(url: str) -> str:
     return f"{scheme}://{auth}{parts.get('host', '127.0.0.1')}:{parts.get('port', 6379)}/{parts.get('database', 0)}"
 
 
+def _weights(text: str | None) -> list[tuple[str, int]]:
+    """``--weights``, or a usage error naming the item."""
+    try:
+        return parse_weights(text)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
 def build_worker(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app: App | None = None,
                  on_jobs_popped: Any = None, prepared: Prepared | None = None) -> Worker:
     """Build a :class:`~laraq.worker.worker.Worker` from ``laraq work``'s options and the Laravel settings.
@@ -380,6 +391,9 @@ def build_worker(params: dict[str, Any], *, env: Mapping[str, str] | None = None
         batch=params.get("batch", 32), prefetch=params.get("prefetch", True),
         php_queue=params.get("php_queue"), scan_window=params.get("scan_window", 200),
         acks=params.get("acks") or "at-once",
+        fair=bool(params.get("fair")), weights=tuple(_weights(params.get("weights"))),
+        max_per_queue=params.get("max_per_queue") or 0, slot_lease=params.get("slot_lease") or 30.0,
+        discover_every=params.get("discover_every") or 2.0,
     )
     json_logs = params.get("log_format") == "json"
     listeners: list[Any] = []

@@ -33,7 +33,21 @@ _CONFIG_ENV = "LARAQ_WORKER_CONFIG"
 @click.argument("connection", required=False)
 @click.option("--app", "app_spec", required=True, metavar="MODULE:ATTR",
               help="The laraq.App holding your handlers, e.g. myproject.jobs:app.")
-@click.option("--queue", default=None, help="Queues to work, in priority order (e.g. high,default).")
+@click.option("--queue", default=None,
+              help="Queues to work, in priority order (e.g. high,default); a pattern ('tenant-*') works every "
+                   "queue it matches, as one priority level.")
+@click.option("--fair", is_flag=True,
+              help="The queues a pattern matches (without a pattern: all the listed queues) take turns, one "
+                   "job each per turn, instead of going in order.")
+@click.option("--weights", default=None, metavar="NAME=N,...",
+              help="With --fair: jobs per turn for some queues (names or patterns, e.g. 'tenant-vip=4').")
+@click.option("--max-per-queue", type=click.IntRange(0), default=0, show_default=True, metavar="N",
+              help="At most N jobs of one queue reserved or running at once across all laraq workers on the "
+                   "connection (slot leases in Redis; a killed worker's slots expire). 0 = no limit.")
+@click.option("--slot-lease", type=click.FloatRange(1), default=30.0, show_default=True, metavar="SECONDS",
+              help="With --max-per-queue: how long a slot outlives a worker that stopped renewing it.")
+@click.option("--discover-every", type=click.FloatRange(0.1), default=2.0, show_default=True, metavar="SECONDS",
+              help="How often a --queue pattern looks for new queues (a bounded SCAN).")
 @click.option("--once", is_flag=True, help="Process one job, then exit.")
 @click.option("--stop-when-empty", is_flag=True, help="Exit when the queues are empty.")
 @click.option("--stop-when-empty-for", type=click.IntRange(0), default=0, show_default=True, metavar="SECONDS",

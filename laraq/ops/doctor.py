@@ -40,6 +40,7 @@ from laraq.config.settings import LaravelSettings
 from laraq.horizon.phpwait import php_only_waiting, read_php_waiting
 from laraq.ops.inspect import discover_prefixes, discover_queues, iter_members, queue_status
 from laraq.ops.transfers import held_findings
+from laraq.protocol.discovery import expand, is_pattern
 from laraq.protocol.payload import Payload, PayloadError
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.serializer import loads
@@ -190,7 +191,13 @@ def diagnose(
 
     # -- prefixes and queues
     names = discover_queues(client, queue.prefix)
+    for pattern in [q for q in queues or [] if is_pattern(q)]:  # a --queue pattern: the queues it matches now
+        matched = expand(queue, [pattern])
+        shown = ", ".join(matched[:20]) + (f" and {len(matched) - 20} more" if len(matched) > 20 else "")
+        out.append(Finding("ok" if matched else "info", f"pattern {pattern!r} matches {len(matched)} queue(s)"
+                           + (f": {shown}" if matched else ""), "found with a bounded SCAN, as laraq work finds them"))
     if queues:
+        queues = expand(queue, queues)
         missing = [q for q in queues if q not in names]
         if missing:
             out.append(Finding("info", f"no keys for queue(s) {', '.join(missing)} under prefix {queue.prefix!r}",

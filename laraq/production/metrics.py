@@ -23,6 +23,7 @@ without loading the library, and the code that builds metrics (:mod:`laraq.produ
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import logging
 import os
 import threading
@@ -46,6 +47,7 @@ from laraq.horizon.phpwait import read_php_waiting
 from laraq.production.heartbeat import live_workers
 from laraq.production.holders import STATES, reservations, running_counts
 from laraq.production.multiproc import MULTIPROC_ENV, multiprocess_dir, use_multiprocess_dir
+from laraq.protocol.discovery import expand, is_pattern
 from laraq.protocol.queue import excerpts_from, member_fields
 from laraq.worker.events import (
     JobFailed,
@@ -227,6 +229,8 @@ class Metrics(WorkerListener):
         self.sampler = QueueSampler(self.registry, multiprocess=self.multiprocess)
         self._handoff_gauges(handoff)
         self._queues: list[str] | None = None
+        #: the worker's --queue patterns: the queues they match are labelled and sampled by name
+        self._patterns: list[str] = []
         self._running: set[int] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -254,7 +258,8 @@ class Metrics(WorkerListener):
     # -- lifecycle ---------------------------------------------------------------------------------------
 
     def worker_starting(self, event: WorkerStarting) -> None:
-        self._queues = list(event.queues)
+        self._queues = [q for q in event.queues if not is_pattern(q)]
+        self._patterns = [q for q in event.queues if is_pattern(q)]
         if self.multiprocess:
             reap_dead_processes(multiprocess_dir() or "")
         self.up.set(1)
@@ -287,8 +292,9 @@ class Metrics(WorkerListener):
     def _job_labels(self, job: Any) -> tuple[str, str]:
         """``(queue, job)`` labels from a bounded set: the known queues and classes, else ``other``."""
         queue = str(getattr(job, "queue", "") or "")
-        if self._queues is not None and queue not in self._queues:
-            queue = OTHER
+        if self._queues is not None and queue not in self._queues \
+                and not any(fnmatch.fnmatchcase(queue, p) for p in self._patterns):
+            queue = OTHER  # a queue a --queue pattern matches keeps its own label
         try:
             name = _class_name(str(getattr(job, "name", None) or ""))
         except Exception:
@@ -369,7 +375,8 @@ class Metrics(WorkerListener):
         if self.queue is None or self._queues is None:
             return
         try:
-            self.sampler.update(self.queue, self._queues)
+            queues = self._queues + (expand(self.queue, self._patterns) if self._patterns else [])
+            self.sampler.update(self.queue, queues)  # a pattern's queues as found now, each its own labels
         except Exception as exc:
             log.debug("metrics: queue sampling failed: %s", exc)
 

@@ -409,6 +409,39 @@ class Scripts:
                                                     unstarted_lease)
         return self.send(name, keys, args, first=first)
 
+    def reserve_batch_many(self, calls: Sequence[dict[str, Any]]) -> list[PopManyResult | Exception]:
+        """Several :meth:`reserve_batch` calls (each a dict of its arguments) in one pipelined round trip on
+        one connection: Redis runs them back to back, each the script it would be alone. A call that failed
+        is its exception in the answer. A Redis Cluster client runs them one by one."""
+        built = [self._reserve_batch_args(c["list_key"], c["reserved_key"], c["notify_key"], c["poison_key"],
+                                          c["delayed_key"], c["expires_at"], c["count"], c["now"],
+                                          c.get("migrate_limit", -1), c.get("migrate_reserved", True),
+                                          c.get("acks", ()), c.get("poison_budget", POISON_SKIPS_PER_CALL),
+                                          c.get("handled"), c.get("window", 100), c.get("unstarted_key"),
+                                          c.get("unstarted_lease", 0.0)) for c in calls]
+        raws: list[Any]
+        if isinstance(self.client, redis.RedisCluster) or len(built) == 1:
+            raws = []
+            for name, keys, args in built:
+                try:
+                    raws.append(self.call(name, keys, args))
+                except Exception as exc:
+                    raws.append(exc)
+        else:
+            pipe = self.client.pipeline(transaction=False)
+            for name, keys, args in built:
+                pipe.execute_command("EVALSHA", self._scripts[name].sha, len(keys), *keys, *args)
+            raws = list(pipe.execute(raise_on_error=False))
+            for i, (name, keys, args) in enumerate(built):
+                if isinstance(raws[i], redis.exceptions.NoScriptError):  # not run: loaded, and run alone
+                    try:
+                        raws[i] = self.call(name, keys, args)
+                    except Exception as exc:
+                        raws[i] = exc
+        return [raw if isinstance(raw, Exception)
+                else self.reserve_batch_result(raw, selective=calls[i].get("handled") is not None)
+                for i, raw in enumerate(raws)]
+
     @staticmethod
     def _reserve_batch_args(list_key: str, reserved_key: str, notify_key: str, poison_key: str, delayed_key: str,
                             expires_at: int, count: int, now: int, migrate_limit: int, migrate_reserved: bool,

@@ -92,6 +92,24 @@ class Reserving:
             self.queue.popped_at(index, bool(reserved.jobs))
         return reserved
 
+    def reserve_batches(self, plan: Sequence[tuple[str, int, list[bytes]]], *,
+                        handled: list[str] | None = None, window: int = 100,
+                        record: bool = False) -> list[Reserved | Exception]:
+        """:meth:`reserve_batch` on several queues, ``(queue, count, acks)`` each, in one pipelined round trip
+        (a worker's ``--fair`` turns): each call is the batch reserve of its queue, run by Redis back to back.
+        A call that failed is its exception in the answer (its acks maybe applied, maybe not)."""
+        calls, named = [], []
+        for queue, count, acks in plan:
+            name, keys, _now, args, options = self._reserve_batch_call(queue, count, acks, record)
+            list_key, reserved_key, notify_key, poison_key, delayed_key = args
+            calls.append({"list_key": list_key, "reserved_key": reserved_key, "notify_key": notify_key,
+                          "poison_key": poison_key, "delayed_key": delayed_key, "handled": handled,
+                          "window": window, **options})
+            named.append((name, keys))
+        results = self.queue.scripts.reserve_batch_many(calls)
+        return [result if isinstance(result, Exception) else self.queue.reserved_from(name, keys, result)
+                for (name, keys), result in zip(named, results, strict=True)]
+
     def reserve_batch_send(self, queue: str | None = None, count: int = 1,
                            acks: list[bytes] | tuple[bytes, ...] = (), *,
                            wait: float | None = None, handled: list[str] | None = None,

@@ -40,6 +40,12 @@ class Timers:
         self._fired_second: int | None = None
         self._keys: list[str] | None = None
 
+    def use(self, queues: Sequence[str]) -> None:
+        """Watch these queues from now on (a ``--queue`` pattern matched new ones, or fewer)."""
+        if list(queues) != self.queues:
+            self.queues = list(queues)
+            self._keys = None
+
     def delayed_keys(self) -> list[str]:
         if self._keys is None:
             self._keys = [self.queue.keys(name).delayed for name in self.queues]

@@ -95,6 +95,17 @@ class WorkerOptions:
     #: Seconds a buffered job's unstarted record lasts while its worker is alive to renew it: how soon the
     #: buffer of a killed worker goes back to the queue, attempts not spent (at most a third of ``retry_after``).
     unstarted_lease: float = 15.0
+    #: ``--fair``: the queues of a ``--queue`` pattern (or, without one, of the whole list) take turns
+    #: instead of going in order (:mod:`laraq.worker.selection`).
+    fair: bool = False
+    #: ``--weights``: (name or pattern, jobs per turn) pairs for ``--fair``; first match wins, default 1.
+    weights: tuple[tuple[str, int], ...] = ()
+    #: ``--max-per-queue``: the most jobs of one queue reserved or running at once across every laraq
+    #: worker on the connection (0: no limit), held by slot leases of ``slot_lease`` seconds.
+    max_per_queue: int = 0
+    slot_lease: float = 30.0
+    #: ``--discover-every``: seconds between the ``SCAN`` steps that find the queues of a pattern.
+    discover_every: float = 2.0
 
 
 @dataclass(eq=False)

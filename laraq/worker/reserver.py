@@ -42,6 +42,7 @@ from laraq.worker.bridge import AsyncBridge
 from laraq.worker.context import WorkerContext
 from laraq.worker.events import JobReserved
 from laraq.worker.leases import Buffered, Leases
+from laraq.worker.selection import Level, QueueSelection, Slots
 from laraq.worker.unstarted import Unstarted
 
 __all__ = ["Taken", "Fault", "Reserver"]
@@ -88,9 +89,13 @@ class Reserver:
     AUTH_RETRIES = 4
 
     def __init__(self, context: WorkerContext, bridge: AsyncBridge, acks: Acks, reserving: Reserving,
-                 timers: Timers) -> None:
+                 timers: Timers, selection: QueueSelection | None = None, slots: Slots | None = None) -> None:
         self.queue = context.queue
         self.queues = context.queues
+        #: which queues each step asks, in what order, for how many (priority levels, patterns, --fair)
+        self.selection = selection or QueueSelection(context.queue, context.queues)
+        #: --max-per-queue: the fleet-wide slots a job holds while reserved (None: no limit)
+        self.slots = slots
         self.options = context.options
         self.version = context.version
         self.cache = context.cache
@@ -107,7 +112,7 @@ class Reserver:
         #: reserved jobs not started yet, in order
         self.buffer: collections.deque[Buffered] = collections.deque()
         self.leases = Leases(reserving, context.events.flush, self.buffer, acks.deferred)
-        self.unstarted = Unstarted(reserving, acks, self.buffer, list(self.queues))
+        self.unstarted = Unstarted(reserving, acks, self.buffer, self.selection.names)
         #: the names Python has handlers for when only those are reserved (``--unhandled leave``)
         self.handled = self._handled_names(context)
         #: how many list heads a selective reserve looks at
@@ -182,34 +187,62 @@ class Reserver:
         """``queue:pause`` (12.40+), read before every reserve call."""
         self._paused = set()
         if self.cache is not None and self.version.has_queue_pause:
-            self._paused = set(self.cache.paused_queues(self.connection_name, self.queues))
+            self._paused = set(self.cache.paused_queues(self.connection_name, self.selection.names()))
+
+    def _select(self) -> None:
+        """The queues of this step: discovery when due (the idle sleep then watches the new set)."""
+        if self.selection.refresh():
+            self.timers.use(self.selection.names())
 
     def _pop(self) -> Taken:
         """Laravel's ``getNextJob``: the first job of the queue list by Laravel's pop (selective under
-        ``--unhandled leave``), blocking as its pop does."""
+        ``--unhandled leave``), blocking as its pop does; the list's levels, patterns and turns by the
+        selection, each queue's slot (``--max-per-queue``) asked for first."""
         try:
+            self._select()
             self._read_paused()
             left = 0
-            for index, name in enumerate(self.queues):
-                if name in self._paused:
-                    continue
-                if self.handled is None:
-                    reserved = self.queue.pop(name, index, self.timers.wait_for)
-                else:
-                    reserved, left = self._pop_handled(name, index)
-                if reserved is not None:
-                    self._up()
-                    return self._buffer([reserved], left, time.time(), record=False)
+            for attempt in range(2):
+                self.selection.probe_due(idle=False)
+                for level in self.selection.levels:
+                    for name in self.selection.order(level):
+                        if name in self._paused:
+                            continue
+                        tokens: dict[str, list[str]] = {}
+                        if self.slots is not None:
+                            granted, tokens = self.slots.acquire([(name, 1)])
+                            if not granted:
+                                continue
+                        try:
+                            index = self.selection.position(name)
+                            if self.handled is None and not self.selection.dynamic:
+                                reserved = self.queue.pop(name, index, self.timers.wait_for)
+                            else:  # a pattern's queues are many and come and go: no wait on one's :notify
+                                reserved, left = self._pop_handled(name, index, wait=not self.selection.dynamic)
+                        except BaseException:
+                            if self.slots is not None:
+                                self.slots.unused(tokens)
+                            raise
+                        self.selection.took(level, name, 1, 0 if reserved is None else 1)
+                        if self.slots is not None:
+                            self.slots.assign(name, tokens[name], [] if reserved is None else [reserved.reserved])
+                        if reserved is not None:
+                            self.selection.served(level, name)
+                            self._up()
+                            return self._buffer([reserved], left, time.time(), record=False)
+                if attempt or not self.selection.wake():
+                    break
             self._up()
             return Taken(left_for_php=left)
         except Exception as exc:
             return self._failed(exc, "pop a job from")
 
-    def _pop_handled(self, name: str, index: int) -> tuple[ReservedJob | None, int]:
+    def _pop_handled(self, name: str, index: int, *, wait: bool = True) -> tuple[ReservedJob | None, int]:
         """Laravel's pop (migrate, pop, ``BLPOP :notify`` and one more try) taking the first job with a
-        Python handler among the list's first ``window`` members; the others stay where they are. No wait
-        when jobs for PHP were left (their tokens would wake it at once)."""
-        block = self.queue.blocks_at(index)
+        Python handler among the list's first ``window`` members (the head job, whatever it is, when no
+        handler names are given); the others stay where they are. No wait when jobs for PHP were left (their tokens would wake it at
+        once), nor without ``wait``."""
+        block = wait and self.queue.blocks_at(index)
         got = self.reserving.reserve_batch(name, 1, handled=self.handled, window=self.window)
         if not got.jobs and not got.skipped and block and self.queue.block_for is not None \
                 and self.queue.wait_for_token(name, self.timers.wait_for):
@@ -219,29 +252,26 @@ class Reserver:
         return (got.jobs[0] if got.jobs else None), got.skipped
 
     def _round(self, want: int, free: int, room: int | None) -> Taken:
-        """One batch reserve call per queue in order until ``want`` jobs came, the deferred acks riding on
-        the call of their queue."""
+        """One reserve step: the selection's levels in priority order until ``want`` jobs came, one batch
+        reserve call per queue (sent together for the turns of a ``--fair`` level), the deferred acks
+        riding on the call of their queue. A round that found nothing while queues were known empty
+        probes them and goes once more."""
         acks = self._take_acks()
-        taken, left, sent_at = [], 0, time.time()
+        taken: list[ReservedJob] = []
+        left, sent_at = 0, time.time()
         try:
+            self._select()
             self._read_paused()
-            count = 0
-            for index, name in enumerate(self.queues):
-                mine = acks.pop(name, [])
-                if name in self._paused or count >= want:
-                    if mine:
-                        acks[name] = mine
-                    continue
-                try:
-                    got = self.reserving.reserve_batch(name, want - count, mine, handled=self.handled,
-                                                       window=self.window, record=True, index=index)
-                except BaseException:
-                    acks.setdefault(name, []).extend(mine)
-                    raise
-                left += got.skipped
-                self._note_left(name, got)
-                taken += got.jobs
-                count += len(got.jobs)
+            for attempt in range(2):
+                self.selection.probe_due(idle=False)
+                for level in self.selection.levels:
+                    if len(taken) >= want:
+                        break
+                    jobs, skipped = self._level(level, want - len(taken), acks)
+                    taken += jobs
+                    left += skipped
+                if taken or attempt or not self.selection.wake():
+                    break
             if acks:
                 self.acks.send(acks)
                 acks = {}
@@ -251,6 +281,87 @@ class Reserver:
         finally:
             self.acks.restore(acks)
         return self._full(self._buffer(taken, left, sent_at, record=True), want, free, room)
+
+    def _level(self, level: Level, want: int, acks: dict[str, list[bytes]]) -> tuple[list[ReservedJob], int]:
+        """Reserve from one level: its plan, then, while queues of it turned out empty and jobs are still
+        wanted, a new plan without them (a turn that found nothing passes to the next queue)."""
+        taken: list[ReservedJob] = []
+        skipped = 0
+        for _ in range(len(level.names) + 1):
+            jobs, left, short = self._plan_once(level, want - len(taken), acks)
+            taken += jobs
+            skipped += left
+            if not short or len(taken) >= want:
+                break
+        return taken, skipped
+
+    def _plan_once(self, level: Level, want: int,
+                   acks: dict[str, list[bytes]]) -> tuple[list[ReservedJob], int, bool]:
+        """One plan of a level (cut to the slots granted), one call per queue; the jobs, the members left
+        for PHP, and whether a queue of a ``--fair`` level gave fewer jobs than its turn."""
+        short = False
+        plan = [(name, n) for name, n in self.selection.plan(level, want) if name not in self._paused]
+        tokens: dict[str, list[str]] = {}
+        if plan and self.slots is not None:
+            plan, tokens = self.slots.acquire(plan)
+        taken: list[ReservedJob] = []
+        skipped = 0
+        try:
+            if level.fair and len(plan) > 1:
+                results = self._together(plan, acks)
+            else:
+                results = []
+                count = 0
+                for name, n in plan:
+                    n = min(n, want - count)
+                    if n <= 0:
+                        break
+                    mine = acks.pop(name, [])
+                    try:
+                        got = self.reserving.reserve_batch(name, n, mine, handled=self.handled, window=self.window,
+                                                           record=True, index=self.selection.position(name))
+                    except BaseException:
+                        acks.setdefault(name, []).extend(mine)
+                        raise
+                    results.append((name, n, got))
+                    count += len(got.jobs)
+            for name, n, got in results:
+                skipped += got.skipped
+                self._note_left(name, got)
+                self.selection.took(level, name, n, len(got.jobs))
+                short = short or (level.fair and len(got.jobs) < n)
+                if self.slots is not None:
+                    self.slots.assign(name, tokens.pop(name, []), [j.reserved for j in got.jobs])
+            taken = self.selection.interleave(level, [(name, got.jobs) for name, _, got in results])
+        finally:
+            if tokens and self.slots is not None:
+                self.slots.unused(tokens)
+        return taken, skipped, short
+
+    def _together(self, plan: list[tuple[str, int]],
+                  acks: dict[str, list[bytes]]) -> list[tuple[str, int, Reserved]]:
+        """The calls of a ``--fair`` level's turns in one pipelined round trip (each the batch reserve of its
+        queue, with that queue's acks). A call that failed is left out (its acks kept, to be sent again);
+        if none came back, the first fault is raised."""
+        mine = {name: acks.pop(name, []) for name, _ in plan}
+        try:
+            answers = self.reserving.reserve_batches([(name, n, mine[name]) for name, n in plan],
+                                                     handled=self.handled, window=self.window, record=True)
+        except BaseException:
+            for name, sent in mine.items():
+                acks.setdefault(name, []).extend(sent)
+            raise
+        results: list[tuple[str, int, Reserved]] = []
+        fault: Exception | None = None
+        for (name, n), got in zip(plan, answers, strict=True):
+            if isinstance(got, Exception):
+                acks.setdefault(name, []).extend(mine[name])  # maybe applied, maybe not: a ZREM twice is harmless
+                fault = fault or got
+            else:
+                results.append((name, n, got))
+        if fault is not None and not any(got.jobs for _, _, got in results):
+            raise fault
+        return results
 
     def _land(self, pending: PendingReserve, acks: list[bytes], want: int, free: int, room: int | None) -> Taken:
         """Read a batch asked for ahead (or along with a wait) and buffer it."""
@@ -276,9 +387,10 @@ class Reserver:
         within the prefetch budget: what is buffered plus what is asked for stays about ``prefetch_seconds``
         of measured work, the bound a SIGKILL can strand."""
         opts = self.options
-        if self._ahead is not None or not opts.prefetch or self.pace.average is None or len(self.queues) != 1:
+        name = self.selection.single
+        if self._ahead is not None or not opts.prefetch or self.pace.average is None or name is None \
+                or self.slots is not None:
             return
-        name = self.queues[0]
         try:
             self._read_paused()  # queue:pause is read before every reserve call, this one too
         except Exception:  # the next (synchronous) reserve meets the same fault and reports it
@@ -309,12 +421,12 @@ class Reserver:
         """``block_for``: ``BLPOP :notify`` as Laravel's pop does (only the first queue from 11.27 unless a
         later one had a job; every queue in turn before), then what came. No wait while jobs for PHP wait
         in the list: their tokens would end it at once, again and again."""
-        if self.queue.block_for is None or left_for_php:
+        if self.queue.block_for is None or left_for_php or self.selection.dynamic:
             return Taken(left_for_php=left_for_php)
         self.events.flush()
         self.leases.collect()
         self.acks.flush(force=True)
-        names = [name for index, name in enumerate(self.queues)
+        names = [name for index, name in enumerate(self.selection.names())
                  if name not in self._paused and self.queue.blocks_at(index)]
         try:
             if len(names) == 1:
@@ -412,6 +524,9 @@ class Reserver:
         for reserved in [b.job.reserved_job for b in self.buffer] + [item for item, _ in unreadable]:
             by_queue.setdefault(reserved.queue, []).append(reserved)
         self.buffer.clear()
+        if self.slots is not None:
+            self.slots.forget([r.reserved for jobs in by_queue.values() for r in jobs])
+            self.slots.flush()
         for name, jobs in by_queue.items():
             try:
                 given = self.reserving.give_back(name, jobs)
@@ -426,6 +541,14 @@ class Reserver:
         self.leases.collect()
         self.leases.renew_due()
         self.unstarted.renew_due()
+        if self.slots is not None:
+            self.slots.flush_due()
+            self.slots.renew_due()
+
+    def release_slots(self) -> None:
+        """At the stop, once running jobs are settled: their ``--max-per-queue`` slots go back now."""
+        if self.slots is not None:
+            self.slots.flush()
 
     def settle_replies(self) -> None:
         """Read the replies that still hold finished jobs' bodies here (a lease renewal sent as a job

@@ -35,6 +35,8 @@ from laraq.protocol.lua_laraq import unstarted_member
 from laraq.repeated import Repeated
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from laraq.protocol.acks import Acks
     from laraq.protocol.reserve import Reserving
     from laraq.worker.leases import Buffered
@@ -55,14 +57,14 @@ class Unstarted:
     """The unstarted records of the buffered jobs: removed at start, renewed while they wait."""
 
     def __init__(self, reserving: Reserving, acks: Acks, buffer: collections.deque[Buffered],
-                 queues: list[str] | None = None) -> None:
+                 queues: list[str] | Callable[[], list[str]] | None = None) -> None:
         self.reserving = reserving
         #: the unstarted lease in effect (seconds; 0: no records)
         self.lease = reserving.unstarted_seconds
         self.acks = acks
         self.buffer = buffer
         #: the queues whose dead workers' buffers this worker reclaims between reserves (see reclaim_due)
-        self.queues = list(queues or [])
+        self.queues = queues if callable(queues) else list(queues or [])
         self._reclaim_at = 0.0
         #: when (unix seconds) the next renewal of buffered records is due
         self._renew_at = math.inf
@@ -140,7 +142,7 @@ class Unstarted:
         if not lease or now < self._reclaim_at:
             return
         self._reclaim_at = now + lease / 2
-        for name in self.queues:
+        for name in self.queues() if callable(self.queues) else self.queues:
             try:
                 given = self.reserving.reclaim(name)
             except Exception:  # the next reserve call meets the same fault and reports it

@@ -46,6 +46,7 @@ from laraq.worker.executor import TICK, Executor
 from laraq.worker.notes import RunNotes
 from laraq.worker.process import Process
 from laraq.worker.reserver import Reserver, Taken
+from laraq.worker.selection import QueueSelection, Slots
 from laraq.worker.settle import Settle
 from laraq.worker.stoprules import Round, Stop, StopRules
 
@@ -104,8 +105,14 @@ class Worker:
         per_job = options.batch <= 1 or options.once
         self.acks = acks = Acks(queue, "sync" if per_job else options.acks)
         reserving = Reserving(queue, unstarted_lease=0.0 if options.acks == "batched" else options.unstarted_lease)
-        self.timers = Timers(queue, names)
-        self.reserver = reserver = Reserver(context, bridge, acks, reserving, self.timers)
+        #: which queues each reserve step asks, in what order (priority levels, patterns, --fair)
+        self.selection = QueueSelection(queue, names, fair=options.fair, weights=options.weights,
+                                        discover_every=options.discover_every)
+        self.slots = Slots(queue, options.max_per_queue, options.slot_lease) if options.max_per_queue > 0 else None
+        if self.slots is not None:
+            events.add(self.slots)
+        self.timers = Timers(queue, self.selection.names())  # a pattern's queues: once discovered
+        self.reserver = reserver = Reserver(context, bridge, acks, reserving, self.timers, self.selection, self.slots)
         self.settle = Settle(context, acks, reserving, bridge, reserver.next_start)
         self.processing = Process(context, bridge, self.settle, model_loader)
         self.executor = Executor(context, self.processing, bridge, acks, reserver.keep_alive, kill=kill,
@@ -300,6 +307,7 @@ class Worker:
         self.events.flush()
         self.reserver.give_back()
         await executor.drain()
+        self.reserver.release_slots()
         self.acks.drain()
         self._report_popped()
         if executor.kill_pending:
