@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -15,24 +16,29 @@ from laraq.cli.common import (
     emit_json,
     settings_options,
 )
+from laraq.cli.errors import LaraqError
 from laraq.cli.render import progress
 from laraq.cli.statefiles import open_private
 from laraq.config.settings import LaravelSettings, make_redis
 from laraq.logtext import visible
 from laraq.ops.failed_move import move_failed
-from laraq.ops.inspect import discover_prefixes, discover_queues
+from laraq.ops.inspect import discover_prefixes, discover_queues, identities_at, job_identity
 from laraq.ops.jsonl import remove_exported
 from laraq.ops.migrate import GIVE_SCRIPT, Transfer, TransferSummary, export_jobs, import_jobs
 from laraq.ops.move_checks import missing_source, spent_reserved
 from laraq.ops.stack import StackMove, known_classes
 from laraq.ops.transfers import (
+    PASSWORD_ENV,
     DestinationError,
     HeldElsewhere,
+    HeldTransfer,
     check_destination,
     deliver_held,
+    destination_fault,
     destination_identity,
     find_held,
     return_to_source,
+    written_at,
 )
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.versions import LaravelVersion
@@ -40,12 +46,17 @@ from laraq.stores.failed import make_failed_store
 
 # -- migrate -------------------------------------------------------------------------------------------------
 
-def _target_queue(ops: Ops, url: str | None, prefix: str | None, laravel: str | None, cluster: bool) -> RedisQueue:
+def _connect(url: str, password: str | None, cluster: bool = False) -> Any:
+    """A client for ``url``; ``password`` (``--to-password``/``LARAQ_TO_PASSWORD``) when the URL has none."""
+    extra = {"password": password} if password else {}
+    return redis.RedisCluster.from_url(url, **extra) if cluster else redis.Redis.from_url(url, **extra)
+
+
+def _target_queue(ops: Ops, url: str | None, prefix: str | None, laravel: str | None, cluster: bool,
+                  password: str | None = None) -> RedisQueue:
     version = laravel or str(ops.settings.version)
     try:
-        client = redis.Redis.from_url(url) if url else ops.queue.client
-        if cluster and url:
-            client = redis.RedisCluster.from_url(url)
+        client = _connect(url, password, cluster) if url else ops.queue.client
     except (ValueError, redis.RedisError) as exc:
         raise click.BadParameter(str(exc), param_hint="--to-url") from exc
     return RedisQueue(client, prefix=ops.queue.prefix if prefix is None else prefix, version=version,
@@ -66,7 +77,12 @@ def _recover_options(move: bool) -> Any:
 
     def wrap(f: Any) -> Any:
         f = click.option("--to-source", is_flag=True,
-                         help="With --recover: put the held jobs back in their source queue instead.")(f)
+                         help="With --recover: put the held jobs back in their source queue instead (those the "
+                              "destination already wrote stay there: it is read, at the journal's recorded URL or "
+                              "--to-url).")(f)
+        f = click.option("--unchecked", is_flag=True,
+                         help="With --recover --to-source: do not read the destination (it is gone for good); "
+                              "every held job goes back, even one it had written.")(f)
         return click.option("--recover", is_flag=True,
                             help="Finish every unfinished move of SOURCE (default: of every queue under the prefix): "
                                  "deliver the jobs held in its journal on to the destination given by --to-url/"
@@ -74,8 +90,52 @@ def _recover_options(move: bool) -> Any:
     return wrap
 
 
+def _among(ids: set[str]) -> Callable[[bytes], bool]:
+    """Whether a member's uuid/id is one of ``ids``."""
+    return lambda member: job_identity(member) in ids
+
+
+def _destination_error(exc: DestinationError) -> LaraqError:
+    """The CLI error of a destination fault: its message, and the exit code the same fault at the source gives."""
+    return LaraqError(str(exc), exc.exit_code)
+
+
+def _written_there(ops: Ops, held: HeldTransfer, target: RedisQueue, explicit: bool,
+                   password: str | None) -> set[str]:
+    """The journal tokens the held transfer's destination has written (see :func:`written_at`), read from
+    the destination given (``explicit``), else from the URL the journal recorded (password from
+    ``--to-password``/``LARAQ_TO_PASSWORD``). Raises :class:`DestinationError` when it cannot be read."""
+    meta = held.meta
+    where = held.dest_url() or "an unrecorded destination"
+    undo = ("; nothing was put back. Make the destination reachable (--to-url, and its password in --to-url or "
+            f"{PASSWORD_ENV}), or pass --unchecked to put every held job back (a job the destination already "
+            "wrote would then be on both sides)")
+    if explicit:
+        client = target.client
+        if meta.get("dest_ident") and meta["dest_ident"] != destination_identity(target):
+            raise DestinationError(f"the journal {held.key} belongs to a move to {where}, not "
+                                   f"{target.redacted_url()}" + undo)
+    elif meta.get("dest_ident") and meta["dest_ident"] == destination_identity(ops.queue):
+        client = ops.queue.client
+    elif held.dest_url():
+        try:
+            client = _connect(str(held.dest_url()), password, bool(meta.get("dest_cluster")))
+        except (ValueError, redis.RedisError) as exc:
+            raise DestinationError(f"cannot connect to the destination {where}: {exc}" + undo) from exc
+    else:
+        raise DestinationError(f"the journal {held.key} does not say where its move went, so laraq cannot see "
+                               "which held jobs the destination already wrote" + undo)
+    try:
+        return written_at(client, held)
+    except redis.RedisError as exc:
+        text, code = destination_fault(exc, where)
+        raise DestinationError(f"{text}; laraq reads it to see which held jobs it already wrote" + undo,
+                               code) from exc
+
+
 def _recover(ops: Ops, source: str | None, dest: str | None, target: RedisQueue, to_url: str | None,
-             to_source: bool, as_json: bool) -> None:
+             to_source: bool, as_json: bool, *, explicit: bool = False, password: str | None = None,
+             unchecked: bool = False) -> None:
     base = ops.queue.keys(source).base if source else None
     helds = find_held(ops.queue.client, ops.queue.prefix, source_base=base)
     if not helds:
@@ -86,7 +146,11 @@ def _recover(ops: Ops, source: str | None, dest: str | None, target: RedisQueue,
     for held in helds:
         name = held.source_queue(ops.queue.prefix)
         if to_source:
-            counts = return_to_source(ops.queue, held)
+            try:
+                written = None if unchecked else _written_there(ops, held, target, explicit, password)
+            except DestinationError as exc:
+                raise _destination_error(exc) from exc
+            counts, there = return_to_source(ops.queue, held, written)
             where = f"back to {ops.queue.redacted_url()} {held.source_base}"
         else:
             ident = destination_identity(target)
@@ -102,19 +166,32 @@ def _recover(ops: Ops, source: str | None, dest: str | None, target: RedisQueue,
                 raise click.UsageError("--recover needs the destination (--to-url/--to-prefix/DEST) or --to-source")
             try:
                 check_destination(target, dest_base)
-                counts = deliver_held(ops.queue, held, target, dest_base, target.client.register_script(GIVE_SCRIPT))
+                present = identities_at(target, [dest_name])
+                counts, there = deliver_held(ops.queue, held, target, dest_base,
+                                             target.client.register_script(GIVE_SCRIPT),
+                                             already=_among(present))
             except DestinationError as exc:
-                raise click.ClickException(str(exc)) from exc
+                raise _destination_error(exc) from exc
             except redis.RedisError as exc:
-                raise click.ClickException(f"the destination {target.redacted_url()} (--to-url) failed: {exc}; the "
-                                           f"jobs stay in {held.key}") from exc
+                text, code = destination_fault(exc, target.redacted_url())
+                raise LaraqError(f"{text}; the jobs stay in {held.key}", code) from exc
             where = f"on to {target.redacted_url()} {dest_base}"
+        already = sum(there.values())
         report.append({"journal": held.key, "queue": name, "held": held.jobs, "delivered": counts,
-                       "to": "source" if to_source else "destination"})
+                       "already_at_destination": there, "to": "source" if to_source else "destination",
+                       "destination_checked": not (to_source and unchecked)})
         if not as_json:
-            click.echo(f"recovered {sum(counts.values())} of {held.jobs} held job(s) of {name!r} {where}"
-                       + ("" if sum(counts.values()) == held.jobs else
-                          " (the others were already there: the destination had written them)"))
+            done = sum(counts.values())
+            line = f"recovered {done} of {held.jobs} held job(s) of {name!r} {where}"
+            if already:
+                line += (f"; {already} {'was' if already == 1 else 'were'} already at the destination (same "
+                         "uuid/id, or written there before the run was cut): left there, not "
+                         + ("put back" if to_source else "written twice"))
+            elif done != held.jobs:
+                line += " (the others were already there: the destination had written them)"
+            if to_source and unchecked:
+                line += "; the destination was not checked (--unchecked)"
+            click.echo(line)
     if as_json:
         emit_json({"recovered": report})
 
@@ -137,6 +214,9 @@ def _transfer_command(name: str, move: bool) -> click.Command:
     @click.argument("source", required=False)
     @click.argument("dest", required=False)
     @click.option("--to-url", default=None, help="Destination Redis URL (default: the same connection).")
+    @click.option("--to-password", default=None, envvar=PASSWORD_ENV, show_envvar=True,
+                  help="The destination's password when --to-url has none (the commands laraq prints read it "
+                       "from the environment).")
     @click.option("--to-prefix", default=None, help="Destination key prefix (default: the source prefix).")
     @click.option("--to-laravel", default=None, help="Destination Laravel version (key layout).")
     @click.option("--to-cluster", is_flag=True, help="Destination is a Redis Cluster (13.5+ hash tags).")
@@ -159,14 +239,16 @@ def _transfer_command(name: str, move: bool) -> click.Command:
     def command(ops: Ops, source: str | None, dest: str | None, to_url: str | None, to_prefix: str | None,
                 to_laravel: str | None, to_cluster: bool, states: tuple[str, ...], include_reserved: bool,
                 class_filter: str | None, all_queues: bool, to_schema: str | None, to_app: str | None,
-                include_unknown: bool, dry_run: bool, as_json: bool, allow_duplicates: bool = False,
-                recover: bool = False, to_source: bool = False) -> None:
-        target = _target_queue(ops, to_url, to_prefix, to_laravel, to_cluster)
+                include_unknown: bool, dry_run: bool, as_json: bool, to_password: str | None,
+                allow_duplicates: bool = False, recover: bool = False, to_source: bool = False,
+                unchecked: bool = False) -> None:
+        target = _target_queue(ops, to_url, to_prefix, to_laravel, to_cluster, to_password)
         if recover:
-            _recover(ops, source, dest, target, to_url, to_source, as_json)
+            _recover(ops, source, dest, target, to_url, to_source, as_json,
+                     explicit=bool(to_url or to_prefix is not None), password=to_password, unchecked=unchecked)
             return
-        if to_source:
-            raise click.UsageError("--to-source goes with --recover")
+        if to_source or unchecked:
+            raise click.UsageError("--to-source and --unchecked go with --recover")
         chosen = tuple(states) or ("pending", "delayed")
         if include_reserved and "reserved" not in chosen:
             chosen += ("reserved",)
@@ -190,7 +272,9 @@ def _transfer_command(name: str, move: bool) -> click.Command:
         try:
             transfer.preflight()
             summary = _run_transfer(transfer, verb, move, dry_run, as_json)
-        except (DestinationError, HeldElsewhere) as exc:
+        except DestinationError as exc:
+            raise _destination_error(exc) from exc
+        except HeldElsewhere as exc:
             raise click.ClickException(str(exc)) from exc
         if as_json:
             emit_json(summary.to_dict())
@@ -235,7 +319,9 @@ def _stack(ops: Ops, target: RedisQueue, names: list[str], dest: str | None, *, 
             raise click.ClickException("\n".join(missing))
     try:
         stack.preflight()
-    except (DestinationError, HeldElsewhere) as exc:
+    except DestinationError as exc:
+        raise _destination_error(exc) from exc
+    except HeldElsewhere as exc:
         raise click.ClickException(str(exc)) from exc
     refused = stack.incompatible()
     if refused:
@@ -250,7 +336,7 @@ def _stack(ops: Ops, target: RedisQueue, names: list[str], dest: str | None, *, 
         with progress(stack.count(), "moving" if move else "copying", enabled=not as_json and not dry_run) as bar:
             report = stack.run(progress=bar.update, dry_run=dry_run)
     except DestinationError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise _destination_error(exc) from exc
     if as_json:
         emit_json(report.to_dict())
     else:
@@ -429,7 +515,7 @@ def move_failed_cmd(ops: Ops, from_table: str | None, to_env_file: str | None, t
             check_destination(dest_queue, dest_queue.prefix + "queues:failed-move",
                               "--to-url" if to_url else "--to-env-file")
         except DestinationError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise _destination_error(exc) from exc
         where = f"{dest_queue.redacted_url()} prefix {dest_queue.prefix!r}"
     else:
         try:

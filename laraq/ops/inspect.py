@@ -33,7 +33,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, TypeVar
@@ -45,6 +45,7 @@ from laraq.protocol.queue import Excerpt, RedisQueue, excerpts_from, member_fiel
 from laraq.protocol.serializer import PHPEnum, PHPObject, PHPReference, PHPSerializeError, loads
 
 __all__ = [
+    "identities_at",
     "NAME_LIMIT",
     "STATES",
     "SUFFIXES",
@@ -498,6 +499,33 @@ def job_identity(member: bytes) -> str:
             if isinstance(data.get(name), str | int) and data.get(name) not in ("", None):
                 return f"{name}:{data[name]}"
     return "sha1:" + hashlib.sha1(member).hexdigest()
+
+
+def identities_at(queue: RedisQueue, names: Iterable[str] = (), *, everywhere: bool = True,
+                  exclude: Iterable[str] = ()) -> set[str]:
+    """The :func:`job_identity` of every job waiting, delayed or reserved in the queues ``names`` and, with
+    ``everywhere``, in every queue under ``queue``'s prefix; queues whose key base is in ``exclude`` (the
+    source of a move on the same server) are not read.
+
+    What ``copy``, ``move``, ``move --recover`` and ``import`` compare against, so that no job id is
+    written twice to one server: a job already there, in any queue and any state, is skipped."""
+    wanted = list(dict.fromkeys([*names, *(discover_queues(queue.client, queue.prefix) if everywhere else [])]))
+    skip = set(exclude)
+    found: set[str] = set()
+    for name in wanted:
+        keys = queue.keys(name)
+        if keys.base in skip:
+            continue
+        for key, kind in ((keys.list, "list"), (keys.delayed, "zset"), (keys.reserved, "zset")):
+            start = 0
+            while True:
+                chunk = (list_members(queue.client, key, start, start + 999) if kind == "list"
+                         else [m for m, _ in scored_members(queue.client, key, start, start + 999)])
+                found.update(job_identity(m) for m in chunk)
+                if len(chunk) < 1000:
+                    break
+                start += 1000
+    return found
 
 
 def list_members(client: Any, key: str, start: int, end: int) -> list[bytes]:

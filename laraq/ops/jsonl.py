@@ -18,7 +18,7 @@ from typing import IO, Any
 
 import redis
 
-from laraq.ops.inspect import iter_members, job_identity, list_members, scored_members
+from laraq.ops.inspect import identities_at, iter_members, job_identity
 from laraq.ops.transfers import TRANSFER_MARK
 from laraq.protocol.phpjson import json_loads
 from laraq.protocol.queue import RedisQueue
@@ -117,21 +117,6 @@ def _remembered_key(target: RedisQueue, queue: str) -> str:
     return target.keys(queue).base + TRANSFER_MARK + "imported"
 
 
-def _present(target: RedisQueue, queue: str) -> set[str]:
-    keys = target.keys(queue)
-    found: set[str] = set()
-    for key, kind in ((keys.list, "list"), (keys.delayed, "zset"), (keys.reserved, "zset")):
-        start = 0
-        while True:
-            chunk = (list_members(target.client, key, start, start + 999) if kind == "list"
-                     else [m for m, _ in scored_members(target.client, key, start, start + 999)])
-            found.update(job_identity(m) for m in chunk)
-            if len(chunk) < 1000:
-                break
-            start += 1000
-    return found
-
-
 def import_jobs(target: RedisQueue, stream: Iterable[str | bytes], *, queue: str | None = None,
                 reserved_as: str = "pending", progress: Callable[[int], Any] | None = None,
                 allow_duplicates: bool = False, remember: int = REMEMBER_SECONDS) -> dict[str, int]:
@@ -145,7 +130,7 @@ def import_jobs(target: RedisQueue, stream: Iterable[str | bytes], *, queue: str
     gone), ``reserved`` or ``skip``. ``progress(1)`` is called for every line read.
 
     Idempotent, like ``copy``: a job whose uuid/id (:func:`~laraq.ops.inspect.job_identity`) is at the
-    destination in any state, or was written by an earlier import into that queue (remembered in
+    destination in any queue under its prefix and any state (:func:`~laraq.ops.inspect.identities_at`), or was written by an earlier import into that queue (remembered in
     ``<queue>:laraq-transfer:imported`` for ``remember`` seconds, so a job a worker already ran is not
     imported again), or comes twice in the file, is counted in ``existing`` and not written, unless
     ``allow_duplicates``. The remembered set is written in the same transaction as the jobs and
@@ -185,12 +170,15 @@ def _write_group(target: RedisQueue, group: list[_Entry], allow_duplicates: bool
                 if allow_duplicates:
                     chosen = [(e, "") for e in group]
                 else:
-                    seen = {name: _present(target, name) | {_text(m) for m in target.client.smembers(marks[name])} for name in queues}
+                    # one server: a job already in any of its queues (under the prefix) is not written again
+                    seen = identities_at(target, queues)
+                    for name in queues:
+                        seen.update(_text(m) for m in target.client.smembers(marks[name]))
                     for entry in group:
                         ident = job_identity(entry.member)
-                        if ident in seen[entry.queue]:
+                        if ident in seen:
                             continue
-                        seen[entry.queue].add(ident)
+                        seen.add(ident)
                         chosen.append((entry, ident))
                 pipe.multi()
                 for entry, ident in chosen:

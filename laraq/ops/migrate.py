@@ -51,7 +51,7 @@ from typing import Any, cast
 
 import redis
 
-from laraq.ops.inspect import JobView, _matches, job_identity, list_members, scored_members
+from laraq.ops.inspect import JobView, _matches, identities_at, job_identity, list_members, scored_members
 from laraq.ops.jsonl import ImportLineError, export_jobs, import_jobs
 from laraq.ops.transfer_report import TransferSummary, _count
 from laraq.ops.transfers import (
@@ -63,6 +63,7 @@ from laraq.ops.transfers import (
     HeldTransfer,
     check_destination,
     deliver_held,
+    destination_fault,
     destination_identity,
     find_held,
 )
@@ -104,6 +105,13 @@ else
   redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
 end
 return 1
+"""
+
+# A member of a move that is already at the destination: removed from the source only. KEYS: 1 src,
+# 2 src notify. ARGV: 1 src kind, 2 member.
+_DROP = _REMOVE_FROM_SOURCE + """\
+if remove_from_source(ARGV[1], KEYS[1], KEYS[2], ARGV[2]) then return 1 end
+return 0
 """
 
 # Source side of a cross-server move. KEYS: 1 src, 2 src notify, 3 journal.
@@ -223,7 +231,8 @@ class Transfer:
         #: members this transfer leaves in the source whatever the filter says (e.g. classes the destination lacks)
         self.keep: Callable[[bytes], bool] | None = None
         self.batch = batch
-        self.dedupe = not move and not allow_duplicates
+        #: skip jobs whose uuid/id is already at the destination (a move removes them from the source)
+        self.dedupe = not allow_duplicates
         self.src_keys = source.keys(self.source_name)
         self.dst_keys = dest.keys(self.dest_name)
         self.local = _same_connection(source.client, dest.client) and not (source.cluster or dest.cluster)
@@ -247,6 +256,7 @@ class Transfer:
         self.marker_key = self.dst_keys.base + TRANSFER_MARK + self.id + ":done"
         self._local = source.client.register_script(_LOCAL)
         self._take = source.client.register_script(_TAKE)
+        self._drop = source.client.register_script(_DROP)
         self._give = dest.client.register_script(_GIVE)
         self._arrived: Counter[tuple[str, str]] = Counter()
         self._arrived_ident: dict[str, str] = {}
@@ -344,10 +354,14 @@ class Transfer:
         return (m for m in self._scan(self.source.client, self.src_keys, state) if self._wanted(m, state))
 
     def destination_ids(self) -> set[str]:
-        """The identities (:func:`job_identity`) of every job at the destination, ready, delayed or reserved."""
+        """The identities (:func:`job_identity`) of every job at the destination server, in the destination
+        queue or any other under its prefix, ready, delayed or reserved (never the source queue itself).
+
+        Read once per run. A copy adds what it writes; a move does not (two identical members at the
+        source are two jobs, and both move)."""
         if self._dest_ids is None:
-            self._dest_ids = {job_identity(m) for state in ("pending", "delayed", "reserved")
-                              for m in self._scan(self.dest.client, self.dst_keys, state)}
+            self._dest_ids = identities_at(self.dest, [self.dest_name],
+                                           exclude=[self.src_keys.base] if self.local else [])
         return self._dest_ids
 
     def _left_reserved(self, summary: TransferSummary) -> None:
@@ -377,7 +391,8 @@ class Transfer:
                     if ident in seen:
                         summary.existing[state] += 1
                         continue
-                    seen.add(ident)
+                    if not self.move:
+                        seen.add(ident)
                 summary.transferred[state] += 1
         self._left_reserved(summary)
         return summary
@@ -446,6 +461,8 @@ class Transfer:
                     stayed = True
                 elif self.dedupe and job_identity(member) in self.destination_ids():
                     existing += 1
+                    if self.move:  # the destination has this job: the move leaves it there, once
+                        self._drop(keys=[_key(self.src_keys, state), self.src_keys.notify], args=[_kind(state), member])
                 else:
                     digest = _hash(member)
                     occurrences[digest] += 1
@@ -453,7 +470,7 @@ class Transfer:
                         moved += 1
                         self._arrived[(state, digest)] += 1
                         self._arrived_ident[digest] = job_identity(member)
-                        if self.dedupe:
+                        if self.dedupe and not self.move:
                             self.destination_ids().add(job_identity(member))
                 if progress is not None:
                     progress(1)
@@ -493,33 +510,46 @@ class Transfer:
             raise self._destination_failed(exc, held) from exc
 
     def _destination_failed(self, exc: Exception, held: bool) -> DestinationError:
-        message = f"the destination {self.dest.redacted_url()} (--to-url) failed: {type(exc).__name__}: {exc}"
+        text, code = destination_fault(exc, self.dest.redacted_url())
+        delivered = sum(self._arrived.values())
+        message = (f"{text}; this run had {'moved' if self.move else 'copied'} {delivered} job(s) there before "
+                   "it failed (they stay there)")
         if held or (self.move and self._journal_entries()):
             source_prefix = self.source.prefix
             message += (f"; the job(s) taken are held on the source in {self.journal_key} (no worker runs them "
                         "there): re-run the same command once the destination is back, or `laraq move --recover "
                         f"{self.source_name} --prefix {source_prefix} --to-source` to put them back")
-        return DestinationError(message)
+        else:
+            message += "; re-run the same command once the destination is back: it goes on from there"
+        return DestinationError(message, code)
 
     def recover(self, summary: TransferSummary | None = None) -> int:
         """Deliver the members an interrupted run had taken from the source but not finished, including
         those of journals :meth:`preflight` adopted (same source queue, same destination)."""
         adopted = 0
+        ids = self.destination_ids() if self.dedupe else set()
         for held in self._adopted:
             try:
-                done = deliver_held(self.source, held, self.dest, self.dst_keys.base, self._give)
+                done, present = deliver_held(self.source, held, self.dest, self.dst_keys.base, self._give,
+                                             already=lambda m: job_identity(m) in ids)
             except redis.RedisError as exc:
                 raise self._destination_failed(exc, True) from exc
             adopted += held.jobs
             if summary is not None:
                 for state, n in done.items():
                     summary.transferred[state] = summary.transferred.get(state, 0) + n
+                for state, n in present.items():
+                    summary.existing[state] = summary.existing.get(state, 0) + n
         self._adopted = []
         entries = self._journal_entries()
         for token, entry in entries.items():
             state_b, score_b, member = entry.split(b"\n", 2)
             state = state_b.decode()
-            if self._deliver(state, member, score_b.decode(), token.decode()):
+            if job_identity(member) in ids:
+                # already at the destination (written by the interrupted run, or there before): not twice
+                if summary is not None:
+                    summary.existing[state] = summary.existing.get(state, 0) + 1
+            elif self._deliver(state, member, score_b.decode(), token.decode()):
                 self._arrived[(state, _hash(member))] += 1
                 self._arrived_ident[_hash(member)] = job_identity(member)
                 if summary is not None:
