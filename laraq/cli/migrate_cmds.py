@@ -37,6 +37,7 @@ from laraq.ops.transfers import (
     destination_fault,
     destination_identity,
     find_held,
+    forget_marker,
     return_to_source,
     written_at,
 )
@@ -101,10 +102,11 @@ def _destination_error(exc: DestinationError) -> LaraqError:
 
 
 def _written_there(ops: Ops, held: HeldTransfer, target: RedisQueue, explicit: bool,
-                   password: str | None) -> set[str]:
+                   password: str | None) -> tuple[Any, set[str]]:
     """The journal tokens the held transfer's destination has written (see :func:`written_at`), read from
     the destination given (``explicit``), else from the URL the journal recorded (password from
-    ``--to-password``/``LARAQ_TO_PASSWORD``). Raises :class:`DestinationError` when it cannot be read."""
+    ``--to-password``/``LARAQ_TO_PASSWORD``), with the client that read it. Raises :class:`DestinationError`
+    when it cannot be read."""
     meta = held.meta
     where = held.dest_url() or "an unrecorded destination"
     undo = ("; nothing was put back. Make the destination reachable (--to-url, and its password in --to-url or "
@@ -126,7 +128,7 @@ def _written_there(ops: Ops, held: HeldTransfer, target: RedisQueue, explicit: b
         raise DestinationError(f"the journal {held.key} does not say where its move went, so laraq cannot see "
                                "which held jobs the destination already wrote" + undo)
     try:
-        return written_at(client, held)
+        return client, written_at(client, held)
     except redis.RedisError as exc:
         text, code = destination_fault(exc, where)
         raise DestinationError(f"{text}; laraq reads it to see which held jobs it already wrote" + undo,
@@ -147,10 +149,13 @@ def _recover(ops: Ops, source: str | None, dest: str | None, target: RedisQueue,
         name = held.source_queue(ops.queue.prefix)
         if to_source:
             try:
-                written = None if unchecked else _written_there(ops, held, target, explicit, password)
+                checker, written = (None, None) if unchecked else _written_there(ops, held, target, explicit,
+                                                                                  password)
             except DestinationError as exc:
                 raise _destination_error(exc) from exc
             counts, there = return_to_source(ops.queue, held, written)
+            if checker is not None:
+                forget_marker(ops.queue.client, checker, held)
             where = f"back to {ops.queue.redacted_url()} {held.source_base}"
         else:
             ident = destination_identity(target)

@@ -368,8 +368,11 @@ class Transfer:
         """Count (and name the first few of) the reserved members this transfer leaves in the source."""
         if "reserved" in self.states:
             return
-        left = [m for m in self._scan(self.source.client, self.src_keys, "reserved") if self._wanted(m, "reserved")]
+        now = time.time()
+        scored = scored_members(self.source.client, self.src_keys.reserved, 0, -1)
+        left = [m for m, _ in scored if self._wanted(m, "reserved")]
         summary.left_reserved = len(left)
+        summary.left_reserved_expired = sum(1 for m, score in scored if score <= now and self._wanted(m, "reserved"))
         for member in left[:5]:
             view = JobView.from_member(self.source_name, "reserved", member, with_properties=False)
             summary.left_reserved_jobs.append(f"{view.name or '?'} {view.uuid or view.id or _hash(member)[:12]}")

@@ -39,6 +39,8 @@ class TransferSummary:
     existing: dict[str, int] = field(default_factory=dict)
     verified: dict[str, int] | None = None
     left_reserved: int = 0
+    #: of ``left_reserved``, how many have a reservation that has already expired (score in the past)
+    left_reserved_expired: int = 0
     #: ``Class uuid`` of the first reserved members left (at most 5), to name them.
     left_reserved_jobs: list[str] = field(default_factory=list)
     retry_after: int | None = None
@@ -51,7 +53,8 @@ class TransferSummary:
         return {"mode": self.mode, "source": self.source, "destination": self.destination,
                 "transferred": self.transferred, "verified_at_destination": self.verified,
                 "skipped_by_filter": self.skipped, "already_at_destination": self.existing,
-                "left_reserved": self.left_reserved, "left_reserved_jobs": self.left_reserved_jobs,
+                "left_reserved": self.left_reserved, "left_reserved_expired": self.left_reserved_expired,
+                "left_reserved_jobs": self.left_reserved_jobs,
                 "recovered": self.recovered, "reserved_at_destination": self.running_there,
                 "warnings": self.warnings}
 
@@ -77,7 +80,11 @@ class TransferSummary:
                 lines.append(line)
         if self.recovered:
             lines.append(f"  {self.recovered} of them were recovered from an interrupted run")
-        if _count(self.existing):
+        if _count(self.existing) and self.mode == "move":
+            lines.append(f"  {_count(self.existing)} {'are' if dry_run else 'were'} already at the destination (a job "
+                         f"with the same uuid/id is there: {_parts(self.existing)}): not written again, "
+                         f"{'would be ' if dry_run else ''}removed from the source, so each is in one place once")
+        elif _count(self.existing):
             lines.append(f"  {_count(self.existing)} {'would be' if dry_run else 'were'} skipped: a job with the same "
                          f"uuid/id is already at the destination ({_parts(self.existing)}); "
                          "--allow-duplicates copies them anyway")
@@ -87,7 +94,17 @@ class TransferSummary:
             wait = f"{self.retry_after} s" if self.retry_after is not None else "its timeout"
             named = ", ".join(self.left_reserved_jobs) + (", ..." if self.left_reserved > len(self.left_reserved_jobs)
                                                           else "")
-            lines.append(f"  {self.left_reserved} reserved jobs left in the source (workers are running them: "
-                         f"{named}): --include-reserved takes them too, or re-run after retry_after ({wait}), "
-                         "when the unfinished ones are back in the queue")
+            running = self.left_reserved - self.left_reserved_expired
+            if not running:
+                lines.append(f"  {self.left_reserved} reserved jobs left in the source ({named}) whose reservations "
+                             "have all expired: no worker is running them, and only a worker of the source puts "
+                             "them back in the queue (at its next pop); with none left there, --include-reserved "
+                             "takes them")
+            else:
+                expired = (f"; {self.left_reserved_expired} of them have expired reservations (a worker of the "
+                           "source puts those back at its next pop, or --include-reserved takes them)"
+                           if self.left_reserved_expired else "")
+                lines.append(f"  {self.left_reserved} reserved jobs left in the source (workers may be running "
+                             f"them: {named}): --include-reserved takes them too, or re-run after retry_after "
+                             f"({wait}), when the unfinished ones are back in the queue{expired}")
         return "\n".join(lines)

@@ -37,7 +37,7 @@ from laraq.protocol.queue import RedisQueue
 
 __all__ = ["META", "PASSWORD_ENV", "SEQ", "TRANSFER_MARK", "DestinationError", "HeldElsewhere", "HeldTransfer", "check_destination",
            "destination_fault", "held_findings", "journal_members",
-           "deliver_held", "destination_identity", "find_held", "held_report", "return_to_source", "written_at"]
+           "deliver_held", "destination_identity", "find_held", "held_report", "forget_marker", "return_to_source", "written_at"]
 
 #: Infix of laraq's transfer bookkeeping keys (skipped by queue discovery).
 TRANSFER_MARK = ":laraq-transfer:"
@@ -275,11 +275,20 @@ def _drop_if_empty(client: Any, key: str) -> None:
         client.delete(key)
 
 
+def _marker(held: HeldTransfer) -> str:
+    return str(held.meta.get("dest_base") or "") + TRANSFER_MARK + held.transfer_id + ":done"
+
+
 def written_at(dest: Any, held: HeldTransfer) -> set[str]:
     """The journal tokens the destination (a client of the journal's own destination) has written: its
     done-marker set. A job whose token is there was delivered; only its journal entry was left."""
-    marker = str(held.meta.get("dest_base") or "") + TRANSFER_MARK + held.transfer_id + ":done"
-    return {_text(t) for t in dest.smembers(marker)}
+    return {_text(t) for t in dest.smembers(_marker(held))}
+
+
+def forget_marker(source: Any, dest: Any, held: HeldTransfer) -> None:
+    """Once the journal is gone from ``source``, delete its done-marker at ``dest``."""
+    if not source.exists(held.key):
+        dest.delete(_marker(held))
 
 
 def return_to_source(source: RedisQueue, held: HeldTransfer,
