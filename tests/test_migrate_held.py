@@ -105,11 +105,11 @@ def test_status_doctor_and_recover_on_to_the_destination(redis_client, other_ser
     src = RedisQueue(redis_client, prefix=PREFIX, version="12.67")
     dst = RedisQueue(other_server.client(), prefix="new_", version="13")
     member = hold_one(src, dst)
-    status = json.loads(invoke(env, "status", "--sample", "0", "--json").output)
+    status = json.loads(invoke(env, "status", "--sample", "0", "--json", code=1).output)
     [held] = status["transfers"]
     assert held["jobs"] == 1 and held["queue"] == "default" and held["age_seconds"] is not None
     assert "--recover" in held["finish"] and "--to-prefix new_" in held["finish"] and "--to-source" in held["undo"]
-    text = invoke(env, "status", "--sample", "0").output
+    text = invoke(env, "status", "--sample", "0", code=1).output
     assert "1 job(s) of queue 'default' held by an unfinished move" in text
     uuid = json.loads(member)["uuid"]
     [shown] = json.loads(invoke(env, "show", uuid, "--json", "--no-failed").stdout)

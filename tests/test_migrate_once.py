@@ -105,7 +105,7 @@ def test_undo_leaves_at_the_destination_a_job_it_already_wrote(redis_client, oth
     [held] = find_held(redis_client, PREFIX)
     undo = held.undo_command(PREFIX)
     assert "***" not in undo and "pw" not in undo and f"127.0.0.1:{other_server.port}" in undo
-    status = json.loads(invoke(env, "status", "--sample", "0", "--json").output)
+    status = json.loads(invoke(env, "status", "--sample", "0", "--json", code=1).output)
     assert status["transfers"][0]["password_env"] == PASSWORD_ENV
     # without the password the undo refuses, naming where the password goes, and puts nothing back
     args = undo.split()[1:]

@@ -171,7 +171,7 @@ def _show_one(v: JobView, full: bool) -> None:
     pairs = [(key, d[key]) for key in (
         "queue", "state", "connection", "failed_id", "failed_at", "name", "job", "uuid", "id", "attempts",
         "max_tries", "backoff", "timeout", "retry_until", "created_at", "available_at", "reserved_until",
-        "encrypted", "error", "held_in", "taken_from", "finish", "undo",
+        "encrypted", "error", "held_in", "taken_from", "destination", "finish", "undo", "note",
     ) if d.get(key) is not None]
     view = v.properties if v.properties is not None else v.data
     label = "properties" if v.properties is not None else "data"

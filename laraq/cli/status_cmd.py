@@ -249,7 +249,8 @@ def status_cmd(ops: Ops, queues: tuple[str, ...], sample: float, max_size: int |
     """Sizes, ages, failed count, paused state, pickup rate and wait estimate of QUEUES (default: every
     queue found under the prefix, via SCAN), like queue:monitor.
 
-    Exit codes: 0, or 1 when --max is given and a queue is at or over it."""
+    Exit codes: 0, or 1 when --max is given and a queue is at or over it, or when an unfinished move holds
+    jobs of these queues (listed with the commands that finish or undo it)."""
     asked = list(queues)
     if reserved:
         show_reserved(ops, asked, as_json)
@@ -264,7 +265,7 @@ def status_cmd(ops: Ops, queues: tuple[str, ...], sample: float, max_size: int |
                 time.sleep(sample)
         snap = snapshot(ops, asked, marks, max_size=max_size)
         _emit(snap, as_json)
-        if snap.alerting:
+        if snap.alerting or snap.transfers:
             sys.exit(EXIT_ERROR)
         return
     marks = None  # the first frame has nothing to measure against yet
@@ -285,7 +286,7 @@ def status_cmd(ops: Ops, queues: tuple[str, ...], sample: float, max_size: int |
             time.sleep(interval)
     except KeyboardInterrupt:
         pass
-    if snap is not None and snap.alerting:
+    if snap is not None and (snap.alerting or snap.transfers):
         sys.exit(EXIT_ERROR)
 
 

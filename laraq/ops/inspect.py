@@ -666,7 +666,11 @@ def _find_held(queue: RedisQueue, ident: str, needle: bytes, queues: list[str] |
             view = JobView.from_member(name, "held", member, score, encrypter=encrypter, max_elements=max_elements)
             if ident in (view.id, view.uuid):
                 view.extra = {"held_in": held.key, "taken_from": state,
-                              "finish": held.finish_command(queue.prefix), "undo": held.undo_command(queue.prefix)}
+                              "destination": f"{held.dest_url() or 'unrecorded'} {held.meta.get('dest_base') or ''}",
+                              "finish": held.finish_command(queue.prefix), "undo": held.undo_command(queue.prefix),
+                              "note": "the destination may already have this job (a move cut between its two "
+                                      "writes): finish does not write it twice, and undo reads the destination "
+                                      "and leaves it there rather than put it back" + held.password_note()}
                 out.append(view)
     return out
 
