@@ -31,8 +31,8 @@ def _job_rows(views: Sequence[JobView]) -> None:
         rows.append((v.index, v.state, v.name or ("<" + _short(v.error or "?", quote=False) + ">"), v.attempts,
                      v.uuid, when, props))
     print_table([Column("#", justify="right", no_wrap=True), Column("state", no_wrap=True),
-                 Column("job", overflow="fold"), Column("attempts", justify="right", no_wrap=True),
-                 Column("uuid", overflow="fold"), Column("at (UTC)", no_wrap=True),
+                 Column("job", key=True), Column("attempts", justify="right", no_wrap=True),
+                 Column("uuid", key=True, whole=True), Column("at (UTC)", whole=True),
                  Column("properties", overflow="fold")], rows)
 
 

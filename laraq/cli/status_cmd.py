@@ -210,7 +210,7 @@ def render(snap: Snapshot) -> None:
             rows.append(row)
         headers = ["pending", "delayed", "reserved", "oldest", "due", "expired", "poison", "failed", "paused",
                    "rate", "wait"] + (["status"] if snap.max is not None else [])
-        print_table([Column("queue", overflow="fold"), *(Column(h, justify="right", no_wrap=True) for h in headers)],
+        print_table([Column("queue", key=True), *(Column(h, justify="right", no_wrap=True) for h in headers)],
                     rows)
     if snap.transfers:
         click.echo("unfinished transfers (no worker runs a held job):")
