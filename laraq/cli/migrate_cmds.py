@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -19,9 +20,11 @@ from laraq.cli.common import (
 from laraq.cli.errors import LaraqError
 from laraq.cli.render import progress
 from laraq.cli.statefiles import open_private
+from laraq.config.faults import explain, one_line
 from laraq.config.settings import LaravelSettings, make_redis
+from laraq.exitcodes import EXIT_ERROR
 from laraq.logtext import visible
-from laraq.ops.failed_move import move_failed
+from laraq.ops.failed_move import DestinationFailed, move_failed
 from laraq.ops.inspect import discover_prefixes, discover_queues, identities_at, job_identity
 from laraq.ops.jsonl import remove_exported
 from laraq.ops.migrate import GIVE_SCRIPT, Transfer, TransferSummary, export_jobs, import_jobs
@@ -254,6 +257,8 @@ def _transfer_command(name: str, move: bool) -> click.Command:
             return
         if to_source or unchecked:
             raise click.UsageError("--to-source and --unchecked go with --recover")
+        # another app (server, prefix or Laravel): the report says whether its classes were looked at
+        other_app = bool(to_url or to_prefix is not None or to_laravel)
         chosen = tuple(states) or ("pending", "delayed")
         if include_reserved and "reserved" not in chosen:
             chosen += ("reserved",)
@@ -261,7 +266,7 @@ def _transfer_command(name: str, move: bool) -> click.Command:
         if all_queues or len(names) > 1 or to_schema or to_app:
             _stack(ops, target, names, dest, move=move, states=chosen, class_filter=class_filter,
                    allow_duplicates=allow_duplicates, all_queues=all_queues, to_schema=to_schema, to_app=to_app,
-                   include_unknown=include_unknown, dry_run=dry_run, as_json=as_json)
+                   include_unknown=include_unknown, dry_run=dry_run, as_json=as_json, other_app=other_app)
             return
         if source is None:
             raise click.UsageError("missing argument SOURCE (or --all-queues)")
@@ -277,6 +282,8 @@ def _transfer_command(name: str, move: bool) -> click.Command:
         try:
             transfer.preflight()
             summary = _run_transfer(transfer, verb, move, dry_run, as_json)
+            if other_app:
+                summary.classes_checked = False
         except DestinationError as exc:
             raise _destination_error(exc) from exc
         except HeldElsewhere as exc:
@@ -291,7 +298,7 @@ def _transfer_command(name: str, move: bool) -> click.Command:
 
 def _stack(ops: Ops, target: RedisQueue, names: list[str], dest: str | None, *, move: bool, states: tuple[str, ...],
            class_filter: str | None, allow_duplicates: bool, all_queues: bool, to_schema: str | None,
-           to_app: str | None, include_unknown: bool, dry_run: bool, as_json: bool) -> None:
+           to_app: str | None, include_unknown: bool, dry_run: bool, as_json: bool, other_app: bool = False) -> None:
     """Several queues (or every queue under the prefix) in one command, checked together, one report."""
     if dest:
         raise click.UsageError("DEST goes with a single SOURCE queue: a stack move keeps each queue's name "
@@ -316,6 +323,7 @@ def _stack(ops: Ops, target: RedisQueue, names: list[str], dest: str | None, *, 
     try:
         stack = StackMove(ops.queue, target, names, move=move, states=states, class_filter=class_filter,
                           allow_duplicates=allow_duplicates, known=known, include_unknown=include_unknown)
+        stack.report.classes_checked = True if known is not None else (False if other_app else None)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     if not all_queues:
@@ -456,6 +464,15 @@ def remove_exported_cmd(ops: Ops, path: str, force: bool) -> None:
                "(taken by a worker, or changed since the export)")
 
 
+def _failed_store_name(settings: LaravelSettings) -> str:
+    """``database-uuids table 'failed_jobs' in sqlite:/path/db.sqlite``: which store, in which database."""
+    name = f"{settings.failed_driver} table {settings.failed_table!r}"
+    if settings.failed_driver in ("database", "database-uuids"):
+        with contextlib.suppress(KeyError, ValueError):
+            name += f" in {settings.database(settings.failed_database).describe()}"
+    return name
+
+
 def _dest_settings(ops: Ops, env_file: str | None, laravel: str | None, table: str | None) -> LaravelSettings:
     settings = ops.settings
     if env_file:
@@ -523,18 +540,24 @@ def move_failed_cmd(ops: Ops, from_table: str | None, to_env_file: str | None, t
             raise _destination_error(exc) from exc
         where = f"{dest_queue.redacted_url()} prefix {dest_queue.prefix!r}"
     else:
+        where = _failed_store_name(dest_settings)
         try:
             dest_store = make_failed_store(dest_settings)
             if hasattr(dest_store, "ensure_table"):
                 dest_store.ensure_table()  # create table if not exists, as Laravel's migration would
         except Exception as exc:
-            raise click.ClickException(f"cannot open the destination failed-job store "
-                                       f"({'--to-env-file' if to_env_file else '--to-table'}): {exc}") from exc
-        where = f"{dest_settings.failed_driver} table {dest_settings.failed_table!r}"
-    summary = move_failed(source, dest_store=dest_store, dest_queue=dest_queue, dest_version=dest_settings.version,
-                          source_name=f"{source_settings.failed_driver} table {source_settings.failed_table!r}",
-                          dest_name=where, queues=queues, class_filter=class_filter, copy=copy,
-                          connection=connection, dry_run=dry_run, encrypter=ops.encrypter)
+            explained = explain(exc)
+            option = "--to-env-file" if to_env_file else "--to-table"
+            raise LaraqError(f"cannot open the destination failed-job store, {where} ({option}): {one_line(exc)}; "
+                             f"start that database or fix the destination's DB_* settings ({option}); nothing was "
+                             "moved", explained[1] if explained else EXIT_ERROR) from exc
+    try:
+        summary = move_failed(source, dest_store=dest_store, dest_queue=dest_queue,
+                              dest_version=dest_settings.version, source_name=_failed_store_name(source_settings),
+                              dest_name=where, queues=queues, class_filter=class_filter, copy=copy,
+                              connection=connection, dry_run=dry_run, encrypter=ops.encrypter)
+    except DestinationFailed as exc:
+        raise LaraqError(str(exc), exc.exit_code) from exc
     if as_json:
         emit_json(summary.to_dict())
     else:

@@ -29,6 +29,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from laraq.bus.retry import retry_payload
+from laraq.config.faults import explain, one_line
 from laraq.ops.inspect import job_identity, list_members, scored_members
 from laraq.ops.migrate import unsupported_by
 from laraq.ops.transfers import TRANSFER_MARK
@@ -36,7 +37,7 @@ from laraq.protocol.queue import RedisQueue
 from laraq.protocol.versions import LaravelVersion
 from laraq.stores.failed import FailedJob
 
-__all__ = ["FailedMoveSummary", "move_failed"]
+__all__ = ["DestinationFailed", "FailedMoveSummary", "move_failed"]
 
 # KEYS: 1 list, 2 notify, 3 remembered identities. ARGV: 1 payload, 2 identity, 3 remember seconds.
 _PUSH_ONCE = """\
@@ -51,6 +52,29 @@ return 1
 REMEMBER_SECONDS = 30 * 86400
 
 
+class DestinationFailed(Exception):
+    """The destination store or queue failed; the message names it and says how far the run got.
+    ``exit_code`` is the one the same fault at the source gives (5 a database, 3/4 Redis)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _destination_failed(exc: Exception, summary: FailedMoveSummary, *, started: bool) -> Exception:
+    """``exc`` raised by the destination, as a :class:`DestinationFailed` (or ``exc`` itself, a bug)."""
+    explained = explain(exc)
+    if explained is None:
+        return exc
+    where = "when it was opened" if not started else (
+        f"after {summary.moved} failed job(s) had been {'copied' if summary.copy else 'moved'} there")
+    return DestinationFailed(
+        f"the destination {summary.destination} failed {where}: {one_line(exc)}; the job being moved stays at the "
+        "source (its row is forgotten only once the destination has it). Fix the destination (its .env: "
+        "--to-env-file, or --to-table/--to-url) and run the same command again: nothing is written twice",
+        explained[1])
+
+
 @dataclass
 class FailedMoveSummary:
     """What ``move-failed`` did (or, dry, would do)."""
@@ -59,6 +83,7 @@ class FailedMoveSummary:
     destination: str
     mode: str  # "failed" (stay failed) or "retry"
     copy: bool = False
+    dry_run: bool = False
     moved: int = 0
     existing: int = 0
     forgotten: int = 0
@@ -68,7 +93,7 @@ class FailedMoveSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "destination": self.destination, "mode": self.mode, "copy": self.copy,
-                "moved": self.moved, "already_at_destination": self.existing, "forgotten_at_source": self.forgotten,
+                "dry_run": self.dry_run, "moved": self.moved, "already_at_destination": self.existing, "forgotten_at_source": self.forgotten,
                 "skipped_by_filter": self.skipped_by_filter, "refused": self.refused, "by_queue": self.by_queue}
 
     def describe(self, *, dry_run: bool = False) -> str:
@@ -133,9 +158,13 @@ def move_failed(
     if (dest_store is None) == (dest_queue is None):
         raise ValueError("give a destination store (stay failed) or a destination queue (retry), not both")
     version = LaravelVersion.parse(str(dest_version))
-    summary = FailedMoveSummary(source_name, dest_name, "retry" if dest_queue is not None else "failed", copy)
+    summary = FailedMoveSummary(source_name, dest_name, "retry" if dest_queue is not None else "failed", copy,
+                                dry_run)
     src_tz = getattr(source, "tz", UTC)
-    known: set[str] = _identities(dest_store) if dest_store is not None else set()
+    try:
+        known: set[str] = _identities(dest_store) if dest_store is not None else set()
+    except Exception as exc:
+        raise _destination_failed(exc, summary, started=False) from exc
     queue_known: dict[str, set[str]] = {}
     push = dest_queue.client.register_script(_PUSH_ONCE) if dest_queue is not None else None
     for row in reversed(source.all()):  # oldest first (the stores list newest first), as they failed
@@ -152,14 +181,20 @@ def move_failed(
         ident = job_identity(body)
         if dest_queue is not None:
             if row.queue not in queue_known:
-                queue_known[row.queue] = _queue_identities(dest_queue, row.queue)
+                try:
+                    queue_known[row.queue] = _queue_identities(dest_queue, row.queue)
+                except Exception as exc:
+                    raise _destination_failed(exc, summary, started=summary.moved > 0) from exc
             there = ident in queue_known[row.queue]
         else:
             there = ident in known
         if there:
             summary.existing += 1
         elif not dry_run:
-            wrote = _write(row, body, ident, dest_store, dest_queue, push, connection, src_tz, encrypter)
+            try:
+                wrote = _write(row, body, ident, dest_store, dest_queue, push, connection, src_tz, encrypter)
+            except Exception as exc:
+                raise _destination_failed(exc, summary, started=True) from exc
             if wrote:
                 summary.moved += 1
                 summary.by_queue[row.queue] = summary.by_queue.get(row.queue, 0) + 1

@@ -382,6 +382,7 @@ class Transfer:
     def plan(self) -> TransferSummary:
         """A dry run: what :meth:`run` would transfer now."""
         summary = self._summary()
+        summary.dry_run = True
         seen = set(self.destination_ids()) if self.dedupe else set()
         for state in self.states:
             summary.transferred[state] = summary.skipped[state] = summary.existing[state] = 0

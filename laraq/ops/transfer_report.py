@@ -8,7 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["TransferSummary"]
+__all__ = ["NOT_CHECKED", "TransferSummary"]
+
+
+#: Said once when a move or copy to another app did not look at that app's job classes.
+NOT_CHECKED = ("  the destination app's job classes were not checked: --to-app DIR (or --to-schema FILE) leaves "
+               "behind, and names, the jobs whose class it lacks")
 
 
 def _count(counts: dict[str, int]) -> int:
@@ -48,15 +53,19 @@ class TransferSummary:
     running_there: int = 0
     #: warnings given before the transfer (e.g. reserved jobs whose attempts are spent)
     warnings: list[str] = field(default_factory=list)
+    #: a plan (``--dry-run``): nothing was written nor removed
+    dry_run: bool = False
+    #: False: bound for another app whose job classes were not looked at (None: not said here)
+    classes_checked: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "source": self.source, "destination": self.destination,
+        return {"mode": self.mode, "dry_run": self.dry_run, "source": self.source, "destination": self.destination,
                 "transferred": self.transferred, "verified_at_destination": self.verified,
                 "skipped_by_filter": self.skipped, "already_at_destination": self.existing,
                 "left_reserved": self.left_reserved, "left_reserved_expired": self.left_reserved_expired,
                 "left_reserved_jobs": self.left_reserved_jobs,
                 "recovered": self.recovered, "reserved_at_destination": self.running_there,
-                "warnings": self.warnings}
+                "warnings": self.warnings, "classes_checked": self.classes_checked}
 
     def describe(self, *, dry_run: bool = False) -> str:
         """One summary line, then one line per thing left undone and how to do it."""
@@ -107,4 +116,6 @@ class TransferSummary:
                 lines.append(f"  {self.left_reserved} reserved jobs left in the source (workers may be running "
                              f"them: {named}): --include-reserved takes them too, or re-run after retry_after "
                              f"({wait}), when the unfinished ones are back in the queue{expired}")
+        if self.classes_checked is False:
+            lines.append(NOT_CHECKED)
         return "\n".join(lines)

@@ -1,0 +1,137 @@
+"""Each message fits the fault it names, and the same fault exits with the same code on either side.
+
+* a destination Redis that needs a password, given none: exit 4 (as the source's), naming ``--to-url`` and
+  ``LARAQ_TO_PASSWORD``, never Redis' raw ``HELLO must be called`` text;
+* a destination Redis down: exit 3, as the source down;
+* ``move-failed``: the destination database down from the start and dying part-way both exit 5 and name
+  the destination (never the source's ``--env-file``), the second saying how many rows it had moved; the
+  summary names both databases; its dry-run JSON says ``"dry_run": true``;
+* ``move --dry-run`` with reserved jobs whose reservations have all expired does not advise waiting for
+  ``retry_after``;
+* a move whose destination fails part-way says how many jobs it had delivered.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+import redis
+from click.testing import CliRunner
+from conftest import RedisServer
+from test_migrate_failed import fill, invoke, store_for, write_env
+from test_migrate_held import PREFIX, SRC, other_server, seed  # noqa: F401  (fixtures)
+from test_ops_cli import cli, env  # noqa: F401  (the ops tests' settings fixture)
+
+from laraq.cli import main
+from laraq.ops.migrate import Transfer
+from laraq.ops.transfers import DestinationError
+from laraq.protocol.queue import RedisQueue
+
+
+def test_no_password_for_the_destination_says_where_to_put_it(redis_client, other_server, env):  # noqa: F811
+    seed(redis_client)
+    other_server.client().config_set("requirepass", "pw")
+    out = invoke(env, "move", "default", "--to-url", other_server.url, code=4).output
+    assert "needs a password and none was sent" in out and "LARAQ_TO_PASSWORD" in out and "--to-url" in out
+    assert "HELLO" not in out and "nothing was taken" in out
+    assert redis_client.llen(SRC) == 5
+    # the password from the environment is used when the URL has none
+    moved = invoke({**env, "LARAQ_TO_PASSWORD": "pw"}, "move", "default", "--to-url", other_server.url).output
+    assert moved.startswith("moved 7 jobs")
+
+
+def test_same_fault_same_exit_code_on_either_side(redis_client, tmp_path, env):  # noqa: F811
+    seed(redis_client)
+    server = RedisServer(tmp_path)
+    port = server.port
+    server.stop()
+    dest_down = invoke(env, "move", "default", "--to-url", f"redis://127.0.0.1:{port}/0", code=3).output
+    assert "cannot reach the destination" in dest_down and "--to-url" in dest_down
+    # the same fault at the source, through laraq's own command group (which turns faults into exit codes)
+    source_down = CliRunner().invoke(main, ["status", "--sample", "0"], env={**env, "REDIS_PORT": str(port)})
+    assert source_down.exit_code == 3 and "cannot reach Redis" in source_down.output
+    dest_down = CliRunner().invoke(main, ["move", "default", "--to-url", f"redis://127.0.0.1:{port}/0"], env=env)
+    assert dest_down.exit_code == 3
+
+
+def test_move_failed_destination_down_or_dying_exits_5_naming_it(env, tmp_path):  # noqa: F811
+    src = store_for(env)
+    fill(src, n=4)
+    down = write_env(tmp_path / "down.env", {"DB_CONNECTION": "mysql", "DB_HOST": "127.0.0.1", "DB_PORT": "1",
+                                             "DB_DATABASE": "gone", "LARAQ_LARAVEL_VERSION": "13"})
+    out = invoke(env, "move-failed", "--to-env-file", down, code=5).output
+    assert "the destination failed-job store" in out and "--to-env-file" in out and "127.0.0.1:1" in out
+    assert len(src.all()) == 4
+    # a destination that dies after its first row
+    db = tmp_path / "new.sqlite"
+    dest_env = write_env(tmp_path / ".env", {"DB_CONNECTION": "sqlite", "DB_DATABASE": str(db),
+                                             "LARAQ_LARAVEL_VERSION": "13"})
+    store_for({"DB_CONNECTION": "sqlite", "DB_DATABASE": str(db)})
+    conn = sqlite3.connect(db)
+    conn.execute("create trigger dying before insert on failed_jobs when (select count(*) from failed_jobs) >= 1 "
+                 "begin select raise(abort, 'disk I/O error'); end")
+    conn.commit()
+    plan = json.loads(invoke(env, "move-failed", "--to-env-file", dest_env, "--dry-run", "--json").output)
+    assert plan["dry_run"] is True and plan["moved"] == 4
+    assert str(db) in plan["destination"] and env["DB_DATABASE"] in plan["source"]  # both databases named
+    out = invoke(env, "move-failed", "--to-env-file", dest_env, code=5).output
+    assert f"the destination database-uuids table 'failed_jobs' in sqlite:{db}" in out
+    assert "after 1 failed job(s) had been moved there" in out and "disk I/O error" in out
+    assert "REDIS" not in out and "fix DB_HOST" not in out
+    assert len(src.all()) == 3  # the one moved is forgotten at the source, the others stay
+    conn.execute("drop trigger dying")
+    conn.commit()
+    again = invoke(env, "move-failed", "--to-env-file", dest_env).output
+    assert again.startswith("moved 3 failed job(s)")
+    assert conn.execute("select count(*) from failed_jobs").fetchone()[0] == 4
+
+
+def test_dry_run_with_expired_reservations_does_not_advise_waiting(redis_client, other_server, env):  # noqa: F811
+    q = seed(redis_client, pending=3, delayed=0)
+    q.pop()
+    # the reservation expired long ago: no source worker is there to bring it back
+    [(member, _)] = redis_client.zrange(SRC + ":reserved", 0, -1, withscores=True)
+    redis_client.zadd(SRC + ":reserved", {member: 1000})
+    out = invoke(env, "move", "default", "--to-url", other_server.url, "--dry-run").output
+    assert "reservations have all expired" in out and "re-run after retry_after" not in out
+    plan = json.loads(invoke(env, "move", "default", "--to-url", other_server.url, "--dry-run", "--json").output)
+    assert plan["dry_run"] is True and plan["left_reserved"] == 1 and plan["left_reserved_expired"] == 1
+    # a reservation still running gets the retry_after advice
+    running = member.replace(b'"attempts":1', b'"attempts":1,"x":1')
+    redis_client.zadd(SRC + ":reserved", {running: redis_client.time()[0] + 90})
+    out = invoke(env, "move", "default", "--to-url", other_server.url, "--dry-run").output
+    assert "re-run after retry_after" in out and "1 of them have expired reservations" in out
+
+
+def test_a_move_failing_part_way_says_how_many_it_delivered(redis_client, other_server):  # noqa: F811
+    seed(redis_client, pending=6, delayed=0)
+    src = RedisQueue(redis_client, prefix=PREFIX, version="12.67")
+    dest_client = other_server.client()
+    t = Transfer(src, "default", RedisQueue(dest_client, prefix=PREFIX, version="12.67"))
+    delivered = []
+
+    def progress(n: int) -> None:
+        delivered.append(n)
+        if len(delivered) == 4:
+            dest_client.config_set("requirepass", "now-locked")
+            dest_client.connection_pool.disconnect()
+
+    with pytest.raises(DestinationError) as caught:
+        t.run(progress=progress)
+    message = str(caught.value)
+    assert "this run had moved 4 job(s) there before it failed" in message
+    assert caught.value.exit_code == 4
+    assert redis.Redis(port=other_server.port, password="now-locked").llen(SRC) == 4
+
+
+def test_a_move_to_another_app_says_once_that_its_classes_were_not_checked(redis_client, other_server, env):  # noqa: F811
+    seed(redis_client, pending=2, delayed=0)
+    out = invoke(env, "move", "default", "--to-url", other_server.url, "--dry-run").output
+    assert out.count("job classes were not checked") == 1 and "--to-app" in out
+    plan = json.loads(invoke(env, "move", "default", "--to-url", other_server.url, "--dry-run", "--json").output)
+    assert plan["classes_checked"] is False
+    stack = json.loads(invoke(env, "move", "--all-queues", "--to-url", other_server.url, "--dry-run", "--json").output)
+    assert stack["classes_checked"] is False and stack["dry_run"] is True
+    assert "job classes were not checked" not in invoke(env, "move", "default", "elsewhere").output  # the same app
