@@ -135,3 +135,24 @@ def test_a_move_to_another_app_says_once_that_its_classes_were_not_checked(redis
     stack = json.loads(invoke(env, "move", "--all-queues", "--to-url", other_server.url, "--dry-run", "--json").output)
     assert stack["classes_checked"] is False and stack["dry_run"] is True
     assert "job classes were not checked" not in invoke(env, "move", "default", "elsewhere").output  # the same app
+
+
+def test_import_and_remove_exported_have_a_dry_run(redis_client, other_server, env, tmp_path):  # noqa: F811
+    seed(redis_client, pending=3, delayed=1)
+    path = tmp_path / "jobs.jsonl"
+    invoke(env, "export", "default", "-o", str(path))
+    dest_env = {**env, "REDIS_PORT": str(other_server.port)}
+    plan = json.loads(invoke(dest_env, "import", str(path), "--dry-run", "--json").output)
+    assert plan == {"dry_run": True, "prefix": PREFIX, "imported": {"pending": 3, "delayed": 1, "reserved": 0,
+                                                                    "skipped": 0}, "already_here": 0}
+    assert other_server.client().dbsize() == 0
+    assert invoke(dest_env, "import", str(path), "--dry-run").output.startswith("would import 3 pending, 1 delayed")
+    invoke(dest_env, "import", str(path))
+    again = json.loads(invoke(dest_env, "import", str(path), "--dry-run", "--json").output)
+    assert again["already_here"] == 4 and again["imported"]["pending"] == 0
+    removal = json.loads(invoke(env, "remove-exported", str(path), "--dry-run", "--json").output)
+    assert removal == {"dry_run": True, "prefix": PREFIX, "removed": 4, "gone": 0}
+    assert redis_client.llen(SRC) == 3  # nothing removed, and no confirmation asked
+    assert invoke(env, "remove-exported", str(path), "--dry-run").output.startswith("would remove 4 exported job(s)")
+    done = json.loads(invoke(env, "remove-exported", str(path), "--force", "--json").output)
+    assert done["dry_run"] is False and done["removed"] == 4 and redis_client.llen(SRC) == 0

@@ -417,51 +417,64 @@ def export_cmd(ops: Ops, queues: tuple[str, ...], output: str, states: tuple[str
               show_default=True, help="Where exported reserved jobs go.")
 @click.option("--allow-duplicates", is_flag=True,
               help="Write every line, even jobs whose uuid/id is already here or was imported here before.")
-def import_cmd(ops: Ops, path: str, queue_override: str | None, reserved_as: str, allow_duplicates: bool) -> None:
+@click.option("--dry-run", is_flag=True, help="Check every line and count what would be written; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
+def import_cmd(ops: Ops, path: str, queue_override: str | None, reserved_as: str, allow_duplicates: bool,
+               dry_run: bool, as_json: bool) -> None:
     """Read JSON Lines written by export and push the jobs, bytes and scores unchanged.
 
     All or nothing: every line is checked first, and a bad one stops the import with its line number
     and cause before anything is written; then the whole file goes in one MULTI/EXEC transaction.
-    Each job once: a job whose uuid/id is already at the destination, or that an earlier import wrote to
-    that queue (remembered 30 days, so jobs a worker already ran are not imported again), is skipped,
+    Each job once: a job whose uuid/id is already at the destination (in any queue under the prefix), or
+    that an earlier import wrote to that queue (remembered 30 days, so jobs a worker already ran are not imported again), is skipped,
     unless --allow-duplicates. Re-running an import is safe."""
     lines = None
     if path != "-":
         with open(path, "rb") as fh:
             lines = sum(1 for _ in fh)
-    with click.open_file(path, "rb") as stream, progress(lines, "importing") as bar:
+    with click.open_file(path, "rb") as stream, progress(lines, "importing", enabled=not as_json) as bar:
         try:
             counts = import_jobs(ops.queue, stream, queue=queue_override, reserved_as=reserved_as,
-                                 progress=bar.update, allow_duplicates=allow_duplicates)
+                                 progress=bar.update, allow_duplicates=allow_duplicates, dry_run=dry_run)
         except ValueError as exc:
             raise click.ClickException(str(exc)) from exc
     existing = counts.pop("existing")
-    click.echo("imported " + ", ".join(f"{n} {state}" for state, n in counts.items() if n or state == "pending")
+    if as_json:
+        emit_json({"dry_run": dry_run, "prefix": ops.queue.prefix, "imported": counts,
+                   "already_here": existing})
+        return
+    click.echo(("would import " if dry_run else "imported ")
+               + ", ".join(f"{n} {state}" for state, n in counts.items() if n or state == "pending")
                + f" to prefix {ops.queue.prefix!r}")
     if existing:
-        click.echo(f"  {existing} skipped: a job with the same uuid/id is already here or was imported here before "
-                   "(--allow-duplicates writes them anyway)")
+        click.echo(f"  {existing} {'would be ' if dry_run else ''}skipped: a job with the same uuid/id is already "
+                   "here or was imported here before (--allow-duplicates writes them anyway)")
 
 
 @click.command("remove-exported")
 @settings_options
 @click.argument("path", type=click.Path(dir_okay=False, exists=True))
 @click.option("--force", is_flag=True, help="Do not ask for confirmation.")
-def remove_exported_cmd(ops: Ops, path: str, force: bool) -> None:
+@click.option("--dry-run", is_flag=True, help="Count the exported jobs still here; remove nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
+def remove_exported_cmd(ops: Ops, path: str, force: bool, dry_run: bool, as_json: bool) -> None:
     """Delete from this Redis the jobs of an export file that are still here, byte for byte.
 
     For after `laraq export` + `laraq import` elsewhere, once the import is checked: only the exported
     members are removed (jobs dispatched since stay); a job a worker took or ran since is not here any more."""
-    if not force:
+    if not force and not dry_run:
         click.confirm(f"delete the jobs of {path} from prefix {ops.queue.prefix!r} on {ops.queue.redacted_url()}?",
                       abort=True)
     with open(path, "rb") as stream:
         try:
-            counts = remove_exported(ops.queue, stream)
+            counts = remove_exported(ops.queue, stream, dry_run=dry_run)
         except ValueError as exc:
             raise click.ClickException(str(exc)) from exc
-    click.echo(f"removed {counts['removed']} exported job(s); {counts['gone']} were no longer here "
-               "(taken by a worker, or changed since the export)")
+    if as_json:
+        emit_json({"dry_run": dry_run, "prefix": ops.queue.prefix, **counts})
+        return
+    click.echo(f"{'would remove' if dry_run else 'removed'} {counts['removed']} exported job(s); {counts['gone']} "
+               f"{'are' if dry_run else 'were'} no longer here (taken by a worker, or changed since the export)")
 
 
 def _failed_store_name(settings: LaravelSettings) -> str:
