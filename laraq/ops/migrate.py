@@ -41,6 +41,7 @@ Export and import as JSON Lines live in :mod:`laraq.ops.jsonl` (their names are 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -115,9 +116,12 @@ return 0
 """
 
 # Source side of a cross-server move. KEYS: 1 src, 2 src notify, 3 journal.
-# ARGV: 1 src kind, 2 member, 3 member hash, 4 journal value, 5 the transfer's description (#meta).
+# ARGV: 1 src kind, 2 member, 3 member hash, 4 journal value, 5 the transfer's description (#meta),
+# 6 (optional) the field of the job delivered before this one, deleted first: the destination has it, so
+# its entry goes in this same round trip instead of one of its own.
 # Returns the journal field, ``<hash>:<sequence>`` (so two identical members stay two entries), or false.
 _TAKE = _REMOVE_FROM_SOURCE + """\
+if ARGV[6] and ARGV[6] ~= '' then redis.call('HDEL', KEYS[3], ARGV[6]) end
 if not remove_from_source(ARGV[1], KEYS[1], KEYS[2], ARGV[2]) then return false end
 redis.call('HSETNX', KEYS[3], '#meta', ARGV[5])
 local token = ARGV[3] .. ':' .. redis.call('HINCRBY', KEYS[3], '#seq', 1)
@@ -263,6 +267,8 @@ class Transfer:
         self._dest_ids: set[str] | None = None
         #: journals of this source queue left by runs to the same destination (another state set or filter)
         self._adopted: list[HeldTransfer] = []
+        #: the journal field of the last job delivered, deleted by the next take (or :meth:`_settle`)
+        self._delivered_token = ""
 
     # -- describing ------------------------------------------------------------------------------
 
@@ -452,8 +458,23 @@ class Transfer:
                 summary.running_there = self.running_at_destination()
         return summary
 
+    def _settle(self) -> None:
+        """Delete the journal entry of the last job delivered (see :meth:`_one`)."""
+        if self._delivered_token:
+            token, self._delivered_token = self._delivered_token, ""
+            # a source that fails here leaves the entry: the destination's done-marker says it was delivered
+            with contextlib.suppress(redis.RedisError):
+                self.source.client.hdel(self.journal_key, token)
+
     def _pass(self, state: str, progress: Callable[[int], Any] | None,
               occurrences: Counter[str]) -> tuple[int, int, int]:
+        try:
+            return self._pass_members(state, progress, occurrences)
+        finally:
+            self._settle()
+
+    def _pass_members(self, state: str, progress: Callable[[int], Any] | None,
+                      occurrences: Counter[str]) -> tuple[int, int, int]:
         moved = skipped = existing = 0
         gen = self._members(state)
         try:
@@ -497,12 +518,13 @@ class Transfer:
         if self.move:
             entry = f"{state}\n{score_arg}\n".encode() + member
             taken = self._take(keys=[src_key, self.src_keys.notify, self.journal_key],
-                               args=[kind, member, digest, entry, self.meta])
+                               args=[kind, member, digest, entry, self.meta, self._delivered_token])
+            self._delivered_token = ""
             if not taken:
                 return False
             token = taken.decode() if isinstance(taken, bytes) else str(taken)
             delivered = self._deliver(state, member, score_arg, token, held=True)
-            self.source.client.hdel(self.journal_key, token)
+            self._delivered_token = token  # its entry goes with the next take: the destination's marker has it
             return bool(delivered)
         return bool(self._deliver(state, member, score_arg, token))
 
