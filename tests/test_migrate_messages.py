@@ -156,3 +156,32 @@ def test_import_and_remove_exported_have_a_dry_run(redis_client, other_server, e
     assert invoke(env, "remove-exported", str(path), "--dry-run").output.startswith("would remove 4 exported job(s)")
     done = json.loads(invoke(env, "remove-exported", str(path), "--force", "--json").output)
     assert done["dry_run"] is False and done["removed"] == 4 and redis_client.llen(SRC) == 0
+
+
+def test_to_env_file_names_the_destination_and_checks_its_classes(redis_client, other_server, env, tmp_path):  # noqa: F811
+    seed(redis_client, pending=2, delayed=0)
+    bare = tmp_path / "bare.env"  # a .env with no app next to it: the report says the classes were not checked
+    bare.write_text(f"REDIS_HOST=127.0.0.1\nREDIS_PORT={other_server.port}\nREDIS_PREFIX=new_\n"
+                    "LARAQ_LARAVEL_VERSION=13\n")
+    report = json.loads(invoke(env, "move", "default", "--to-env-file", str(bare), "--json").output)
+    assert report["transferred"] == {"pending": 2, "delayed": 0} and report["classes_checked"] is False
+    assert other_server.client().llen("new_queues:default") == 2
+
+
+@pytest.mark.php
+def test_to_env_file_of_an_app_checks_its_classes_by_default(redis_client, other_server, env, tmp_path):  # noqa: F811
+    from conftest import require_laravel
+    from phpapp import PhpApp
+
+    from laraq.bus.dispatch import Dispatcher
+
+    require_laravel("13")
+    app = PhpApp(other_server.port, version="13", variant="custom", workdir=tmp_path / "dst")
+    q = seed(redis_client, pending=2, delayed=0)
+    Dispatcher(q).dispatch_job("App\\Jobs\\NoSuchJobThere", {})
+    report = json.loads(invoke(env, "move", "default", "--to-env-file", str(app.path / ".env"), "--json").output)
+    # the app next to the .env was read (the fixture's own job classes live outside app/Jobs, so its
+    # exporter knows few of them: what it does not know stays, named)
+    assert report["classes_checked"] is True and report["unknown_classes"]["App\\Jobs\\NoSuchJobThere"] == 1
+    left = sum(report["unknown_classes"].values())
+    assert sum(report["transferred"].values()) == 3 - left and redis_client.llen(SRC) == left

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -49,6 +50,20 @@ from laraq.protocol.versions import LaravelVersion
 from laraq.stores.failed import make_failed_store
 
 # -- migrate -------------------------------------------------------------------------------------------------
+
+def _env_file_queue(ops: Ops, env_file: str, url: str | None, prefix: str | None, laravel: str | None,
+                    cluster: bool, password: str | None) -> RedisQueue:
+    """The destination queue described by its app's .env (its REDIS_* and version), options overriding."""
+    settings = _dest_settings(ops, env_file, laravel, None)
+    if url:
+        queue = _target_queue(ops, url, prefix, laravel or str(settings.version), cluster, password)
+        return RedisQueue(queue.client, prefix=settings.redis_prefix if prefix is None else prefix,
+                          version=queue.version, connection_name=settings.connection_name,
+                          default_queue=settings.redis_queue, cluster=cluster)
+    return RedisQueue(make_redis(settings, "default"), prefix=settings.redis_prefix if prefix is None else prefix,
+                      version=settings.version, connection_name=settings.connection_name,
+                      default_queue=settings.redis_queue, cluster=cluster)
+
 
 def _connect(url: str, password: str | None, cluster: bool = False) -> Any:
     """A client for ``url``; ``password`` (``--to-password``/``LARAQ_TO_PASSWORD``) when the URL has none."""
@@ -240,6 +255,10 @@ def _transfer_command(name: str, move: bool) -> click.Command:
                   help="A `laraq schema` export of the destination app: jobs of classes it lacks stay behind.")
     @click.option("--to-app", type=click.Path(file_okay=False, exists=True), default=None,
                   help="The destination app's directory (its classes are read by running PHP), like --to-schema.")
+    @click.option("--to-env-file", type=click.Path(dir_okay=False, exists=True), default=None,
+                  help="The destination app's .env: its Redis connection, prefix and Laravel version (--to-url/"
+                       "--to-prefix/--to-laravel override them); with an app next to it (artisan), its job classes "
+                       "are checked as with --to-app.")
     @click.option("--include-unknown", is_flag=True,
                   help="With --to-schema/--to-app: take jobs of unknown classes too (they are still listed).")
     @click.option("--dry-run", is_flag=True, help="Only count what would be transferred.")
@@ -248,9 +267,16 @@ def _transfer_command(name: str, move: bool) -> click.Command:
                 to_laravel: str | None, to_cluster: bool, states: tuple[str, ...], include_reserved: bool,
                 class_filter: str | None, all_queues: bool, to_schema: str | None, to_app: str | None,
                 include_unknown: bool, dry_run: bool, as_json: bool, to_password: str | None,
+                to_env_file: str | None,
                 allow_duplicates: bool = False, recover: bool = False, to_source: bool = False,
                 unchecked: bool = False) -> None:
-        target = _target_queue(ops, to_url, to_prefix, to_laravel, to_cluster, to_password)
+        if to_env_file:
+            target = _env_file_queue(ops, to_env_file, to_url, to_prefix, to_laravel, to_cluster, to_password)
+            app_dir = Path(to_env_file).resolve().parent
+            if not (to_app or to_schema) and (app_dir / "artisan").is_file():
+                to_app = str(app_dir)  # the destination app is known: its classes are checked
+        else:
+            target = _target_queue(ops, to_url, to_prefix, to_laravel, to_cluster, to_password)
         if recover:
             _recover(ops, source, dest, target, to_url, to_source, as_json,
                      explicit=bool(to_url or to_prefix is not None), password=to_password, unchecked=unchecked)
@@ -258,7 +284,7 @@ def _transfer_command(name: str, move: bool) -> click.Command:
         if to_source or unchecked:
             raise click.UsageError("--to-source and --unchecked go with --recover")
         # another app (server, prefix or Laravel): the report says whether its classes were looked at
-        other_app = bool(to_url or to_prefix is not None or to_laravel)
+        other_app = bool(to_url or to_prefix is not None or to_laravel or to_env_file)
         chosen = tuple(states) or ("pending", "delayed")
         if include_reserved and "reserved" not in chosen:
             chosen += ("reserved",)
