@@ -36,9 +36,7 @@ def _seed(redis_client) -> RedisQueue:  # noqa: F811
 
 def _run(env, width, *args, code=0):  # noqa: F811
     environ = dict(env)
-    environ.pop("COLUMNS", None)
-    if width is not None:
-        environ["COLUMNS"] = str(width)
+    environ["COLUMNS"] = None if width is None else str(width)  # None: unset, whatever the test run's own
     result = CliRunner().invoke(cli, list(args), env=environ, catch_exceptions=False)
     assert result.exit_code == code, result.output
     return result.stdout
