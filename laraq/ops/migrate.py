@@ -361,12 +361,16 @@ class Transfer:
 
     def destination_ids(self) -> set[str]:
         """The identities (:func:`job_identity`) of every job at the destination server, in the destination
-        queue or any other under its prefix, ready, delayed or reserved (never the source queue itself).
+        queue or any other under its prefix, ready, delayed or reserved (never the source queue itself;
+        only the destination queue when both are under one prefix of one server).
 
         Read once per run. A copy adds what it writes; a move does not (two identical members at the
         source are two jobs, and both move)."""
         if self._dest_ids is None:
-            self._dest_ids = identities_at(self.dest, [self.dest_name],
+            # a queue renamed under the same prefix of one server: only the destination queue is "there"
+            # (the other queues beside it are the source's own app, not a destination)
+            same_app = self.local and self.source.prefix == self.dest.prefix
+            self._dest_ids = identities_at(self.dest, [self.dest_name], everywhere=not same_app,
                                            exclude=[self.src_keys.base] if self.local else [])
         return self._dest_ids
 
