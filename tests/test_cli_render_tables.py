@@ -126,3 +126,13 @@ def test_numbers_keep_their_width_and_text_gives_way():
     widths = fit_widths(cols, cells, 80)
     assert widths is not None and widths[1] == 7 and sum(widths) + 6 <= 80 and widths[0] >= 16
     assert fit_widths(cols, cells, 30) is None  # too narrow for the key and the number: a list
+
+
+@pytest.mark.parametrize("width", WIDTHS.values(), ids=WIDTHS.keys())
+def test_poison_list_keeps_the_queue_and_the_index(env, redis_client, width):  # noqa: F811
+    redis_client.rpush(f"old_queues:{LONG_QUEUE}:poison", b"s:3:\"abc\";" + b"x" * 200, b"\x92\x01\x02")
+    out = _run(env, width, "poison", "list", LONG_QUEUE)
+    _fits(out, width)
+    assert _present(out, LONG_QUEUE)
+    assert re.search(r"(^|\s)#?:? ?0(\s|$)", out, re.M) and re.search(r"(^|\s)#?:? ?1(\s|$)", out, re.M)
+    assert re.search(r"(^|\s)(bytes: )?210(\s|$)", out, re.M)  # the size of the first member, whole

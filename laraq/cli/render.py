@@ -157,6 +157,8 @@ def output_width() -> int:
 GAP = 3
 #: The narrowest a shortened text column or a wrapped prose column gets (its header is never cut).
 MIN_TEXT, MIN_KEY = 8, 16
+#: What a shortened or wrapped column (an identifying one) keeps before any goes down to its minimum.
+BALANCED, KEY_BALANCED = 16, 32
 
 
 def shorten_middle(text: Text, width: int) -> Text:
@@ -186,19 +188,23 @@ def _minimum(column: Column) -> int:
 
 def fit_widths(columns: Sequence[Column], cells: Sequence[Sequence[Text]], width: int) -> list[int] | None:
     """Each column's width so that the table fits in ``width`` cells, or None when it cannot (then it is
-    drawn as a list). Numbers keep their width; prose columns give up width first (they wrap), then other
-    text columns, then the identifying column (shortened in the middle); no header is ever cut."""
+    drawn as a list). Numbers keep their width; text columns give way widest first (prose wraps, other
+    text is shortened in the middle), none below :data:`BALANCED` cells (an identifying one :data:`KEY_BALANCED`) while another is wider, the
+    identifying column last at equal widths; no header is ever cut."""
     natural = [max([len(c.header), *(row[i].cell_len for row in cells)]) for i, c in enumerate(columns)]
     room = width - GAP * (len(columns) - 1)
     widths = list(natural)
-    for group in ([i for i, c in enumerate(columns) if c.wrap],
-                  [i for i, c in enumerate(columns) if not (c.wrap or c.key or c.number)],
-                  [i for i, c in enumerate(columns) if c.key and not c.number]):
+    shrinkable = [i for i, c in enumerate(columns) if not c.number]
+    # first every text column gives way, widest first, down to a readable BALANCED width (prose before
+    # the identifying column at equal widths); then down to its minimum
+    for floor in (lambda i: max(_minimum(columns[i]), KEY_BALANCED if columns[i].key else BALANCED),
+                  lambda i: max(_minimum(columns[i]), BALANCED),
+                  lambda i: _minimum(columns[i])):
         while sum(widths) > room:
-            wide = [i for i in group if widths[i] > _minimum(columns[i])]
+            wide = [i for i in shrinkable if widths[i] > floor(i)]
             if not wide:
                 break
-            widest = max(wide, key=lambda i: widths[i])
+            widest = max(wide, key=lambda i: (widths[i], not columns[i].key, columns[i].wrap))
             widths[widest] -= 1
     return widths if sum(widths) <= room else None
 
