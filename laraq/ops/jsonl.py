@@ -131,7 +131,8 @@ def import_jobs(target: RedisQueue, stream: Iterable[str | bytes], *, queue: str
     gone), ``reserved`` or ``skip``. ``progress(1)`` is called for every line read.
 
     Idempotent, like ``copy``: a job whose uuid/id (:func:`~laraq.ops.inspect.job_identity`) is at the
-    destination in any queue under its prefix and any state (:func:`~laraq.ops.inspect.identities_at`), or was written by an earlier import into that queue (remembered in
+    destination in any queue under its prefix and any state (:func:`~laraq.ops.inspect.identities_at`),
+    or was written by an earlier import into that queue (remembered in
     ``<queue>:laraq-transfer:imported`` for ``remember`` seconds, so a job a worker already ran is not
     imported again), or comes twice in the file, is counted in ``existing`` and not written, unless
     ``allow_duplicates``. The remembered set is written in the same transaction as the jobs and

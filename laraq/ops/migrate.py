@@ -16,7 +16,8 @@ the work. Every step is atomic:
   member and record it in the journal hash ``<source queue>:laraq-transfer:<id>:journal`` under a
   token ``<sha1>:<sequence>`` (so two identical members are two entries, never one); (2) on the
   destination, atomically: add it unless the marker set ``<dest queue>:laraq-transfer:<id>:done``
-  already has the token, and add the token to that set; (3) delete the journal entry. A re-run first
+  already has the token, and add the token to that set; (3) delete the journal entry (in the same script
+  as the next member's step (1), so a member costs two round trips). A re-run first
   replays the journal, so a member killed between (1) and (2) is delivered once; one killed between
   (2) and (3) is not delivered twice. While a member is in the journal no worker can run it, so a
   move never runs a job twice. The journal and the marker set are deleted when a run completes.
@@ -25,8 +26,12 @@ the work. Every step is atomic:
   destination, however its URL was spelt, is replayed; one for another destination stops the move.
 
 ``copy`` leaves the source alone. By default it skips a job whose uuid (else payload id) is already
-at the destination in any state (:func:`job_identity`), so re-running a copy never duplicates;
-``allow_duplicates`` copies anyway. An interrupted copy re-run does not duplicate what it already
+at the destination in any state and any queue under its prefix (:func:`job_identity`,
+:func:`~laraq.ops.inspect.identities_at`), so re-running a copy never duplicates; ``allow_duplicates``
+copies anyway. A move does the same check and removes such a job from the source without writing it
+again, so ``copy`` then ``move`` ends with each job once, at the destination; ``move --recover`` (on to
+the destination) skips a held job already there too. Whatever the order of these commands, no job id is
+left twice on one server, nor on both sides unless a copy was asked for. An interrupted copy re-run does not duplicate what it already
 copied either way (marker tokens ``<state>:<sha1>:<n-th occurrence>``). Ready jobs are appended to
 the destination's tail in source order. The transfer id is derived from the source, destination,
 mode, states and filter, so re-running the same command line resumes the same transfer.

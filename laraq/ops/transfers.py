@@ -12,10 +12,15 @@ left where nobody looks. This module owns:
 * :func:`find_held`: every journal with jobs in it, by SCAN (never KEYS), for ``status``, ``doctor``
   and ``move --recover``; :class:`HeldTransfer` says its age, its job count and the two commands
   that finish it (on to its destination) or undo it (back to the source);
-* :func:`return_to_source` and :func:`deliver_held`: those two actions, one atomic script per job;
+* :func:`return_to_source` and :func:`deliver_held`: those two actions, one atomic script per job; the
+  undo leaves at the destination the jobs its done-marker lists (:func:`written_at`), so a job the
+  destination wrote just before a kill is not put back on the source too;
+* the commands printed to finish or undo carry the destination URL without its password, read from
+  :data:`PASSWORD_ENV` instead, so they can be pasted as they are;
 * :func:`check_destination`: connect, AUTH, PING and a write probe (a scripted SET/DEL) before a
   move takes anything, so a wrong password or a read-only replica takes no job at all
-  (:class:`DestinationError` names ``--to-url``, never the source's options).
+  (:class:`DestinationError` names ``--to-url``, never the source's options, and carries the exit code the
+  same fault at the source gives: :func:`destination_fault`).
 """
 
 from __future__ import annotations
