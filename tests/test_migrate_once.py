@@ -125,7 +125,7 @@ def test_undo_leaves_at_the_destination_a_job_it_already_wrote(redis_client, oth
 LARAQ_CLI = [sys.executable, "-c", "from laraq.cli import main; main()"]
 QUEUE = "stock"
 PASSWORD = "once-pw"
-STEPS = 12
+STEPS = 10
 
 
 def _cli(environ: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -201,12 +201,14 @@ def test_random_orders_of_commands_leave_each_job_once(redis_server: Any, redis_
                 (history, report)
         elif step == "move-killed":
             killed("move", QUEUE, *to)
-        elif step == "recover":
+        elif step == "recover":  # a kill, then what is held goes on to the destination
+            killed("move", QUEUE, *to)
             ok = _cli(pw_env, "move", "--recover", QUEUE, *to).returncode == 0
-        elif step == "undo":
-            # the command status prints, pasted as it is, with the password in the environment
-            transfers = json.loads(_cli(src_env, "status", "--laravel", src.release, "--sample", "0",
-                                        "--json").stdout).get("transfers") or []
+        elif step == "undo":  # a kill, then what is held goes back, by the command status prints
+            killed("move", QUEUE, *to)
+            listed = _cli(src_env, "status", "--laravel", src.release, "--sample", "0", "--json")
+            transfers = json.loads(listed.stdout).get("transfers") or []
+            assert listed.returncode == (1 if transfers else 0)  # a held transfer: status exits non-zero
             for held in transfers:
                 assert "***" not in held["undo"] and held["password_env"] == PASSWORD_ENV
                 out = subprocess.run(held["undo"], shell=True, env={**pw_env, "PATH": _path_with_laraq(tmp_path)},

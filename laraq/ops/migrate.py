@@ -260,6 +260,8 @@ class Transfer:
             "dest_ident": self.dest_ident, "dest_base": self.dst_keys.base, "dest_prefix": dest.prefix,
             "dest_queue": self.dest_name, "dest_version": str(dest.version), "dest_cluster": bool(dest.cluster),
             "states": list(self.states), "filter": class_filter,
+            "dest_auth": bool((getattr(getattr(dest.client, "connection_pool", None), "connection_kwargs", None)
+                               or {}).get("password")),
         })
         self.journal_key = self.src_keys.base + TRANSFER_MARK + self.id + ":journal"
         self.marker_key = self.dst_keys.base + TRANSFER_MARK + self.id + ":done"

@@ -155,7 +155,7 @@ class HeldTransfer:
     def needs_password(self) -> bool:
         """Whether the destination was reached with a password (the printed commands read it from
         :data:`PASSWORD_ENV`, so they can be pasted as they are)."""
-        return ":***@" in str(self.meta.get("dest_url") or "")
+        return bool(self.meta.get("dest_auth")) or ":***@" in str(self.meta.get("dest_url") or "")
 
     def dest_url(self) -> str | None:
         """The destination's recorded URL without its password (see :attr:`needs_password`)."""
