@@ -185,3 +185,23 @@ def test_to_env_file_of_an_app_checks_its_classes_by_default(redis_client, other
     assert report["classes_checked"] is True and report["unknown_classes"]["App\\Jobs\\NoSuchJobThere"] == 1
     left = sum(report["unknown_classes"].values())
     assert sum(report["transferred"].values()) == 3 - left and redis_client.llen(SRC) == left
+
+
+@pytest.mark.php
+def test_move_failed_to_an_apps_env_file_checks_its_classes(env, redis_client, other_server, tmp_path):  # noqa: F811
+    from conftest import require_laravel
+    from phpapp import PhpApp
+    from test_migrate_failed import payload
+
+    require_laravel("13")
+    app = PhpApp(other_server.port, version="13", variant="custom", workdir=tmp_path / "dst")
+    src = store_for(env)
+    src.log("redis", "default", payload(1, cls="App\\Jobs\\AttributeJob"), "RuntimeException: boom")
+    src.log("redis", "default", payload(2, cls="App\\Jobs\\NoSuchJobThere"), "RuntimeException: boom")
+    report = json.loads(invoke(env, "move-failed", "--to-env-file", str(app.path / ".env"), "--dry-run",
+                               "--json").output)
+    assert report["classes_checked"] is True and report["dry_run"] is True
+    assert any("NoSuchJobThere" in r and "has no job class" in r for r in report["refused"])
+    unchecked = json.loads(invoke(env, "move-failed", "--to-env-file", str(app.path / ".env"), "--dry-run",
+                                  "--include-unknown", "--json").output)
+    assert unchecked["classes_checked"] is False and unchecked["refused"] == [] and unchecked["moved"] == 2

@@ -542,13 +542,16 @@ def _dest_settings(ops: Ops, env_file: str | None, laravel: str | None, table: s
 @click.option("--queue", "queues", multiple=True, help="Only failed jobs of this queue (repeatable).")
 @click.option("--filter", "class_filter", default=None, help="Only jobs of this class (glob allowed).")
 @click.option("--connection", default=None, help="Write the rows under this connection name (default: kept).")
+@click.option("--include-unknown", is_flag=True,
+              help="Do not check the destination app's job classes (with --to-env-file and an app next to it, "
+                   "jobs of classes it lacks stay at the source by default).")
 @click.option("--copy", is_flag=True, help="Leave the source rows in place.")
 @click.option("--dry-run", is_flag=True, help="Only count what would be moved.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def move_failed_cmd(ops: Ops, from_table: str | None, to_env_file: str | None, to_table: str | None,
                     to_laravel: str | None, retry: bool, to_url: str | None, to_prefix: str | None,
-                    queues: tuple[str, ...], class_filter: str | None, connection: str | None, copy: bool,
-                    dry_run: bool, as_json: bool) -> None:
+                    queues: tuple[str, ...], class_filter: str | None, connection: str | None,
+                    include_unknown: bool, copy: bool, dry_run: bool, as_json: bool) -> None:
     """Move failed jobs to another app's failed-job store (they stay failed: queue:retry there works),
     or --retry them into its queue.
 
@@ -590,8 +593,16 @@ def move_failed_cmd(ops: Ops, from_table: str | None, to_env_file: str | None, t
             raise LaraqError(f"cannot open the destination failed-job store, {where} ({option}): {one_line(exc)}; "
                              f"start that database or fix the destination's DB_* settings ({option}); nothing was "
                              "moved", explained[1] if explained else EXIT_ERROR) from exc
+    known = None
+    app_dir = Path(to_env_file).resolve().parent if to_env_file else None
+    if app_dir is not None and not include_unknown and (app_dir / "artisan").is_file():
+        try:  # the destination app is known: its job classes are checked
+            known = known_classes(app_path=app_dir)
+        except (SchemaError, ValueError) as exc:
+            raise click.ClickException(f"cannot read the destination app's classes ({app_dir}): {exc}; "
+                                       "--include-unknown skips the check") from exc
     try:
-        summary = move_failed(source, dest_store=dest_store, dest_queue=dest_queue,
+        summary = move_failed(source, dest_store=dest_store, dest_queue=dest_queue, app_classes=known,
                               dest_version=dest_settings.version, source_name=_failed_store_name(source_settings),
                               dest_name=where, queues=queues, class_filter=class_filter, copy=copy,
                               connection=connection, dry_run=dry_run, encrypter=ops.encrypter)

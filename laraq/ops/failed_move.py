@@ -32,6 +32,7 @@ from laraq.bus.retry import retry_payload
 from laraq.config.faults import explain, one_line
 from laraq.ops.inspect import job_identity, list_members, scored_members
 from laraq.ops.migrate import unsupported_by
+from laraq.ops.stack import job_class, unknown_class
 from laraq.ops.transfers import TRANSFER_MARK
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.versions import LaravelVersion
@@ -90,11 +91,14 @@ class FailedMoveSummary:
     skipped_by_filter: int = 0
     refused: list[str] = field(default_factory=list)
     by_queue: dict[str, int] = field(default_factory=dict)
+    #: whether the destination app's job classes were looked at (None: not known)
+    classes_checked: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "destination": self.destination, "mode": self.mode, "copy": self.copy,
                 "dry_run": self.dry_run, "moved": self.moved, "already_at_destination": self.existing, "forgotten_at_source": self.forgotten,
-                "skipped_by_filter": self.skipped_by_filter, "refused": self.refused, "by_queue": self.by_queue}
+                "skipped_by_filter": self.skipped_by_filter, "refused": self.refused, "by_queue": self.by_queue,
+                "classes_checked": self.classes_checked}
 
     def describe(self, *, dry_run: bool = False) -> str:
         verb = "would " + ("copy" if self.copy else "move") if dry_run else ("copied" if self.copy else "moved")
@@ -108,7 +112,7 @@ class FailedMoveSummary:
             lines.append(f"  {self.skipped_by_filter} left at the source by --queue/--filter")
         if self.refused:
             shown = "\n    ".join(self.refused[:10]) + ("\n    ..." if len(self.refused) > 10 else "")
-            lines.append(f"  {len(self.refused)} left at the source: the destination's Laravel cannot run them as "
+            lines.append(f"  {len(self.refused)} left at the source: the destination cannot run them as "
                          f"dispatched:\n    {shown}")
         if self.mode == "failed" and self.moved and not dry_run:
             lines.append("  on the destination: php artisan queue:failed lists them, queue:retry ID|all retries them")
@@ -151,15 +155,17 @@ def move_failed(
     dry_run: bool = False,
     encrypter: Any = None,
     progress: Callable[[int], Any] | None = None,
+    app_classes: set[str] | None = None,
 ) -> FailedMoveSummary:
     """Move (or ``copy``) the failed jobs of ``source`` into ``dest_store`` (they stay failed) or, when
     ``dest_queue`` is given, retry them into it. ``connection`` renames the rows' connection (default:
-    kept). See the module docstring for what makes it safe to re-run."""
+    kept). With ``app_classes`` (the destination app's job classes), a job whose class it lacks stays at the
+    source and is named. See the module docstring for what makes it safe to re-run."""
     if (dest_store is None) == (dest_queue is None):
         raise ValueError("give a destination store (stay failed) or a destination queue (retry), not both")
     version = LaravelVersion.parse(str(dest_version))
     summary = FailedMoveSummary(source_name, dest_name, "retry" if dest_queue is not None else "failed", copy,
-                                dry_run)
+                                dry_run, classes_checked=app_classes is not None)
     src_tz = getattr(source, "tz", UTC)
     try:
         known: set[str] = _identities(dest_store) if dest_store is not None else set()
@@ -175,6 +181,8 @@ def move_failed(
             continue
         body = row.payload.encode("utf-8")
         reason = unsupported_by(body, version)
+        if reason is None and app_classes is not None and unknown_class(job_class(body), app_classes):
+            reason = f"the destination app has no job class {job_class(body) or '?'}"
         if reason:
             summary.refused.append(f"{row.display_name or '?'} (failed id {row.id}): {reason}")
             continue

@@ -50,6 +50,11 @@ def job_class(member: bytes) -> str | None:
     return view.name
 
 
+def unknown_class(name: str | None, known: set[str]) -> bool:
+    """Whether a job of class ``name`` cannot run in an app whose job classes are ``known``."""
+    return _unknown(name, known)
+
+
 def _unknown(name: str | None, known: set[str]) -> bool:
     if not name:
         return False  # not a job payload: the move takes it as it is (doctor names such members)
