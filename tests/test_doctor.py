@@ -119,9 +119,16 @@ def test_prefix_and_version_guess(env, redis_client):
     d8 = Dispatcher(queue8(redis_client))
     d8.dispatch_job("App\\Jobs\\EchoJob", {})
     env13 = {**env, "LARAQ_LARAVEL_VERSION": "13"}
-    guess = by_title(findings(env13, queue=RedisQueue(redis_client, prefix=PREFIX, version="13")), "payloads look like")
-    assert guess.title.startswith("payloads look like Laravel 8.43–12.10, laraq is set to 13")
+    # 8.x payloads where the app is 13 (queued before an upgrade, or moved 8 -> 13): 13 runs them, no --laravel advice
+    older = by_title(findings(env13, queue=RedisQueue(redis_client, prefix=PREFIX, version="13")),
+                     "payloads dispatched by an older Laravel")
+    assert older.level == "ok" and "8.43–12.10" in older.title and "--laravel" not in older.fix
     assert by_title(findings(env), "other prefixes").level == "warn"  # jobs exist under ours too now
+    # payloads newer than the version laraq is set to: that is a wrong --laravel
+    Dispatcher(RedisQueue(redis_client, prefix=PREFIX, version="13")).dispatch_job("App\\Jobs\\EchoJob", {})
+    guess = by_title(findings(env), "payloads look like")
+    assert guess.level == "warn" and guess.title.startswith("payloads look like Laravel 13, newer than the 8.83")
+    assert "--laravel" in guess.fix
 
 
 def test_unhandled_classes_with_app(env, redis_client):

@@ -64,7 +64,7 @@ def test_wrong_destination_password_takes_nothing_and_names_to_url(redis_client,
     seed(redis_client)
     other_server.client().config_set("requirepass", "right")
     before = redis_client.lrange(SRC, 0, -1)
-    result = invoke(env, "move", "default", "--to-url", f"redis://:wrong@127.0.0.1:{other_server.port}/0", code=1)
+    result = invoke(env, "move", "default", "--to-url", f"redis://:wrong@127.0.0.1:{other_server.port}/0", code=4)
     assert "--to-url" in result.output and "nothing was taken" in result.output
     assert "REDIS_PASSWORD" not in result.output and "--redis-url" not in result.output
     assert "wrong" not in result.output  # the password never shows
@@ -81,7 +81,7 @@ def test_destination_down_before_the_move_takes_nothing(redis_client, tmp_path, 
     server = RedisServer(tmp_path)
     port = server.port
     server.stop()
-    result = invoke(env, "move", "default", "--to-url", f"redis://127.0.0.1:{port}/0", code=1)
+    result = invoke(env, "move", "default", "--to-url", f"redis://127.0.0.1:{port}/0", code=3)
     assert "--to-url" in result.output and "nothing was taken" in result.output
     assert redis_client.llen(SRC) == 5 and list(redis_client.scan_iter("*laraq-transfer*")) == []
 
@@ -105,11 +105,11 @@ def test_status_doctor_and_recover_on_to_the_destination(redis_client, other_ser
     src = RedisQueue(redis_client, prefix=PREFIX, version="12.67")
     dst = RedisQueue(other_server.client(), prefix="new_", version="13")
     member = hold_one(src, dst)
-    status = json.loads(invoke(env, "status", "--sample", "0", "--json").output)
+    status = json.loads(invoke(env, "status", "--sample", "0", "--json", code=1).output)
     [held] = status["transfers"]
     assert held["jobs"] == 1 and held["queue"] == "default" and held["age_seconds"] is not None
     assert "--recover" in held["finish"] and "--to-prefix new_" in held["finish"] and "--to-source" in held["undo"]
-    text = invoke(env, "status", "--sample", "0").output
+    text = invoke(env, "status", "--sample", "0", code=1).output
     assert "1 job(s) of queue 'default' held by an unfinished move" in text
     uuid = json.loads(member)["uuid"]
     [shown] = json.loads(invoke(env, "show", uuid, "--json", "--no-failed").stdout)

@@ -147,8 +147,13 @@ def test_import_is_all_or_nothing_and_names_the_bad_line(redis_client, env, tmp_
     result = CliRunner().invoke(cli, ["import", str(path), "--queue", "restored"], env=env)
     assert result.exit_code == 1 and "line 3: not JSON" in result.output
     assert list(redis_client.scan_iter(PREFIX + "queues:restored*")) == []
-    # the good file goes in whole, in one transaction
+    # while the exported jobs are still on this server (in 'default'), importing them to another queue
+    # here would put each id twice on one server: every line is skipped
     path.write_text("\n".join(good) + "\n")
+    out = invoke(env, "import", str(path), "--queue", "restored")
+    assert out.startswith("imported 0 pending") and "10 skipped" in out
+    redis_client.delete(*(PREFIX + "queues:default" + s for s in ("", ":delayed", ":reserved", ":notify")))
+    # the good file goes in whole, in one transaction
     redis_client.config_resetstat()
     out = invoke(env, "import", str(path), "--queue", "restored")
     assert out.startswith("imported 7 pending, 3 delayed")  # the reserved one runs again soon, as pending

@@ -60,7 +60,9 @@ def test_copy_with_filter_and_export_import(env, redis_client, tmp_path):
     path = tmp_path / "jobs.jsonl"
     run(env, "export", "default", "-o", str(path))
     assert len(path.read_text().splitlines()) == 5
-    out = run(env, "import", str(path), "--queue", "restored")
+    # the same jobs are on this server already (in 'default'): a second copy here is asked for explicitly
+    assert "5 skipped" in run(env, "import", str(path), "--queue", "restored")
+    out = run(env, "import", str(path), "--queue", "restored", "--allow-duplicates")
     assert "3 pending" in out and "2 delayed" in out
     assert redis_client.lrange("old_queues:restored", 0, -1) == redis_client.lrange("old_queues:default", 0, -1)
 
@@ -190,10 +192,10 @@ def test_progress_bars_only_on_a_terminal(env, redis_client, tmp_path, monkeypat
     run(env, "export", "shown", "-o", str(path))
     tty.seek(0)
     tty.truncate()
-    assert "imported 3 pending, 2 delayed" in run(env, "import", str(path), "--queue", "again")
+    assert "imported 3 pending, 2 delayed" in run(env, "import", str(path), "--queue", "again", "--allow-duplicates")
     assert "importing" in tty.getvalue() and "5/5" in tty.getvalue()
     monkeypatch.undo()
-    assert "importing" not in run(env, "import", str(path), "--queue", "again2")
+    assert "importing" not in run(env, "import", str(path), "--queue", "again2", "--allow-duplicates")
 
 
 def test_read_commands_scan_and_never_use_keys(env, redis_client):

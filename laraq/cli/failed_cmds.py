@@ -42,9 +42,10 @@ def failed_cmd(ops: Ops, queue_name: str | None, as_json: bool, exceptions: bool
     headers = ["id", "connection", "queue", "class", "failed at"] + (["exception"] if exceptions else [])
     rows = [[j.id, j.connection, j.queue, j.display_name, j.failed_at]
             + ([j.exception.splitlines()[0] if j.exception else ""] if exceptions else []) for j in jobs]
-    columns = [Column(h, no_wrap=h in ("id", "failed at")) for h in headers[:-1] if h != "exception"]
-    columns.append(Column(headers[-1], overflow="ellipsis", no_wrap=True, min_width=10) if exceptions
-                   else Column(headers[-1], no_wrap=True))
+    # the id (to paste into retry/forget) and the time are never cut; the class is what a reader looks for
+    columns = [Column(h, key=h in ("id", "class"), whole=h in ("id", "failed at")) for h in headers[:-1]
+               if h != "exception"]
+    columns.append(Column(headers[-1], wrap=True) if exceptions else Column(headers[-1], whole=True))
     print_table(columns, rows)
 
 
@@ -122,7 +123,7 @@ def _bulk(ops: Ops, flt: RetryFilter, among: list[str | int] | None, *, dry_run:
                 {"id": j.id, "queue": j.queue, "class": j.display_name, "failed_at": j.failed_at} for j in jobs]})
             return
         click.echo(f"{len(jobs)} failed job(s) match" + (":" if jobs else "."))
-        print_table([Column("queue"), Column("class", overflow="fold"), Column("jobs", justify="right")],
+        print_table([Column("queue", key=True), Column("class", key=True), Column("jobs", justify="right")],
                     [[q, c, n] for (q, c), n in sorted(by_class.items())])
     if dry_run or not jobs:
         return

@@ -31,8 +31,8 @@ def _job_rows(views: Sequence[JobView]) -> None:
         rows.append((v.index, v.state, v.name or ("<" + _short(v.error or "?", quote=False) + ">"), v.attempts,
                      v.uuid, when, props))
     print_table([Column("#", justify="right", no_wrap=True), Column("state", no_wrap=True),
-                 Column("job", overflow="fold"), Column("attempts", justify="right", no_wrap=True),
-                 Column("uuid", overflow="fold"), Column("at (UTC)", no_wrap=True),
+                 Column("job", key=True), Column("attempts", justify="right", no_wrap=True),
+                 Column("uuid", key=True, whole=True), Column("at (UTC)", whole=True),
                  Column("properties", overflow="fold")], rows)
 
 
@@ -171,7 +171,7 @@ def _show_one(v: JobView, full: bool) -> None:
     pairs = [(key, d[key]) for key in (
         "queue", "state", "connection", "failed_id", "failed_at", "name", "job", "uuid", "id", "attempts",
         "max_tries", "backoff", "timeout", "retry_until", "created_at", "available_at", "reserved_until",
-        "encrypted", "error", "held_in", "taken_from", "finish", "undo",
+        "encrypted", "error", "held_in", "taken_from", "destination", "finish", "undo", "note",
     ) if d.get(key) is not None]
     view = v.properties if v.properties is not None else v.data
     label = "properties" if v.properties is not None else "data"

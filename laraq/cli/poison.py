@@ -65,7 +65,7 @@ def poison_list_cmd(ops: Ops, queues: tuple[str, ...], as_json: bool) -> None:
     elif not rows:
         click.echo(f"no poison members under prefix {ops.queue.prefix!r}")
     else:
-        print_table([Column("queue", overflow="fold"), Column("#", justify="right", no_wrap=True),
+        print_table([Column("queue", key=True), Column("#", justify="right", no_wrap=True),
                      Column("bytes", justify="right", no_wrap=True), Column("reason", overflow="fold"),
                      Column("member", overflow="fold")], rows)
 

@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
-__all__ = ["Column", "ThrottledBar", "cell", "kv_table", "make_table", "print_renderable", "print_table", "progress",
-           "stderr_stream"]
+__all__ = ["Column", "ThrottledBar", "cell", "fit_widths", "kv_table", "make_table", "output_width", "print_list",
+           "print_renderable", "print_table", "progress", "shorten_middle", "stderr_stream"]
 
 #: Seconds between two redraws of a progress bar.
 REDRAW_INTERVAL = 0.25
@@ -60,16 +60,32 @@ def _is_tty(stream: Any) -> bool:
 
 class Column:
     """A table column: its header and the options of :class:`rich.table.Column` (``justify``, ``no_wrap``,
-    ``overflow``, ``min_width``, ``style``...), made into one when the table is drawn."""
+    ``overflow``, ``min_width``, ``style``...), made into one when the table is drawn.
 
-    __slots__ = ("header", "options")
+    How :func:`print_table` fits it into a narrow width: ``key`` (the identifying column: a queue, a class,
+    a uuid; the first column when none is marked) is never dropped nor wrapped, only shortened in the
+    middle as a last resort; a right-justified column is a number and is never cut; ``wrap`` (prose:
+    properties, reasons, fixes; by default any other ``overflow="fold"`` column) wraps over lines; ``whole``
+    (an id to paste into another command, a time) is never cut either; any other column is shortened in
+    the middle."""
 
-    def __init__(self, header: str = "", **options: Any) -> None:
+    __slots__ = ("header", "key", "options", "whole", "wrap")
+
+    def __init__(self, header: str = "", *, key: bool = False, wrap: bool | None = None, whole: bool = False,
+                 **options: Any) -> None:
         self.header = header
+        self.key = key
+        self.whole = whole
+        self.wrap = (options.get("overflow") == "fold" and not key) if wrap is None else wrap
         self.options = options
 
+    @property
+    def number(self) -> bool:
+        """Drawn at its full width, never shortened: a right-justified column (a number) or a ``whole`` one."""
+        return self.whole or self.options.get("justify") == "right"
+
     def __repr__(self) -> str:
-        return f"Column({self.header!r}, **{self.options!r})"
+        return f"Column({self.header!r}, key={self.key}, wrap={self.wrap}, **{self.options!r})"
 
 
 def cell(value: Any, *, multiline: bool = False) -> Text:
@@ -123,11 +139,139 @@ def _width() -> int:
     return UNBOUNDED_WIDTH
 
 
-def print_table(columns: Sequence[str | Column], rows: Sequence[Sequence[Any]]) -> None:
-    table = make_table(columns)
-    for row in rows:
-        table.add_row(*(cell(v) for v in row))
+def output_width() -> int:
+    """The width tables are fitted to: the terminal's on a terminal, else :func:`_width`."""
+    out = stdout_stream()
+    if _is_tty(out):
+        columns = os.environ.get("COLUMNS", "")
+        if columns.isdigit() and int(columns) > 0:
+            return int(columns)
+        try:
+            return os.get_terminal_size(out.fileno()).columns or 80
+        except (OSError, ValueError, AttributeError):
+            return 80
+    return _width()
+
+
+#: Columns are drawn three cells apart (``padding=(0, 1)`` and the blank divider of ``SIMPLE_HEAD``).
+GAP = 3
+#: The narrowest a shortened text column or a wrapped prose column gets (its header is never cut).
+MIN_TEXT, MIN_KEY = 8, 16
+#: What a shortened or wrapped column (an identifying one) keeps before any goes down to its minimum.
+BALANCED, KEY_BALANCED = 16, 32
+
+
+def shorten_middle(text: Text, width: int) -> Text:
+    """``text`` in at most ``width`` cells, its middle replaced by ``…`` (both ends of a name are
+    telling: ``App\\Jobs\\…\\SendInvoice``, ``9f3c…a2e1``)."""
+    from rich.text import Text  # start-up: rich only when a table is drawn
+
+    if text.cell_len <= width or width < 3:
+        return text
+    keep = width - 1
+    head = keep - keep // 2
+    tail = keep // 2
+    plain = text.plain
+    while head > 0 and Text(plain[:head]).cell_len > keep - keep // 2:
+        head -= 1
+    while tail > 0 and Text(plain[len(plain) - tail:]).cell_len > keep // 2:
+        tail -= 1
+    return Text.assemble(text[:head], "…", text[len(plain) - tail:] if tail else "")
+
+
+def _minimum(column: Column) -> int:
+    header = len(column.header)
+    if column.number:
+        return header
+    return max(header, MIN_KEY if column.key else MIN_TEXT)
+
+
+def fit_widths(columns: Sequence[Column], cells: Sequence[Sequence[Text]], width: int) -> list[int] | None:
+    """Each column's width so that the table fits in ``width`` cells, or None when it cannot (then it is
+    drawn as a list). Numbers keep their width; text columns give way widest first (prose wraps, other
+    text is shortened in the middle), none below :data:`BALANCED` cells (an identifying one :data:`KEY_BALANCED`) while another is wider, the
+    identifying column last at equal widths; no header is ever cut."""
+    natural = [max([len(c.header), *(row[i].cell_len for row in cells)]) for i, c in enumerate(columns)]
+    room = width - GAP * (len(columns) - 1)
+    widths = list(natural)
+    shrinkable = [i for i, c in enumerate(columns) if not c.number]
+    # first every text column gives way, widest first, down to a readable BALANCED width (prose before
+    # the identifying column at equal widths); then down to its minimum
+    for floor in (lambda i: max(_minimum(columns[i]), KEY_BALANCED if columns[i].key else BALANCED),
+                  lambda i: max(_minimum(columns[i]), BALANCED),
+                  lambda i: _minimum(columns[i])):
+        while sum(widths) > room:
+            wide = [i for i in shrinkable if widths[i] > floor(i)]
+            if not wide:
+                break
+            widest = max(wide, key=lambda i: (widths[i], not columns[i].key, columns[i].wrap))
+            widths[widest] -= 1
+    return widths if sum(widths) <= room else None
+
+
+def print_table(columns: Sequence[str | Column], rows: Sequence[Sequence[Any]], *, width: int | None = None) -> None:
+    """Draw ``rows`` under ``columns`` fitted to the output's width (:func:`output_width`): text columns
+    shortened in the middle, prose wrapped, numbers whole, the identifying column always there; when even
+    that does not fit, each row becomes a block of ``header: value`` lines (:func:`print_list`)."""
+    cols = [c if isinstance(c, Column) else Column(c) for c in columns]
+    if cols and not any(c.key for c in cols):
+        first = cols[0]
+        cols[0] = Column(first.header, key=True, wrap=False, whole=first.whole, **first.options)
+    cells = [[cell(v) for v in row] for row in rows]
+    limit = output_width() if width is None else width
+    widths = fit_widths(cols, cells, limit)
+    if widths is None:
+        print_list(cols, cells, limit)
+        return
+    drawn = []
+    for c, w in zip(cols, widths, strict=True):
+        options = dict(c.options, width=w, min_width=None)
+        if c.wrap:
+            options.update(overflow="fold", no_wrap=False)
+        else:
+            options.update(no_wrap=True, overflow="ellipsis")
+        drawn.append(Column(c.header, **options))
+    table = make_table(drawn)
+    for row in cells:
+        table.add_row(*(t if c.wrap or c.number else shorten_middle(t, w)
+                        for t, c, w in zip(row, cols, widths, strict=True)))
     print_renderable(table)
+
+
+def print_list(columns: Sequence[Column], cells: Sequence[Sequence[Text]], width: int) -> None:
+    """The table as a list, for a width too narrow for its columns: per row, the identifying values on
+    one line (shortened in the middle only if they alone are wider than the line), then the other
+    columns as ``header: value`` pairs packed into lines indented by two (a pair wider than a line wraps)."""
+    import textwrap  # start-up: only for a list
+
+    lines: list[str] = []
+    for row in cells:
+        keys = [(c.header, t.plain) for t, c in zip(row, columns, strict=True) if c.key]
+        head = "  ".join(value for _, value in keys)
+        if len(head) <= width:
+            lines.append(head)
+        else:  # one identifying value a line, the first one unlabelled
+            for n, (header, value) in enumerate(keys):
+                text = value if n == 0 else f"  {header}: {value}"
+                lines.append(shorten_middle(cell(text), width).plain if len(text) > width else text)
+        current = ""
+        for t, c in zip(row, columns, strict=True):
+            if c.key or not t.plain:
+                continue
+            item = f"{c.header}: {t.plain}"
+            if current and 2 + len(current) + 2 + len(item) <= width:
+                current += "  " + item
+                continue
+            if current:
+                lines.append("  " + current)
+            current = item
+            if 2 + len(item) > width:
+                lines.extend(textwrap.wrap(item, width, initial_indent="  ", subsequent_indent="    ",
+                                           break_long_words=True, break_on_hyphens=False))
+                current = ""
+        if current:
+            lines.append("  " + current)
+    click.echo("\n".join(line.rstrip() for line in lines), file=stdout_stream())
 
 
 def kv_table(pairs: Sequence[tuple[str, Any]], *, multiline: Collection[str] = ()) -> Table:

@@ -42,9 +42,9 @@ def show_reserved(ops: Ops, asked: list[str], as_json: bool) -> dict[str, Any]:
         lease = _clock(j.lease_ends_at) + (" (ended)" if j.lease_ends_at <= now else f" (in {human_age(j.lease_ends_at - now)})")
         rows.append([j.queue, j.job, j.id or "-", j.attempts if j.attempts is not None else "-", holder, since, lease,
                      j.comes_back(now) or "-"])
-    print_table([Column("queue"), Column("job", overflow="fold"), Column("id", no_wrap=True), Column("attempts"),
-                 Column("held by", overflow="fold"), Column("for", no_wrap=True), Column("lease ends", no_wrap=True),
-                 Column("orphan: comes back", overflow="fold")], rows)
+    print_table([Column("queue", key=True), Column("job", key=True), Column("id", whole=True),
+                 Column("attempts", justify="right"), Column("held by", overflow="fold"), Column("for", whole=True),
+                 Column("lease ends", whole=True), Column("orphan: comes back", overflow="fold")], rows)
     orphans = doc["orphans"]
     if orphans:
         click.echo(f"note: {orphans} reservation(s) held by no live laraq worker: a PHP worker's, or orphans "

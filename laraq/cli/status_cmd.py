@@ -234,7 +234,7 @@ def render(snap: Snapshot) -> None:
             rows.append(row)
         headers = ["pending", "delayed", "reserved", "oldest", "due", "expired", "poison", "failed", "paused",
                    "rate", "wait"] + (["status"] if snap.max is not None else [])
-        print_table([Column("queue", overflow="fold"), *(Column(h, justify="right", no_wrap=True) for h in headers)],
+        print_table([Column("queue", key=True), *(Column(h, justify="right", no_wrap=True) for h in headers)],
                     rows)
     if snap.transfers:
         click.echo("unfinished transfers (no worker runs a held job):")
@@ -273,7 +273,8 @@ def status_cmd(ops: Ops, queues: tuple[str, ...], sample: float, max_size: int |
     """Sizes, ages, failed count, paused state, pickup rate and wait estimate of QUEUES (default: every
     queue found under the prefix, via SCAN), like queue:monitor.
 
-    Exit codes: 0, or 1 when --max is given and a queue is at or over it."""
+    Exit codes: 0, or 1 when --max is given and a queue is at or over it, or when an unfinished move holds
+    jobs of these queues (listed with the commands that finish or undo it)."""
     asked = list(queues)
     if reserved:
         show_reserved(ops, asked, as_json)
@@ -288,7 +289,7 @@ def status_cmd(ops: Ops, queues: tuple[str, ...], sample: float, max_size: int |
                 time.sleep(sample)
         snap = snapshot(ops, asked, marks, max_size=max_size)
         _emit(snap, as_json)
-        if snap.alerting:
+        if snap.alerting or snap.transfers:
             sys.exit(EXIT_ERROR)
         return
     marks = None  # the first frame has nothing to measure against yet
@@ -309,7 +310,7 @@ def status_cmd(ops: Ops, queues: tuple[str, ...], sample: float, max_size: int |
             time.sleep(interval)
     except KeyboardInterrupt:
         pass
-    if snap is not None and snap.alerting:
+    if snap is not None and (snap.alerting or snap.transfers):
         sys.exit(EXIT_ERROR)
 
 

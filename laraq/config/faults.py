@@ -14,9 +14,9 @@ from laraq.exitcodes import EXIT_CONFIG, EXIT_DATABASE, EXIT_REDIS_AUTH, EXIT_RE
 from laraq.protocol.acl import Denial, denied
 from laraq.protocol.encryption import DecryptError
 
-__all__ = ["acl_message", "explain", "is_acl_denial", "one_line", "tls_advice", "tls_is_settings_fault"]
+__all__ = ["AUTH_MARKERS", "acl_message", "explain", "is_acl_denial", "one_line", "tls_advice", "tls_is_settings_fault"]
 
-_AUTH_MARKERS = ("WRONGPASS", "NOAUTH", "invalid password", "invalid username-password", "HELLO must be called",
+AUTH_MARKERS = ("WRONGPASS", "NOAUTH", "invalid password", "invalid username-password", "HELLO must be called",
                  "Authentication required", "AUTH <password> called without any password")
 _REDIS_FIX = "set REDIS_HOST/REDIS_PORT (or REDIS_URL) as in the app's .env, or pass --redis-url / --env-file"
 _AUTH_FIX = ("set REDIS_PASSWORD (and REDIS_USERNAME for an ACL user) as in the app's .env, or put them in "
@@ -105,7 +105,7 @@ def explain(exc: BaseException, *, redis_url: str | None = None) -> tuple[str, i
     where = f" at {redis_url}" if redis_url else ""
     text = one_line(exc)
     if isinstance(exc, redis.AuthenticationError) or (
-            isinstance(exc, redis.ResponseError) and any(m.lower() in text.lower() for m in _AUTH_MARKERS)):
+            isinstance(exc, redis.ResponseError) and any(m.lower() in text.lower() for m in AUTH_MARKERS)):
         if "NOAUTH" in text or "HELLO must be called" in text or "Authentication required" in text:
             reason = "no password was sent but the server needs one"
         else:

@@ -97,6 +97,10 @@ def _version_hints(decoded: dict[str, Any]) -> list[str]:
     return hints
 
 
+#: The payload families of :func:`_version_hints`, oldest first.
+_HINT_ORDER = ("<8.43", "8.43–12.10", "12.11+", "12.51+", "13")
+
+
 def _expected_hint(version: Any) -> str:
     if version.major >= 13:
         return "13"
@@ -292,10 +296,21 @@ def diagnose(
 
     expected = _expected_hint(settings.version)
     seen = {h: n for h, n in hints.items() if h != "horizon"}
-    if seen and expected not in seen:
+    # every line reads the payloads of older ones (a queue moved from 8 to 13 keeps its 8.x payloads):
+    # only payloads newer than the set version mean --laravel is wrong
+    newer = {h: n for h, n in seen.items() if _HINT_ORDER.index(h) > _HINT_ORDER.index(expected)}
+    older = {h: n for h, n in seen.items() if _HINT_ORDER.index(h) < _HINT_ORDER.index(expected)}
+    if newer:
         out.append(Finding(
-            "warn", f"payloads look like Laravel {max(seen, key=lambda h: seen[h])}, laraq is set to {settings.version}",
-            json.dumps(seen), "pass --laravel (or LARAQ_LARAVEL_VERSION) with your app's framework version",
+            "warn", f"payloads look like Laravel {max(newer, key=lambda h: newer[h])}, newer than the "
+            f"{settings.version} laraq is set to", json.dumps(seen),
+            "pass --laravel (or LARAQ_LARAVEL_VERSION) with your app's framework version",
+        ))
+    elif older:
+        out.append(Finding(
+            "ok", f"payloads dispatched by an older Laravel ({', '.join(sorted(older))}) sit with those of "
+            f"{settings.version}: queued before an upgrade or moved here; Laravel {settings.version} runs them",
+            json.dumps(seen), "",
         ))
     elif seen:
         out.append(Finding("ok", f"payloads match Laravel {settings.version}"))

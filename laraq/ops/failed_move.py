@@ -29,14 +29,16 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from laraq.bus.retry import retry_payload
+from laraq.config.faults import explain, one_line
 from laraq.ops.inspect import job_identity, list_members, scored_members
 from laraq.ops.migrate import unsupported_by
+from laraq.ops.stack import job_class, unknown_class
 from laraq.ops.transfers import TRANSFER_MARK
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.versions import LaravelVersion
 from laraq.stores.failed import FailedJob
 
-__all__ = ["FailedMoveSummary", "move_failed"]
+__all__ = ["DestinationFailed", "FailedMoveSummary", "move_failed"]
 
 # KEYS: 1 list, 2 notify, 3 remembered identities. ARGV: 1 payload, 2 identity, 3 remember seconds.
 _PUSH_ONCE = """\
@@ -51,6 +53,29 @@ return 1
 REMEMBER_SECONDS = 30 * 86400
 
 
+class DestinationFailed(Exception):
+    """The destination store or queue failed; the message names it and says how far the run got.
+    ``exit_code`` is the one the same fault at the source gives (5 a database, 3/4 Redis)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _destination_failed(exc: Exception, summary: FailedMoveSummary, *, started: bool) -> Exception:
+    """``exc`` raised by the destination, as a :class:`DestinationFailed` (or ``exc`` itself, a bug)."""
+    explained = explain(exc)
+    if explained is None:
+        return exc
+    where = "when it was opened" if not started else (
+        f"after {summary.moved} failed job(s) had been {'copied' if summary.copy else 'moved'} there")
+    return DestinationFailed(
+        f"the destination {summary.destination} failed {where}: {one_line(exc)}; the job being moved stays at the "
+        "source (its row is forgotten only once the destination has it). Fix the destination (its .env: "
+        "--to-env-file, or --to-table/--to-url) and run the same command again: nothing is written twice",
+        explained[1])
+
+
 @dataclass
 class FailedMoveSummary:
     """What ``move-failed`` did (or, dry, would do)."""
@@ -59,17 +84,21 @@ class FailedMoveSummary:
     destination: str
     mode: str  # "failed" (stay failed) or "retry"
     copy: bool = False
+    dry_run: bool = False
     moved: int = 0
     existing: int = 0
     forgotten: int = 0
     skipped_by_filter: int = 0
     refused: list[str] = field(default_factory=list)
     by_queue: dict[str, int] = field(default_factory=dict)
+    #: whether the destination app's job classes were looked at (None: not known)
+    classes_checked: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "destination": self.destination, "mode": self.mode, "copy": self.copy,
-                "moved": self.moved, "already_at_destination": self.existing, "forgotten_at_source": self.forgotten,
-                "skipped_by_filter": self.skipped_by_filter, "refused": self.refused, "by_queue": self.by_queue}
+                "dry_run": self.dry_run, "moved": self.moved, "already_at_destination": self.existing, "forgotten_at_source": self.forgotten,
+                "skipped_by_filter": self.skipped_by_filter, "refused": self.refused, "by_queue": self.by_queue,
+                "classes_checked": self.classes_checked}
 
     def describe(self, *, dry_run: bool = False) -> str:
         verb = "would " + ("copy" if self.copy else "move") if dry_run else ("copied" if self.copy else "moved")
@@ -83,7 +112,7 @@ class FailedMoveSummary:
             lines.append(f"  {self.skipped_by_filter} left at the source by --queue/--filter")
         if self.refused:
             shown = "\n    ".join(self.refused[:10]) + ("\n    ..." if len(self.refused) > 10 else "")
-            lines.append(f"  {len(self.refused)} left at the source: the destination's Laravel cannot run them as "
+            lines.append(f"  {len(self.refused)} left at the source: the destination cannot run them as "
                          f"dispatched:\n    {shown}")
         if self.mode == "failed" and self.moved and not dry_run:
             lines.append("  on the destination: php artisan queue:failed lists them, queue:retry ID|all retries them")
@@ -126,16 +155,22 @@ def move_failed(
     dry_run: bool = False,
     encrypter: Any = None,
     progress: Callable[[int], Any] | None = None,
+    app_classes: set[str] | None = None,
 ) -> FailedMoveSummary:
     """Move (or ``copy``) the failed jobs of ``source`` into ``dest_store`` (they stay failed) or, when
     ``dest_queue`` is given, retry them into it. ``connection`` renames the rows' connection (default:
-    kept). See the module docstring for what makes it safe to re-run."""
+    kept). With ``app_classes`` (the destination app's job classes), a job whose class it lacks stays at the
+    source and is named. See the module docstring for what makes it safe to re-run."""
     if (dest_store is None) == (dest_queue is None):
         raise ValueError("give a destination store (stay failed) or a destination queue (retry), not both")
     version = LaravelVersion.parse(str(dest_version))
-    summary = FailedMoveSummary(source_name, dest_name, "retry" if dest_queue is not None else "failed", copy)
+    summary = FailedMoveSummary(source_name, dest_name, "retry" if dest_queue is not None else "failed", copy,
+                                dry_run, classes_checked=app_classes is not None)
     src_tz = getattr(source, "tz", UTC)
-    known: set[str] = _identities(dest_store) if dest_store is not None else set()
+    try:
+        known: set[str] = _identities(dest_store) if dest_store is not None else set()
+    except Exception as exc:
+        raise _destination_failed(exc, summary, started=False) from exc
     queue_known: dict[str, set[str]] = {}
     push = dest_queue.client.register_script(_PUSH_ONCE) if dest_queue is not None else None
     for row in reversed(source.all()):  # oldest first (the stores list newest first), as they failed
@@ -146,20 +181,28 @@ def move_failed(
             continue
         body = row.payload.encode("utf-8")
         reason = unsupported_by(body, version)
+        if reason is None and app_classes is not None and unknown_class(job_class(body), app_classes):
+            reason = f"the destination app has no job class {job_class(body) or '?'}"
         if reason:
             summary.refused.append(f"{row.display_name or '?'} (failed id {row.id}): {reason}")
             continue
         ident = job_identity(body)
         if dest_queue is not None:
             if row.queue not in queue_known:
-                queue_known[row.queue] = _queue_identities(dest_queue, row.queue)
+                try:
+                    queue_known[row.queue] = _queue_identities(dest_queue, row.queue)
+                except Exception as exc:
+                    raise _destination_failed(exc, summary, started=summary.moved > 0) from exc
             there = ident in queue_known[row.queue]
         else:
             there = ident in known
         if there:
             summary.existing += 1
         elif not dry_run:
-            wrote = _write(row, body, ident, dest_store, dest_queue, push, connection, src_tz, encrypter)
+            try:
+                wrote = _write(row, body, ident, dest_store, dest_queue, push, connection, src_tz, encrypter)
+            except Exception as exc:
+                raise _destination_failed(exc, summary, started=True) from exc
             if wrote:
                 summary.moved += 1
                 summary.by_queue[row.queue] = summary.by_queue.get(row.queue, 0) + 1

@@ -33,7 +33,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, TypeVar
@@ -45,6 +45,7 @@ from laraq.protocol.queue import Excerpt, RedisQueue, excerpts_from, member_fiel
 from laraq.protocol.serializer import PHPEnum, PHPObject, PHPReference, PHPSerializeError, loads
 
 __all__ = [
+    "identities_at",
     "NAME_LIMIT",
     "STATES",
     "SUFFIXES",
@@ -500,6 +501,33 @@ def job_identity(member: bytes) -> str:
     return "sha1:" + hashlib.sha1(member).hexdigest()
 
 
+def identities_at(queue: RedisQueue, names: Iterable[str] = (), *, everywhere: bool = True,
+                  exclude: Iterable[str] = ()) -> set[str]:
+    """The :func:`job_identity` of every job waiting, delayed or reserved in the queues ``names`` and, with
+    ``everywhere``, in every queue under ``queue``'s prefix; queues whose key base is in ``exclude`` (the
+    source of a move on the same server) are not read.
+
+    What ``copy``, ``move``, ``move --recover`` and ``import`` compare against, so that no job id is
+    written twice to one server: a job already there, in any queue and any state, is skipped."""
+    wanted = list(dict.fromkeys([*names, *(discover_queues(queue.client, queue.prefix) if everywhere else [])]))
+    skip = set(exclude)
+    found: set[str] = set()
+    for name in wanted:
+        keys = queue.keys(name)
+        if keys.base in skip:
+            continue
+        for key, kind in ((keys.list, "list"), (keys.delayed, "zset"), (keys.reserved, "zset")):
+            start = 0
+            while True:
+                chunk = (list_members(queue.client, key, start, start + 999) if kind == "list"
+                         else [m for m, _ in scored_members(queue.client, key, start, start + 999)])
+                found.update(job_identity(m) for m in chunk)
+                if len(chunk) < 1000:
+                    break
+                start += 1000
+    return found
+
+
 def list_members(client: Any, key: str, start: int, end: int) -> list[bytes]:
     """``LRANGE``: the queue's client never decodes replies (``decode_responses=False``), so members are bytes."""
     members: list[bytes] = client.lrange(key, start, end)
@@ -638,7 +666,11 @@ def _find_held(queue: RedisQueue, ident: str, needle: bytes, queues: list[str] |
             view = JobView.from_member(name, "held", member, score, encrypter=encrypter, max_elements=max_elements)
             if ident in (view.id, view.uuid):
                 view.extra = {"held_in": held.key, "taken_from": state,
-                              "finish": held.finish_command(queue.prefix), "undo": held.undo_command(queue.prefix)}
+                              "destination": f"{held.dest_url() or 'unrecorded'} {held.meta.get('dest_base') or ''}",
+                              "finish": held.finish_command(queue.prefix), "undo": held.undo_command(queue.prefix),
+                              "note": "the destination may already have this job (a move cut between its two "
+                                      "writes): finish does not write it twice, and undo reads the destination "
+                                      "and leaves it there rather than put it back" + held.password_note()}
                 out.append(view)
     return out
 

@@ -18,7 +18,7 @@ from typing import IO, Any
 
 import redis
 
-from laraq.ops.inspect import iter_members, job_identity, list_members, scored_members
+from laraq.ops.inspect import identities_at, iter_members, job_identity
 from laraq.ops.transfers import TRANSFER_MARK
 from laraq.protocol.phpjson import json_loads
 from laraq.protocol.queue import RedisQueue
@@ -117,24 +117,10 @@ def _remembered_key(target: RedisQueue, queue: str) -> str:
     return target.keys(queue).base + TRANSFER_MARK + "imported"
 
 
-def _present(target: RedisQueue, queue: str) -> set[str]:
-    keys = target.keys(queue)
-    found: set[str] = set()
-    for key, kind in ((keys.list, "list"), (keys.delayed, "zset"), (keys.reserved, "zset")):
-        start = 0
-        while True:
-            chunk = (list_members(target.client, key, start, start + 999) if kind == "list"
-                     else [m for m, _ in scored_members(target.client, key, start, start + 999)])
-            found.update(job_identity(m) for m in chunk)
-            if len(chunk) < 1000:
-                break
-            start += 1000
-    return found
-
-
 def import_jobs(target: RedisQueue, stream: Iterable[str | bytes], *, queue: str | None = None,
                 reserved_as: str = "pending", progress: Callable[[int], Any] | None = None,
-                allow_duplicates: bool = False, remember: int = REMEMBER_SECONDS) -> dict[str, int]:
+                allow_duplicates: bool = False, remember: int = REMEMBER_SECONDS,
+                dry_run: bool = False) -> dict[str, int]:
     """Push the jobs of an export, all or nothing, each job once.
 
     Every line is read and checked first; a bad line raises :class:`ImportLineError` (its number and
@@ -145,11 +131,13 @@ def import_jobs(target: RedisQueue, stream: Iterable[str | bytes], *, queue: str
     gone), ``reserved`` or ``skip``. ``progress(1)`` is called for every line read.
 
     Idempotent, like ``copy``: a job whose uuid/id (:func:`~laraq.ops.inspect.job_identity`) is at the
-    destination in any state, or was written by an earlier import into that queue (remembered in
+    destination in any queue under its prefix and any state (:func:`~laraq.ops.inspect.identities_at`),
+    or was written by an earlier import into that queue (remembered in
     ``<queue>:laraq-transfer:imported`` for ``remember`` seconds, so a job a worker already ran is not
     imported again), or comes twice in the file, is counted in ``existing`` and not written, unless
     ``allow_duplicates``. The remembered set is written in the same transaction as the jobs and
-    WATCHed, so two imports at once cannot both write a job."""
+    WATCHed, so two imports at once cannot both write a job. With ``dry_run`` the same checks run and
+    the counts are what would be written; nothing is."""
     counts = {"pending": 0, "delayed": 0, "reserved": 0, "skipped": 0, "existing": 0}
     entries: list[_Entry] = []
     for number, text in enumerate(stream, 1):
@@ -166,14 +154,15 @@ def import_jobs(target: RedisQueue, stream: Iterable[str | bytes], *, queue: str
     for entry in entries:
         groups.setdefault(entry.queue if target.cluster else None, []).append(entry)
     for group in groups.values():
-        written = _write_group(target, group, allow_duplicates, remember)
+        written = _write_group(target, group, allow_duplicates, remember, dry_run)
         for entry in written:
             counts[entry.state] += 1
         counts["existing"] += len(group) - len(written)
     return counts
 
 
-def _write_group(target: RedisQueue, group: list[_Entry], allow_duplicates: bool, remember: int) -> list[_Entry]:
+def _write_group(target: RedisQueue, group: list[_Entry], allow_duplicates: bool, remember: int,
+                 dry_run: bool = False) -> list[_Entry]:
     queues = list(dict.fromkeys(e.queue for e in group))
     marks = {name: _remembered_key(target, name) for name in queues}
     while True:
@@ -185,13 +174,18 @@ def _write_group(target: RedisQueue, group: list[_Entry], allow_duplicates: bool
                 if allow_duplicates:
                     chosen = [(e, "") for e in group]
                 else:
-                    seen = {name: _present(target, name) | {_text(m) for m in target.client.smembers(marks[name])} for name in queues}
+                    # one server: a job already in any of its queues (under the prefix) is not written again
+                    seen = identities_at(target, queues)
+                    for name in queues:
+                        seen.update(_text(m) for m in target.client.smembers(marks[name]))
                     for entry in group:
                         ident = job_identity(entry.member)
-                        if ident in seen[entry.queue]:
+                        if ident in seen:
                             continue
-                        seen[entry.queue].add(ident)
+                        seen.add(ident)
                         chosen.append((entry, ident))
+                if dry_run:
+                    return [e for e, _ in chosen]
                 pipe.multi()
                 for entry, ident in chosen:
                     keys = target.keys(entry.queue)
@@ -214,11 +208,12 @@ def _write_group(target: RedisQueue, group: list[_Entry], allow_duplicates: bool
                 continue  # another import wrote to the same queue meanwhile: read again
 
 
-def remove_exported(source: RedisQueue, stream: Iterable[str | bytes]) -> dict[str, int]:
+def remove_exported(source: RedisQueue, stream: Iterable[str | bytes], *, dry_run: bool = False) -> dict[str, int]:
     """Delete from ``source`` the members of an export file that are still there, byte for byte
     (``LREM`` one copy each with its wake-up token, or ``ZREM``): what ``export`` copied, once the
     import is checked. Members a worker took or changed since are not there and are counted as ``gone``.
-    Every line is checked first, as for an import."""
+    Every line is checked first, as for an import. With ``dry_run`` the members still there are counted
+    (``removed``: what would be removed) and nothing is."""
     entries = []
     for number, text in enumerate(stream, 1):
         if text.strip():
@@ -233,6 +228,11 @@ def remove_exported(source: RedisQueue, stream: Iterable[str | bytes]) -> dict[s
                "poison": keys.poison}[entry.state]
         kind = "list" if entry.state in ("pending", "poison") else "zset"
         notify = keys.notify if entry.state == "pending" else ""
+        if dry_run:
+            here = (source.client.execute_command("LPOS", key, entry.member) is not None if kind == "list"
+                    else source.client.zscore(key, entry.member) is not None)
+            counts["removed" if here else "gone"] += 1
+            continue
         if script(keys=[key, notify or key], args=[kind, entry.member, "1" if notify else "0"]):
             counts["removed"] += 1
         else:

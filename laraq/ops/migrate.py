@@ -16,7 +16,8 @@ the work. Every step is atomic:
   member and record it in the journal hash ``<source queue>:laraq-transfer:<id>:journal`` under a
   token ``<sha1>:<sequence>`` (so two identical members are two entries, never one); (2) on the
   destination, atomically: add it unless the marker set ``<dest queue>:laraq-transfer:<id>:done``
-  already has the token, and add the token to that set; (3) delete the journal entry. A re-run first
+  already has the token, and add the token to that set; (3) delete the journal entry (in the same script
+  as the next member's step (1), so a member costs two round trips). A re-run first
   replays the journal, so a member killed between (1) and (2) is delivered once; one killed between
   (2) and (3) is not delivered twice. While a member is in the journal no worker can run it, so a
   move never runs a job twice. The journal and the marker set are deleted when a run completes.
@@ -25,8 +26,12 @@ the work. Every step is atomic:
   destination, however its URL was spelt, is replayed; one for another destination stops the move.
 
 ``copy`` leaves the source alone. By default it skips a job whose uuid (else payload id) is already
-at the destination in any state (:func:`job_identity`), so re-running a copy never duplicates;
-``allow_duplicates`` copies anyway. An interrupted copy re-run does not duplicate what it already
+at the destination in any state and any queue under its prefix (:func:`job_identity`,
+:func:`~laraq.ops.inspect.identities_at`), so re-running a copy never duplicates; ``allow_duplicates``
+copies anyway. A move does the same check and removes such a job from the source without writing it
+again, so ``copy`` then ``move`` ends with each job once, at the destination; ``move --recover`` (on to
+the destination) skips a held job already there too. Whatever the order of these commands, no job id is
+left twice on one server, nor on both sides unless a copy was asked for. An interrupted copy re-run does not duplicate what it already
 copied either way (marker tokens ``<state>:<sha1>:<n-th occurrence>``). Ready jobs are appended to
 the destination's tail in source order. The transfer id is derived from the source, destination,
 mode, states and filter, so re-running the same command line resumes the same transfer.
@@ -41,6 +46,7 @@ Export and import as JSON Lines live in :mod:`laraq.ops.jsonl` (their names are 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -51,7 +57,7 @@ from typing import Any, cast
 
 import redis
 
-from laraq.ops.inspect import JobView, _matches, job_identity, list_members, scored_members
+from laraq.ops.inspect import JobView, _matches, identities_at, job_identity, list_members, scored_members
 from laraq.ops.jsonl import ImportLineError, export_jobs, import_jobs
 from laraq.ops.transfer_report import TransferSummary, _count
 from laraq.ops.transfers import (
@@ -63,6 +69,7 @@ from laraq.ops.transfers import (
     HeldTransfer,
     check_destination,
     deliver_held,
+    destination_fault,
     destination_identity,
     find_held,
 )
@@ -106,10 +113,20 @@ end
 return 1
 """
 
+# A member of a move that is already at the destination: removed from the source only. KEYS: 1 src,
+# 2 src notify. ARGV: 1 src kind, 2 member.
+_DROP = _REMOVE_FROM_SOURCE + """\
+if remove_from_source(ARGV[1], KEYS[1], KEYS[2], ARGV[2]) then return 1 end
+return 0
+"""
+
 # Source side of a cross-server move. KEYS: 1 src, 2 src notify, 3 journal.
-# ARGV: 1 src kind, 2 member, 3 member hash, 4 journal value, 5 the transfer's description (#meta).
+# ARGV: 1 src kind, 2 member, 3 member hash, 4 journal value, 5 the transfer's description (#meta),
+# 6 (optional) the field of the job delivered before this one, deleted first: the destination has it, so
+# its entry goes in this same round trip instead of one of its own.
 # Returns the journal field, ``<hash>:<sequence>`` (so two identical members stay two entries), or false.
 _TAKE = _REMOVE_FROM_SOURCE + """\
+if ARGV[6] and ARGV[6] ~= '' then redis.call('HDEL', KEYS[3], ARGV[6]) end
 if not remove_from_source(ARGV[1], KEYS[1], KEYS[2], ARGV[2]) then return false end
 redis.call('HSETNX', KEYS[3], '#meta', ARGV[5])
 local token = ARGV[3] .. ':' .. redis.call('HINCRBY', KEYS[3], '#seq', 1)
@@ -223,7 +240,8 @@ class Transfer:
         #: members this transfer leaves in the source whatever the filter says (e.g. classes the destination lacks)
         self.keep: Callable[[bytes], bool] | None = None
         self.batch = batch
-        self.dedupe = not move and not allow_duplicates
+        #: skip jobs whose uuid/id is already at the destination (a move removes them from the source)
+        self.dedupe = not allow_duplicates
         self.src_keys = source.keys(self.source_name)
         self.dst_keys = dest.keys(self.dest_name)
         self.local = _same_connection(source.client, dest.client) and not (source.cluster or dest.cluster)
@@ -242,17 +260,22 @@ class Transfer:
             "dest_ident": self.dest_ident, "dest_base": self.dst_keys.base, "dest_prefix": dest.prefix,
             "dest_queue": self.dest_name, "dest_version": str(dest.version), "dest_cluster": bool(dest.cluster),
             "states": list(self.states), "filter": class_filter,
+            "dest_auth": bool((getattr(getattr(dest.client, "connection_pool", None), "connection_kwargs", None)
+                               or {}).get("password")),
         })
         self.journal_key = self.src_keys.base + TRANSFER_MARK + self.id + ":journal"
         self.marker_key = self.dst_keys.base + TRANSFER_MARK + self.id + ":done"
         self._local = source.client.register_script(_LOCAL)
         self._take = source.client.register_script(_TAKE)
+        self._drop = source.client.register_script(_DROP)
         self._give = dest.client.register_script(_GIVE)
         self._arrived: Counter[tuple[str, str]] = Counter()
         self._arrived_ident: dict[str, str] = {}
         self._dest_ids: set[str] | None = None
         #: journals of this source queue left by runs to the same destination (another state set or filter)
         self._adopted: list[HeldTransfer] = []
+        #: the journal field of the last job delivered, deleted by the next take (or :meth:`_settle`)
+        self._delivered_token = ""
 
     # -- describing ------------------------------------------------------------------------------
 
@@ -344,18 +367,29 @@ class Transfer:
         return (m for m in self._scan(self.source.client, self.src_keys, state) if self._wanted(m, state))
 
     def destination_ids(self) -> set[str]:
-        """The identities (:func:`job_identity`) of every job at the destination, ready, delayed or reserved."""
+        """The identities (:func:`job_identity`) of every job at the destination server, in the destination
+        queue or any other under its prefix, ready, delayed or reserved (never the source queue itself;
+        only the destination queue when both are under one prefix of one server).
+
+        Read once per run. A copy adds what it writes; a move does not (two identical members at the
+        source are two jobs, and both move)."""
         if self._dest_ids is None:
-            self._dest_ids = {job_identity(m) for state in ("pending", "delayed", "reserved")
-                              for m in self._scan(self.dest.client, self.dst_keys, state)}
+            # a queue renamed under the same prefix of one server: only the destination queue is "there"
+            # (the other queues beside it are the source's own app, not a destination)
+            same_app = self.local and self.source.prefix == self.dest.prefix
+            self._dest_ids = identities_at(self.dest, [self.dest_name], everywhere=not same_app,
+                                           exclude=[self.src_keys.base] if self.local else [])
         return self._dest_ids
 
     def _left_reserved(self, summary: TransferSummary) -> None:
         """Count (and name the first few of) the reserved members this transfer leaves in the source."""
         if "reserved" in self.states:
             return
-        left = [m for m in self._scan(self.source.client, self.src_keys, "reserved") if self._wanted(m, "reserved")]
+        now = time.time()
+        scored = scored_members(self.source.client, self.src_keys.reserved, 0, -1)
+        left = [m for m, _ in scored if self._wanted(m, "reserved")]
         summary.left_reserved = len(left)
+        summary.left_reserved_expired = sum(1 for m, score in scored if score <= now and self._wanted(m, "reserved"))
         for member in left[:5]:
             view = JobView.from_member(self.source_name, "reserved", member, with_properties=False)
             summary.left_reserved_jobs.append(f"{view.name or '?'} {view.uuid or view.id or _hash(member)[:12]}")
@@ -365,6 +399,7 @@ class Transfer:
     def plan(self) -> TransferSummary:
         """A dry run: what :meth:`run` would transfer now."""
         summary = self._summary()
+        summary.dry_run = True
         seen = set(self.destination_ids()) if self.dedupe else set()
         for state in self.states:
             summary.transferred[state] = summary.skipped[state] = summary.existing[state] = 0
@@ -377,7 +412,8 @@ class Transfer:
                     if ident in seen:
                         summary.existing[state] += 1
                         continue
-                    seen.add(ident)
+                    if not self.move:
+                        seen.add(ident)
                 summary.transferred[state] += 1
         self._left_reserved(summary)
         return summary
@@ -433,8 +469,23 @@ class Transfer:
                 summary.running_there = self.running_at_destination()
         return summary
 
+    def _settle(self) -> None:
+        """Delete the journal entry of the last job delivered (see :meth:`_one`)."""
+        if self._delivered_token:
+            token, self._delivered_token = self._delivered_token, ""
+            # a source that fails here leaves the entry: the destination's done-marker says it was delivered
+            with contextlib.suppress(redis.RedisError):
+                self.source.client.hdel(self.journal_key, token)
+
     def _pass(self, state: str, progress: Callable[[int], Any] | None,
               occurrences: Counter[str]) -> tuple[int, int, int]:
+        try:
+            return self._pass_members(state, progress, occurrences)
+        finally:
+            self._settle()
+
+    def _pass_members(self, state: str, progress: Callable[[int], Any] | None,
+                      occurrences: Counter[str]) -> tuple[int, int, int]:
         moved = skipped = existing = 0
         gen = self._members(state)
         try:
@@ -446,6 +497,8 @@ class Transfer:
                     stayed = True
                 elif self.dedupe and job_identity(member) in self.destination_ids():
                     existing += 1
+                    if self.move:  # the destination has this job: the move leaves it there, once
+                        self._drop(keys=[_key(self.src_keys, state), self.src_keys.notify], args=[_kind(state), member])
                 else:
                     digest = _hash(member)
                     occurrences[digest] += 1
@@ -453,7 +506,7 @@ class Transfer:
                         moved += 1
                         self._arrived[(state, digest)] += 1
                         self._arrived_ident[digest] = job_identity(member)
-                        if self.dedupe:
+                        if self.dedupe and not self.move:
                             self.destination_ids().add(job_identity(member))
                 if progress is not None:
                     progress(1)
@@ -476,12 +529,13 @@ class Transfer:
         if self.move:
             entry = f"{state}\n{score_arg}\n".encode() + member
             taken = self._take(keys=[src_key, self.src_keys.notify, self.journal_key],
-                               args=[kind, member, digest, entry, self.meta])
+                               args=[kind, member, digest, entry, self.meta, self._delivered_token])
+            self._delivered_token = ""
             if not taken:
                 return False
             token = taken.decode() if isinstance(taken, bytes) else str(taken)
             delivered = self._deliver(state, member, score_arg, token, held=True)
-            self.source.client.hdel(self.journal_key, token)
+            self._delivered_token = token  # its entry goes with the next take: the destination's marker has it
             return bool(delivered)
         return bool(self._deliver(state, member, score_arg, token))
 
@@ -493,33 +547,46 @@ class Transfer:
             raise self._destination_failed(exc, held) from exc
 
     def _destination_failed(self, exc: Exception, held: bool) -> DestinationError:
-        message = f"the destination {self.dest.redacted_url()} (--to-url) failed: {type(exc).__name__}: {exc}"
+        text, code = destination_fault(exc, self.dest.redacted_url())
+        delivered = sum(self._arrived.values())
+        message = (f"{text}; this run had {'moved' if self.move else 'copied'} {delivered} job(s) there before "
+                   "it failed (they stay there)")
         if held or (self.move and self._journal_entries()):
             source_prefix = self.source.prefix
             message += (f"; the job(s) taken are held on the source in {self.journal_key} (no worker runs them "
                         "there): re-run the same command once the destination is back, or `laraq move --recover "
                         f"{self.source_name} --prefix {source_prefix} --to-source` to put them back")
-        return DestinationError(message)
+        else:
+            message += "; re-run the same command once the destination is back: it goes on from there"
+        return DestinationError(message, code)
 
     def recover(self, summary: TransferSummary | None = None) -> int:
         """Deliver the members an interrupted run had taken from the source but not finished, including
         those of journals :meth:`preflight` adopted (same source queue, same destination)."""
         adopted = 0
+        ids = self.destination_ids() if self.dedupe else set()
         for held in self._adopted:
             try:
-                done = deliver_held(self.source, held, self.dest, self.dst_keys.base, self._give)
+                done, present = deliver_held(self.source, held, self.dest, self.dst_keys.base, self._give,
+                                             already=lambda m: job_identity(m) in ids)
             except redis.RedisError as exc:
                 raise self._destination_failed(exc, True) from exc
             adopted += held.jobs
             if summary is not None:
                 for state, n in done.items():
                     summary.transferred[state] = summary.transferred.get(state, 0) + n
+                for state, n in present.items():
+                    summary.existing[state] = summary.existing.get(state, 0) + n
         self._adopted = []
         entries = self._journal_entries()
         for token, entry in entries.items():
             state_b, score_b, member = entry.split(b"\n", 2)
             state = state_b.decode()
-            if self._deliver(state, member, score_b.decode(), token.decode()):
+            if job_identity(member) in ids:
+                # already at the destination (written by the interrupted run, or there before): not twice
+                if summary is not None:
+                    summary.existing[state] = summary.existing.get(state, 0) + 1
+            elif self._deliver(state, member, score_b.decode(), token.decode()):
                 self._arrived[(state, _hash(member))] += 1
                 self._arrived_ident[_hash(member)] = job_identity(member)
                 if summary is not None:

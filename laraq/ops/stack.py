@@ -21,6 +21,7 @@ from typing import Any
 from laraq.bus.schema import export_schema, load_schema_file, parse_schema
 from laraq.ops.inspect import JobView
 from laraq.ops.migrate import Transfer, TransferSummary
+from laraq.ops.transfer_report import NOT_CHECKED
 from laraq.protocol.queue import RedisQueue
 
 __all__ = ["StackMove", "StackReport", "job_class", "known_classes"]
@@ -49,6 +50,11 @@ def job_class(member: bytes) -> str | None:
     return view.name
 
 
+def unknown_class(name: str | None, known: set[str]) -> bool:
+    """Whether a job of class ``name`` cannot run in an app whose job classes are ``known``."""
+    return _unknown(name, known)
+
+
 def _unknown(name: str | None, known: set[str]) -> bool:
     if not name:
         return False  # not a job payload: the move takes it as it is (doctor names such members)
@@ -64,6 +70,9 @@ class StackReport:
     unknown: Counter[str] = field(default_factory=Counter)
     include_unknown: bool = False
     warnings: list[str] = field(default_factory=list)
+    #: whether the destination app's classes were checked (``--to-app``/``--to-schema``); None: the same app
+    classes_checked: bool | None = None
+    dry_run: bool = False
 
     def totals(self) -> dict[str, int]:
         out: Counter[str] = Counter()
@@ -72,7 +81,8 @@ class StackReport:
         return dict(out)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"queues": [s.to_dict() for s in self.summaries], "transferred": self.totals(),
+        return {"dry_run": self.dry_run, "classes_checked": self.classes_checked,
+                "queues": [s.to_dict() for s in self.summaries], "transferred": self.totals(),
                 "unknown_classes": dict(self.unknown), "unknown_moved": self.include_unknown,
                 "warnings": self.warnings}
 
@@ -91,6 +101,8 @@ class StackReport:
             else:
                 lines.append(f"  left in the source, their class is not in the destination app: {listed} "
                              "(--include-unknown takes them anyway)")
+        if self.classes_checked is False:
+            lines.append(NOT_CHECKED)
         return "\n".join(lines)
 
 
@@ -103,7 +115,7 @@ class StackMove:
         self.known, self.include_unknown = known, include_unknown
         self.transfers = [Transfer(source, name, dest, name, move=move, states=states, class_filter=class_filter,
                                    allow_duplicates=allow_duplicates) for name in names]
-        self.report = StackReport(include_unknown=include_unknown)
+        self.report = StackReport(include_unknown=include_unknown, classes_checked=True if known is not None else None)
         if known is not None:
             for transfer in self.transfers:
                 self._classify(transfer, known)
@@ -126,6 +138,7 @@ class StackMove:
         return [f"{t.source_name}: {problem}" for t in self.transfers for problem in t.incompatible()]
 
     def run(self, progress: Callable[[int], Any] | None = None, *, dry_run: bool = False) -> StackReport:
+        self.report.dry_run = dry_run
         for transfer in self.transfers:
             self.report.summaries.append(transfer.plan() if dry_run else transfer.run(progress=progress))
         return self.report

@@ -8,7 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["TransferSummary"]
+__all__ = ["NOT_CHECKED", "TransferSummary"]
+
+
+#: Said once when a move or copy to another app did not look at that app's job classes.
+NOT_CHECKED = ("  the destination app's job classes were not checked: --to-app DIR (or --to-schema FILE) leaves "
+               "behind, and names, the jobs whose class it lacks")
 
 
 def _count(counts: dict[str, int]) -> int:
@@ -39,6 +44,8 @@ class TransferSummary:
     existing: dict[str, int] = field(default_factory=dict)
     verified: dict[str, int] | None = None
     left_reserved: int = 0
+    #: of ``left_reserved``, how many have a reservation that has already expired (score in the past)
+    left_reserved_expired: int = 0
     #: ``Class uuid`` of the first reserved members left (at most 5), to name them.
     left_reserved_jobs: list[str] = field(default_factory=list)
     retry_after: int | None = None
@@ -46,14 +53,19 @@ class TransferSummary:
     running_there: int = 0
     #: warnings given before the transfer (e.g. reserved jobs whose attempts are spent)
     warnings: list[str] = field(default_factory=list)
+    #: a plan (``--dry-run``): nothing was written nor removed
+    dry_run: bool = False
+    #: False: bound for another app whose job classes were not looked at (None: not said here)
+    classes_checked: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "source": self.source, "destination": self.destination,
+        return {"mode": self.mode, "dry_run": self.dry_run, "source": self.source, "destination": self.destination,
                 "transferred": self.transferred, "verified_at_destination": self.verified,
                 "skipped_by_filter": self.skipped, "already_at_destination": self.existing,
-                "left_reserved": self.left_reserved, "left_reserved_jobs": self.left_reserved_jobs,
+                "left_reserved": self.left_reserved, "left_reserved_expired": self.left_reserved_expired,
+                "left_reserved_jobs": self.left_reserved_jobs,
                 "recovered": self.recovered, "reserved_at_destination": self.running_there,
-                "warnings": self.warnings}
+                "warnings": self.warnings, "classes_checked": self.classes_checked}
 
     def describe(self, *, dry_run: bool = False) -> str:
         """One summary line, then one line per thing left undone and how to do it."""
@@ -77,7 +89,11 @@ class TransferSummary:
                 lines.append(line)
         if self.recovered:
             lines.append(f"  {self.recovered} of them were recovered from an interrupted run")
-        if _count(self.existing):
+        if _count(self.existing) and self.mode == "move":
+            lines.append(f"  {_count(self.existing)} {'are' if dry_run else 'were'} already at the destination (a job "
+                         f"with the same uuid/id is there: {_parts(self.existing)}): not written again, "
+                         f"{'would be ' if dry_run else ''}removed from the source, so each is in one place once")
+        elif _count(self.existing):
             lines.append(f"  {_count(self.existing)} {'would be' if dry_run else 'were'} skipped: a job with the same "
                          f"uuid/id is already at the destination ({_parts(self.existing)}); "
                          "--allow-duplicates copies them anyway")
@@ -87,7 +103,19 @@ class TransferSummary:
             wait = f"{self.retry_after} s" if self.retry_after is not None else "its timeout"
             named = ", ".join(self.left_reserved_jobs) + (", ..." if self.left_reserved > len(self.left_reserved_jobs)
                                                           else "")
-            lines.append(f"  {self.left_reserved} reserved jobs left in the source (workers are running them: "
-                         f"{named}): --include-reserved takes them too, or re-run after retry_after ({wait}), "
-                         "when the unfinished ones are back in the queue")
+            running = self.left_reserved - self.left_reserved_expired
+            if not running:
+                lines.append(f"  {self.left_reserved} reserved jobs left in the source ({named}) whose reservations "
+                             "have all expired: no worker is running them, and only a worker of the source puts "
+                             "them back in the queue (at its next pop); with none left there, --include-reserved "
+                             "takes them")
+            else:
+                expired = (f"; {self.left_reserved_expired} of them have expired reservations (a worker of the "
+                           "source puts those back at its next pop, or --include-reserved takes them)"
+                           if self.left_reserved_expired else "")
+                lines.append(f"  {self.left_reserved} reserved jobs left in the source (workers may be running "
+                             f"them: {named}): --include-reserved takes them too, or re-run after retry_after "
+                             f"({wait}), when the unfinished ones are back in the queue{expired}")
+        if self.classes_checked is False:
+            lines.append(NOT_CHECKED)
         return "\n".join(lines)
