@@ -259,7 +259,7 @@ def run(data, job):
 
 queue = RedisQueue(f"redis://127.0.0.1:{port}/0", prefix="f_", retry_after=4, version="12.0.0")
 worker = Worker(app, queue, "tenant-*", options=WorkerOptions(
-    sleep=0.05, memory=1 << 20, concurrency=3, max_tries=3, fair=True, max_per_queue=1, slot_lease=2.0,
+    sleep=0.05, memory=1 << 20, concurrency=3, max_tries=3, fair=True, max_per_queue=1, slot_lease=6.0,
     discover_every=0.2, unstarted_lease=1.0))
 sys.exit(worker.run())
 """
