@@ -173,12 +173,23 @@ $jobs = [];
 $enums = [];
 $kinds = [];
 $sources = [];
+// each class whose file PHP could not load (a parse error, a missing parent): the class and why
+$unreadable = [];
+// each model's connection as a fetched model serializes it (its $connection, else the default connection)
+$connections = [];
 foreach ($only ?: laraq_classes($base) as $name) {
     try {
+        if (! class_exists($name) && ! enum_exists($name) && ! interface_exists($name) && ! trait_exists($name)) {
+            if ($only) {
+                $unreadable[$name] = 'no such class';
+            }
+            continue;
+        }
         if (! class_exists($name) && ! enum_exists($name)) {
             continue;
         }
     } catch (Throwable $e) {
+        $unreadable[$name] = get_class($e).': '.$e->getMessage().' in '.$e->getFile().':'.$e->getLine();
         continue;
     }
     $class = new ReflectionClass($name);
@@ -238,6 +249,10 @@ foreach ($jobs as $job) {
                 }
                 $enums[$t] = $cases;
             }
+            if ($kind === 'model' && ! isset($connections[$t])) {
+                $model = (new ReflectionClass($t))->newInstanceWithoutConstructor();
+                $connections[$t] = $model->getConnectionName() ?? config('database.default');
+            }
             if (in_array($kind, ['enum', 'model'], true) && ! isset($sources[$t])) {
                 $sources[$t] = laraq_source($base, $t);
             }
@@ -246,5 +261,5 @@ foreach ($jobs as $job) {
 }
 
 echo json_encode(['laravel' => $app->version(), 'jobs' => $jobs, 'enums' => $enums, 'kinds' => $kinds,
-                  'sources' => array_filter($sources)],
+                  'sources' => array_filter($sources), 'connections' => $connections, 'unreadable' => $unreadable],
     JSON_UNESCAPED_SLASHES | JSON_UNESCAPED_UNICODE | JSON_PRESERVE_ZERO_FRACTION | JSON_PRETTY_PRINT), "\n";
