@@ -36,12 +36,12 @@ def app(laravel: str, redis_server: Any, tmp_path: Any) -> PhpApp:
     return php
 
 
-def generate(app: PhpApp, tmp_path: Path, name: str, *classes: str) -> Any:
-    """``laraq schema --from APP --python`` into a fresh module, imported."""
+def generate(app: PhpApp, tmp_path: Path, name: str, *classes: str, every: bool = False) -> Any:
+    """``laraq schema --from APP --python`` into a fresh module, imported (``every``: all the app's classes)."""
     from laraq.cli import main
 
     out = tmp_path / f"{name}.py"
-    picked = [arg for c in (classes or (TYPED,)) for arg in ("--class", c)]
+    picked = [] if every else [arg for c in (classes or (TYPED,)) for arg in ("--class", c)]
     result = CliRunner().invoke(main, ["schema", "--from", str(app.path), *picked, "--python", str(out)],
                                 env=app.env)
     assert result.exit_code == 0, result.output
@@ -55,7 +55,7 @@ def generate(app: PhpApp, tmp_path: Path, name: str, *classes: str) -> Any:
 
 def test_typed_instance_dispatch_is_phps_byte_for_byte(app: PhpApp, redis_client: Any, tmp_path: Path) -> None:
     jobs = generate(app, tmp_path, f"typed_jobs_{app.version}")
-    order = jobs.TypedOrderJob(post=jobs.PostRef(1, "sqlite"), status=jobs.Status.Archived, quantity=3, ratio=1.5,
+    order = jobs.TypedOrderJob(post=jobs.PostRef(1), status=jobs.Status.Archived, quantity=3, ratio=1.5,
                                note=None, tags=["a", "b"], ref="R-9", priority=jobs.Priority.High)
     args = {"post": 1, "status": "archived", "quantity": 3, "ratio": 1.5, "tags": ["a", "b"], "ref": "R-9",
             "priority": 10}
@@ -67,7 +67,7 @@ def test_typed_instance_dispatch_is_phps_byte_for_byte(app: PhpApp, redis_client
     # an int ref, a rush flag and defaults left as PHP's (priority null): still PHP's bytes
     app.tool("dispatch", "typed-order", "--queue=pq", "--args=" + json.dumps({"post": 2, "ref": 7, "rush": True,
                                                                                "note": "n", "quantity": 1}))
-    d.dispatch(jobs.TypedOrderJob(post=jobs.PostRef(2, "sqlite"), status=jobs.Status.Active, quantity=1, ratio=0.5,
+    d.dispatch(jobs.TypedOrderJob(post=jobs.PostRef(2), status=jobs.Status.Active, quantity=1, ratio=0.5,
                                   note="n", tags=[], ref=7, rush=True), queue="lq", connection="redis")
     php_body, py_body = pushed(app, redis_client, "pq")[-1], pushed(app, redis_client, "lq")[-1]
     assert norm(py_body, "lq") == norm(php_body, "pq")
@@ -76,6 +76,32 @@ def test_typed_instance_dispatch_is_phps_byte_for_byte(app: PhpApp, redis_client
     runs = [r for r in app.runs() if r.get("queue") == "lq"]
     assert [(r["post"], r["status"], r["quantity"], r["ref"], r["rush"], r["priority"], r["channel"])
             for r in runs] == [(1, "archived", 3, "R-9", False, 10, "web"), (2, "active", 1, 7, True, None, "web")]
+
+
+def test_a_value_php_refuses_is_refused_at_dispatch(app: PhpApp, redis_client: Any, tmp_path: Path) -> None:
+    """Not a case of the enum, ``None`` for a non-nullable, a word for an int: PHP's worker cannot restore
+    such a command (``TypeError``), and laraq's dispatch refuses the instance in one line, naming the class,
+    the property and the PHP type."""
+    from laraq.bus.typed import TypedJobError, wire_values
+
+    jobs = generate(app, tmp_path, f"typed_refuse_{app.version}")
+    good = {"post": jobs.PostRef(1), "status": jobs.Status.Active, "quantity": 1, "ratio": 0.5, "note": None,
+            "tags": [], "ref": 1}
+    d = dispatcher(app, redis_client, {})
+    for change, said in [({"status": "paid"}, "status is 'paid' (string), not App\\Enums\\Status"),
+                         ({"note": None, "ratio": None}, "ratio is None (null), not float"),
+                         ({"quantity": "three"}, "quantity is 'three' (string), not int")]:
+        order = jobs.TypedOrderJob(**(good | change))
+        with pytest.raises(TypedJobError) as caught:
+            d.dispatch(order, queue="lq")
+        assert str(caught.value).startswith(f"{TYPED}: {said}: PHP would refuse it"), caught.value
+        # the same values written without the check: PHP's own unserialize refuses them
+        values = wire_values(jobs.TypedOrderJob(**good)) | change
+        prepared = d.prepare_job(TYPED, values, queue="lq")
+        with pytest.raises(ValueError) as refused:  # the tool prints PHP's error, not JSON
+            app.tool("unserialize-command", stdin=prepared.payload)
+        assert "Cannot assign" in getattr(refused.value, "doc", ""), refused.value
+    assert redis_client.llen(app.prefix + "queues:lq") == 0
 
 
 def test_a_model_collection_in_an_untyped_property(app: PhpApp, redis_client: Any, tmp_path: Path) -> None:
@@ -89,7 +115,7 @@ def test_a_model_collection_in_an_untyped_property(app: PhpApp, redis_client: An
     conn.close()
     app.tool("dispatch", "post", "--queue=pq", "--args=" + json.dumps({"id": 1, "status": "archived", "others": [2, 3]}))
     d = dispatcher(app, redis_client, {})
-    d.dispatch(jobs.PostJob(post=jobs.PostRef(1, "sqlite"), status=jobs.Status.Archived,
+    d.dispatch(jobs.PostJob(post=jobs.PostRef(1), status=jobs.Status.Archived,
                             others=ModelCollection("App\\Models\\Post", (2, 3), "sqlite")), queue="lq",
                connection="redis")
     (php_body,), (py_body,) = pushed(app, redis_client, "pq"), pushed(app, redis_client, "lq")
@@ -164,7 +190,7 @@ def test_typed_dispatch_into_horizon_tags_the_models_as_horizon_does(php: str, r
     jobs = generate(hz, tmp_path, "typed_horizon")
     hz.tool("dispatch", "typed-order", "--queue=pq", "--args=" + json.dumps({"post": 1, "ref": 3}))
     d = Dispatcher(RedisQueue(redis_client, prefix=hz.prefix, version=hz.release), horizon=HorizonSettings())
-    d.dispatch(jobs.TypedOrderJob(post=jobs.PostRef(1, "sqlite"), status=jobs.Status.Active, quantity=1, ratio=0.5,
+    d.dispatch(jobs.TypedOrderJob(post=jobs.PostRef(1), status=jobs.Status.Active, quantity=1, ratio=0.5,
                                   note=None, tags=[], ref=3), queue="lq", connection="redis")
     (php_body,), (py_body,) = pushed(hz, redis_client, "pq"), pushed(hz, redis_client, "lq")
     php_payload, py_payload = json.loads(php_body), json.loads(py_body)

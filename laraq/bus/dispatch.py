@@ -71,7 +71,14 @@ from laraq.protocol.payload import (
 from laraq.protocol.phpjson import php_json_encode
 from laraq.protocol.queue import RedisQueue, _payload_id
 from laraq.protocol.routing import queue_name_of
-from laraq.protocol.serializer import ModelIdentifier, dumps, is_model_identifier
+from laraq.protocol.serializer import (
+    ModelIdentifier,
+    PHPEnum,
+    PHPObject,
+    PHPReference,
+    dumps,
+    is_model_identifier,
+)
 from laraq.protocol.versions import LaravelVersion
 
 if TYPE_CHECKING:
@@ -93,6 +100,9 @@ __all__ = [
 ]
 
 Delay = int | float | datetime | timedelta
+#: A class implementing it is silenced by Horizon as if listed in ``horizon.silenced`` (the interface
+#: ships with the Horizon releases whose ``JobPayload`` checks it)
+SILENCED_INTERFACE = "Laravel\\Horizon\\Contracts\\Silenced"
 #: ``Queue::createPayloadUsing``'s callback: ``(connection, queue, payload) -> extra keys``
 PayloadHook = Callable[[str, str, Mapping[str, Any]], Mapping[str, Any] | None]
 
@@ -173,11 +183,18 @@ def serialize_command(
     members: list[bytes] = []
     seen: set[bytes] = set()
     names = _NAMES
+    # an enum case or object met in two properties is written once, then as PHP's r:n back reference,
+    # numbered across the whole object: such a command is serialized in one piece
+    shared = _has_objects([properties, protected, private, queueable])
+    values: dict[str | bytes | int, Any] = {}
 
     def add(name: bytes, value: Any) -> None:
         if name in seen:
             raise ValueError(f"property {name!r} given twice")
         seen.add(name)
+        if shared:
+            values[name.decode("utf-8")] = value
+            return
         key = names.get(name)
         if key is None:
             key = _php_str(name)
@@ -194,7 +211,7 @@ def serialize_command(
         add(_mangle(class_name, name, "private"), value)
 
     chunk_key: tuple[Any, ...] | None = None
-    if queueable_defaults and all(type(v) in _SCALAR_TYPES for v in (connection, queue, delay)) \
+    if not shared and queueable_defaults and all(type(v) in _SCALAR_TYPES for v in (connection, queue, delay)) \
             and (not queueable or all(type(v) in _SCALAR_TYPES for v in queueable.values())):
         # typed, so that 1, True and 1.0 (equal in Python, not in PHP) never share a chunk; any other
         # override (a middleware list) is built each time
@@ -220,7 +237,7 @@ def serialize_command(
                 continue
             add(name.encode("utf-8"), value)
         trait_names = frozenset(name.encode() for name, _, _ in trait_props)
-        if chunk_key is not None and user_names.isdisjoint(trait_names):
+        if chunk_key is not None and not shared and user_names.isdisjoint(trait_names):
             # the same trait properties follow every job of this (version, connection, queue, delay):
             # kept as bytes for the next one whose own properties do not redeclare any of them
             if len(_TRAIT_CHUNKS) >= 256:
@@ -228,8 +245,21 @@ def serialize_command(
             trait_members = members[first_trait:]
             _TRAIT_CHUNKS[chunk_key] = (b"".join(trait_members), len(trait_members) // 2, trait_names)
 
+    if shared:
+        return _serialize_value(PHPObject(class_name, values))
     cls = class_name.encode("utf-8")
     return b'O:%d:"%s":%d:{%s}' % (len(cls), cls, len(members) // 2, b"".join(members))
+
+
+def _has_objects(value: Any) -> bool:
+    """Whether an enum case or object (which PHP may write as a back reference) is anywhere in ``value``."""
+    if isinstance(value, PHPObject | PHPEnum | PHPReference):
+        return True
+    if isinstance(value, Mapping):
+        return any(_has_objects(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_has_objects(v) for v in value)
+    return False
 
 
 # -- results -------------------------------------------------------------------------------------------
@@ -455,6 +485,11 @@ class Dispatcher:
         if schema is not None:
             if protected or private:
                 raise ValueError(f"{class_name} has a schema: give its properties by plain name in properties=")
+            if self.horizon is not None and tags is None and "tags" in schema.methods:
+                raise SchemaError(f"{schema.class_name}: Horizon tags its jobs from its tags() method, which only PHP "
+                                  "runs; dispatch it from PHP, or give tags=")
+            if SILENCED_INTERFACE in schema.interfaces:  # Horizon's JobPayload::shouldBeSilenced
+                silenced = True
             owner = self._unique_owner() if schema.is_unique else None
             queueable_values: dict[str, Any] = {"connection": connection, "queue": queue, "delay": delay_seconds}
             if owner is not None and self.version.since("13.24"):
@@ -668,6 +703,8 @@ def _model_tags(groups: Sequence[Mapping[str, Any] | None]) -> list[str]:
     for group in groups:
         for value in (group or {}).values():
             if is_model_identifier(value):  # as a typed instance or a schema'd dispatch writes it
+                if not value._props.get("class"):
+                    continue  # an empty collection: no model, no tag
                 value = ModelIdentifier.from_php(value)
             if isinstance(value, ModelIdentifier):
                 keys = value.id if isinstance(value.id, list) else [value.id]

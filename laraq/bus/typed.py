@@ -210,7 +210,7 @@ def _whose(cls: type[Any], php_class: str) -> str:
                 "laraq schema --from APP --python")
     if state == "same":
         return (f"{php_class} is unchanged since {cls.__module__} was written, so the job was not written by its "
-                "dispatch() (PHP's worker would refuse it too)")
+                "dispatch(): its dispatcher wrote a wrong value")
     return (f"the job was not written by {php_class}'s dispatch(), or the class changed since {cls.__module__} "
             "was written (its PHP source is not here to tell)")
 

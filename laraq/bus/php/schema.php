@@ -210,7 +210,7 @@ foreach ($only ?: laraq_classes($base) as $name) {
     }
     $methods = [];
     foreach (['tries', 'backoff', 'retryUntil', 'timeout', 'displayName', 'uniqueId', 'uniqueFor', 'uniqueVia',
-              'middleware', 'shouldBeEncrypted'] as $m) {
+              'middleware', 'shouldBeEncrypted', 'tags'] as $m) {
         if ($class->hasMethod($m)) {
             $methods[] = $m;
         }
