@@ -215,3 +215,34 @@ def test_schema_check_says_when_the_module_is_stale(php: str, redis_server: Any,
                           text))
     stale = CliRunner().invoke(main, args, env=app.env)
     assert stale.exit_code == 1 and "out of date" in stale.output
+    # a class whose PHP declaration changed since: named, with its properties
+    out.write_text(re.sub(r"__laraq_fingerprint__ = '[0-9a-f]{64}'", "__laraq_fingerprint__ = '" + "0" * 64 + "'",
+                          text).replace("'name': 'quantity'", "'name': 'qty'").replace("'Archived': 'archived'", "'Old': 'x'")
+                   .replace("    Archived = 'archived'", "    Old = 'x'"))
+    stale = CliRunner().invoke(main, args, env=app.env)
+    assert stale.exit_code == 1, stale.output
+    assert f"job {TYPED}: properties qty, quantity changed" in stale.output, stale.output
+    assert "enum App\\Enums\\Status: its cases changed" in stale.output, stale.output
+
+
+def test_schema_names_each_class_it_cannot_read(php: str, redis_server: Any, tmp_path: Path) -> None:
+    """A job class whose file does not parse is named, and nothing is written unless --skip-unreadable."""
+    from conftest import require_laravel
+
+    from laraq.cli import main
+
+    require_laravel("13")
+    app = PhpApp(redis_server.port, version="13", variant="custom", workdir=tmp_path)
+    (app.path / "app" / "Jobs").mkdir(parents=True, exist_ok=True)
+    (app.path / "app" / "Jobs" / "BrokenJob.php").write_text(
+        "<?php\nnamespace App\\Jobs;\nclass BrokenJob implements \\Illuminate\\Contracts\\Queue\\ShouldQueue {\n"
+        "    public function handle( {}\n}\n")
+    out = tmp_path / "broken_jobs.py"
+    refused = CliRunner().invoke(main, ["schema", "--from", str(app.path), "--python", str(out)], env=app.env)
+    assert refused.exit_code == 1, refused.output
+    assert "cannot read App\\Jobs\\BrokenJob: ParseError: syntax error" in refused.output, refused.output
+    assert "--skip-unreadable" in refused.output and not out.exists()
+    skipped = CliRunner().invoke(main, ["schema", "--from", str(app.path), "--python", str(out), "--skip-unreadable"],
+                                 env=app.env)
+    assert skipped.exit_code == 0 and "cannot read App\\Jobs\\BrokenJob" in skipped.output, skipped.output
+    assert out.exists() and "BrokenJob" not in out.read_text()

@@ -89,8 +89,11 @@ def _check(module: Path, data: dict[str, Any]) -> None:
     if found.group(1) == fingerprint(data):
         click.echo(f"{module} matches the PHP classes")
         return
-    for line in _changes(text, data):
+    changes = _changes(text, data)
+    for line in changes:
         click.echo(f"  {line}", err=True)
+    if not changes:
+        click.echo("  its classes read as the PHP classes now, but its fingerprint differs (edited by hand?)", err=True)
     click.echo(f"{module} is out of date: the PHP classes changed; regenerate it with --python", err=True)
     sys.exit(EXIT_ERROR)
 

@@ -38,7 +38,7 @@ function laraq_classes(string $base): array
                 continue;
             }
             $relative = substr($file->getPathname(), strlen($dir) + 1, -4);
-            $found[] = $ns.str_replace('/', '\\', $relative);
+            $found[$ns.str_replace('/', '\\', $relative)] = $file->getPathname();
         }
     }
     return $found;
@@ -177,8 +177,12 @@ $sources = [];
 $unreadable = [];
 // each model's connection as a fetched model serializes it (its $connection, else the default connection)
 $connections = [];
-foreach ($only ?: laraq_classes($base) as $name) {
+foreach ($only ? array_fill_keys($only, null) : laraq_classes($base) as $name => $file) {
     try {
+        if ($file !== null) {
+            // parsed without running it (TOKEN_PARSE throws the ParseError that loading it would)
+            token_get_all((string) file_get_contents($file), TOKEN_PARSE);
+        }
         if (! class_exists($name) && ! enum_exists($name) && ! interface_exists($name) && ! trait_exists($name)) {
             if ($only) {
                 $unreadable[$name] = 'no such class';
