@@ -58,7 +58,7 @@ from laraq.bus.retry import (
     retry_payload,
     time_now,
 )
-from laraq.bus.schema import SchemaError, unique_lock_owner
+from laraq.bus.schema import SchemaError, load_schema_file, unique_lock_owner
 from laraq.bus.schema import plan as schema_plan
 from laraq.bus.typed import TypedJobError, is_typed_job, schema_of, wire_values
 from laraq.protocol.payload import (
@@ -395,10 +395,14 @@ class Dispatcher:
     @classmethod
     def from_app(cls, env_file: str | None = None, app_path: str | None = None, connection: str | None = None,
                  *, app_config: str | None = None, horizon: PushMonitor | None = None,
-                 env: Mapping[str, str] | None = None) -> Dispatcher:
+                 env: Mapping[str, str] | None = None, schema: str | None = None) -> Dispatcher:
         """A dispatcher onto the app's queue connection (its default, or ``connection``), with the app's
         ``APP_KEY`` and cache store, from the app's own configuration as ``laraq work`` reads it
-        (:func:`laraq.config.effective.effective_settings`). For a Horizon app pass ``horizon=``."""
+        (:func:`laraq.config.effective.effective_settings`). For a Horizon app pass ``horizon=``.
+
+        ``schema``: the app's job classes as ``laraq schema --from APP -o FILE`` exported them (default:
+        ``LARAQ_SCHEMA``), so that :meth:`dispatch_job` of those classes writes what PHP's ``dispatch()``
+        writes (their defaults, ``SerializesModels``' layout, their settings and unique lock)."""
         # start-up: the settings machinery is loaded only by a dispatcher made from the app
         from laraq.config.effective import effective_settings
         from laraq.config.settings import make_redis  # start-up: as above
@@ -417,7 +421,9 @@ class Dispatcher:
             cache = make_cache(settings)
         except Exception:  # a store laraq cannot open: only unique jobs need it, and they say so
             cache = None
-        return cls(queue, encrypter=encrypter, horizon=horizon, cache=cache)
+        schema = schema or (settings.env or {}).get("LARAQ_SCHEMA") or None
+        schemas = load_schema_file(schema)[0] if schema else None
+        return cls(queue, encrypter=encrypter, horizon=horizon, cache=cache, schemas=schemas)
 
     def _horizon_payload(self, payload: str, *, tags: Sequence[str] | None,
                          silenced: bool, class_name: str | None) -> str:

@@ -163,13 +163,22 @@ def _default(raw: str | None) -> Any:
     return value
 
 
+def _property(job: str, p: Mapping[str, Any]) -> PropertySpec:
+    """One exported property. A promoted constructor parameter with a default is always set by the
+    constructor, so ``serialize()`` writes that default when the caller does not give the value."""
+    if not p["initialized"] and p.get("promoted") and p.get("ctor_default") is not None:
+        return PropertySpec(p["name"], p["visibility"], p.get("class") or job, True, _default(p["ctor_default"]),
+                            p.get("type"))
+    return PropertySpec(p["name"], p["visibility"], p.get("class") or job, bool(p["initialized"]),
+                        _default(p.get("default")), p.get("type"))
+
+
 def parse_schema(data: Mapping[str, Any]) -> tuple[dict[str, JobSchema], dict[str, dict[str, str | int]]]:
     """Job schemas and backed enums from ``laraq schema``'s JSON."""
     jobs: dict[str, JobSchema] = {}
     for name, spec in (data.get("jobs") or {}).items():
         try:
-            props = [PropertySpec(p["name"], p["visibility"], p.get("class") or name, bool(p["initialized"]),
-                                  _default(p.get("default")), p.get("type")) for p in spec.get("properties", [])]
+            props = [_property(name, p) for p in spec.get("properties", [])]
         except (KeyError, TypeError, ValueError) as exc:
             raise SchemaError(f"schema of {name} is malformed: {exc}") from exc
         jobs[name] = JobSchema(
