@@ -212,3 +212,20 @@ def test_an_annotation_that_does_not_resolve_is_said(caplog: pytest.LogCaptureFi
     handle.__annotations__["order"] = "phpjobs.NotImported"
     assert typed_class_of(handle) is None
     assert "cannot be resolved" in caplog.text and "NotImported" in caplog.text
+
+
+def test_laraq_work_says_a_wrong_annotation_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "wrongly_typed.py").write_text(
+        "from laraq.app import App\n"
+        "app = App('x')\n\n"
+        "@app.handler('App\\\\Jobs\\\\ShipOrder')\n"
+        "def ship(cmd: int, job: object) -> None: ...\n")
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-m", "laraq", "work", "--app", "wrongly_typed:app", "--once",
+                           "--redis-url", "redis://127.0.0.1:1"], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PYTHONPATH": f"{root}:{tmp_path}", "PATH": "/usr/bin:/bin"}, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (
+        "laraq work: cannot load --app wrongly_typed:app: handler ship of App\\Jobs\\ShipOrder: its first "
+        "parameter is annotated int, which the command never is: annotate it with the class laraq schema "
+        "--python generated for App\\Jobs\\ShipOrder, PHPObject or Any"), proc.stderr

@@ -66,6 +66,7 @@ __all__ = [
     "UNSET",
     "ModelCollection",
     "ModelRef",
+    "HandlerAnnotationError",
     "TypedJobError",
     "drift",
     "check_value",
@@ -111,6 +112,11 @@ FRAMEWORK_PROPERTIES = frozenset({
 
 class TypedJobError(ValueError):
     """A command that does not fit its typed class (or an instance that cannot be dispatched)."""
+
+
+class HandlerAnnotationError(TypeError):
+    """A handler whose first parameter is annotated with a type its job's command never is (said when it
+    is registered, see :func:`handler_annotation_problem`)."""
 
 
 @dataclasses.dataclass(frozen=True)
