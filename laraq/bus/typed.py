@@ -28,9 +28,14 @@ left out, as ``serialize()`` leaves it out. A property with a default Python can
 :data:`UNSET` too, which dispatch writes as PHP's default.
 
 A handler whose first parameter is annotated with a generated class gets an instance of it
-(:func:`typed_handler`, applied by :meth:`laraq.app.App.register`). The conversion is strict: a
-property the class does not declare, or a required one missing, fails the job with one
-:class:`TypedJobError` naming the job and the property (the module is out of date: regenerate it).
+(:func:`typed_handler`, applied by :meth:`laraq.app.App.register`, which first refuses an annotation
+naming another job's class or a type the command never is: :func:`handler_annotation_problem`). The
+conversion is strict: a property the class does not declare, a required one missing, or a value its
+field's type excludes (:func:`check_value`: what PHP's typed property refuses) fails the job with one
+:class:`TypedJobError` naming the job, the property and the PHP type, and whose mistake it is: the PHP
+class changed since the module was written (regenerate it), or the job's dispatcher wrote a wrong value.
+:func:`wire_values` refuses the same values at dispatch. A model ref's ``connection`` defaults to what a
+fetched model serializes (its ``$connection``, else the app's default connection when the module was written).
 
 The module also records each PHP source file's SHA-256 (jobs, their enums and models);
 :func:`drift` compares them with the files now, and ``App.problems`` (shown by ``laraq doctor`` and
