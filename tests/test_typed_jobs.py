@@ -39,6 +39,7 @@ SCHEMA = {
             _prop("ref", ["string", "int"]), _prop("lines", ["array"]),
             _prop("tries", ["int"], promoted=False, initialized=True, default=3),
             _prop("count", ["int"], nullable=True, promoted=False),
+            _prop("items", ["iterable"], promoted=False),
             _prop("queue", [], promoted=False, initialized=True, framework=True),
         ],
         "reflection_order": []},
@@ -159,6 +160,12 @@ def test_a_handler_never_gets_a_value_its_annotation_excludes(module: Any) -> No
         from_command(module.ShipOrder, command(carrier=None))
     with pytest.raises(TypedJobError, match=r"quantity is '2' \(string\), not int"):
         from_command(module.ShipOrder, command(quantity="2"))
+    # an iterable property holds an array or a Traversable object (a Collection), nothing else
+    collection = PHPObject("Illuminate\\Support\\Collection", {"\0*\0items": {0: 1}})
+    assert from_command(module.ShipOrder, command(items=collection)).items is collection
+    assert from_command(module.ShipOrder, command(items={0: "a"})).items == ["a"]
+    with pytest.raises(TypedJobError, match=r"items is 'abc' \(string\), not iterable"):
+        from_command(module.ShipOrder, command(items="abc"))
     # with the PHP source at hand: unchanged -> the job's own fault; changed -> regenerate, naming the class
     source = Path(module.__file__).parent / "ShipOrder.php"
     source.write_text("<?php // ShipOrder\n")

@@ -336,6 +336,8 @@ def check_value(value: Any, hint: Any, spec: Mapping[str, Any]) -> str | None:
     type (see the module docstring)."""
     if hint is None or _fits(value, hint):
         return None
+    if isinstance(value, PHPObject) and "iterable" in [str(t).lower() for t in spec.get("php_types") or []]:
+        return None  # a Traversable object (a Collection) is iterable too
     shown = visible(repr(value))
     if len(shown) > 60:
         shown = shown[:57] + "..."
