@@ -185,7 +185,7 @@ def serialize_command(
     names = _NAMES
     # an enum case or object met in two properties is written once, then as PHP's r:n back reference,
     # numbered across the whole object: such a command is serialized in one piece
-    shared = _has_objects([properties, protected, private, queueable])
+    shared = _has_objects((properties, protected, private, queueable))
     values: dict[str | bytes | int, Any] = {}
 
     def add(name: bytes, value: Any) -> None:
@@ -251,14 +251,27 @@ def serialize_command(
     return b'O:%d:"%s":%d:{%s}' % (len(cls), cls, len(members) // 2, b"".join(members))
 
 
-def _has_objects(value: Any) -> bool:
-    """Whether an enum case or object (which PHP may write as a back reference) is anywhere in ``value``."""
+def _has_objects(groups: Iterable[Mapping[str, Any] | None]) -> bool:
+    """Whether an enum case or object (which PHP may write as a back reference) is anywhere in the
+    property groups' values (a scalar, the usual value, is passed over at once)."""
+    for group in groups:
+        if group:
+            for value in group.values():
+                if type(value) not in _PLAIN and _holds_object(value):
+                    return True
+    return False
+
+
+_PLAIN = frozenset({type(None), bool, int, float, str, bytes})
+
+
+def _holds_object(value: Any) -> bool:
     if isinstance(value, PHPObject | PHPEnum | PHPReference):
         return True
     if isinstance(value, Mapping):
-        return any(_has_objects(v) for v in value.values())
+        return any(type(v) not in _PLAIN and _holds_object(v) for v in value.values())
     if isinstance(value, list | tuple):
-        return any(_has_objects(v) for v in value)
+        return any(type(v) not in _PLAIN and _holds_object(v) for v in value)
     return False
 
 
