@@ -50,7 +50,13 @@ from laraq.bus.handlers import FailedFunc, Handler, HandlerFunc
 from laraq.bus.models import ModelSchema, default_table, make_enum
 from laraq.bus.rate_limiter import LimiterFunc, named_limiter
 from laraq.bus.schema import JobSchema, declared_schema, handler_problems, load_schema_file
-from laraq.bus.typed import drift, typed_class_of, typed_handler
+from laraq.bus.typed import (
+    HandlerAnnotationError,
+    drift,
+    handler_annotation_problem,
+    typed_class_of,
+    typed_handler,
+)
 from laraq.protocol.payload import Payload, PayloadError
 from laraq.schedule.entries import (
     CatchUp,
@@ -124,6 +130,9 @@ class App:
         if unique not in (None, True, False, "until_processing"):
             raise ValueError(f"unique= for {name} is True, False, None or 'until_processing', not {unique!r}")
         is_async = inspect.iscoroutinefunction(func)
+        problem = handler_annotation_problem(name, func) if kind == "command" else None
+        if problem:
+            raise HandlerAnnotationError(problem)
         typed = typed_class_of(func) if kind == "command" else None
         if typed is not None:  # the handler gets an instance of its generated class
             func = typed_handler(name, func, typed, is_async)

@@ -77,3 +77,36 @@ def test_filtered_retry_with_journal_and_undo(app: PhpApp, redis_client: Any, tm
     for entry in retried:
         app.artisan("queue:retry", str(entry["uuid"] or entry["id"]), check=True)
     assert sorted(redis_client.lrange(mail_list, 0, -1)) == sorted(pushed)
+
+
+def test_dry_run_lists_the_jobs_and_a_partial_undo_is_not_an_error(app: PhpApp, redis_client: Any,
+                                                                    tmp_path: Path) -> None:
+    for reason in ("card declined", "card declined"):
+        app.tool("dispatch", "failing", "--queue=mail", "--args=" + json.dumps({"reason": reason}))
+    app.artisan("queue:work", "redis", "--queue=mail", "--stop-when-empty", "--tries=1", check=True)
+    rows = json.loads(CliRunner().invoke(main, ["failed", "--json", "--laravel", app.release], env=app.env).output)
+    wanted = ["--class", "App\\Jobs\\FailingJob", "-q", "mail"]
+    # --dry-run lists each job (its id first, never dropped) at 80 columns, as well as the counts
+    for env in ({"COLUMNS": "80"}, {}):  # an 80-column terminal's width, and piped (no width: nothing cut)
+        dry = CliRunner().invoke(main, ["retry", "--laravel", app.release, *wanted, "--dry-run"],
+                                 env={**app.env, "COLUMNS": "", **env})
+        assert dry.exit_code == 0, dry.output
+        lines = dry.output.splitlines()
+        if env:
+            assert max(len(line) for line in lines) <= 80, dry.output
+        else:
+            assert sum("App\\Jobs\\FailingJob" in line for line in lines) == 3, dry.output  # 1 count row, 2 jobs
+        for row in rows:
+            assert any(line.startswith(str(row["uuid"] or row["id"])) for line in lines), dry.output
+        assert "nothing retried" in dry.output and redis_client.llen(app.prefix + "queues:mail") == 0
+    journal = tmp_path / "retry.jsonl"
+    assert laraq(app, *wanted, "--yes", "--journal", str(journal)).exit_code == 0
+    redis_client.lpop(app.prefix + "queues:mail")  # a worker takes one before the undo
+    undo = laraq(app, "--undo", str(journal))
+    assert undo.exit_code == 0, undo.output
+    assert "1 restored, 1 taken" in undo.output and "already taken were left to it" in undo.output
+    again = laraq(app, "--undo", str(journal))
+    assert again.exit_code == 0 and "1 present, 1 taken" in again.output, again.output
+    # a journal that cannot be read is still an error
+    (tmp_path / "bad.jsonl").write_text("not json\n")
+    assert laraq(app, "--undo", str(tmp_path / "bad.jsonl")).exit_code == 1

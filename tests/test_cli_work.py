@@ -41,6 +41,9 @@ def test_help_lists_artisans_flags() -> None:
                  "--app", "--env-file", "--laravel", "--concurrency", "--unhandled", "--redis-url", "--prefix",
                  "--retry-after", "--block-for"):
         assert flag in out
+    # the environment switches the worker reads are listed too
+    for name in ("LARAQ_OTEL=1", "LARAQ_REPORT=log", "LARAQ_SCHEMA"):
+        assert name in out, out
 
 
 def test_usage_errors_exit_2(pyapp: PyApp) -> None:

@@ -67,6 +67,17 @@ def test_settings_from_the_app_config(tmp_path: Path) -> None:
     assert horizon_in_use({}, tmp_path)
 
 
+def test_settings_read_the_apps_env_file_under_the_environment(tmp_path: Path) -> None:
+    """``.env`` is merged in as Laravel loads it: a variable the environment already has wins."""
+    (tmp_path / ".env").write_text('APP_NAME="Shop Front"\nAPP_ENV=staging\nHORIZON_PREFIX="${APP_ENV}-hz:"\n')
+    s = HorizonSettings.from_app({}, str(tmp_path))
+    assert (s.prefix, s.environment) == ("staging-hz:", "staging")
+    s = HorizonSettings.from_app({"APP_ENV": "production"}, tmp_path)
+    assert (s.prefix, s.environment) == ("production-hz:", "production")
+    (tmp_path / ".env").write_text('APP_NAME="Shop Front"\n')
+    assert HorizonSettings.from_app({}, tmp_path).prefix == "shop_front_horizon:"
+
+
 def test_stock_settings_and_detection(tmp_path: Path) -> None:
     s = HorizonSettings.from_app({}, None)
     assert (s.prefix, s.trim, s.silenced) == ("laravel_horizon:", HorizonTrim(), ())

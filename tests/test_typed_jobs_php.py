@@ -11,6 +11,7 @@ import json
 import re
 import sqlite3
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +37,12 @@ def app(laravel: str, redis_server: Any, tmp_path: Any) -> PhpApp:
     return php
 
 
-def generate(app: PhpApp, tmp_path: Path, name: str, *classes: str) -> Any:
-    """``laraq schema --from APP --python`` into a fresh module, imported."""
+def generate(app: PhpApp, tmp_path: Path, name: str, *classes: str, every: bool = False) -> Any:
+    """``laraq schema --from APP --python`` into a fresh module, imported (``every``: all the app's classes)."""
     from laraq.cli import main
 
     out = tmp_path / f"{name}.py"
-    picked = [arg for c in (classes or (TYPED,)) for arg in ("--class", c)]
+    picked = [] if every else [arg for c in (classes or (TYPED,)) for arg in ("--class", c)]
     result = CliRunner().invoke(main, ["schema", "--from", str(app.path), *picked, "--python", str(out)],
                                 env=app.env)
     assert result.exit_code == 0, result.output
@@ -55,7 +56,7 @@ def generate(app: PhpApp, tmp_path: Path, name: str, *classes: str) -> Any:
 
 def test_typed_instance_dispatch_is_phps_byte_for_byte(app: PhpApp, redis_client: Any, tmp_path: Path) -> None:
     jobs = generate(app, tmp_path, f"typed_jobs_{app.version}")
-    order = jobs.TypedOrderJob(post=jobs.PostRef(1, "sqlite"), status=jobs.Status.Archived, quantity=3, ratio=1.5,
+    order = jobs.TypedOrderJob(post=jobs.PostRef(1), status=jobs.Status.Archived, quantity=3, ratio=1.5,
                                note=None, tags=["a", "b"], ref="R-9", priority=jobs.Priority.High)
     args = {"post": 1, "status": "archived", "quantity": 3, "ratio": 1.5, "tags": ["a", "b"], "ref": "R-9",
             "priority": 10}
@@ -67,7 +68,7 @@ def test_typed_instance_dispatch_is_phps_byte_for_byte(app: PhpApp, redis_client
     # an int ref, a rush flag and defaults left as PHP's (priority null): still PHP's bytes
     app.tool("dispatch", "typed-order", "--queue=pq", "--args=" + json.dumps({"post": 2, "ref": 7, "rush": True,
                                                                                "note": "n", "quantity": 1}))
-    d.dispatch(jobs.TypedOrderJob(post=jobs.PostRef(2, "sqlite"), status=jobs.Status.Active, quantity=1, ratio=0.5,
+    d.dispatch(jobs.TypedOrderJob(post=jobs.PostRef(2), status=jobs.Status.Active, quantity=1, ratio=0.5,
                                   note="n", tags=[], ref=7, rush=True), queue="lq", connection="redis")
     php_body, py_body = pushed(app, redis_client, "pq")[-1], pushed(app, redis_client, "lq")[-1]
     assert norm(py_body, "lq") == norm(php_body, "pq")
@@ -76,6 +77,56 @@ def test_typed_instance_dispatch_is_phps_byte_for_byte(app: PhpApp, redis_client
     runs = [r for r in app.runs() if r.get("queue") == "lq"]
     assert [(r["post"], r["status"], r["quantity"], r["ref"], r["rush"], r["priority"], r["channel"])
             for r in runs] == [(1, "archived", 3, "R-9", False, 10, "web"), (2, "active", 1, 7, True, None, "web")]
+
+
+def test_a_value_php_refuses_is_refused_at_dispatch(app: PhpApp, redis_client: Any, tmp_path: Path) -> None:
+    """Not a case of the enum, ``None`` for a non-nullable, a word for an int: PHP's worker cannot restore
+    such a command (``TypeError``), and laraq's dispatch refuses the instance in one line, naming the class,
+    the property and the PHP type."""
+    from laraq.bus.typed import TypedJobError, wire_values
+
+    jobs = generate(app, tmp_path, f"typed_refuse_{app.version}")
+    good = {"post": jobs.PostRef(1), "status": jobs.Status.Active, "quantity": 1, "ratio": 0.5, "note": None,
+            "tags": [], "ref": 1}
+    d = dispatcher(app, redis_client, {})
+    for change, said in [({"status": "paid"}, "status is 'paid' (string), not App\\Enums\\Status"),
+                         ({"note": None, "ratio": None}, "ratio is None (null), not float"),
+                         ({"quantity": "three"}, "quantity is 'three' (string), not int")]:
+        order = jobs.TypedOrderJob(**(good | change))
+        with pytest.raises(TypedJobError) as caught:
+            d.dispatch(order, queue="lq")
+        assert str(caught.value).startswith(f"{TYPED}: {said}: PHP would refuse it"), caught.value
+        # the same values written without the check: PHP's own unserialize refuses them
+        values = wire_values(jobs.TypedOrderJob(**good)) | change
+        prepared = d.prepare_job(TYPED, values, queue="lq")
+        with pytest.raises(ValueError) as refused:  # the tool prints PHP's error, not JSON
+            app.tool("unserialize-command", stdin=prepared.payload)
+        assert "Cannot assign" in getattr(refused.value, "doc", ""), refused.value
+    assert redis_client.llen(app.prefix + "queues:lq") == 0
+
+
+def test_the_readme_typed_example_writes_phps_bytes(app: PhpApp, redis_client: Any, tmp_path: Path) -> None:
+    """The README's typed-jobs example, run as written (its module generated by ``laraq schema --python``)."""
+    from laraq.app import App
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = re.search(r"```python\n( *from myproject\.phpjobs import GenerateReport\n.*?) *```", readme, re.S)
+    assert block, "the README's typed example is gone"
+    jobs = generate(app, tmp_path, f"readme_phpjobs_{app.version}", "App\\Jobs\\GenerateReport")
+    sys.modules["myproject"] = type(sys)("myproject")
+    sys.modules["myproject.phpjobs"] = jobs
+    try:
+        d = dispatcher(app, redis_client, {})
+        exec(textwrap.dedent(block.group(1)), {"app": App("readme"), "dispatcher": d})  # noqa: S102
+    finally:
+        sys.modules.pop("myproject.phpjobs", None)
+        sys.modules.pop("myproject", None)
+    app.tool("dispatch", "report", "--queue=python", "--args=" + json.dumps({"document": "q4.pdf",
+                                                                             "options": {"pages": 3}}))
+    python_body, php_body = pushed(app, redis_client, "python")
+    # the fixture's tool calls onConnection('redis'); the README's PHP line does not (null)
+    php_body = php_body.replace(b'\\"connection\\";s:5:\\"redis\\";', b'\\"connection\\";N;', 1)
+    assert norm(python_body, "python") == norm(php_body, "python")
 
 
 def test_a_model_collection_in_an_untyped_property(app: PhpApp, redis_client: Any, tmp_path: Path) -> None:
@@ -89,7 +140,7 @@ def test_a_model_collection_in_an_untyped_property(app: PhpApp, redis_client: An
     conn.close()
     app.tool("dispatch", "post", "--queue=pq", "--args=" + json.dumps({"id": 1, "status": "archived", "others": [2, 3]}))
     d = dispatcher(app, redis_client, {})
-    d.dispatch(jobs.PostJob(post=jobs.PostRef(1, "sqlite"), status=jobs.Status.Archived,
+    d.dispatch(jobs.PostJob(post=jobs.PostRef(1), status=jobs.Status.Archived,
                             others=ModelCollection("App\\Models\\Post", (2, 3), "sqlite")), queue="lq",
                connection="redis")
     (php_body,), (py_body,) = pushed(app, redis_client, "pq"), pushed(app, redis_client, "lq")
@@ -164,7 +215,7 @@ def test_typed_dispatch_into_horizon_tags_the_models_as_horizon_does(php: str, r
     jobs = generate(hz, tmp_path, "typed_horizon")
     hz.tool("dispatch", "typed-order", "--queue=pq", "--args=" + json.dumps({"post": 1, "ref": 3}))
     d = Dispatcher(RedisQueue(redis_client, prefix=hz.prefix, version=hz.release), horizon=HorizonSettings())
-    d.dispatch(jobs.TypedOrderJob(post=jobs.PostRef(1, "sqlite"), status=jobs.Status.Active, quantity=1, ratio=0.5,
+    d.dispatch(jobs.TypedOrderJob(post=jobs.PostRef(1), status=jobs.Status.Active, quantity=1, ratio=0.5,
                                   note=None, tags=[], ref=3), queue="lq", connection="redis")
     (php_body,), (py_body,) = pushed(hz, redis_client, "pq"), pushed(hz, redis_client, "lq")
     php_payload, py_payload = json.loads(php_body), json.loads(py_body)
@@ -189,3 +240,34 @@ def test_schema_check_says_when_the_module_is_stale(php: str, redis_server: Any,
                           text))
     stale = CliRunner().invoke(main, args, env=app.env)
     assert stale.exit_code == 1 and "out of date" in stale.output
+    # a class whose PHP declaration changed since: named, with its properties
+    out.write_text(re.sub(r"__laraq_fingerprint__ = '[0-9a-f]{64}'", "__laraq_fingerprint__ = '" + "0" * 64 + "'",
+                          text).replace("'name': 'quantity'", "'name': 'qty'").replace("'Archived': 'archived'", "'Old': 'x'")
+                   .replace("    Archived = 'archived'", "    Old = 'x'"))
+    stale = CliRunner().invoke(main, args, env=app.env)
+    assert stale.exit_code == 1, stale.output
+    assert f"job {TYPED}: properties qty, quantity changed" in stale.output, stale.output
+    assert "enum App\\Enums\\Status: its cases changed" in stale.output, stale.output
+
+
+def test_schema_names_each_class_it_cannot_read(php: str, redis_server: Any, tmp_path: Path) -> None:
+    """A job class whose file does not parse is named, and nothing is written unless --skip-unreadable."""
+    from conftest import require_laravel
+
+    from laraq.cli import main
+
+    require_laravel("13")
+    app = PhpApp(redis_server.port, version="13", variant="custom", workdir=tmp_path)
+    (app.path / "app" / "Jobs").mkdir(parents=True, exist_ok=True)
+    (app.path / "app" / "Jobs" / "BrokenJob.php").write_text(
+        "<?php\nnamespace App\\Jobs;\nclass BrokenJob implements \\Illuminate\\Contracts\\Queue\\ShouldQueue {\n"
+        "    public function handle( {}\n}\n")
+    out = tmp_path / "broken_jobs.py"
+    refused = CliRunner().invoke(main, ["schema", "--from", str(app.path), "--python", str(out)], env=app.env)
+    assert refused.exit_code == 1, refused.output
+    assert "cannot read App\\Jobs\\BrokenJob: ParseError: syntax error" in refused.output, refused.output
+    assert "--skip-unreadable" in refused.output and not out.exists()
+    skipped = CliRunner().invoke(main, ["schema", "--from", str(app.path), "--python", str(out), "--skip-unreadable"],
+                                 env=app.env)
+    assert skipped.exit_code == 0 and "cannot read App\\Jobs\\BrokenJob" in skipped.output, skipped.output
+    assert out.exists() and "BrokenJob" not in out.read_text()

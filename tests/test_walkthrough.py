@@ -44,6 +44,20 @@ def test_walkthrough_job_runs_with_an_empty_array_and_a_map(app8: PhpApp, redis_
     assert failed_count(app8) == 0 and app8.runs() == []  # PHP never ran it
 
 
+def test_quiet_silences_laraqs_lines_not_the_handlers(app8: PhpApp) -> None:
+    """``-q``: no job lines and no laraq info lines; the handler's own ``log.info`` still shows."""
+    app8.tool("dispatch", "report", "--queue=python", '--args={"options": {"pages": 5}}')
+    loud = run_laraq(app8, "--stop-when-empty", "--queue=python", app_spec=APP)
+    app8.tool("dispatch", "report", "--queue=python", '--args={"options": {"pages": 5}}')
+    proc = run_laraq(app8, "--stop-when-empty", "--queue=python", "-q", app_spec=APP)
+    assert proc.returncode == 0, proc.stderr
+    assert "rendering q3.pdf: 5 page(s) for ops" in proc.stderr, proc.stderr
+    assert proc.stdout == ""
+    laraq_lines = [line for line in loud.stderr.splitlines() if " laraq." in line and " INFO " in line]
+    assert laraq_lines, loud.stderr  # laraq does say things at info without -q
+    assert not [line for line in proc.stderr.splitlines() if " laraq." in line and " INFO " in line], proc.stderr
+
+
 def test_json_logs_carry_job_fields_and_tracebacks(app8: PhpApp) -> None:
     app8.tool("dispatch", "report", "--queue=python", '--args={"options": {"pages": 3}}')
     app8.tool("dispatch", "python", "--queue=python", '--args={"options": {"fail": true}}')

@@ -59,7 +59,7 @@ from laraq.bus.retry import (
     retry_payload,
     time_now,
 )
-from laraq.bus.schema import SchemaError, unique_lock_owner
+from laraq.bus.schema import SchemaError, load_schema_file, unique_lock_owner
 from laraq.bus.schema import plan as schema_plan
 from laraq.bus.typed import TypedJobError, is_typed_job, schema_of, wire_values
 from laraq.protocol.payload import (
@@ -72,7 +72,14 @@ from laraq.protocol.payload import (
 from laraq.protocol.phpjson import php_json_encode
 from laraq.protocol.queue import RedisQueue, _payload_id
 from laraq.protocol.routing import queue_name_of
-from laraq.protocol.serializer import ModelIdentifier, dumps, is_model_identifier
+from laraq.protocol.serializer import (
+    ModelIdentifier,
+    PHPEnum,
+    PHPObject,
+    PHPReference,
+    dumps,
+    is_model_identifier,
+)
 from laraq.protocol.versions import LaravelVersion
 
 if TYPE_CHECKING:
@@ -94,6 +101,9 @@ __all__ = [
 ]
 
 Delay = int | float | datetime | timedelta
+#: A class implementing it is silenced by Horizon as if listed in ``horizon.silenced`` (the interface
+#: ships with the Horizon releases whose ``JobPayload`` checks it)
+SILENCED_INTERFACE = "Laravel\\Horizon\\Contracts\\Silenced"
 #: ``Queue::createPayloadUsing``'s callback: ``(connection, queue, payload) -> extra keys``
 PayloadHook = Callable[[str, str, Mapping[str, Any]], Mapping[str, Any] | None]
 
@@ -174,11 +184,18 @@ def serialize_command(
     members: list[bytes] = []
     seen: set[bytes] = set()
     names = _NAMES
+    # an enum case or object met in two properties is written once, then as PHP's r:n back reference,
+    # numbered across the whole object: such a command is serialized in one piece
+    shared = _has_objects((properties, protected, private, queueable))
+    values: dict[str | bytes | int, Any] = {}
 
     def add(name: bytes, value: Any) -> None:
         if name in seen:
             raise ValueError(f"property {name!r} given twice")
         seen.add(name)
+        if shared:
+            values[name.decode("utf-8")] = value
+            return
         key = names.get(name)
         if key is None:
             key = _php_str(name)
@@ -195,7 +212,7 @@ def serialize_command(
         add(_mangle(class_name, name, "private"), value)
 
     chunk_key: tuple[Any, ...] | None = None
-    if queueable_defaults and all(type(v) in _SCALAR_TYPES for v in (connection, queue, delay)) \
+    if not shared and queueable_defaults and all(type(v) in _SCALAR_TYPES for v in (connection, queue, delay)) \
             and (not queueable or all(type(v) in _SCALAR_TYPES for v in queueable.values())):
         # typed, so that 1, True and 1.0 (equal in Python, not in PHP) never share a chunk; any other
         # override (a middleware list) is built each time
@@ -221,7 +238,7 @@ def serialize_command(
                 continue
             add(name.encode("utf-8"), value)
         trait_names = frozenset(name.encode() for name, _, _ in trait_props)
-        if chunk_key is not None and user_names.isdisjoint(trait_names):
+        if chunk_key is not None and not shared and user_names.isdisjoint(trait_names):
             # the same trait properties follow every job of this (version, connection, queue, delay):
             # kept as bytes for the next one whose own properties do not redeclare any of them
             if len(_TRAIT_CHUNKS) >= 256:
@@ -229,8 +246,34 @@ def serialize_command(
             trait_members = members[first_trait:]
             _TRAIT_CHUNKS[chunk_key] = (b"".join(trait_members), len(trait_members) // 2, trait_names)
 
+    if shared:
+        return _serialize_value(PHPObject(class_name, values))
     cls = class_name.encode("utf-8")
     return b'O:%d:"%s":%d:{%s}' % (len(cls), cls, len(members) // 2, b"".join(members))
+
+
+def _has_objects(groups: Iterable[Mapping[str, Any] | None]) -> bool:
+    """Whether an enum case or object (which PHP may write as a back reference) is anywhere in the
+    property groups' values (a scalar, the usual value, is passed over at once)."""
+    for group in groups:
+        if group:
+            for value in group.values():
+                if type(value) not in _PLAIN and _holds_object(value):
+                    return True
+    return False
+
+
+_PLAIN = frozenset({type(None), bool, int, float, str, bytes})
+
+
+def _holds_object(value: Any) -> bool:
+    if isinstance(value, PHPObject | PHPEnum | PHPReference):
+        return True
+    if isinstance(value, Mapping):
+        return any(type(v) not in _PLAIN and _holds_object(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(type(v) not in _PLAIN and _holds_object(v) for v in value)
+    return False
 
 
 # -- results -------------------------------------------------------------------------------------------
@@ -369,7 +412,7 @@ class Dispatcher:
     @classmethod
     def from_app(cls, env_file: str | None = None, app_path: str | None = None, connection: str | None = None,
                  *, app_config: str | None = None, horizon: PushMonitor | bool | None = None,
-                 env: Mapping[str, str] | None = None) -> Dispatcher:
+                 env: Mapping[str, str] | None = None, schema: str | None = None) -> Dispatcher:
         """A dispatcher onto the app's queue connection (its default, or ``connection``), with the app's
         ``APP_KEY`` and cache store, from the app's own configuration as ``laraq work`` reads it
         (:func:`laraq.config.effective.effective_settings`).
@@ -378,7 +421,11 @@ class Dispatcher:
         prefix in its configuration: :func:`laraq.horizon.settings.app_horizon`, as ``laraq work``
         decides it) the push is Horizon's, with its payload fields and pending record for the app's
         Horizon release. ``horizon=False`` writes Laravel's plain payload; ``True`` forces Horizon;
-        a :class:`PushMonitor` is used as given."""
+        a :class:`PushMonitor` is used as given.
+
+        ``schema``: the app's job classes as ``laraq schema --from APP -o FILE`` exported them (default:
+        ``LARAQ_SCHEMA``), so that :meth:`dispatch_job` of those classes writes what PHP's ``dispatch()``
+        writes (their defaults, ``SerializesModels``' layout, their settings and unique lock)."""
         # start-up: the settings machinery is loaded only by a dispatcher made from the app
         from laraq.config.effective import effective_settings
         from laraq.config.settings import make_redis  # start-up: as above
@@ -398,10 +445,12 @@ class Dispatcher:
             cache = make_cache(settings)
         except Exception:  # a store laraq cannot open: only unique jobs need it, and they say so
             cache = None
+        schema = schema or (settings.env or {}).get("LARAQ_SCHEMA") or None
+        schemas = load_schema_file(schema)[0] if schema else None
         if horizon is not None and not isinstance(horizon, bool):
-            return cls(queue, encrypter=encrypter, horizon=horizon, cache=cache)
+            return cls(queue, encrypter=encrypter, horizon=horizon, cache=cache, schemas=schemas)
         found = app_horizon(settings, horizon)
-        return cls(queue, encrypter=encrypter, horizon=found, cache=cache,
+        return cls(queue, encrypter=encrypter, horizon=found, cache=cache, schemas=schemas,
                    horizon_client=None if found is None else records_client(settings, found, queue.client))
 
     def _horizon_payload(self, payload: str, *, tags: Sequence[str] | None,
@@ -470,6 +519,11 @@ class Dispatcher:
         if schema is not None:
             if protected or private:
                 raise ValueError(f"{class_name} has a schema: give its properties by plain name in properties=")
+            if self.horizon is not None and tags is None and "tags" in schema.methods:
+                raise SchemaError(f"{schema.class_name}: Horizon tags its jobs from its tags() method, which only PHP "
+                                  "runs; dispatch it from PHP, or give tags=")
+            if SILENCED_INTERFACE in schema.interfaces:  # Horizon's JobPayload::shouldBeSilenced
+                silenced = True
             owner = self._unique_owner() if schema.is_unique else None
             queueable_values: dict[str, Any] = {"connection": connection, "queue": queue, "delay": delay_seconds}
             if owner is not None and self.version.since("13.24"):
@@ -683,6 +737,8 @@ def _model_tags(groups: Sequence[Mapping[str, Any] | None]) -> list[str]:
     for group in groups:
         for value in (group or {}).values():
             if is_model_identifier(value):  # as a typed instance or a schema'd dispatch writes it
+                if not value._props.get("class"):
+                    continue  # an empty collection: no model, no tag
                 value = ModelIdentifier.from_php(value)
             if isinstance(value, ModelIdentifier):
                 keys = value.id if isinstance(value.id, list) else [value.id]

@@ -79,6 +79,10 @@ class PropertySpec:
     initialized: bool = True
     default: Any = None
     type: str | None = None
+    #: the default is the property's own (``ReflectionProperty::hasDefaultValue``), which
+    #: ``SerializesModels`` leaves out when the value still holds it; False for a promoted constructor
+    #: parameter's default, which the constructor sets and ``serialize()`` always writes
+    property_default: bool = True
 
     def key(self, job_class: str, *, serializes_models: bool = False) -> str:
         """The mangled wire name (``SerializesModels::__serialize`` mangles private ones with the job's class)."""
@@ -163,13 +167,22 @@ def _default(raw: str | None) -> Any:
     return value
 
 
+def _property(job: str, p: Mapping[str, Any]) -> PropertySpec:
+    """One exported property. A promoted constructor parameter with a default is always set by the
+    constructor, so ``serialize()`` writes that default when the caller does not give the value."""
+    if not p["initialized"] and p.get("promoted") and p.get("ctor_default") is not None:
+        return PropertySpec(p["name"], p["visibility"], p.get("class") or job, True, _default(p["ctor_default"]),
+                            p.get("type"), property_default=False)
+    return PropertySpec(p["name"], p["visibility"], p.get("class") or job, bool(p["initialized"]),
+                        _default(p.get("default")), p.get("type"))
+
+
 def parse_schema(data: Mapping[str, Any]) -> tuple[dict[str, JobSchema], dict[str, dict[str, str | int]]]:
     """Job schemas and backed enums from ``laraq schema``'s JSON."""
     jobs: dict[str, JobSchema] = {}
     for name, spec in (data.get("jobs") or {}).items():
         try:
-            props = [PropertySpec(p["name"], p["visibility"], p.get("class") or name, bool(p["initialized"]),
-                                  _default(p.get("default")), p.get("type")) for p in spec.get("properties", [])]
+            props = [_property(name, p) for p in spec.get("properties", [])]
         except (KeyError, TypeError, ValueError) as exc:
             raise SchemaError(f"schema of {name} is malformed: {exc}") from exc
         jobs[name] = JobSchema(
@@ -240,7 +253,7 @@ def command_properties(schema: JobSchema, values: Mapping[str, Any], version: An
             value, given = prop.default, prop.initialized
         if not given:
             continue  # an uninitialized typed property: serialize() leaves it out
-        if skip_defaults and prop.initialized and _identical(value, prop.default):
+        if skip_defaults and prop.initialized and prop.property_default and _identical(value, prop.default):
             continue
         out[prop.key(schema.class_name, serializes_models=models)] = value
     return out

@@ -28,9 +28,14 @@ left out, as ``serialize()`` leaves it out. A property with a default Python can
 :data:`UNSET` too, which dispatch writes as PHP's default.
 
 A handler whose first parameter is annotated with a generated class gets an instance of it
-(:func:`typed_handler`, applied by :meth:`laraq.app.App.register`). The conversion is strict: a
-property the class does not declare, or a required one missing, fails the job with one
-:class:`TypedJobError` naming the job and the property (the module is out of date: regenerate it).
+(:func:`typed_handler`, applied by :meth:`laraq.app.App.register`, which first refuses an annotation
+naming another job's class or a type the command never is: :func:`handler_annotation_problem`). The
+conversion is strict: a property the class does not declare, a required one missing, or a value its
+field's type excludes (:func:`check_value`: what PHP's typed property refuses) fails the job with one
+:class:`TypedJobError` naming the job, the property and the PHP type, and whose mistake it is: the PHP
+class changed since the module was written (regenerate it), or the job's dispatcher wrote a wrong value.
+:func:`wire_values` refuses the same values at dispatch. A model ref's ``connection`` defaults to what a
+fetched model serializes (its ``$connection``, else the app's default connection when the module was written).
 
 The module also records each PHP source file's SHA-256 (jobs, their enums and models);
 :func:`drift` compares them with the files now, and ``App.problems`` (shown by ``laraq doctor`` and
@@ -48,6 +53,8 @@ import json
 import keyword
 import logging
 import pprint
+import sys
+import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
@@ -56,6 +63,7 @@ from typing import Any, ClassVar
 
 from laraq.bus.models import Model
 from laraq.bus.schema import _default, parse_schema
+from laraq.logtext import visible
 from laraq.protocol.phpshapes import from_datetime, is_model_identifier, to_datetime
 from laraq.protocol.serializer import DATE_CLASSES, ModelIdentifier, PHPEnum, PHPObject, deref
 
@@ -63,10 +71,13 @@ __all__ = [
     "UNSET",
     "ModelCollection",
     "ModelRef",
+    "HandlerAnnotationError",
     "TypedJobError",
     "drift",
+    "check_value",
     "from_command",
     "generate_module",
+    "handler_annotation_problem",
     "is_typed_job",
     "typed_class_of",
     "typed_handler",
@@ -106,6 +117,11 @@ FRAMEWORK_PROPERTIES = frozenset({
 
 class TypedJobError(ValueError):
     """A command that does not fit its typed class (or an instance that cannot be dispatched)."""
+
+
+class HandlerAnnotationError(TypeError):
+    """A handler whose first parameter is annotated with a type its job's command never is (said when it
+    is registered, see :func:`handler_annotation_problem`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,7 +177,11 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def from_command(cls: type[Any], command: Any, job_name: str | None = None) -> Any:
-    """An instance of the generated ``cls`` from the restored command a handler would get."""
+    """An instance of the generated ``cls`` from the restored command a handler would get.
+
+    Each value must fit its field's type as PHP's typed property would (:func:`check_value`): a value
+    outside it fails the job with one :class:`TypedJobError` naming the class, the property and the type,
+    and the handler is never called with it."""
     name = job_name or cls.__php_class__
     if not isinstance(command, PHPObject):
         raise TypedJobError(f"{name}: a typed handler needs a job object, got {type(command).__name__}")
@@ -176,31 +196,66 @@ def from_command(cls: type[Any], command: Any, job_name: str | None = None) -> A
             continue
         py = by_php.get(plain)
         if py is None:
-            raise TypedJobError(f"{name}: the job has a property {plain!r} that {cls.__name__} does not declare "
-                                "(the PHP class changed: regenerate with laraq schema --python)")
-        values[py] = _incoming(deref(raw), hints.get(py), fields[py], name)
+            raise TypedJobError(f"{name}: the job has a property {visible(plain)!r} that {cls.__name__} does not "
+                                f"declare; {_whose(cls, cls.__php_class__)}")
+        value = _incoming(deref(raw), hints.get(py), fields[py], name, cls)
+        problem = check_value(value, hints.get(py), fields[py])
+        if problem:
+            raise TypedJobError(f"{name}: {fields[py]['name']} {problem}; {_whose(cls, cls.__php_class__)}")
+        values[py] = value
     missing = [f.name for f in dataclasses.fields(cls)
                if f.name not in values and f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING]
     if missing:
         raise TypedJobError(f"{name}: the job has no property {fields[missing[0]]['name']!r}, which "
-                            f"{cls.__name__} requires (the PHP class changed: regenerate with laraq schema --python)")
+                            f"{cls.__name__} requires; {_whose(cls, cls.__php_class__)}")
     return cls(**values)
 
 
-def _incoming(value: Any, hint: Any, spec: Mapping[str, Any], job: str) -> Any:
+def _whose(cls: type[Any], php_class: str) -> str:
+    """Whose mistake a command that does not fit ``cls`` is: the PHP class changed since the module was
+    written (regenerate), or it did not (the job was not written by PHP's dispatch() of the class)."""
+    state = source_state(cls, php_class)
+    if state == "changed":
+        return (f"{php_class} changed since {cls.__module__} was written: regenerate it with "
+                "laraq schema --from APP --python")
+    if state == "same":
+        return (f"{php_class} is unchanged since {cls.__module__} was written, so the job was not written by its "
+                "dispatch(): its dispatcher wrote a wrong value")
+    return (f"the job was not written by {php_class}'s dispatch(), or the class changed since {cls.__module__} "
+            "was written (its PHP source is not here to tell)")
+
+
+def source_state(cls: type[Any], php_class: str) -> str:
+    """``"changed"``, ``"same"`` or ``"unknown"``: ``php_class``'s source now, against the SHA-256 the
+    module of ``cls`` recorded."""
+    module = sys.modules.get(cls.__module__)
+    sources: Mapping[str, tuple[str, str]] = getattr(module, "__laraq_sources__", {}) or {}
+    if php_class not in sources:
+        return "unknown"
+    path, sha = sources[php_class]
+    root = getattr(module, "__laraq_app__", "") or "."
+    file = Path(path) if Path(path).is_absolute() else Path(root) / path
+    try:
+        now = hashlib.sha256(file.read_bytes()).hexdigest()
+    except OSError:
+        return "unknown"
+    return "same" if now == sha else "changed"
+
+
+def _incoming(value: Any, hint: Any, spec: Mapping[str, Any], job: str, cls: type[Any]) -> Any:
     kind = spec.get("kind")
     if value is None:
         return None
-    if kind == "enum":
+    if kind == "enum" and isinstance(value, PHPEnum):
         target = _enum_class(hint)
         if target is not None:
-            case = str(value.case if isinstance(value, PHPEnum) else getattr(value, "name", ""))
             try:
-                return target[case]
+                return target[value.case]
             except KeyError:
-                raise TypedJobError(f"{job}: {spec['name']} holds {case!r}, not a case of {target.__name__} "
-                                    "(regenerate with laraq schema --python)") from None
+                php = getattr(target, "__php_class__", value.class_name)
+                raise TypedJobError(f"{job}: {spec['name']} holds {visible(value.case)!r}, not a case of "
+                                    f"{target.__name__}; {_whose(cls, php)}") from None
     if kind == "model":
         ref = _model_class(hint) or ModelRef
         if isinstance(value, Model):
@@ -244,15 +299,93 @@ def _model_class(hint: Any) -> type[ModelRef] | None:
 
 def wire_values(instance: Any, *, collection_class: bool = True) -> dict[str, Any]:
     """The instance's properties by plain PHP name, as wire values (enum cases as ``PHPEnum``, models as
-    ``ModelIdentifier``, dates as Carbon); :data:`UNSET` ones are left out (PHP's default or unset)."""
+    ``ModelIdentifier``, dates as Carbon); :data:`UNSET` ones are left out (PHP's default or unset).
+
+    A value PHP's typed property would refuse (:func:`check_value`) raises :class:`TypedJobError` naming
+    the class, the property and the PHP type; an ``int`` for a ``float`` property is written as the float
+    PHP's property would hold."""
     cls = type(instance)
+    hints = _hints(cls)
     out: dict[str, Any] = {}
     for py, spec in _fields(cls).items():
         value = getattr(instance, py)
         if value is UNSET:
             continue
+        problem = check_value(value, hints.get(py), spec)
+        if problem:
+            raise TypedJobError(f"{cls.__php_class__}: {spec['name']} {problem}: PHP would refuse it "
+                                f"(give {cls.__name__}.{py} a value of that type)")
         out[spec["name"]] = _outgoing(value, spec, cls.__php_class__, collection_class)
     return out
+
+
+def php_type(spec: Mapping[str, Any], hint: Any) -> str:
+    """The property's type as PHP spells it (``?string``, ``int|string``, ``App\\Enums\\Status``)."""
+    types = [str(t) for t in spec.get("php_types") or []]
+    if not types:
+        return "mixed"
+    nullable = type(None) in typing.get_args(hint) and "null" not in [t.lower() for t in types]
+    if nullable and len(types) == 1:
+        return "?" + types[0]
+    return "|".join(types + (["null"] if nullable else []))
+
+
+def check_value(value: Any, hint: Any, spec: Mapping[str, Any]) -> str | None:
+    """Why PHP's typed property would refuse ``value`` (as ``unserialize()`` does: no coercion but
+    ``int`` to ``float``), or None when it fits. ``hint``: the field's annotation, which mirrors the PHP
+    type (see the module docstring)."""
+    if hint is None or _fits(value, hint):
+        return None
+    if isinstance(value, PHPObject) and "iterable" in [str(t).lower() for t in spec.get("php_types") or []]:
+        return None  # a Traversable object (a Collection) is iterable too
+    shown = visible(repr(value))
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return f"is {shown} ({_php_kind(value)}), not {php_type(spec, hint)}"
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    if hint is Any:
+        return True
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or isinstance(hint, types.UnionType):
+        return any(_fits(value, arg) for arg in typing.get_args(hint))
+    if hint is None or hint is type(None):
+        return value is None
+    if origin is list:
+        return isinstance(value, list | tuple)
+    if origin is dict:
+        return isinstance(value, dict)
+    if hint is bool:
+        return type(value) is bool
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True  # a form the generator does not write: not checked
+
+
+def _php_kind(value: Any) -> str:
+    """What PHP would call the value's type (``Cannot assign string to ...``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list | tuple | dict):
+        return "array"
+    if isinstance(value, enum.Enum):
+        return getattr(type(value), "__php_class__", None) or type(value).__name__
+    if isinstance(value, ModelRef):
+        return type(value).__php_class__ or "ModelRef"
+    return type(value).__name__
 
 
 def _outgoing(value: Any, spec: Mapping[str, Any], job: str, collection_class: bool) -> Any:
@@ -275,6 +408,8 @@ def _outgoing(value: Any, spec: Mapping[str, Any], job: str, collection_class: b
         return from_datetime(value, names[0] if names else "Illuminate\\Support\\Carbon")
     if isinstance(value, tuple):
         return list(value)
+    if type(value) is int and "float" in spec.get("php_types", []) and "int" not in spec.get("php_types", []):
+        return float(value)  # PHP's float property holds the int as a float
     return value
 
 
@@ -283,22 +418,49 @@ def _outgoing(value: Any, spec: Mapping[str, Any], job: str, collection_class: b
 
 def typed_class_of(func: Callable[..., Any]) -> type[Any] | None:
     """The generated class a handler's first parameter is annotated with, or None."""
+    annotation = _first_annotation(func)
+    return annotation if is_typed_job(annotation) else None
+
+
+def _first_annotation(func: Callable[..., Any]) -> Any:
+    """The resolved annotation of a handler's first parameter (``inspect.Parameter.empty`` when there is none,
+    or when a string annotation does not resolve: said once)."""
     try:
         params = list(inspect.signature(func).parameters.values())
     except (TypeError, ValueError):
-        return None
+        return inspect.Parameter.empty
     if not params:
-        return None
+        return inspect.Parameter.empty
     annotation = params[0].annotation
     if isinstance(annotation, str):
         try:
-            annotation = typing.get_type_hints(func).get(params[0].name)
+            annotation = typing.get_type_hints(func).get(params[0].name, inspect.Parameter.empty)
         except Exception as exc:  # an annotation that does not resolve: said once, then not a typed handler
             log.warning("handler %s: the annotation %r of its first parameter cannot be resolved (%s: %s); "
                         "if it is a typed job class, import it at module level: the handler gets the PHP object "
                         "as it is", getattr(func, "__qualname__", func), annotation, type(exc).__name__, exc)
+            return inspect.Parameter.empty
+    return annotation
+
+
+def handler_annotation_problem(job_name: str, func: Callable[..., Any]) -> str | None:
+    """Why a class job's handler cannot take the command as its first parameter is annotated, or None.
+
+    It may be unannotated, ``Any``, ``object``, :class:`laraq.protocol.serializer.PHPObject` (the command
+    as PHP restored it) or the generated class of ``job_name`` itself; a generated class of another job,
+    or any other type, is the handler's own mistake, said when it is registered."""
+    annotation = _first_annotation(func)
+    if annotation is inspect.Parameter.empty or annotation in (Any, object, PHPObject):
+        return None
+    where = f"handler {getattr(func, '__qualname__', func)} of {job_name}"
+    if is_typed_job(annotation):
+        if annotation.__php_class__.lstrip("\\") == job_name:
             return None
-    return annotation if is_typed_job(annotation) else None
+        return (f"{where}: its first parameter is annotated {annotation.__name__}, the typed class of "
+                f"{annotation.__php_class__}: annotate it with the class generated for {job_name}")
+    shown = getattr(annotation, "__qualname__", None) or repr(annotation)
+    return (f"{where}: its first parameter is annotated {shown}, which the command never is: annotate it with "
+            f"the class laraq schema --python generated for {job_name}, PHPObject or Any")
 
 
 def typed_handler(name: str, func: Callable[..., Any], cls: type[Any], is_async: bool) -> Callable[..., Any]:
@@ -434,9 +596,12 @@ def generate_module(data: Mapping[str, Any], *, source: str = "") -> str:
         lines += ["", "", f"class {names.map[name]}(enum.Enum):", f"    __php_class__ = {name!r}", ""]
         for case, value in enums[name].items():
             lines.append(f"    {_ident(case)} = {value!r}")
+    connections = data.get("connections") or {}
     for name in models:
         lines += ["", "", "@dataclasses.dataclass(frozen=True)", f"class {names.map[name]}(ModelRef):",
                   f"    __php_class__: ClassVar[str] = {name!r}"]
+        if connections.get(name) is not None:  # what a fetched model's identifier holds
+            lines += ["", f"    connection: str | None = {str(connections[name])!r}"]
     for name in sorted(jobs):
         lines += _job_class(name, jobs[name], kinds, names)
     return "\n".join(lines) + "\n"

@@ -125,6 +125,12 @@ def _bulk(ops: Ops, flt: RetryFilter, among: list[str | int] | None, *, dry_run:
         click.echo(f"{len(jobs)} failed job(s) match" + (":" if jobs else "."))
         print_table([Column("queue", key=True), Column("class", key=True), Column("jobs", justify="right")],
                     [[q, c, n] for (q, c), n in sorted(by_class.items())])
+    if dry_run and jobs:  # the jobs themselves, as `laraq failed` lists them (the id never drops)
+        click.echo("")
+        print_table([Column("id", no_wrap=True), Column("queue", overflow="fold"), Column("class", overflow="fold"),
+                     Column("failed at", no_wrap=True)],
+                    [[j.uuid or j.id, j.queue, j.display_name, j.failed_at] for j in jobs])
+        click.echo("(dry run: nothing retried)")
     if dry_run or not jobs:
         return
     if not yes and not click.confirm(f"Retry {len(jobs)} failed job(s)?"):
@@ -164,8 +170,10 @@ def _undo(ops: Ops, journal: str, as_json: bool) -> None:
             click.echo(visible(o.message), err=o.status == "taken")
         counts = Counter(o.status for o in outcomes)
         click.echo(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "nothing to undo", err=True)
-    if any(o.status == "taken" for o in outcomes):
-        sys.exit(EXIT_ERROR)
+        if counts.get("taken"):
+            # expected while workers run: those jobs ran (or are running) again; nothing is lost or failed
+            click.echo(f"{counts['taken']} job(s) a worker had already taken were left to it; the others are "
+                       "back in the failed-job store", err=True)
 
 
 @click.command("forget")

@@ -37,6 +37,7 @@ from laraq.bus.handoffcheck import HandoffCheck, check_handoff
 from laraq.bus.models import ModelLoader
 from laraq.bus.phpprocess import PhpProcess, PhpStepError, app_on_host
 from laraq.bus.phpsteps import PhpSteps, continuation_conflict
+from laraq.bus.typed import HandlerAnnotationError
 from laraq.cli.output import Output, OutputListener
 from laraq.cli.startup import (
     OpenedStore,
@@ -343,6 +344,8 @@ def _load_app(spec: str, load_app: Any) -> App:
     except SyntaxError as exc:
         raise click.UsageError(f"cannot load --app {spec}: syntax error in {exc.filename} line {exc.lineno}: "
                                f"{exc.msg}; fix the handler module") from exc
+    except HandlerAnnotationError as exc:  # the handler's own annotation: the message says what to write
+        raise click.UsageError(f"cannot load --app {spec}: {exc}") from exc
     except (ImportError, AttributeError, TypeError, ValueError) as exc:
         raise click.UsageError(f"cannot load --app {spec}: {type(exc).__name__}: {exc}; check the module path "
                                "(run from the project root, or set PYTHONPATH) and its imports") from exc

@@ -149,6 +149,12 @@ def work_cmd(**params: Any) -> None:
 
     Exit codes: 0 stopped normally, 12 memory limit, 1 error, 2 usage error, 3 Redis unreachable,
     4 Redis refused the credentials, 5 database fault, 6 bad settings (APP_KEY, a Redis TLS certificate refused).
+
+    \b
+    Environment:
+      LARAQ_OTEL=1      an OpenTelemetry span per job (pip install 'laraq[otel]')
+      LARAQ_REPORT=log  handler exceptions to the laraq.report logger
+      LARAQ_SCHEMA      the job schema laraq schema --from APP -o FILE wrote
     """
     params.pop("delay", None)
     params.pop("daemon", None)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from laraq.config.cluster import cluster_nodes
+from laraq.config.envfile import parse_env_file
 from laraq.config.settings import make_redis
 from laraq.horizon.records import HorizonRecords
 from laraq.horizon.version import NEWEST, HorizonVersion, detect_horizon_version
@@ -109,8 +110,12 @@ class HorizonSettings:
         return HorizonRecords(client, self)
 
     @classmethod
-    def from_app(cls, env: Mapping[str, str], base_path: Path | None = None) -> HorizonSettings:
-        """The settings of the app at ``base_path`` with environment ``env`` (``.env`` merged in)."""
+    def from_app(cls, env: Mapping[str, str], base_path: str | Path | None = None) -> HorizonSettings:
+        """The settings of the app at ``base_path`` with environment ``env``: the app's ``.env`` is merged in
+        under ``env``, as Laravel's ``LoadEnvironmentVariables`` does (a variable already set wins)."""
+        base_path = None if base_path is None else Path(base_path)
+        if base_path is not None and (base_path / ".env").is_file():
+            env = {**parse_env_file(base_path / ".env", env), **env}
         app_name = env.get("APP_NAME") or "laravel"
         prefix = env.get("HORIZON_PREFIX") or _slug(app_name, "_") + "_horizon:"
         trim = HorizonTrim()

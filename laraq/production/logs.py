@@ -145,8 +145,10 @@ def configure_logging(*, level: str | None = None, fmt: str = "text", config_fil
     if root.handlers and not ours:
         _attach_filter()
         return "app"
-    name = level or ("debug" if verbose >= 2 else "warning" if quiet else "info")
+    name = level or ("debug" if verbose >= 2 else "info")
     numeric = getattr(logging, name.upper())
+    # --quiet silences laraq's own lines (below a warning), never the handlers' logging
+    logging.getLogger("laraq").setLevel(logging.WARNING if quiet and not level else logging.NOTSET)
     handler = logging.StreamHandler(sys.stderr)
     handler.laraq = True  # type: ignore[attr-defined]
     if fmt == "json":

@@ -38,7 +38,7 @@ function laraq_classes(string $base): array
                 continue;
             }
             $relative = substr($file->getPathname(), strlen($dir) + 1, -4);
-            $found[] = $ns.str_replace('/', '\\', $relative);
+            $found[$ns.str_replace('/', '\\', $relative)] = $file->getPathname();
         }
     }
     return $found;
@@ -173,12 +173,27 @@ $jobs = [];
 $enums = [];
 $kinds = [];
 $sources = [];
-foreach ($only ?: laraq_classes($base) as $name) {
+// each class whose file PHP could not load (a parse error, a missing parent): the class and why
+$unreadable = [];
+// each model's connection as a fetched model serializes it (its $connection, else the default connection)
+$connections = [];
+foreach ($only ? array_fill_keys($only, null) : laraq_classes($base) as $name => $file) {
     try {
+        if ($file !== null) {
+            // parsed without running it (TOKEN_PARSE throws the ParseError that loading it would)
+            token_get_all((string) file_get_contents($file), TOKEN_PARSE);
+        }
+        if (! class_exists($name) && ! enum_exists($name) && ! interface_exists($name) && ! trait_exists($name)) {
+            if ($only) {
+                $unreadable[$name] = 'no such class';
+            }
+            continue;
+        }
         if (! class_exists($name) && ! enum_exists($name)) {
             continue;
         }
     } catch (Throwable $e) {
+        $unreadable[$name] = get_class($e).': '.$e->getMessage().' in '.$e->getFile().':'.$e->getLine();
         continue;
     }
     $class = new ReflectionClass($name);
@@ -199,7 +214,7 @@ foreach ($only ?: laraq_classes($base) as $name) {
     }
     $methods = [];
     foreach (['tries', 'backoff', 'retryUntil', 'timeout', 'displayName', 'uniqueId', 'uniqueFor', 'uniqueVia',
-              'middleware', 'shouldBeEncrypted'] as $m) {
+              'middleware', 'shouldBeEncrypted', 'tags'] as $m) {
         if ($class->hasMethod($m)) {
             $methods[] = $m;
         }
@@ -238,6 +253,10 @@ foreach ($jobs as $job) {
                 }
                 $enums[$t] = $cases;
             }
+            if ($kind === 'model' && ! isset($connections[$t])) {
+                $model = (new ReflectionClass($t))->newInstanceWithoutConstructor();
+                $connections[$t] = $model->getConnectionName() ?? config('database.default');
+            }
             if (in_array($kind, ['enum', 'model'], true) && ! isset($sources[$t])) {
                 $sources[$t] = laraq_source($base, $t);
             }
@@ -246,5 +265,5 @@ foreach ($jobs as $job) {
 }
 
 echo json_encode(['laravel' => $app->version(), 'jobs' => $jobs, 'enums' => $enums, 'kinds' => $kinds,
-                  'sources' => array_filter($sources)],
+                  'sources' => array_filter($sources), 'connections' => $connections, 'unreadable' => $unreadable],
     JSON_UNESCAPED_SLASHES | JSON_UNESCAPED_UNICODE | JSON_PRESERVE_ZERO_FRACTION | JSON_PRETTY_PRINT), "\n";
