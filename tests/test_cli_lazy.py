@@ -52,7 +52,7 @@ def test_every_command_module_is_in_the_table() -> None:
     ops = importlib.import_module("laraq.cli.ops")
     production = importlib.import_module("laraq.cli.production")
     registered = {c.name for c in [*ops.COMMANDS, *production.COMMANDS]}
-    assert registered | {"work", "schedule", "config", "schema"} == set(COMMANDS)
+    assert registered | {"work", "schedule", "config", "schema", "dashboard"} == set(COMMANDS)
 
 
 def test_help_reads_as_the_fully_loaded_group() -> None:

@@ -1,0 +1,230 @@
+"""The data of each dashboard page, read through laraq's own readers and returned as plain values.
+
+Nothing here sends a Redis command of its own except the read of Horizon's master and supervisor
+records (``masters``/``supervisors`` sorted sets and their hashes, as Horizon's
+``RedisMasterSupervisorRepository`` and ``RedisSupervisorRepository`` keep them):
+
+* :func:`overview` - ``laraq status``'s snapshot (:func:`laraq.cli.status_cmd.snapshot`): counters, failed
+  counts, paused state, parked failures, held transfers;
+* :func:`jobs` / :func:`job_detail` - :func:`laraq.ops.inspect.list_jobs` and :func:`~laraq.ops.inspect.find_job`
+  (paged, filtered by class, searched by id or uuid), reservations with their holders
+  (:func:`laraq.production.holders.reservations`); an encrypted command is never decrypted here;
+* :func:`failed` - the failed-job store through :func:`laraq.bus.retry.select_failed` (the filter of
+  ``laraq retry``);
+* :func:`workers` - heartbeats (:func:`laraq.production.heartbeat.live_workers`), Horizon's records, and the
+  queues with jobs that no live worker lists;
+* :func:`schedule` and :func:`transfers` - :class:`laraq.schedule.store.ScheduleStore` and
+  :func:`laraq.ops.transfers.find_held`.
+
+Secrets stay out: a URL's password is masked (:func:`mask_url`), no setting is shown but the prefix and
+the connection name.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from laraq.bus.retry import RetryFilter, parse_moment, select_failed
+from laraq.cli.common import Ops, human_age
+from laraq.cli.inspect_cmds import BODY_PREVIEW, DECODE_BUDGET, preview
+from laraq.cli.status_cmd import snapshot
+from laraq.ops.inspect import STATES, find_job, list_jobs
+from laraq.ops.transfers import find_held
+from laraq.production.heartbeat import _redis_now, live_workers
+from laraq.production.holders import reservations
+from laraq.schedule.store import ScheduleStore
+
+__all__ = ["PAGE_SIZE", "FailedQuery", "failed", "job_detail", "jobs", "mask_url", "overview", "schedule",
+           "transfers", "workers"]
+
+#: jobs or failed rows per page
+PAGE_SIZE = 50
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
+
+
+def mask_url(text: str) -> str:
+    """``redis://user:secret@host`` -> ``redis://user:***@host`` (any URL in ``text``)."""
+    return _URL_PASSWORD.sub(r"\1***@", text)
+
+
+def overview(ops: Ops) -> dict[str, Any]:
+    """Per queue: pending, delayed, reserved, oldest wait, due, expired, poison, failed, paused."""
+    snap = snapshot(ops, [], None, max_size=None)
+    rows = []
+    for s in snap.statuses:
+        rows.append({**s.to_dict(), "oldest": human_age(s.oldest_pending_age),
+                     "failed": None if snap.failed is None else snap.failed.get(s.queue, 0),
+                     "paused": None if snap.paused is None else snap.paused.get(s.queue, False)})
+    return {"prefix": snap.prefix, "connection": ops.settings.connection_name, "queues": rows,
+            "failed_total": snap.failed_total, "notes": [mask_url(n) for n in snap.notes],
+            "transfers": len(snap.transfers), "can_pause": ops.settings.version.has_queue_pause,
+            "laravel": str(ops.settings.version)}
+
+
+def _view_row(v: Any) -> dict[str, Any]:
+    d = v.to_dict()
+    shown = v.properties if v.properties is not None else v.data
+    if isinstance(shown, dict) and shown.get("@class") in (v.name, v.job):
+        shown = {k: item for k, item in shown.items() if k != "@class"}
+    text = "" if v.error or shown in (None, {}, []) else json.dumps(shown, ensure_ascii=False, default=str)
+    d["summary"] = text if len(text) <= 120 else text[:119] + "…"
+    d["ident"] = v.uuid or v.id
+    return d
+
+
+def jobs(ops: Ops, queue: str, state: str, *, page: int = 1, class_filter: str | None = None,
+         ident: str | None = None) -> dict[str, Any]:
+    """One page of ``queue``'s jobs in ``state`` (or the matches of ``ident``, an id or uuid)."""
+    if state not in STATES:
+        raise ValueError(f"unknown state {state!r} (one of {', '.join(STATES)})")
+    page = max(1, page)
+    if ident:
+        views = [v for v in find_job(ops.queue, ident, [queue], max_elements=DECODE_BUDGET) if v.state in STATES]
+        more = False
+    else:
+        views = list_jobs(ops.queue, queue, state, offset=(page - 1) * PAGE_SIZE, limit=PAGE_SIZE + 1,
+                          class_filter=class_filter or None)
+        more = len(views) > PAGE_SIZE
+        views = views[:PAGE_SIZE]
+    rows = [_view_row(v) for v in views]
+    held: list[dict[str, Any]] = []
+    if state == "reserved":
+        now = float(ops.queue.current_time())
+        for r in reservations(ops.queue, [queue], retry_after=ops.settings.retry_after):
+            d = r.to_dict(now)
+            d["for"] = "-" if r.since is None else ("~" if r.since_estimated else "") + human_age(now - r.since)
+            d["lease"] = ("ended " + human_age(now - r.lease_ends_at) + " ago" if r.lease_ends_at <= now
+                          else "in " + human_age(r.lease_ends_at - now))
+            d["holder"] = (f"laraq {r.host} pid {r.pid}" if r.worker else
+                           "unknown (expired)" if r.state == "expired" else "not a laraq worker (PHP or Horizon)")
+            held.append(d)
+    return {"queue": queue, "state": state, "states": STATES, "page": page, "more": more, "rows": rows,
+            "class_filter": class_filter or "", "ident": ident or "", "reservations": held}
+
+
+def job_detail(ops: Ops, queue: str, ident: str) -> list[dict[str, Any]]:
+    """The job(s) of ``queue`` whose id or uuid is ``ident``, decoded as ``laraq show`` decodes them
+    (bounded; the command of an encrypted job stays closed)."""
+    out = []
+    for v in find_job(ops.queue, ident, [queue], max_elements=DECODE_BUDGET):
+        d = v.to_dict(raw=True)
+        view = v.properties if v.properties is not None else v.data
+        d["label"] = "properties" if v.properties is not None else "data"
+        d["pretty"] = json.dumps(preview(view), ensure_ascii=False, indent=2, default=str)
+        body = d.get("body") or d.get("body_b64") or ""
+        d["body_preview"] = body[:BODY_PREVIEW] + (f"… ({len(v.raw):,} bytes in all)" if len(body) > BODY_PREVIEW
+                                                   else "")
+        out.append(d)
+    return out
+
+
+@dataclass(frozen=True)
+class FailedQuery:
+    """The failed page's filter: the fields of ``laraq retry``'s bulk filter, as typed in the form."""
+
+    job_class: str = ""
+    queue: str = ""
+    exception: str = ""
+    after: str = ""
+    before: str = ""
+
+    @classmethod
+    def from_mapping(cls, data: Any) -> FailedQuery:
+        return cls(*(str(data.get(k) or "").strip() for k in ("class", "queue", "exception", "after", "before")))
+
+    def retry_filter(self) -> RetryFilter:
+        """The :class:`RetryFilter` (ValueError naming a date or age that does not parse)."""
+        return RetryFilter((self.job_class,) if self.job_class else (), (self.queue,) if self.queue else (),
+                           parse_moment(self.after) if self.after else None,
+                           parse_moment(self.before) if self.before else None, self.exception or None)
+
+    def as_params(self) -> dict[str, str]:
+        return {"class": self.job_class, "queue": self.queue, "exception": self.exception, "after": self.after,
+                "before": self.before}
+
+
+def failed(ops: Ops, query: FailedQuery, *, page: int = 1) -> dict[str, Any]:
+    """The failed jobs matching ``query``, newest first, one page of them."""
+    error = None
+    try:
+        flt = query.retry_filter()
+    except ValueError as exc:
+        error, flt = str(exc), RetryFilter()
+    matched = select_failed(ops.failed_store(), flt)
+    matched.sort(key=lambda j: str(j.failed_at), reverse=True)
+    page = max(1, page)
+    shown = matched[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]
+    rows = [{"id": j.id, "uuid": j.uuid, "connection": j.connection, "queue": j.queue, "class": j.display_name,
+             "failed_at": j.failed_at, "exception": (j.exception or "").splitlines()[0][:200] if j.exception else ""}
+            for j in shown]
+    return {"rows": rows, "count": len(matched), "page": page, "more": page * PAGE_SIZE < len(matched),
+            "query": query.as_params(), "error": error}
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _horizon(ops: Ops) -> dict[str, list[dict[str, str]]]:
+    """Horizon's live masters and supervisors (their records' hashes, names added)."""
+    prefix = ops.settings.horizon_prefix
+    if not prefix:
+        return {"masters": [], "supervisors": []}
+    client = ops.queue.client
+    out: dict[str, list[dict[str, str]]] = {}
+    for kind, single in (("masters", "master"), ("supervisors", "supervisor")):
+        names = [_text(n) for n in client.zrange(prefix + kind, 0, -1)]
+        pipe = client.pipeline(transaction=False)
+        for name in names:
+            pipe.hgetall(f"{prefix}{single}:{name}")
+        records = []
+        for name, data in zip(names, pipe.execute() if names else [], strict=True):
+            if data:
+                records.append({"name": name, **{_text(k): _text(v) for k, v in data.items()}})
+        out[kind] = records
+    return out
+
+
+def _supervisor_queues(record: dict[str, str]) -> list[str]:
+    try:
+        options = json.loads(record.get("options") or "{}")
+    except ValueError:
+        return []
+    queues = options.get("queue") if isinstance(options, dict) else None
+    return [q for q in str(queues or "").split(",") if q]
+
+
+def workers(ops: Ops) -> dict[str, Any]:
+    """laraq workers by heartbeat, Horizon's masters and supervisors, and queues nobody works."""
+    client = ops.queue.client
+    records = live_workers(client, ops.queue.prefix)
+    now = _redis_now(client)
+    rows = [{**r.as_dict(), "up": human_age(now - r.started), "beat_age": f"{now - r.beat:.1f}s",
+             "memory": r.extra.get("memory") or r.extra.get("rss") or ""} for r in records]
+    horizon = _horizon(ops)
+    for sup in horizon["supervisors"]:
+        sup["queues"] = ",".join(_supervisor_queues(sup))
+    worked = {q for r in records for q in r.queues}
+    worked |= {q for s in horizon["supervisors"] for q in _supervisor_queues(s)}
+    snap = overview(ops)
+    idle = [q["queue"] for q in snap["queues"] if q["pending"] and q["queue"] not in worked]
+    return {"workers": rows, "masters": horizon["masters"], "supervisors": horizon["supervisors"],
+            "unworked": idle}
+
+
+def schedule(ops: Ops) -> list[dict[str, Any]]:
+    """laraq's recurring entries with their next and last runs (``laraq schedule list``'s rows)."""
+    return ScheduleStore(ops.queue.client, ops.queue.prefix).status()
+
+
+def transfers(ops: Ops) -> list[dict[str, Any]]:
+    """Jobs held by unfinished moves, with the commands that finish or undo them (passwords masked)."""
+    prefix = ops.queue.prefix
+    out = []
+    for held in find_held(ops.queue.client, prefix):
+        d = held.to_dict(prefix)
+        out.append({k: mask_url(v) if isinstance(v, str) else v for k, v in d.items()})
+    return out
