@@ -1,0 +1,103 @@
+"""The dashboard in a real browser (headless Chromium) against a live Laravel app on a real Redis.
+
+PHP dispatches and the overview's counts move on the open page (its script refreshes it in place);
+a job PHP's ``queue:work`` failed is retried from the failed page (select, count, confirm) and PHP runs
+it again; a queue paused from the page is paused for artisan and laraq alike (the app's cache). Each
+page's screenshot is written under the test's temporary directory (``LARAQ_DASHBOARD_SHOTS`` names
+another directory, e.g. ``docs/`` for the README's pictures).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chromium import Browser, chromium_binary
+from conftest import require
+from phpapp import PhpApp
+
+pytest.importorskip("starlette")
+pytest.importorskip("websocket")
+
+from test_dashboard import serve  # noqa: E402
+
+from laraq.cli.common import Ops  # noqa: E402
+
+pytestmark = pytest.mark.php
+LINE = "13"
+
+
+def _cell(column: str, queue: str = "default") -> str:
+    return (f"(document.querySelector('tr[data-queue=\"{queue}\"] [data-col=\"{column}\"]') || "
+            "{textContent: ''}).textContent.trim()")
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Any:
+    require(chromium_binary() is not None, "chromium (Debian's package) is not installed")
+    made = Browser(tmp_path / "chromium-profile")
+    yield made
+    made.close()
+
+
+def test_dashboard_in_chromium_against_a_live_laravel_app(php: str, redis_server: Any, tmp_path: Path,
+                                                         browser: Browser) -> None:
+    app = PhpApp(redis_server.port, version=LINE, workdir=tmp_path / "php")
+    env_file = tmp_path / ".env"
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in sorted(app.laravel_env.items())))
+    shots = Path(os.environ.get("LARAQ_DASHBOARD_SHOTS") or tmp_path / "shots")
+    shots.mkdir(parents=True, exist_ok=True)
+    served = serve(env_file, tmp_path, "--laravel", app.release)
+    try:
+        app.tool("dispatch", "echo", "--args=" + json.dumps({"mode": "ok"}))
+        browser.open(served.url)
+        assert browser.wait_for(_cell("pending")) == "1"
+        for n in range(2, 4):  # PHP dispatches while the page stays open: the count moves without a reload
+            app.tool("dispatch", "echo", "--args=" + json.dumps({"args": {"n": n}, "mode": "ok"}))
+        browser.wait_for(_cell("pending") + " === '3'")
+        assert browser.js("performance.getEntriesByType('navigation').length") == 1  # still the first load
+        browser.screenshot(shots / "dashboard-overview.png")
+
+        browser.open(served.url + "queues/default")
+        browser.wait_for("document.querySelector('#jobs') && document.querySelectorAll('#jobs tbody tr').length === 3")
+        browser.click("#jobs tbody tr a")
+        browser.wait_for("!!document.querySelector('#properties')")
+        assert "EchoJob" in browser.js("document.body.textContent")
+        browser.screenshot(shots / "dashboard-job.png")
+
+        app.tool("dispatch", "echo", "--args=" + json.dumps({"args": {"why": "<b>fails</b>"}, "mode": "fail"}))
+        app.artisan("queue:work", "redis", "--stop-when-empty", "--tries=1", check=True)
+        [failing] = [r["uuid"] for r in app.runs() if r.get("mode") == "fail"]
+        browser.open(served.url + "failed")
+        browser.wait_for("document.querySelectorAll('#failed tbody tr').length === 1")
+        assert "<b>fails</b>" not in browser.js("document.body.innerHTML")  # payload text arrives escaped
+        browser.screenshot(shots / "dashboard-failed.png")
+        browser.click("#failed tbody input[name=ids]")
+        browser.click("button[data-action=retry]")
+        assert "1 failed job(s) would be retried" in browser.wait_for(
+            "document.querySelector('#plan-count') && document.querySelector('#plan-count').textContent")
+        browser.click("#confirm")
+        assert "1 pushed" in browser.wait_for(
+            "document.querySelector('#result') && document.querySelector('#result').textContent")
+        ops = Ops.load(str(env_file), app.release, None)
+        assert ops.failed_store().all() == [] and ops.queue.client.llen(app.prefix + "queues:default") == 1
+        app.artisan("queue:work", "redis", "--stop-when-empty", "--tries=1", check=True)
+        assert [r["uuid"] for r in app.runs() if r.get("mode") == "fail"] == [failing, failing]  # PHP ran it again
+        assert len(ops.failed_store().all()) == 1
+
+        browser.open(served.url)
+        browser.click("tr[data-queue=\"default\"] button[data-action=pause]")
+        browser.wait_for("!!document.querySelector('#confirm')")
+        browser.click("#confirm")
+        assert "has been paused" in browser.wait_for(
+            "document.querySelector('#result') && document.querySelector('#result').textContent")
+        assert ops.cache().paused_queues(ops.settings.connection_name, ["default"]) == ["default"]
+        browser.open(served.url)
+        assert browser.wait_for(_cell("paused")) == "yes"
+        journal = (tmp_path / "served-state" / "laraq-dashboard.jsonl").read_text().splitlines()
+        assert [json.loads(line)["action"] for line in journal] == ["retry", "pause"]
+    finally:
+        served.stop()
