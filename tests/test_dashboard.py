@@ -31,7 +31,7 @@ from laraq.protocol.encryption import Encrypter  # noqa: E402
 APP_KEY = "base64:srj9QVmuADIUchwd/iag/u7inuvvH26bDFBsn5w4ghI="
 LOCAL = "http://127.0.0.1"
 EVIL = "<script>alert('x')</script>"
-GET_PAGES = ["/", "/queues/default", "/queues/default?state=delayed", "/queues/default?state=reserved", "/failed",
+GET_PAGES = ["/", "/batches", "/queues/default", "/queues/default?state=delayed", "/queues/default?state=reserved", "/failed",
              "/workers", "/schedule", "/transfers"]
 
 
@@ -115,6 +115,32 @@ def test_pages_show_the_queues_jobs_and_failed_rows(dash: Dash) -> None:
     for path in GET_PAGES:
         text = client.get(path).text
         assert APP_KEY.split(":")[1] not in text, path
+
+
+def test_batches_page_reads_job_batches_with_laravels_progress(dash: Dash) -> None:
+    import sqlite3
+
+    client = dash.client()
+    assert "cannot read &#39;job_batches&#39;: OperationalError" in client.get("/batches").text  # no table yet: said, not a crash
+    db = sqlite3.connect(dash.ops.settings.database(None).database)
+    db.execute("CREATE TABLE job_batches (id varchar primary key, name varchar, total_jobs integer, "
+               "pending_jobs integer, failed_jobs integer, failed_job_ids text, options text, "
+               "cancelled_at integer, created_at integer, finished_at integer)")
+    db.executemany("INSERT INTO job_batches VALUES (?, ?, ?, ?, ?, '[]', '', ?, ?, ?)", [
+        ("9a-old", "imports", 8, 3, 1, None, 1_700_000_000, None),  # 5 of 8 processed: 62.5 -> 63 (PHP round)
+        ("9b-new", EVIL, 0, 0, 0, 1_700_000_100, 1_700_000_050, None)])
+    db.commit()
+    db.close()
+    text = client.get("/batches").text
+    rows = re.findall(r'<tr data-batch="([^"]+)">.*?data-col="progress">(\d+)%', text, re.S)
+    assert rows == [("9b-new", "0"), ("9a-old", "63")]
+    assert EVIL not in text and "&lt;script&gt;" in text and "2023-11-14" in text
+
+
+def test_a_failed_job_opens_from_the_failed_store(dash: Dash) -> None:
+    dash.seed()
+    text = dash.client().get("/queues/default/jobs/f-1").text
+    assert 'id="exception"' in text and "boom 1" in text and EVIL not in text and "failed_id" in text
 
 
 def test_reserved_jobs_show_their_holder_and_orphans(dash: Dash) -> None:

@@ -190,6 +190,7 @@ def create_app(ops: Ops, *, access: Access | None = None, read_only: bool = Fals
         Route("/queues/{queue}/jobs/{ident}", job),
         Route("/failed", reader("failed.html", "failed", read_failed)),
         Route("/workers", reader("workers.html", "workers", lambda r: views.workers(ops))),
+        Route("/batches", reader("batches.html", "batches", lambda r: views.batches(ops, page=_int(r, "page")))),
         Route("/schedule", reader("schedule.html", "schedule", lambda r: views.schedule(ops))),
         Route("/transfers", reader("transfers.html", "transfers", lambda r: views.transfers(ops))),
         Route("/login", login, methods=["GET", "POST"]),

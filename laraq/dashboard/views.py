@@ -7,12 +7,14 @@ records (``masters``/``supervisors`` sorted sets and their hashes, as Horizon's
 * :func:`overview` - ``laraq status``'s snapshot (:func:`laraq.cli.status_cmd.snapshot`): counters, failed
   counts, paused state, parked failures, held transfers;
 * :func:`jobs` / :func:`job_detail` - :func:`laraq.ops.inspect.list_jobs` and :func:`~laraq.ops.inspect.find_job`
-  (paged, filtered by class, searched by id or uuid), reservations with their holders
+  (paged, filtered by class, searched by id or uuid; a job's page also finds it in the failed-job store),
+  reservations with their holders
   (:func:`laraq.production.holders.reservations`); an encrypted command is never decrypted here;
 * :func:`failed` - the failed-job store through :func:`laraq.bus.retry.select_failed` (the filter of
   ``laraq retry``);
 * :func:`workers` - heartbeats (:func:`laraq.production.heartbeat.live_workers`), Horizon's records, and the
   queues with jobs that no live worker lists;
+* :func:`batches` - :func:`laraq.stores.batches.recent_batches` on the app's ``queue.batching`` table;
 * :func:`schedule` and :func:`transfers` - :class:`laraq.schedule.store.ScheduleStore` and
   :func:`laraq.ops.transfers.find_held`.
 
@@ -22,6 +24,7 @@ the connection name.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass
@@ -31,13 +34,15 @@ from laraq.bus.retry import RetryFilter, parse_moment, select_failed
 from laraq.cli.common import Ops, human_age
 from laraq.cli.inspect_cmds import BODY_PREVIEW, DECODE_BUDGET, preview
 from laraq.cli.status_cmd import snapshot
-from laraq.ops.inspect import STATES, find_job, list_jobs
+from laraq.ops.inspect import STATES, find_failed, find_job, list_jobs
 from laraq.ops.transfers import find_held
 from laraq.production.heartbeat import _redis_now, live_workers
 from laraq.production.holders import reservations
 from laraq.schedule.store import ScheduleStore
+from laraq.stores.batches import recent_batches
+from laraq.stores.database import connect_database
 
-__all__ = ["PAGE_SIZE", "FailedQuery", "failed", "job_detail", "jobs", "mask_url", "overview", "schedule",
+__all__ = ["PAGE_SIZE", "FailedQuery", "batches", "failed", "job_detail", "jobs", "mask_url", "overview", "schedule",
            "transfers", "workers"]
 
 #: jobs or failed rows per page
@@ -109,7 +114,13 @@ def job_detail(ops: Ops, queue: str, ident: str) -> list[dict[str, Any]]:
     """The job(s) of ``queue`` whose id or uuid is ``ident``, decoded as ``laraq show`` decodes them
     (bounded; the command of an encrypted job stays closed)."""
     out = []
-    for v in find_job(ops.queue, ident, [queue], max_elements=DECODE_BUDGET):
+    found = find_job(ops.queue, ident, [queue], max_elements=DECODE_BUDGET)
+    # the failed-job store too, as `laraq show` searches it (by its id; the payloads only when Redis had no
+    # match); a store that is down must not hide the Redis matches
+    with contextlib.suppress(Exception):
+        found += [v for v in find_failed(ops.failed_store(), ident, max_elements=DECODE_BUDGET, scan_payloads=not found)
+                  if v.queue == queue]
+    for v in found:
         d = v.to_dict(raw=True)
         view = v.properties if v.properties is not None else v.data
         d["label"] = "properties" if v.properties is not None else "data"
@@ -213,6 +224,23 @@ def workers(ops: Ops) -> dict[str, Any]:
     idle = [q["queue"] for q in snap["queues"] if q["pending"] and q["queue"] not in worked]
     return {"workers": rows, "masters": horizon["masters"], "supervisors": horizon["supervisors"],
             "unworked": idle}
+
+
+def batches(ops: Ops, *, page: int = 1) -> dict[str, Any]:
+    """The newest batches of the app's ``job_batches`` (``queue.batching``), one page of them."""
+    page = max(1, page)
+    try:
+        conn = connect_database(ops.settings.database(ops.settings.batch_database))
+    except Exception as exc:  # a database that cannot be opened is named on the page, not a crash
+        return {"rows": [], "page": page, "more": False, "error": f"cannot open the batches database: {exc}"}
+    try:
+        rows = recent_batches(conn, ops.settings.batch_table, limit=PAGE_SIZE + 1, offset=(page - 1) * PAGE_SIZE)
+    except Exception as exc:
+        return {"rows": [], "page": page, "more": False,
+                "error": f"cannot read {ops.settings.batch_table!r}: {type(exc).__name__}: {exc}"}
+    finally:
+        conn.close()
+    return {"rows": rows[:PAGE_SIZE], "page": page, "more": len(rows) > PAGE_SIZE, "error": None}
 
 
 def schedule(ops: Ops) -> list[dict[str, Any]]:
