@@ -91,7 +91,8 @@ def test_pages_show_the_queues_jobs_and_failed_rows(dash: Dash) -> None:
     row = re.search(r'<tr data-queue="default">(.*?)</tr>', overview.text, re.S)
     assert row is not None
     cells = dict(re.findall(r'data-col="(\w+)">([^<]*)<', row.group(1)))
-    assert cells == {"pending": "2", "delayed": "1", "reserved": "0", "failed": "3", "paused": "no"}
+    assert cells == {"pending": "2", "delayed": "1", "reserved": "0", "failed": "3", "paused": "no",
+                     "taken_per_minute": "-", "failed_per_minute": "-"}  # one sample: no rate yet
     assert 'data-live="5.0"' in overview.text and "/static/dashboard.js" in overview.text
     pending = client.get("/queues/default").text
     assert "App\\Jobs\\EchoJob" in pending and "App\\Jobs\\EncryptedJob" in pending
@@ -141,6 +142,29 @@ def test_a_failed_job_opens_from_the_failed_store(dash: Dash) -> None:
     dash.seed()
     text = dash.client().get("/queues/default/jobs/f-1").text
     assert 'id="exception"' in text and "boom 1" in text and EVIL not in text and "failed_id" in text
+
+
+def test_history_measures_jobs_taken_and_failed_per_minute_and_draws_the_last_hour(dash: Dash) -> None:
+    from laraq.dashboard.history import History
+
+    dash.seed()
+    history = History(every=10)
+    client = dash.client(history=history)
+    t0 = dash.ops.queue.clock()
+    assert history.maybe_sample(dash.ops, now=t0) is not None
+    assert history.maybe_sample(dash.ops, now=t0 + 5) is None  # too soon: one sample per 10 s
+    dash.ops.queue.pop("default")  # a worker takes one job, and one more job fails
+    dash.ops.failed_store().log("redis", "default", json.dumps({"uuid": "f-9", "job": "x", "data": {}}), "E")
+    last = history.maybe_sample(dash.ops, now=t0 + 30)
+    assert last is not None and last.taken["default"] == 1 and last.seconds == 30
+    assert history.per_minute("default") == (2.0, 2.0)
+    page = client.get("/").text  # the request's own sample comes too soon after t0 + 30: none is added
+    cells = dict(re.findall(r'data-col="(\w+)">([^<]*)<', page))
+    assert (cells["taken_per_minute"], cells["failed_per_minute"]) == ("2.0", "2.0")
+    for what in ("depth", "throughput", "wait"):
+        assert f'id="chart-{what}"' in page
+    depth = re.search(r'id="chart-depth".*?<polyline[^>]*points="([^"]+)"', page, re.S)
+    assert depth is not None and len(depth.group(1).split()) == 2  # two samples, two points
 
 
 def test_reserved_jobs_show_their_holder_and_orphans(dash: Dash) -> None:

@@ -12,7 +12,9 @@ second, with ``confirm=yes``, acts and writes the journal (:mod:`laraq.dashboard
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import jinja2
@@ -28,6 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from laraq.cli.common import Ops, fmt_time
 from laraq.dashboard import actions, views
 from laraq.dashboard.auth import COOKIE, LOOPBACK_HOSTS, Access
+from laraq.dashboard.history import History
 
 __all__ = ["Guard", "create_app"]
 
@@ -85,13 +88,16 @@ def _unauthorized(request: Request, access: Access, env: jinja2.Environment) -> 
 
 def create_app(ops: Ops, *, access: Access | None = None, read_only: bool = False,
                journal: actions.Journal | None = None, allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
-               poll_seconds: float = 5.0) -> Starlette:
+               poll_seconds: float = 5.0, history: History | None = None) -> Starlette:
     """The dashboard over ``ops`` (the app's settings and connections, as every ``laraq`` command loads them).
 
     ``access``: the credentials (default: none, for a loopback bind only); ``read_only``: no actions;
     ``journal``: where actions are written (default: laraq's state directory); ``allowed_hosts``: the
-    ``Host`` names an open dashboard answers; ``poll_seconds``: how often a live page refreshes."""
+    ``Host`` names an open dashboard answers; ``poll_seconds``: how often a live page refreshes; ``history``:
+    the overview's last hour (default: a sample every 10 s, taken by a thread while the app's lifespan runs,
+    and by an overview request finding the last sample old, so a mounted app without lifespan has it too)."""
     access = access or Access()
+    history = history if history is not None else History()
     journal = journal or actions.Journal()
     env = _templates()
 
@@ -184,8 +190,30 @@ def create_app(ops: Ops, *, access: Access | None = None, read_only: bool = Fals
             result = await run_in_threadpool(actions.forget, ops, plan["ids"], journal, client=client)
         return page(request, "done.html", page="actions", action=name, result=result, journal_path=str(journal.path))
 
+    def read_overview(request: Request) -> Any:
+        with contextlib.suppress(Exception):  # a failed sample leaves a gap in the charts, not an error page
+            history.maybe_sample(ops)
+        return views.overview(ops, history)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(history.every):
+                with contextlib.suppress(Exception):  # Redis away for a moment: the next tick tries again
+                    history.maybe_sample(ops)
+
+        thread = threading.Thread(target=sample, name="laraq-dashboard-history", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
     routes = [
-        Route("/", reader("overview.html", "overview", lambda r: views.overview(ops))),
+        Route("/", reader("overview.html", "overview", read_overview)),
         Route("/queues/{queue}", reader("jobs.html", "jobs", read_jobs)),
         Route("/queues/{queue}/jobs/{ident}", job),
         Route("/failed", reader("failed.html", "failed", read_failed)),
@@ -197,7 +225,7 @@ def create_app(ops: Ops, *, access: Access | None = None, read_only: bool = Fals
         Route("/actions/{name}", act, methods=["POST"]),
         Mount("/static", StaticFiles(packages=[("laraq.dashboard", "static")]), name="static"),
     ]
-    app = Starlette(routes=routes)
+    app = Starlette(routes=routes, lifespan=lifespan)
     app.add_middleware(Guard, access=access, env=env, allowed_hosts=allowed_hosts)
     return app
 

@@ -34,6 +34,7 @@ from laraq.bus.retry import RetryFilter, parse_moment, select_failed
 from laraq.cli.common import Ops, human_age
 from laraq.cli.inspect_cmds import BODY_PREVIEW, DECODE_BUDGET, preview
 from laraq.cli.status_cmd import snapshot
+from laraq.dashboard.history import History, chart
 from laraq.ops.inspect import STATES, find_failed, find_job, list_jobs
 from laraq.ops.transfers import find_held
 from laraq.production.heartbeat import _redis_now, live_workers
@@ -55,15 +56,26 @@ def mask_url(text: str) -> str:
     return _URL_PASSWORD.sub(r"\1***@", text)
 
 
-def overview(ops: Ops) -> dict[str, Any]:
-    """Per queue: pending, delayed, reserved, oldest wait, due, expired, poison, failed, paused."""
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}" if value >= 10 else f"{value:.1f}"
+
+
+def overview(ops: Ops, history: History | None = None) -> dict[str, Any]:
+    """Per queue: pending, delayed, reserved, oldest wait, due, expired, poison, failed, paused, and with a
+    ``history``: jobs taken and failed per minute and the last hour's charts."""
     snap = snapshot(ops, [], None, max_size=None)
     rows = []
     for s in snap.statuses:
+        taken, failed_rate = history.per_minute(s.queue) if history is not None else (None, None)
         rows.append({**s.to_dict(), "oldest": human_age(s.oldest_pending_age),
                      "failed": None if snap.failed is None else snap.failed.get(s.queue, 0),
-                     "paused": None if snap.paused is None else snap.paused.get(s.queue, False)})
-    return {"prefix": snap.prefix, "connection": ops.settings.connection_name, "queues": rows,
+                     "paused": None if snap.paused is None else snap.paused.get(s.queue, False),
+                     "taken_per_minute": _rate(taken), "failed_per_minute": _rate(failed_rate)})
+    charts = {}
+    if history is not None and history.samples:
+        now = history.samples[-1].at
+        charts = {what: chart(history.series(what), now) for what in ("depth", "throughput", "wait")}
+    return {"charts": charts, "prefix": snap.prefix, "connection": ops.settings.connection_name, "queues": rows,
             "failed_total": snap.failed_total, "notes": [mask_url(n) for n in snap.notes],
             "transfers": len(snap.transfers), "can_pause": ops.settings.version.has_queue_pause,
             "laravel": str(ops.settings.version)}
@@ -220,7 +232,7 @@ def workers(ops: Ops) -> dict[str, Any]:
         sup["queues"] = ",".join(_supervisor_queues(sup))
     worked = {q for r in records for q in r.queues}
     worked |= {q for s in horizon["supervisors"] for q in _supervisor_queues(s)}
-    snap = overview(ops)
+    snap = overview(ops, None)
     idle = [q["queue"] for q in snap["queues"] if q["pending"] and q["queue"] not in worked]
     return {"workers": rows, "masters": horizon["masters"], "supervisors": horizon["supervisors"],
             "unworked": idle}
