@@ -359,7 +359,7 @@ def serve(env_file: Path, tmp_path: Path, *extra: str) -> Served:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
            "LARAQ_STATE_DIR": str(tmp_path / "served-state")}
     proc = subprocess.Popen([sys.executable, "-m", "laraq", "dashboard", "--env-file", str(env_file), "--port",
-                             str(port), "--poll", "1", *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             str(port), "--poll", "1", "--sample", "1", *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env=env, cwd=root)
     assert proc.stdout is not None
     line = proc.stdout.readline()

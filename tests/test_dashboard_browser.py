@@ -59,6 +59,10 @@ def test_dashboard_in_chromium_against_a_live_laravel_app(php: str, redis_server
             app.tool("dispatch", "echo", "--args=" + json.dumps({"args": {"n": n}, "mode": "ok"}))
         browser.wait_for(_cell("pending") + " === '3'")
         assert browser.js("performance.getEntriesByType('navigation').length") == 1  # still the first load
+        # the last hour's depth chart moved with it (a sample a second): its newest point is 3
+        browser.wait_for("(() => { const p = document.querySelector('#chart-depth polyline'); "
+                         "return p && p.getAttribute('points').trim().split(' ').length >= 2 "
+                         "&& document.querySelector('#chart-depth .legend').textContent.includes('default (3)'); })()")
         browser.screenshot(shots / "dashboard-overview.png")
 
         browser.open(served.url + "queues/default")

@@ -35,14 +35,17 @@ def _basic(value: str | None) -> tuple[str, str] | None:
 @click.option("--read-only", is_flag=True, help="Turn every action off (pause, restart, retry, forget).")
 @click.option("--poll", type=click.FloatRange(1), default=5.0, show_default=True, metavar="SECONDS",
               help="How often a live page refreshes in the browser.")
+@click.option("--sample", type=click.FloatRange(1), default=10.0, show_default=True, metavar="SECONDS",
+              help="How often the overview's last-hour charts take a sample of every queue.")
 def dashboard_cmd(ops: Ops, host: str, port: int, token: str | None, basic_auth: str | None, read_only: bool,
-                  poll: float) -> None:
+                  poll: float, sample: float) -> None:
     """Serve a web dashboard of the app's queues, failed jobs, workers, schedule and transfers."""
     try:
         import uvicorn  # optional dependency: the `dashboard` extra (starlette, uvicorn, jinja2)
 
         from laraq.dashboard.app import create_app  # optional dependency: it imports starlette and jinja2
         from laraq.dashboard.auth import Access, check_bind  # optional dependency (the same package)
+        from laraq.dashboard.history import History  # optional dependency (the same package)
     except ImportError as exc:
         raise click.ClickException(f"the dashboard needs the 'dashboard' extra: pip install 'laraq[dashboard]' "
                                    f"({exc})") from exc
@@ -51,7 +54,7 @@ def dashboard_cmd(ops: Ops, host: str, port: int, token: str | None, basic_auth:
         check_bind(host, access)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-    app = create_app(ops, access=access, read_only=read_only, poll_seconds=poll,
+    app = create_app(ops, access=access, read_only=read_only, poll_seconds=poll, history=History(every=sample),
                      allowed_hosts=("127.0.0.1", "localhost", "::1", "[::1]", host))
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"laraq dashboard on http://{shown}:{port}/  (prefix {ops.queue.prefix!r}"
