@@ -2,7 +2,8 @@
 
 PHP dispatches and the overview's counts move on the open page (its script refreshes it in place);
 a job PHP's ``queue:work`` failed is retried from the failed page (select, count, confirm) and PHP runs
-it again; a queue paused from the page is paused for artisan and laraq alike (the app's cache). Each
+it again; a queue paused from the page is left alone by artisan's and laraq's ``queue:work`` until it is continued
+from the page. Each
 page's screenshot is written under the test's temporary directory (``LARAQ_DASHBOARD_SHOTS`` names
 another directory, e.g. ``docs/`` for the README's pictures).
 """
@@ -18,6 +19,7 @@ import pytest
 from chromium import Browser, chromium_binary
 from conftest import require
 from phpapp import PhpApp
+from test_worker_support import run_laraq
 
 pytest.importorskip("starlette")
 pytest.importorskip("websocket")
@@ -101,7 +103,21 @@ def test_dashboard_in_chromium_against_a_live_laravel_app(php: str, redis_server
         assert ops.cache().paused_queues(ops.settings.connection_name, ["default"]) == ["default"]
         browser.open(served.url)
         assert browser.wait_for(_cell("paused")) == "yes"
+        # paused for artisan and laraq alike: neither takes the job PHP dispatches now
+        app.tool("dispatch", "echo", "--args=" + json.dumps({"args": {"after": "pause"}, "mode": "ok"}))
+        runs = len(app.runs())
+        app.artisan("queue:work", "redis", "--stop-when-empty", check=True)
+        laraq = run_laraq(app, "redis", "--queue=default", "--stop-when-empty")
+        assert laraq.returncode == 0, laraq.stderr
+        assert ops.queue.client.llen(app.prefix + "queues:default") == 1 and len(app.runs()) == runs
+        browser.click("tr[data-queue=\"default\"] button[data-action=resume]")
+        browser.wait_for("!!document.querySelector('#confirm')")
+        browser.click("#confirm")
+        assert "has been resumed" in browser.wait_for(
+            "document.querySelector('#result') && document.querySelector('#result').textContent")
+        app.artisan("queue:work", "redis", "--stop-when-empty", check=True)
+        assert [r["args"] for r in app.runs()[runs:]] == [{"after": "pause"}]
         journal = (tmp_path / "served-state" / "laraq-dashboard.jsonl").read_text().splitlines()
-        assert [json.loads(line)["action"] for line in journal] == ["retry", "pause"]
+        assert [json.loads(line)["action"] for line in journal] == ["retry", "pause", "resume"]
     finally:
         served.stop()
