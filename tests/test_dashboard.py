@@ -381,3 +381,49 @@ def serve(env_file: Path, tmp_path: Path, *extra: str) -> Served:
 
             time.sleep(0.05)
     return Served(proc, url)
+
+
+def test_workers_page_shows_a_running_laraq_worker_and_its_job(dash: Dash, redis_server: Any,
+                                                               workers: list[Any]) -> None:
+    import threading
+    import time
+
+    from laraq.app import App
+    from laraq.cli.work import build_worker, default_params
+    from laraq.production.heartbeat import live_workers
+
+    d = Dispatcher(dash.ops.queue)
+    job = d.dispatch_job("App\\Jobs\\Slow", {"n": 1}, queue="default")
+    d.dispatch_job("App\\Jobs\\Slow", {"n": 2}, queue="nobody")  # a queue no worker lists
+    started, release = threading.Event(), threading.Event()
+    app = App("dashboard")
+
+    @app.handler("App\\Jobs\\Slow")
+    def slow(command: Any, job: Any) -> None:
+        started.set()
+        release.wait(120)
+
+    env = {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(redis_server.port), "REDIS_PREFIX": "dash_",
+           "LARAQ_LARAVEL_VERSION": "12.67", "REDIS_QUEUE_RETRY_AFTER": "90"}
+    worker = build_worker(default_params(sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20,
+                                         queue="default"), env=env, app=app)
+    workers.append(worker)
+    thread = threading.Thread(target=worker.daemon, daemon=True)
+    thread.start()
+    try:
+        assert started.wait(60)
+        client = dash.client()
+        for _ in range(600):  # the heartbeat names the job once its next beat is written
+            page = client.get("/workers").text
+            if 'href="/queues/default/jobs/' + job.id in page:
+                break
+            time.sleep(0.1)
+        (record,) = live_workers(dash.ops.queue.client, "dash_")
+        assert f"<td>{record.host}</td>" in page and f">{record.pid}</td>" in page
+        assert 'href="/queues/default/jobs/' + job.id in page and "App\\Jobs\\Slow</a> (default," in page
+        assert 'id="unworked"' in page and "nobody" in page.split('id="unworked"')[1]
+        reserved = client.get("/queues/default?state=reserved").text
+        assert f"laraq {record.host} pid {record.pid}" in reserved
+    finally:
+        release.set()
+        thread.join(60)

@@ -221,18 +221,25 @@ def _supervisor_queues(record: dict[str, str]) -> list[str]:
 
 
 def workers(ops: Ops) -> dict[str, Any]:
-    """laraq workers by heartbeat, Horizon's masters and supervisors, and queues nobody works."""
+    """laraq workers by heartbeat with the jobs each runs now, Horizon's masters and supervisors, and the
+    queues with pending jobs that no live worker lists."""
     client = ops.queue.client
     records = live_workers(client, ops.queue.prefix)
     now = _redis_now(client)
+    snap = overview(ops, None)
+    names = [q["queue"] for q in snap["queues"]]
+    running: dict[str, list[dict[str, Any]]] = {}
+    for r in reservations(ops.queue, names, retry_after=ops.settings.retry_after, records=records):
+        if r.worker:
+            running.setdefault(r.worker, []).append({"queue": r.queue, "job": r.job, "id": r.id,
+                                                     "for": "-" if r.since is None else human_age(now - r.since)})
     rows = [{**r.as_dict(), "up": human_age(now - r.started), "beat_age": f"{now - r.beat:.1f}s",
-             "memory": r.extra.get("memory") or r.extra.get("rss") or ""} for r in records]
+             "running_jobs": running.get(r.id, [])} for r in records]
     horizon = _horizon(ops)
     for sup in horizon["supervisors"]:
         sup["queues"] = ",".join(_supervisor_queues(sup))
     worked = {q for r in records for q in r.queues}
     worked |= {q for s in horizon["supervisors"] for q in _supervisor_queues(s)}
-    snap = overview(ops, None)
     idle = [q["queue"] for q in snap["queues"] if q["pending"] and q["queue"] not in worked]
     return {"workers": rows, "masters": horizon["masters"], "supervisors": horizon["supervisors"],
             "unworked": idle}
