@@ -121,3 +121,33 @@ def test_dashboard_in_chromium_against_a_live_laravel_app(php: str, redis_server
         assert [json.loads(line)["action"] for line in journal] == ["retry", "pause", "resume"]
     finally:
         served.stop()
+
+
+def test_workers_page_lists_a_real_horizon_master_and_its_supervisor(php: str, redis_server: Any, tmp_path: Path,
+                                                                    browser: Browser) -> None:
+    from horizon_support import horizon_app
+    from test_horizon_worker_php import _stop
+    from test_worker_support import wait_for
+
+    hz = horizon_app("13", redis_server.port)
+    env_file = tmp_path / ".env"
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in sorted(hz.laravel_env.items())))
+    proc = hz.popen_artisan("horizon")
+    served = serve(env_file, tmp_path, "--laravel", hz.release)
+    try:
+        dump = wait_for(lambda: (d := hz.tool("horizon-dump")) and d["masters"] and d["supervisors"] and d,
+                        timeout=120, interval=0.5)
+        browser.open(served.url + "workers")
+        [master], [supervisor] = dump["masters"], dump["supervisors"]
+        text = browser.wait_for(f"document.body.textContent.includes({json.dumps(supervisor['name'])}) "
+                                "&& document.body.textContent")
+        assert master["name"] in text and "No Horizon master" not in text
+        row = browser.js(f"[...document.querySelectorAll('tr')].map(r => r.textContent)"
+                         f".find(t => t.includes({json.dumps(supervisor['name'])}))")
+        assert "default" in row and "running" in row
+        shots = Path(os.environ.get("LARAQ_DASHBOARD_SHOTS") or tmp_path / "shots")
+        shots.mkdir(parents=True, exist_ok=True)
+        browser.screenshot(shots / "dashboard-workers.png")
+    finally:
+        served.stop()
+        _stop(hz, proc)

@@ -34,6 +34,7 @@ from laraq.bus.retry import RetryFilter, parse_moment, select_failed
 from laraq.cli.common import Ops, human_age
 from laraq.cli.inspect_cmds import BODY_PREVIEW, DECODE_BUDGET, preview
 from laraq.cli.status_cmd import snapshot
+from laraq.config.phpworkers import horizon_prefix
 from laraq.dashboard.history import History, chart
 from laraq.ops.inspect import STATES, find_failed, find_job, list_jobs
 from laraq.ops.transfers import find_held
@@ -191,15 +192,20 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
+#: seconds within which Horizon counts a master (``MasterSupervisorRepository::names``: 14) and a
+#: supervisor (``SupervisorRepository::names``: 29) as alive
+_HORIZON_ALIVE = {"masters": 14, "supervisors": 29}
+
+
 def _horizon(ops: Ops) -> dict[str, list[dict[str, str]]]:
-    """Horizon's live masters and supervisors (their records' hashes, names added)."""
-    prefix = ops.settings.horizon_prefix
-    if not prefix:
-        return {"masters": [], "supervisors": []}
+    """Horizon's live masters and supervisors (their records' hashes, names added), on the queue's connection
+    under Horizon's prefix (:func:`laraq.config.phpworkers.horizon_prefix`)."""
+    prefix = horizon_prefix(ops.settings)
     client = ops.queue.client
+    now = _redis_now(client)
     out: dict[str, list[dict[str, str]]] = {}
     for kind, single in (("masters", "master"), ("supervisors", "supervisor")):
-        names = [_text(n) for n in client.zrange(prefix + kind, 0, -1)]
+        names = [_text(n) for n in client.zrangebyscore(prefix + kind, now - _HORIZON_ALIVE[kind], "+inf")]
         pipe = client.pipeline(transaction=False)
         for name in names:
             pipe.hgetall(f"{prefix}{single}:{name}")
