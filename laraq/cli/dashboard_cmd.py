@@ -27,7 +27,7 @@ def _basic(value: str | None) -> tuple[str, str] | None:
 @settings_options
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind (anything but loopback needs --token or --basic-auth).")
-@click.option("--port", type=click.IntRange(0, 65535), default=8089, show_default=True, help="Port to bind.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8089, show_default=True, help="Port to bind.")
 @click.option("--token", envvar="LARAQ_DASHBOARD_TOKEN", default=None,
               help="Require this token (Authorization: Bearer, or the sign-in page) [env LARAQ_DASHBOARD_TOKEN].")
 @click.option("--basic-auth", "basic_auth", envvar="LARAQ_DASHBOARD_BASIC_AUTH", default=None,

@@ -81,8 +81,9 @@ def _unauthorized(request: Request, access: Access, env: jinja2.Environment) -> 
     headers = dict(_HEADERS)
     if access.basic is not None and not access.token:
         headers["WWW-Authenticate"] = 'Basic realm="laraq dashboard", charset="UTF-8"'
-    body = env.get_template("login.html").render(base=request.scope.get("root_path", ""), token=bool(access.token),
-                                                 error=None, page="login", live=False, read_only=True, csrf="")
+    body = env.get_template("login.html").render(
+        base=request.scope.get("root_path", ""), token=bool(access.token), basic=access.basic is not None,
+        error=None, page="login", live=False, read_only=True, csrf="")
     return HTMLResponse(body, 401, headers=headers)
 
 
@@ -137,11 +138,13 @@ def create_app(ops: Ops, *, access: Access | None = None, read_only: bool = Fals
 
     async def login(request: Request) -> Response:
         if request.method == "GET":
-            return page(request, "login.html", page="login", token=bool(access.token), error=None)
+            return page(request, "login.html", page="login", token=bool(access.token), basic=access.basic is not None,
+                        error=None)
         form = await request.form()
         session = access.session_for(str(form.get("token") or ""))
         if session is None:
-            return page(request, "login.html", 401, page="login", token=bool(access.token), error="wrong token")
+            return page(request, "login.html", 401, page="login", token=bool(access.token),
+                        basic=access.basic is not None, error="wrong token")
         response = RedirectResponse(request.scope.get("root_path", "") + "/", 303)
         response.set_cookie(COOKIE, session, httponly=True, samesite="strict",
                             secure=request.url.scheme == "https", path=request.scope.get("root_path", "") or "/")
