@@ -24,7 +24,7 @@ from starlette.testclient import TestClient  # noqa: E402
 from laraq.bus.dispatch import Dispatcher  # noqa: E402
 from laraq.cli.common import Ops  # noqa: E402
 from laraq.dashboard.actions import Journal  # noqa: E402
-from laraq.dashboard.app import create_app  # noqa: E402
+from laraq.dashboard.app import ACTIONS, create_app  # noqa: E402
 from laraq.dashboard.auth import Access, check_bind  # noqa: E402
 from laraq.protocol.encryption import Encrypter  # noqa: E402
 
@@ -227,6 +227,22 @@ def test_retry_counts_first_then_goes_through_the_audited_bulk_path(dash: Dash) 
     assert line["action"] == "retry" and len(line["target"]) == 2
     retry_journal = Path(line["outcome"]["journal"])
     assert retry_journal.exists() and f"laraq retry --undo {retry_journal}" in done.text
+    # undo from the page: the jobs leave the queue, the rows come back; only our own journals by name
+    name = retry_journal.name
+    assert f'name="journal" value="{name}"' in done.text
+    for wrong in ("../../etc/passwd", str(retry_journal), "laraq-retry-x.jsonl", ""):
+        refused = _post(client, "/actions/undo", {"csrf": csrf, "journal": wrong, "confirm": "yes"})
+        assert refused.status_code == 400 and "no retry journal" in refused.text
+    asked = _post(client, "/actions/undo", {"csrf": csrf, "journal": name})
+    assert "Take back this retry" in asked.text and len(store.all()) == 1
+    undone = _post(client, "/actions/undo", {"csrf": csrf, "journal": name, "confirm": "yes"})
+    assert undone.status_code == 200 and "2 restored" in undone.text
+    assert sorted(j.display_name or "" for j in store.all()) == ["App\\Jobs\\Broken", "App\\Jobs\\Broken",
+                                                                 "App\\Jobs\\Other"]
+    assert dash.ops.queue.client.llen("dash_queues:default") == before
+    assert _journal(dash)[-1]["action"] == "undo"
+    for j in [j for j in store.all() if j.display_name == "App\\Jobs\\Broken"]:
+        store.forget(j.id)
     [row] = store.all()
     asked = _post(client, "/actions/forget", {"csrf": csrf, "ids": str(row.id)})
     assert "1 failed job(s) would be deleted" in asked.text and len(store.all()) == 1
@@ -257,10 +273,11 @@ def test_actions_refuse_without_csrf_or_selection_and_when_read_only(dash: Dash)
 
 
 ACTION_FORMS = {"pause": {"queue": "default"}, "resume": {"queue": "default"}, "restart": {},
-                "retry": {"all": "yes"}, "forget": {"all": "yes"}}
+                "retry": {"all": "yes"}, "forget": {"all": "yes"}, "undo": {"journal": "laraq-retry-x.jsonl"}}
 
 
 def test_no_page_or_action_without_credentials_or_with_a_wrong_token(dash: Dash) -> None:
+    assert set(ACTION_FORMS) == set(ACTIONS)  # every action is tried
     dash.seed()
     access = Access(token="right-token")
     client = dash.client(base_url="http://dash.example.net", access=access)
@@ -427,3 +444,15 @@ def test_workers_page_shows_a_running_laraq_worker_and_its_job(dash: Dash, redis
     finally:
         release.set()
         thread.join(60)
+
+
+def test_templates_and_static_files_ship_in_the_wheel() -> None:
+    import fnmatch
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["laraq"]
+    package = root / "laraq"
+    files = [p.relative_to(package).as_posix() for sub in ("templates", "static")
+             for p in (package / "dashboard" / sub).iterdir()]
+    assert files and all(any(fnmatch.fnmatch(f, g) for g in globs) for f in files), files

@@ -34,7 +34,7 @@ from laraq.dashboard.history import History
 
 __all__ = ["Guard", "create_app"]
 
-ACTIONS = ("pause", "resume", "restart", "retry", "forget")
+ACTIONS = ("pause", "resume", "restart", "retry", "forget", "undo")
 _HEADERS = {"Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'", "X-Frame-Options": "DENY",
             "Referrer-Policy": "no-referrer", "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
 
@@ -171,7 +171,9 @@ def create_app(ops: Ops, *, access: Access | None = None, read_only: bool = Fals
         query = views.FailedQuery.from_mapping(form)
         if name in ("pause", "resume") and not queue:
             raise ValueError(f"{name}: no queue given")
-        if name in ("retry", "forget") and not ids and query.as_params() == views.FailedQuery().as_params() \
+        if name == "undo":
+            journal.retry_journal_named(_text(form, "journal"))  # ValueError: not one of ours
+        elif name in ("retry", "forget") and not ids and query.as_params() == views.FailedQuery().as_params() \
                 and _text(form, "all") != "yes":
             raise ValueError(f"{name}: select failed jobs, or filter and choose all that match")
         flt = query.retry_filter()
@@ -188,6 +190,8 @@ def create_app(ops: Ops, *, access: Access | None = None, read_only: bool = Fals
             result = await run_in_threadpool(actions.restart, ops, journal, client=client)
         elif name == "retry":
             result = await run_in_threadpool(actions.retry, ops, flt, ids, journal, client=client)
+        elif name == "undo":
+            result = await run_in_threadpool(actions.undo, ops, _text(form, "journal"), journal, client=client)
         else:
             plan = await run_in_threadpool(actions.retry_plan, ops, flt, ids)
             result = await run_in_threadpool(actions.forget, ops, plan["ids"], journal, client=client)
