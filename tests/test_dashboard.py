@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import require_modules
 
-pytest.importorskip("starlette")
-pytest.importorskip("httpx")
+require_modules("starlette", "httpx")
 
 from starlette.testclient import TestClient  # noqa: E402
 

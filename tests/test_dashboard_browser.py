@@ -16,14 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chromium import Browser, chromium_binary
-from conftest import require
+from conftest import require, require_modules
 from phpapp import PhpApp
 from test_worker_support import run_laraq
 
-pytest.importorskip("starlette")
-pytest.importorskip("websocket")
+require_modules("starlette", "httpx", "websocket")
 
+from chromium import Browser, chromium_binary  # noqa: E402
 from test_dashboard import serve  # noqa: E402
 
 from laraq.cli.common import Ops  # noqa: E402
