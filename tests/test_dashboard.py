@@ -456,3 +456,46 @@ def test_templates_and_static_files_ship_in_the_wheel() -> None:
     files = [p.relative_to(package).as_posix() for sub in ("templates", "static")
              for p in (package / "dashboard" / sub).iterdir()]
     assert files and all(any(fnmatch.fnmatch(f, g) for g in globs) for f in files), files
+
+
+def test_schedule_page_lists_the_schedulers_entries(dash: Dash) -> None:
+    from laraq.app import App
+    from laraq.schedule.scheduler import Scheduler
+
+    app = App("scheduled")
+    app.schedule_job("App\\Jobs\\Report", {"kind": "daily"}, cron="0 6 * * *", name="daily-report")
+    Scheduler(app, dash.ops.queue).sync()
+    text = dash.client().get("/schedule").text
+    row = re.search(r"<tr><td>daily-report</td><td>([^<]+)</td>", text)
+    assert row is not None and row.group(1).endswith("06:00:00")  # the next due time, UTC
+
+
+def test_transfers_page_names_a_held_move_without_its_password(dash: Dash, tmp_path: Path) -> None:
+    import redis
+    from conftest import RedisServer
+    from test_migrate_held import hold_one
+
+    from laraq.protocol.queue import RedisQueue
+
+    (tmp_path / "other").mkdir()
+    other = RedisServer(tmp_path / "other")
+    try:
+        src = RedisQueue(redis.Redis(port=dash.ops.queue.client.connection_pool.connection_kwargs["port"]),
+                         prefix="old_", version="12.67")
+        Dispatcher(src).dispatch_job("App\\Jobs\\EchoJob", {"i": 1})
+        dst = RedisQueue(redis.Redis.from_url(f"redis://:s3cret-pw@127.0.0.1:{other.port}/0"), prefix="new_",
+                         version="13")
+        hold_one(src, dst)
+        ops = Ops.load(str(dash.env_file), None, "old_")
+        text = TestClient(create_app(ops, journal=dash.journal), base_url=LOCAL).get("/transfers").text
+        assert '<table id="transfers">' in text and "<td>default</td><td class=\"num\">1</td>" in text
+        assert "laraq move --recover default" in text and "s3cret-pw" not in text
+    finally:
+        other.stop()
+
+
+def test_urls_on_a_page_lose_their_password() -> None:
+    from laraq.dashboard.views import mask_url
+
+    assert mask_url("to redis://u:pw@h:1/0 and rediss://:p%40ss@y/2 or redis://h") == \
+        "to redis://u:***@h:1/0 and rediss://:***@y/2 or redis://h"
