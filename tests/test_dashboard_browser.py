@@ -68,6 +68,7 @@ def test_dashboard_in_chromium_against_a_live_laravel_app(php: str, redis_server
 
         browser.open(served.url + "queues/default")
         browser.wait_for("document.querySelector('#jobs') && document.querySelectorAll('#jobs tbody tr').length === 3")
+        browser.screenshot(shots / "dashboard-queue.png")
         browser.click("#jobs tbody tr a")
         browser.wait_for("!!document.querySelector('#properties')")
         assert "EchoJob" in browser.js("document.body.textContent")
@@ -118,6 +119,10 @@ def test_dashboard_in_chromium_against_a_live_laravel_app(php: str, redis_server
         assert [r["args"] for r in app.runs()[runs:]] == [{"after": "pause"}]
         journal = (tmp_path / "served-state" / "laraq-dashboard.jsonl").read_text().splitlines()
         assert [json.loads(line)["action"] for line in journal] == ["retry", "pause", "resume"]
+        for name in ("workers", "batches", "schedule", "transfers"):  # every other page, as an artifact
+            browser.open(served.url + name)
+            assert browser.js("document.querySelector('h1').textContent").lower().startswith(name)
+            browser.screenshot(shots / f"dashboard-{name}.png")
     finally:
         served.stop()
 
