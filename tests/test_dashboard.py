@@ -499,3 +499,19 @@ def test_urls_on_a_page_lose_their_password() -> None:
 
     assert mask_url("to redis://u:pw@h:1/0 and rediss://:p%40ss@y/2 or redis://h") == \
         "to redis://u:***@h:1/0 and rediss://:***@y/2 or redis://h"
+
+
+def test_a_search_on_a_big_queue_reads_a_bounded_part_and_says_so(dash: Dash, monkeypatch: pytest.MonkeyPatch) -> None:
+    from laraq.dashboard import views
+
+    monkeypatch.setattr(views, "SEARCH_LIMIT", 5)
+    d = Dispatcher(dash.ops.queue)
+    jobs = [d.prepare_job("App\\Jobs\\EchoJob", {"i": i}) for i in range(8)]
+    d.bulk(jobs)
+    client = dash.client()
+    near, far = _ids(jobs[1])[0], _ids(jobs[6])[0]
+    found = client.get("/queues/default", params={"id": near}).text
+    assert near in found and 'id="searched"' in found and f"laraq show {near}" in found
+    missed = client.get("/queues/default", params={"id": far}).text
+    assert "No pending jobs match" in missed and 'id="searched"' in missed
+    assert far in client.get(f"/queues/default/jobs/{far}").text  # a job's own page reads the whole queue

@@ -36,7 +36,7 @@ from laraq.cli.inspect_cmds import BODY_PREVIEW, DECODE_BUDGET, preview
 from laraq.cli.status_cmd import snapshot
 from laraq.config.phpworkers import horizon_prefix
 from laraq.dashboard.history import History, chart
-from laraq.ops.inspect import STATES, find_failed, find_job, list_jobs
+from laraq.ops.inspect import STATES, find_failed, find_job, list_jobs, queue_status
 from laraq.ops.transfers import find_held
 from laraq.production.heartbeat import _redis_now, live_workers
 from laraq.production.holders import reservations
@@ -49,6 +49,8 @@ __all__ = ["PAGE_SIZE", "FailedQuery", "batches", "failed", "job_detail", "jobs"
 
 #: jobs or failed rows per page
 PAGE_SIZE = 50
+#: how many members of each state a search by id or uuid reads (``laraq show`` reads them all)
+SEARCH_LIMIT = 10_000
 _URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
 
 
@@ -99,9 +101,14 @@ def jobs(ops: Ops, queue: str, state: str, *, page: int = 1, class_filter: str |
     if state not in STATES:
         raise ValueError(f"unknown state {state!r} (one of {', '.join(STATES)})")
     page = max(1, page)
+    searched = None
     if ident:
-        views = [v for v in find_job(ops.queue, ident, [queue], max_elements=DECODE_BUDGET) if v.state in STATES]
+        views = [v for v in find_job(ops.queue, ident, [queue], max_elements=DECODE_BUDGET, scan_limit=SEARCH_LIMIT)
+                 if v.state in STATES]
         more = False
+        status = queue_status(ops.queue, queue)
+        if max(status.pending, status.delayed, status.reserved, status.poison) > SEARCH_LIMIT:
+            searched = SEARCH_LIMIT
     else:
         views = list_jobs(ops.queue, queue, state, offset=(page - 1) * PAGE_SIZE, limit=PAGE_SIZE + 1,
                           class_filter=class_filter or None)
@@ -120,7 +127,7 @@ def jobs(ops: Ops, queue: str, state: str, *, page: int = 1, class_filter: str |
                            "unknown (expired)" if r.state == "expired" else "not a laraq worker (PHP or Horizon)")
             held.append(d)
     return {"queue": queue, "state": state, "states": STATES, "page": page, "more": more, "rows": rows,
-            "class_filter": class_filter or "", "ident": ident or "", "reservations": held}
+            "class_filter": class_filter or "", "ident": ident or "", "reservations": held, "searched": searched}
 
 
 def job_detail(ops: Ops, queue: str, ident: str) -> list[dict[str, Any]]:

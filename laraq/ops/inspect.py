@@ -589,17 +589,20 @@ def _matches(view: JobView, class_filter: str) -> bool:
 
 def find_job(
     queue: RedisQueue, ident: str, queues: list[str] | None = None, *, encrypter: Any = None,
-    max_elements: int | None = None,
+    max_elements: int | None = None, scan_limit: int | None = None,
 ) -> list[JobView]:
     """Every member (any queue, any state) whose payload ``id`` or ``uuid`` is ``ident``.
 
     Members are only decoded when their bytes contain ``ident``; ``max_elements`` bounds the
-    decoding of each match's command (see :func:`command_view`)."""
+    decoding of each match's command (see :func:`command_view`); ``scan_limit`` reads only the first that
+    many members of each state (None: all of them)."""
     found: list[JobView] = []
     needle = ident.encode("utf-8")
     for name in queues if queues is not None else discover_queues(queue.client, queue.prefix):
         for state in STATES:
             for excerpt, index in iter_excerpts(queue, name, state):
+                if scan_limit is not None and index >= scan_limit:
+                    break
                 if needle not in excerpt.head and needle not in excerpt.tail:
                     continue
                 view = JobView.from_excerpt(name, state, excerpt, index, encrypter=encrypter,
