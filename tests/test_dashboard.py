@@ -515,3 +515,7 @@ def test_a_search_on_a_big_queue_reads_a_bounded_part_and_says_so(dash: Dash, mo
     missed = client.get("/queues/default", params={"id": far}).text
     assert "No pending jobs match" in missed and 'id="searched"' in missed
     assert far in client.get(f"/queues/default/jobs/{far}").text  # a job's own page reads the whole queue
+    absent = client.get("/queues/default", params={"class": "App\\Jobs\\Nothing"}).text
+    assert "No pending jobs match" in absent and "The class filter read the first 5 jobs" in absent
+    present = client.get("/queues/default", params={"class": "App\\Jobs\\EchoJob"}).text
+    assert present.count("App\\Jobs\\EchoJob</a>") == 5

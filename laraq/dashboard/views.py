@@ -95,6 +95,12 @@ def _view_row(v: Any) -> dict[str, Any]:
     return d
 
 
+def _state_size(ops: Ops, queue: str, state: str) -> int:
+    status = queue_status(ops.queue, queue)
+    return {"pending": status.pending, "delayed": status.delayed, "reserved": status.reserved,
+            "poison": status.poison}[state]
+
+
 def jobs(ops: Ops, queue: str, state: str, *, page: int = 1, class_filter: str | None = None,
          ident: str | None = None) -> dict[str, Any]:
     """One page of ``queue``'s jobs in ``state`` (or the matches of ``ident``, an id or uuid)."""
@@ -106,14 +112,18 @@ def jobs(ops: Ops, queue: str, state: str, *, page: int = 1, class_filter: str |
         views = [v for v in find_job(ops.queue, ident, [queue], max_elements=DECODE_BUDGET, scan_limit=SEARCH_LIMIT)
                  if v.state in STATES]
         more = False
-        status = queue_status(ops.queue, queue)
-        if max(status.pending, status.delayed, status.reserved, status.poison) > SEARCH_LIMIT:
+        if max(_state_size(ops, queue, s) for s in STATES) > SEARCH_LIMIT:
             searched = SEARCH_LIMIT
     else:
+        # a class filter reads SEARCH_LIMIT members past the page's start at most (a class absent from a big
+        # queue must not read all of it)
+        reach = (page - 1) * PAGE_SIZE + SEARCH_LIMIT if class_filter else None
         views = list_jobs(ops.queue, queue, state, offset=(page - 1) * PAGE_SIZE, limit=PAGE_SIZE + 1,
-                          class_filter=class_filter or None)
+                          class_filter=class_filter or None, scan_limit=reach)
         more = len(views) > PAGE_SIZE
         views = views[:PAGE_SIZE]
+        if reach is not None and len(views) < PAGE_SIZE and _state_size(ops, queue, state) > reach:
+            searched = reach
     rows = [_view_row(v) for v in views]
     held: list[dict[str, Any]] = []
     if state == "reserved":

@@ -559,14 +559,17 @@ def iter_excerpts(queue: RedisQueue, name: str | None, state: str, *, batch: int
 
 def list_jobs(
     queue: RedisQueue, name: str | None = None, state: str = "pending", *, offset: int = 0, limit: int = 20,
-    encrypter: Any = None, class_filter: str | None = None,
+    encrypter: Any = None, class_filter: str | None = None, scan_limit: int | None = None,
 ) -> list[JobView]:
     """Decoded jobs of one state, ``offset``/``limit`` applied after the optional class filter (each member
-    read whole up to 64 KB, else from its two ends; names cut to :data:`NAME_LIMIT` characters)."""
+    read whole up to 64 KB, else from its two ends; names cut to :data:`NAME_LIMIT` characters);
+    ``scan_limit``: read no further than the first that many members (None: as far as needed)."""
     out: list[JobView] = []
     skipped = 0
     qname = queue.queue_name(name)
     for excerpt, index in iter_excerpts(queue, name, state):
+        if scan_limit is not None and index >= scan_limit:
+            break
         view = JobView.from_excerpt(qname, state, excerpt, index, encrypter=encrypter, with_properties=False)
         if class_filter and not _matches(view, class_filter):
             continue
