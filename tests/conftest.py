@@ -52,6 +52,20 @@ def require(condition: bool, reason: str) -> None:
     pytest.skip(reason)
 
 
+def require_modules(*names: str) -> None:
+    """At a test module's top: skip the module locally, fail it in CI, when one of ``names`` (an optional
+    extra's package, e.g. the ``dashboard`` extra's starlette) is not installed."""
+    import importlib.util
+
+    missing = [name for name in names if importlib.util.find_spec(name) is None]
+    if not missing:
+        return
+    reason = f"not installed: {', '.join(missing)} (pip install -e '.[test,dashboard]')"
+    if IN_CI:
+        raise pytest.UsageError(f"prerequisite missing in CI: {reason}")
+    pytest.skip(reason, allow_module_level=True)
+
+
 def free_port(below: int = 65536) -> int:
     """A free loopback port under ``below`` (a cluster node also needs its bus port, port + 10000)."""
     while True:

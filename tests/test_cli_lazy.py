@@ -23,7 +23,9 @@ from laraq.cli import COMMANDS, LazyGroup, main
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("redis", "laraq.worker.worker", "laraq.protocol.queue", "laraq.protocol.serializer", "laraq.app", "asyncio",
-         "cryptography", "laraq.cli.work", "laraq.cli.common")
+         "cryptography", "laraq.cli.work", "laraq.cli.common", "starlette", "uvicorn", "jinja2", "laraq.dashboard")
+#: the ``dashboard`` extra's packages: only ``laraq dashboard`` itself imports them
+DASHBOARD = ("starlette", "uvicorn", "jinja2", "laraq.dashboard")
 
 
 def modules_after(code: str) -> list[str]:
@@ -52,7 +54,7 @@ def test_every_command_module_is_in_the_table() -> None:
     ops = importlib.import_module("laraq.cli.ops")
     production = importlib.import_module("laraq.cli.production")
     registered = {c.name for c in [*ops.COMMANDS, *production.COMMANDS]}
-    assert registered | {"work", "schedule", "config", "schema"} == set(COMMANDS)
+    assert registered | {"work", "schedule", "config", "schema", "dashboard"} == set(COMMANDS)
 
 
 def test_help_reads_as_the_fully_loaded_group() -> None:
@@ -76,6 +78,15 @@ def test_version_help_and_import_laraq_load_no_command() -> None:
 def test_a_command_is_loaded_when_it_is_looked_up() -> None:
     modules = modules_after("from laraq.cli import main\nimport click\nmain.get_command(click.Context(main), 'peek')")
     assert "laraq.cli.inspect_cmds" in modules and "laraq.cli.work" not in modules
+
+
+def test_no_other_command_imports_the_dashboard_extra() -> None:
+    """The web stack stays out of every other command, and out of ``laraq dashboard`` until it runs."""
+    code = ("from laraq.cli import main, COMMANDS\nimport click\n"
+            "[main.get_command(click.Context(main), name) for name in COMMANDS if name != 'work']")
+    modules = modules_after(code)
+    assert "laraq.cli.dashboard_cmd" in modules and "laraq.cli.status_cmd" in modules
+    assert [m for m in modules if m.split(".")[0] in DASHBOARD or m.startswith("laraq.dashboard")] == []
 
 
 def test_top_level_names_resolve_lazily_to_their_modules() -> None:

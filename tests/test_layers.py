@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("laraq.app",),
     ("laraq.production",),
     ("laraq.ops",),
-    ("laraq.cli",),
+    ("laraq.cli", "laraq.dashboard"),
     ("laraq", "laraq.__main__"),
 ]
 

@@ -13,7 +13,8 @@ worker. The families:
 * :mod:`laraq.cli.schema_cmd` - ``laraq schema`` (the app's job classes and enums);
 * :mod:`laraq.cli.errors` - the group class: known faults become one line and an exit code;
 * :mod:`laraq.cli.ops` - dispatch/status/peek/failed/retry/... (every command in its ``COMMANDS`` list);
-* :mod:`laraq.cli.production` - ``workers``, ``health`` and ``metrics``.
+* :mod:`laraq.cli.production` - ``workers``, ``health`` and ``metrics``;
+* :mod:`laraq.cli.dashboard_cmd` - ``laraq dashboard`` (the web dashboard, :mod:`laraq.dashboard`).
 
 ``tests/test_cli_lazy.py`` checks that the table names every command with its own help.
 """
@@ -37,6 +38,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                 'Show the settings laraq work would use (its start-up banner) and where each came from.'),
     'copy': ('migrate_cmds', 'copy_cmd',
               'Copy jobs from SOURCE queue to DEST queue (same or another prefix/db/server).'),
+    'dashboard': ('dashboard_cmd', 'dashboard_cmd',
+                   'Serve a web dashboard of the app\'s queues, failed jobs, workers, schedule and transfers.'),
     'dispatch': ('dispatch_cmd', 'dispatch_cmd',
                   'Dispatch JOB (a job class, or Class@method) so that PHP workers run it.'),
     'doctor': ('doctor_cmd', 'doctor_cmd',

@@ -587,14 +587,17 @@ def iter_excerpts(queue: RedisQueue, name: str | None, state: str, *, batch: int
 
 def list_jobs(
     queue: RedisQueue, name: str | None = None, state: str = "pending", *, offset: int = 0, limit: int = 20,
-    encrypter: Any = None, class_filter: str | None = None,
+    encrypter: Any = None, class_filter: str | None = None, scan_limit: int | None = None,
 ) -> list[JobView]:
     """Decoded jobs of one state, ``offset``/``limit`` applied after the optional class filter (each member
-    read whole up to 64 KB, else from its two ends; names cut to :data:`NAME_LIMIT` characters)."""
+    read whole up to 64 KB, else from its two ends; names cut to :data:`NAME_LIMIT` characters);
+    ``scan_limit``: read no further than the first that many members (None: as far as needed)."""
     out: list[JobView] = []
     skipped = 0
     qname = queue.queue_name(name)
     for excerpt, index in iter_excerpts(queue, name, state):
+        if scan_limit is not None and index >= scan_limit:
+            break
         view = JobView.from_excerpt(qname, state, excerpt, index, encrypter=encrypter, with_properties=False)
         if class_filter and not _matches(view, class_filter):
             continue
@@ -617,17 +620,20 @@ def _matches(view: JobView, class_filter: str) -> bool:
 
 def find_job(
     queue: RedisQueue, ident: str, queues: list[str] | None = None, *, encrypter: Any = None,
-    max_elements: int | None = None,
+    max_elements: int | None = None, scan_limit: int | None = None,
 ) -> list[JobView]:
     """Every member (any queue, any state) whose payload ``id`` or ``uuid`` is ``ident``.
 
     Members are only decoded when their bytes contain ``ident``; ``max_elements`` bounds the
-    decoding of each match's command (see :func:`command_view`)."""
+    decoding of each match's command (see :func:`command_view`); ``scan_limit`` reads only the first that
+    many members of each state (None: all of them)."""
     found: list[JobView] = []
     needle = ident.encode("utf-8")
     for name in queues if queues is not None else discover_queues(queue.client, queue.prefix):
         for state in STATES:
             for excerpt, index in iter_excerpts(queue, name, state):
+                if scan_limit is not None and index >= scan_limit:
+                    break
                 if needle not in excerpt.head and needle not in excerpt.tail:
                     continue
                 view = JobView.from_excerpt(name, state, excerpt, index, encrypter=encrypter,

@@ -30,7 +30,8 @@ from laraq.stores.database import dialect_of, locked_cursor
 if TYPE_CHECKING:
     from laraq.bus.job import Job
 
-__all__ = ["BatchCounts", "BatchTable", "batch_cancelled", "batch_id", "record_failure", "record_success"]
+__all__ = ["BatchCounts", "BatchTable", "batch_cancelled", "batch_id", "recent_batches", "record_failure",
+           "record_success"]
 
 TABLE = "job_batches"
 
@@ -134,6 +135,34 @@ def _atomic(db: Any, batch: str, change: Callable[[dict[str, Any]], dict[str, An
         sets = ", ".join(f"{q(k)} = {ph}" for k in values)
         cur.execute(f"UPDATE {q(where.table)} SET {sets} WHERE {q('id')} = {ph}", [*values.values(), batch])
         return {**row, **values}
+
+
+#: the columns of ``job_batches`` a listing shows (Laravel 8 to 13 create them all)
+LISTED = ("id", "name", "total_jobs", "pending_jobs", "failed_jobs", "created_at", "cancelled_at", "finished_at")
+
+
+def recent_batches(conn: Any, table: str = TABLE, *, limit: int = 50, offset: int = 0) -> list[dict[str, Any]]:
+    """The newest batches of ``table`` (``DatabaseBatchRepository::get``: by ``id`` descending), as dicts of
+    :data:`LISTED` plus ``progress`` (``Batch::progress()``: the percentage of jobs processed)."""
+    dialect = dialect_of(conn)
+
+    def q(ident: str) -> str:
+        return "`" + ident.replace("`", "``") + "`" if dialect == "mysql" else '"' + ident.replace('"', '""') + '"'
+
+    ph = "?" if dialect == "sqlite" else "%s"
+    cur = conn.cursor()
+    try:
+        cur.execute(f"SELECT {', '.join(q(c) for c in LISTED)} FROM {q(table)} ORDER BY {q('id')} DESC "
+                    f"LIMIT {ph} OFFSET {ph}", [int(limit), int(offset)])
+        rows = [dict(zip(LISTED, row, strict=True)) for row in cur.fetchall()]
+    finally:
+        cur.close()
+        conn.commit()  # ends the read's transaction (MySQL/PostgreSQL would otherwise keep a snapshot)
+    for row in rows:
+        total = int(row["total_jobs"] or 0)
+        done = total - int(row["pending_jobs"] or 0)
+        row["progress"] = int(done * 100 / total + 0.5) if total > 0 else 0  # PHP's round(): half away from 0
+    return rows
 
 
 def _ids(raw: Any) -> list[Any]:
