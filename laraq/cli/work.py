@@ -26,7 +26,7 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import click
@@ -111,7 +111,12 @@ def child_main() -> None:
     params["horizon_signal_pid"] = parent or None
     # the supervisor counts jobs only for --max-jobs: without it, no write (and no wake-up of the
     # supervisor) per batch; the pipe still tells it when this worker is gone
-    _exit_ignoring_quit_signals(_run_worker(params, on_jobs_popped=popped if params.get("max_jobs") else None))
+    def ready() -> None:
+        with contextlib.suppress(OSError):
+            os.write(fd, prefork.READY)
+
+    _exit_ignoring_quit_signals(_run_worker(params, on_jobs_popped=popped if params.get("max_jobs") else None,
+                                            ready=ready))
 
 
 # -- building the worker ------------------------------------------------------------------------------
@@ -124,7 +129,10 @@ def _setup_logging(params: dict[str, Any]) -> str:
                              quiet=bool(params.get("quiet")))
 
 
-def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None) -> int:
+def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None,
+                ready: Callable[[], None] | None = None) -> int:
+    """Build the worker from ``params`` and run it; ``ready`` is called once it is built, just before it
+    takes jobs (a supervised worker tells its supervisor it started)."""
     _return_freed_memory()
     try:
         app = _load_app(params["app_spec"], load_app)
@@ -159,6 +167,8 @@ def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None) -> int:
     gc.collect()
     gc.freeze()
     release_free_memory()  # what boot freed (the config, the app's first reads) goes back to the system
+    if ready is not None:
+        ready()
     try:
         return worker.run()
     except Exception as exc:
