@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -94,16 +95,20 @@ def make_table(columns: Sequence[str | Column], *, show_header: bool = True) -> 
                  show_header=show_header, header_style="bold", padding=(0, 1))
 
 
-def print_renderable(renderable: RenderableType) -> None:
-    """Render on standard output; on a terminal with colours, elsewhere as plain stripped text."""
+def print_renderable(renderable: RenderableType, *, max_width: int | None = None) -> None:
+    """Render on standard output; on a terminal with colours, elsewhere as plain stripped text. ``max_width``:
+    never wider than that many columns (a narrower terminal or ``$COLUMNS`` still wins)."""
     from rich.console import Console  # start-up: rich only when a table is drawn
 
     out = stdout_stream()
     tty = _is_tty(out)
     buffer = io.StringIO()
+    width = None if tty else _width()
+    if max_width is not None:
+        terminal = shutil.get_terminal_size((max_width, 24)).columns if tty else max_width
+        width = min(max_width, width or terminal, terminal)
     console = Console(file=buffer, force_terminal=tty, no_color=not tty, color_system="auto" if tty else None,
-                      markup=False, highlight=False, emoji=False, soft_wrap=False,
-                      width=None if tty else _width())
+                      markup=False, highlight=False, emoji=False, soft_wrap=False, width=width)
     console.print(renderable)
     text = "\n".join(line.rstrip() for line in buffer.getvalue().splitlines())
     click.echo(text, file=out, color=tty)
@@ -123,11 +128,13 @@ def _width() -> int:
     return UNBOUNDED_WIDTH
 
 
-def print_table(columns: Sequence[str | Column], rows: Sequence[Sequence[Any]]) -> None:
+def print_table(columns: Sequence[str | Column], rows: Sequence[Sequence[Any]], *,
+                max_width: int | None = None) -> None:
+    """A table on standard output (:func:`print_renderable`), at most ``max_width`` columns wide if given."""
     table = make_table(columns)
     for row in rows:
         table.add_row(*(cell(v) for v in row))
-    print_renderable(table)
+    print_renderable(table, max_width=max_width)
 
 
 def kv_table(pairs: Sequence[tuple[str, Any]], *, multiline: Collection[str] = ()) -> Table:

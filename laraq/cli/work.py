@@ -27,7 +27,9 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable, Mapping
+from datetime import UTC, tzinfo
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
 import redis
@@ -53,7 +55,7 @@ from laraq.cli.work_command import work_cmd
 from laraq.config.effective import effective_settings, with_flags
 from laraq.config.faults import explain
 from laraq.config.phpworkers import shared_queue_warnings
-from laraq.config.settings import make_redis, parse_redis_url
+from laraq.config.settings import LaravelSettings, make_redis, parse_redis_url
 from laraq.exitcodes import EXIT_ERROR, EXIT_USAGE
 from laraq.production import prefork
 from laraq.production.listeners import attach_listeners
@@ -326,6 +328,20 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
     return Prepared(settings, app, queue, queues, cache.store, failer.store, encrypter, info)
 
 
+def _line_zone(settings: LaravelSettings) -> tzinfo:
+    """The zone of the console lines' dates, as artisan's (:attr:`LaravelSettings.line_timezone`); a name
+    this host's zone database does not know is said once, and the lines are in UTC."""
+    name = settings.line_timezone
+    if name == "UTC":
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        log.warning("the app's timezone %r is not in this host's zone database (install tzdata): the job lines' "
+                    "dates are in UTC", name)
+        return UTC
+
+
 def _load_app(spec: str, load_app: Any) -> App:
     """Import ``--app``; a missing module, a syntax error or an error raised by the import is one line."""
     try:
@@ -378,7 +394,7 @@ def build_worker(params: dict[str, Any], *, env: Mapping[str, str] | None = None
     listeners: list[Any] = []
     if not (params["quiet"] or (json_logs and not params["json_mode"])):
         listeners.append(OutputListener(Output(settings.version, json_mode=params["json_mode"],
-                                               verbosity=params["verbose"])))
+                                               verbosity=params["verbose"], timezone=_line_zone(settings))))
     listeners.append(JobLogListener(job_lines=json_logs))
     connection_name = params.get("connection") or settings.connection_name
     steps = PhpSteps(p.queue, settings.version, cache=p.cache,

@@ -318,11 +318,14 @@ def diagnose(
                 out.append(Finding(
                     "info", f"{len(missing)} job class(es) on the queues have no Python handler",
                     ", ".join(missing[:20]),
-                    "leave them to PHP workers (laraq releases jobs it has no handler for) or register "
-                    "@app.handler('Class') for each",
+                    "leave them to PHP workers (laraq leaves a job it has no handler for where it is in the "
+                    "list, --unhandled leave) or register @app.handler('Class') for each",
                 ))
+            elif job_samples:
+                out.append(Finding("ok", f"every job class seen has a Python handler ({len(job_samples)} "
+                                         "class(es) on the queues)"))
             else:
-                out.append(Finding("ok", "every job class seen has a Python handler"))
+                out.append(Finding("info", "no job on the queues: no job class was checked against the handlers"))
             out.extend(_job_model_findings(model_notes, app, job_samples, bool(settings.app_key)))
             schema_file = (settings.env or {}).get("LARAQ_SCHEMA")
             try:
@@ -352,8 +355,9 @@ def diagnose(
     laraq_queues = queues or [settings.redis_queue]
     for warning in shared_queue_warnings(client, settings, queue.connection_name, laraq_queues):
         out.append(Finding("warn", "PHP workers share a queue laraq takes Python jobs from", warning,
-                           "run Python jobs on a queue only laraq works (laraq work --queue python), and make "
-                           "the PHP class route itself there (compat-docs/config.md)"))
+                           "give each Python job's PHP class the RunsInPython trait and run laraq on its "
+                           "pythonQueue() too (laraq work --queue shared,python), or keep Python jobs on a "
+                           "queue only laraq works (compat-docs/config.md, Sharing a queue with PHP workers)"))
     return out
 
 
