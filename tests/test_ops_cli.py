@@ -299,3 +299,18 @@ def test_doctor_on_empty_queues_says_no_job_class_was_checked(env, redis_client)
     handled = json.loads(run(env, "doctor", "--json", "--app", "test_worker_support:app"))
     assert [f["title"] for f in handled if "job class" in f["title"]] == [
         "every job class seen has a Python handler (1 class(es) on the queues)"]
+
+
+def test_doctor_names_a_list_too_long_for_the_deep_look_to_reach_its_middle(env, redis_client):
+    from laraq.protocol.lua_laraq import DEEP_REACH
+
+    members = [b'{"job":"App\\\\Php@fire","data":{},"attempts":0,"n":%d}' % n for n in range(2 * DEEP_REACH + 1)]
+    with redis_client.pipeline(transaction=False) as pipe:
+        for first in range(0, len(members), 1000):
+            pipe.rpush("old_queues:default", *members[first:first + 1000])
+        pipe.execute()
+    findings = json.loads(run(env, "doctor", "--json"))
+    [long] = [f for f in findings if "from both of its ends" in f["title"]]
+    assert long["level"] == "info" and f"{2 * DEEP_REACH + 1} jobs in the list" in long["title"]
+    redis_client.ltrim("old_queues:default", 0, 2 * DEEP_REACH - 1)
+    assert not [f for f in json.loads(run(env, "doctor", "--json")) if "from both of its ends" in f["title"]]

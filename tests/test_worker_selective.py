@@ -9,6 +9,7 @@ job popped by Laravel's script leave byte-identical ``:reserved`` members and no
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 import redis
@@ -221,10 +222,11 @@ def test_the_deep_look_takes_python_jobs_behind_thousands_of_php_jobs(redis_clie
         reference.rpush("ref", body)
         _, laravel_reserved = reference.eval(LARAVEL_POP, 3, "ref", "ref:reserved", "ref:notify", 123)
         assert redis_client.zscore(keys.reserved, laravel_reserved) is not None
-    assert [e["command"][:60] for e in slow] == []
+    assert [(e["duration"], e["command"][-200:]) for e in slow] == []
 
 
-def test_the_deep_look_counts_python_jobs_beyond_its_reach(redis_client: redis.Redis) -> None:
+def test_the_deep_look_counts_python_jobs_beyond_its_reach(redis_client: redis.Redis,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
     """A Python job farther than ``DEEP_REACH`` members from both ends of the list is not taken (its removal
     would walk too far) but counted, for the worker's warning; one near either end is taken."""
     from laraq.protocol.lua_laraq import DEEP_REACH
@@ -251,6 +253,38 @@ def test_the_deep_look_counts_python_jobs_beyond_its_reach(redis_client: redis.R
     assert taken == [filler[near_tail]]
     assert beyond == 1 and got.depth == len(filler) - 1
     assert redis_client.lindex(keys.list, middle) == filler[middle]
+
+    # a worker says so: a warning naming the queue, and the event (the metrics' gauge) with the count
+    from prometheus_client import CollectorRegistry
+
+    from laraq.app import App
+    from laraq.production.metrics import Metrics
+    from laraq.worker.events import JobsOutOfReach, WorkerListener
+    from laraq.worker.worker import Worker, WorkerOptions
+
+    told: list[JobsOutOfReach] = []
+    registry = CollectorRegistry()
+    metrics = Metrics(registry=registry)
+    metrics._queues = ["default"]
+
+    class Recorder(WorkerListener):
+        def jobs_out_of_reach(self, event: JobsOutOfReach) -> None:
+            told.append(event)
+            metrics.jobs_out_of_reach(event)
+
+    app = App()
+    app.handler("App\\Jobs\\Py")(lambda command, job: None)
+    worker = Worker(app, queue, "default", options=WorkerOptions(sleep=0, stop_when_empty=True, memory=1 << 20),
+                    listeners=[Recorder()])
+    with caplog.at_level(logging.WARNING, logger="laraq.worker.worker"):
+        try:
+            assert worker.daemon() == 0
+        finally:
+            worker.close()
+    assert [(e.queue, e.count, e.depth) for e in told] == [("default", 1, len(filler) - 1)]
+    assert registry.get_sample_value("laraq_jobs_out_of_reach", {"queue": "default"}) == 1
+    assert any("queue default: 1 Python job(s) wait more than 50000 members from both ends" in r.getMessage()
+               for r in caplog.records)
 
 
 def test_without_lset_and_lrem_the_deep_look_says_so_and_takes_nothing(redis_client: redis.Redis,

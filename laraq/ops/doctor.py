@@ -38,6 +38,7 @@ from laraq.config.provenance import setting_facts
 from laraq.config.settings import LaravelSettings
 from laraq.ops.inspect import discover_prefixes, discover_queues, iter_members, queue_status
 from laraq.ops.transfers import held_findings
+from laraq.protocol.lua_laraq import DEEP_REACH
 from laraq.protocol.payload import Payload, PayloadError
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.serializer import loads
@@ -268,6 +269,14 @@ def diagnose(
                 "this queue" + (" (retry_after is null: reservations never expire)" if queue.retry_after is None
                                 else ""),
                 f"start a worker for {name!r} (php artisan queue:work --queue={name} or laraq work)",
+            ))
+        if status.pending > 2 * DEEP_REACH:
+            out.append(Finding(
+                "info", f"queue {name!r}: {status.pending} jobs in the list: a Python job more than {DEEP_REACH} "
+                "from both of its ends is not taken while the jobs for PHP ahead of it wait",
+                "laraq takes Python jobs from behind jobs for PHP (--unhandled leave), within that reach of "
+                "either end; the worker logs a warning and the laraq_jobs_out_of_reach gauge counts any it sees",
+                f"keep PHP workers taking {name!r}'s jobs for PHP, or give the Python jobs a queue of their own",
             ))
         if status.due_delayed > 100:
             out.append(Finding(

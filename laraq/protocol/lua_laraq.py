@@ -296,8 +296,11 @@ end
 
 local function take_deep(out, wanted, start, page, names, reach)
   local depth = redis.call('LLEN', KEYS[1])
-  if page <= 0 or start >= depth or (#out - 5) / 2 >= wanted then
+  if page <= 0 or start >= depth then
     return 0, 0, 0
+  end
+  if (#out - 5) / 2 >= wanted then
+    return start, 0, 0  -- the head gave what was asked for: the look goes on from here next time
   end
   if redis.acl_check_cmd and not (redis.acl_check_cmd('LSET', KEYS[1], '0', DEEP_MARK)
       and redis.acl_check_cmd('LREM', KEYS[1], '1', DEEP_MARK)) then
@@ -368,7 +371,8 @@ end
 #: order (the consumed prefix is trimmed and the members left alone are pushed back in front, so PHP sees
 #: the same list minus the taken jobs). When the list is longer than the window and jobs are still
 #: wanted, the deep look reads ARGV[11] members from ARGV[10] (at least the window's end) and takes the
-#: Python jobs among them the same way. Returns ``{poisoned, left alone, next cursor (0: the look reached
+#: Python jobs among them the same way; a call that goes on with a look (ARGV[10] above 0) skips the head
+#: look, which the call that starts the next look makes. Returns ``{poisoned, left alone, next cursor (0: the look reached
 #: the end; -1: the ACL refuses LSET/LREM), list length, beyond reach, job1, reserved1, ...}``.
 RESERVE_HANDLED = (_UNSTARTED_LIB + RESERVE_LIB + MOVE_DUE_LIB + _SELECT_LIB + _UNSTARTED_START + """\
 local nacks = tonumber(ARGV[7]) or 0
@@ -380,10 +384,12 @@ for i = 12 + nacks, 11 + nacks + (tonumber(ARGV[9]) or 0) do
   names[ARGV[i]] = true
 end
 """ + _MIGRATE_STEP + """\
-local wanted, window = tonumber(ARGV[3]) or 0, tonumber(ARGV[8]) or 100
-local out, used, listed_all = take_handled(wanted, window, names)
+local wanted, window, cursor = tonumber(ARGV[3]) or 0, tonumber(ARGV[8]) or 100, tonumber(ARGV[10]) or 0
+-- a look under way (cursor past the window) goes on without the head look: the call that starts the
+-- next look reads the head again
+local out, used, listed_all = take_handled(wanted, cursor > 0 and 0 or window, names)
 if not listed_all then
-  local start = math.max(tonumber(ARGV[10]) or 0, window - used)
+  local start = math.max(cursor, window - used)
   local next_at, skipped, beyond = take_deep(out, wanted, start, tonumber(ARGV[11]) or 0, names, DEEP_REACH)
   out[2] = out[2] + skipped
   out[3] = next_at

@@ -41,7 +41,7 @@ from laraq.protocol.timers import Timers
 from laraq.repeated import Repeated
 from laraq.worker.bridge import AsyncBridge
 from laraq.worker.context import WorkerContext
-from laraq.worker.events import JobReserved
+from laraq.worker.events import JobReserved, JobsOutOfReach
 from laraq.worker.leases import Buffered, Leases
 from laraq.worker.unstarted import Unstarted
 
@@ -118,6 +118,9 @@ class Reserver:
         #: per queue, where the next deep look past the window starts (see :meth:`_deep`)
         self._cursor: dict[str, int] = {}
         self._deep_refused = False
+        #: per queue, Python jobs beyond reach: seen so far in the look under way, and told at its last end
+        self._beyond_now: dict[str, int] = {}
+        self._beyond_told: dict[str, int] = {}
         #: the next batch, asked for while this one runs: the call, the acks it carries, its size
         self._ahead: tuple[PendingReserve, list[bytes], int] | None = None
         self._paused: set[str] = set()
@@ -488,6 +491,13 @@ class Reserver:
             self._left_alone.warn(self.window, name, got.depth)
         if got.beyond:
             self._beyond.warn(name, got.beyond, DEEP_REACH, got.depth)
+        seen = self._beyond_now[name] = self._beyond_now.get(name, 0) + got.beyond
+        if got.cursor <= 0:  # a whole look ended (or the next starts over): its count is told when it changed
+            self._beyond_now[name] = 0
+            if seen != self._beyond_told.get(name, 0):
+                self._beyond_told[name] = seen
+                if self.events.wants(JobsOutOfReach):
+                    self.events.emit(JobsOutOfReach(name, seen, got.depth))
 
     # -- faults ----------------------------------------------------------------------------------------------
 
