@@ -184,6 +184,17 @@ def _popen_in(app: Any, cwd: Path, *args: str, app_spec: str = "test_worker_supp
                             text=True)
 
 
+def _until_it_runs_jobs(app: Any, redis_client: Any, pids: set[int]) -> None:
+    """Keep a few jobs on the queue until each of ``pids`` has run one (a worker just started may find its
+    sibling took every job pushed once)."""
+    def ran() -> bool:
+        if _left(redis_client) == 0:
+            _push(app, 4, 0.2)
+        return pids <= {r["pid"] for r in app.runs()}
+
+    wait_for(ran, timeout=120, interval=0.2)
+
+
 def _foreign_laraq(directory: Path) -> Path:
     """A directory holding an unrelated package named ``laraq`` (a broken checkout, say): importing it fails."""
     (directory / "laraq").mkdir()
@@ -205,9 +216,11 @@ def test_a_replacement_runs_the_supervisors_laraq_whatever_the_directory_holds(
         first = wait_for(lambda: len(_children(proc.pid)) == 2 and _children(proc.pid), timeout=30)
         wait_for(lambda: len({r["pid"] for r in app.runs()}) == 2, timeout=60)
         os.kill(first[0], signal.SIGKILL)
+        replacement = wait_for(lambda: len(_children(proc.pid)) == 2 and set(_children(proc.pid)) - set(first),
+                               timeout=60)
+        _until_it_runs_jobs(app, redis_client, replacement)
         wait_for(lambda: {r["uuid"] for r in app.runs()} >= uuids and _left(redis_client) == 0, timeout=120,
                  interval=0.2)
-        replacement = set(_children(proc.pid)) - set(first)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
     finally:
@@ -262,8 +275,7 @@ def test_a_replacement_that_cannot_start_is_said_and_tried_again(
             lines.append(proc.stderr.readline())
         module.write_text("from test_worker_support import app  # noqa: F401\n")
         fixed = wait_for(lambda: len(_children(proc.pid)) == 2 and set(_children(proc.pid)) - set(first), timeout=60)
-        _push(app, 20, 0.05)
-        wait_for(lambda: fixed <= {r["pid"] for r in app.runs()}, timeout=60, interval=0.2)
+        _until_it_runs_jobs(app, redis_client, fixed)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
     finally:
@@ -274,3 +286,18 @@ def test_a_replacement_that_cannot_start_is_said_and_tried_again(
     pauses = [float(line.rsplit("again in ", 1)[1].rstrip("s\n")) for line in said]
     assert pauses[1] == 2 * pauses[0], said  # the pause grows
     assert "RuntimeError: the app module is broken for now" in "".join(lines)
+
+
+def test_workers_that_never_start_are_the_deployments_error(
+        redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No worker was ever ready (the app's module fails to import): the supervisor does not retry, it exits
+    with the workers' code, as a single ``laraq work`` does."""
+    app = _app(redis_server, monkeypatch)
+    (tmp_path / "broken_app.py").write_text("raise RuntimeError('broken from the start')\n")
+    proc = _popen_in(app, tmp_path, "--queue=fast", "--processes=2", "--quiet", app_spec="broken_app:app")
+    try:
+        assert proc.wait(60) == EXIT_USAGE
+    finally:
+        _stop(proc)
+    err = proc.stderr.read() if proc.stderr else ""
+    assert "broken from the start" in err and "starting it again" not in err, err

@@ -16,11 +16,11 @@ Rules (the exit codes are artisan's, :mod:`laraq.exitcodes`):
   at once (with a growing pause if it keeps dying within a second of its start); its jobs stay
   reserved until ``retry_after``, as with artisan under supervisord;
 * a worker that exits with an error before it is ready (it writes :data:`READY` on its pipe once built)
-  while it replaces another, or while its siblings run, failed to start: the supervisor says so (an
-  error line with the exit code and how many workers run) and starts it again after a growing pause
-  (0.5 s doubling to 30 s), never running short-handed without a word; so does a start the system
-  refuses (``posix_spawn`` failing). The first workers all failing at start is the deployment's error:
-  the supervisor exits with their code;
+  after some worker of this supervisor was ready failed to start (the set-up worked, so the cause is of
+  the moment: an import path, a resource): the supervisor says so (an error line with the exit code and
+  how many workers run) and starts it again after a growing pause (0.5 s doubling to 30 s), never running
+  short-handed without a word; so does a start the system refuses (``posix_spawn`` failing). Workers
+  failing before any was ever ready is the deployment's error: the supervisor exits with their code;
 * a worker that exits normally is not restarted: ``queue:restart``, ``--stop-when-empty``,
   ``--max-time`` stop every worker, and the supervisor exits when the last one has (with the first
   non-zero code, else 0) so that the process manager above starts new code. With several processes
@@ -199,8 +199,6 @@ class _Slot:
         self.code: int | None = None
         #: the worker said it is built and taking jobs (:data:`READY`)
         self.ready = False
-        #: started again after a worker of this slot ended (not one of the first workers)
-        self.replacement = False
 
 
 class Supervisor:
@@ -218,6 +216,8 @@ class Supervisor:
         self.spawned = 0
         self.code = EXIT_SUCCESS
         self.told_to_stop = False
+        #: some worker was ready once: the set-up works, so a failed start is retried (see the module)
+        self.served = False
 
     # -- workers -------------------------------------------------------------------------------------
 
@@ -235,7 +235,6 @@ class Supervisor:
         _worker_env(env, write_fd, slot.index, banner_shown=bool(self.spawned),
                     max_jobs=max(1, self.max_jobs - self.jobs_done) if self.max_jobs else 0,
                     max_time=max(1.0, self.max_time - (time.monotonic() - self.started)) if self.max_time else 0)
-        replacement = slot.replacement or self.spawned >= len(self.slots)
         try:
             slot.pid = os.posix_spawn(sys.executable, [sys.executable, "-P", "-c", _WORKER], env, setsid=True)
         except OSError as exc:  # no process left (EAGAIN, ENOMEM): tried again, said each time
@@ -250,7 +249,6 @@ class Supervisor:
         slot.born = time.monotonic()
         slot.restart_at = None
         slot.ready = False
-        slot.replacement = replacement
 
     def _retry(self, slot: _Slot, what: str) -> None:
         """A start that failed: said as an error with how many workers run, and tried again after a pause
@@ -293,6 +291,10 @@ class Supervisor:
         several = len(self.slots) > 1
         if code < 0:
             name = _signal_name(-code)
+            if self.stopping and not slot.ready and -code in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+                # still starting (its handlers not set yet) when the stop was forwarded: it stopped, no job lost
+                self._finish(slot, EXIT_SUCCESS)
+                return
             if self.stopping or self.once:
                 _say(f"worker process died by {name}", self.json_logs)
                 self._finish(slot, EXIT_ERROR)
@@ -305,10 +307,8 @@ class Supervisor:
             _say(f"worker process died by {name} (its jobs stay reserved until retry_after); starting a new one"
                  + (f" in {pause:.0f}s" if pause else ""), self.json_logs)
             slot.restart_at = time.monotonic() + pause
-            slot.replacement = True
             return
-        others = any(other.pid for other in self.slots if other is not slot)
-        if code != EXIT_SUCCESS and not slot.ready and (slot.replacement or others) and not self.stopping \
+        if code != EXIT_SUCCESS and not slot.ready and self.served and not self.stopping \
                 and not self._limits_reached():
             self._retry(slot, f"worker process {slot.index + 1} exited with code {code} before it started "
                               "(its error is above)")
@@ -337,7 +337,7 @@ class Supervisor:
         if not data:
             return False
         if READY in data:
-            slot.ready = True
+            slot.ready = self.served = True
             slot.failures = 0
             data = data.replace(READY, b"")
         self.jobs_done += len(data)
