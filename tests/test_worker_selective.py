@@ -328,3 +328,23 @@ def test_a_worker_finds_python_jobs_past_the_window_before_it_calls_the_queue_em
     assert ran == [f"u{n}" for n in range(2_000, 2_005)]
     assert redis_client.lrange(keys.list, 0, -1) == members[:2_000]
     assert redis_client.llen(keys.notify) == 2_000 and redis_client.zcard(keys.reserved) == 0
+
+
+def test_once_reads_on_past_the_window_for_its_one_job(redis_client: redis.Redis) -> None:
+    """``--once`` behind 2,000 jobs for PHP: the look goes on until it finds the Python job, which runs."""
+    from laraq.app import App
+    from laraq.worker.worker import Worker, WorkerOptions
+
+    queue = RedisQueue(redis_client, prefix="p_", retry_after=90)
+    members = [command_job("App\\Jobs\\Php", n) for n in range(2_000)] + [command_job("App\\Jobs\\Py", 2_000)]
+    push(redis_client, queue, members)
+    ran: list[str] = []
+    app = App()
+    app.handler("App\\Jobs\\Py")(lambda command, job: ran.append(job.uuid))
+    worker = Worker(app, queue, "default", options=WorkerOptions(once=True, sleep=0, memory=1 << 20))
+    try:
+        assert worker.daemon() == 0
+    finally:
+        worker.close()
+    assert ran == ["u2000"]
+    assert redis_client.lrange(queue.keys().list, 0, -1) == members[:2_000]

@@ -198,7 +198,7 @@ class Worker:
             elif memory == "drain" and not reserver.buffered:
                 return await self._stop(Stop(EXIT_MEMORY_LIMIT, "over --memory"))
             free, jobs = await self._start(free, jobs)
-            if opts.once and taken is not None:
+            if opts.once and taken is not None and (taken.popped or not taken.more):  # a look under way goes on
                 if not taken.popped:
                     await executor.idle(opts.sleep)
                 return await self._stop(Stop(EXIT_SUCCESS, "--once: one job run" if taken.popped else "--once: no job"))
