@@ -298,6 +298,8 @@ def test_without_lset_and_lrem_the_deep_look_says_so_and_takes_nothing(redis_cli
     members = [command_job("App\\Jobs\\Php", n) for n in range(300)] + [command_job("App\\Jobs\\Py", 300)]
     push(redis_client, queue, members)
     got = queue.reserving.reserve_batch(count=5, handled=["App\\Jobs\\Py"], window=200, deep=0)
+    assert got.cursor == 200 and got.jobs == []  # the head look; the deep look starts at the next call
+    got = queue.reserving.reserve_batch(count=5, handled=["App\\Jobs\\Py"], window=200, deep=got.cursor)
     assert got.cursor == -1 and got.jobs == []
     assert redis_client.lrange(queue.keys().list, 0, -1) == members
     limited.close()

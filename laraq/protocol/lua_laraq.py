@@ -371,8 +371,9 @@ end
 #: order (the consumed prefix is trimmed and the members left alone are pushed back in front, so PHP sees
 #: the same list minus the taken jobs). When the list is longer than the window and jobs are still
 #: wanted, the deep look reads ARGV[11] members from ARGV[10] (at least the window's end) and takes the
-#: Python jobs among them the same way; a call that goes on with a look (ARGV[10] above 0) skips the head
-#: look, which the call that starts the next look makes. Returns ``{poisoned, left alone, next cursor (0: the look reached
+#: Python jobs among them the same way. A look is made of calls that each read one part: the call that
+#: starts it (ARGV[10] 0) makes the head look and returns the window's end as the next cursor; each call
+#: that goes on (ARGV[10] above 0) reads one page and skips the head look. Returns ``{poisoned, left alone, next cursor (0: the look reached
 #: the end; -1: the ACL refuses LSET/LREM), list length, beyond reach, job1, reserved1, ...}``.
 RESERVE_HANDLED = (_UNSTARTED_LIB + RESERVE_LIB + MOVE_DUE_LIB + _SELECT_LIB + _UNSTARTED_START + """\
 local nacks = tonumber(ARGV[7]) or 0
@@ -388,12 +389,17 @@ local wanted, window, cursor = tonumber(ARGV[3]) or 0, tonumber(ARGV[8]) or 100,
 -- a look under way (cursor past the window) goes on without the head look: the call that starts the
 -- next look reads the head again
 local out, used, listed_all = take_handled(wanted, cursor > 0 and 0 or window, names)
-if not listed_all then
+local page = tonumber(ARGV[11]) or 0
+if not listed_all and page > 0 then
   local start = math.max(cursor, window - used)
-  local next_at, skipped, beyond = take_deep(out, wanted, start, tonumber(ARGV[11]) or 0, names, DEEP_REACH)
-  out[2] = out[2] + skipped
-  out[3] = next_at
-  out[5] = beyond
+  if cursor > 0 then
+    local next_at, skipped, beyond = take_deep(out, wanted, start, page, names, DEEP_REACH)
+    out[2] = out[2] + skipped
+    out[3] = next_at
+    out[5] = beyond
+  elseif start > 0 and (#out - 5) / 2 < wanted and start < redis.call('LLEN', KEYS[1]) then
+    out[3] = start  -- a call that made the head look leaves the first page to the next call: each stays short
+  end
 end
 out[4] = redis.call('LLEN', KEYS[1])
 return out
