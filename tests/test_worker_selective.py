@@ -350,3 +350,20 @@ def test_once_reads_on_past_the_window_for_its_one_job(redis_client: redis.Redis
         worker.close()
     assert ran == ["u2000"]
     assert redis_client.lrange(queue.keys().list, 0, -1) == members[:2_000]
+
+
+def test_a_queue_of_python_jobs_longer_than_the_window_is_taken_from_its_head_in_order(
+        redis_client: redis.Redis) -> None:
+    """The deep look is for jobs behind jobs for PHP: when the head gives what a call asks for, the next
+    call reads the head again, so a long queue of Python jobs is taken in its order, as pops take it."""
+    queue = RedisQueue(redis_client, prefix="p_", retry_after=90)
+    members = [command_job("App\\Jobs\\Py", n) for n in range(700)]
+    push(redis_client, queue, members)
+    taken: list[bytes] = []
+    cursor = 0
+    while len(taken) < len(members):
+        got = queue.reserving.reserve_batch(count=32, handled=["App\\Jobs\\Py"], window=200, deep=cursor)
+        assert got.jobs, "a call found nothing while jobs were left"
+        taken += [t.body for t in got.jobs]
+        cursor = got.cursor
+    assert taken == members
