@@ -16,6 +16,8 @@
  * other lines (failures, releases) find what started() recorded. A job's id and name come from its
  * payload: one that holds a control character (or any non-ASCII text) goes through the escaper
  * configure() is given (laraq.logtext.visible), so what the line shows is what Python would print.
+ * The date is the app's local time, as artisan's: configure() may give a formatter (a unix second ->
+ * "Y-m-d H:i:s" in the app's timezone), called once per second; without one it is UTC.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -60,6 +62,7 @@ typedef struct {
     Template start, done;
     PyObject *run_time; /* seconds -> str, for runs of a second or more */
     PyObject *visible;  /* str -> str with its control characters escaped; NULL: shown as they are */
+    PyObject *date_fn;  /* unix second -> "Y-m-d H:i:s" in the app's timezone; NULL: UTC, formatted here */
     time_t date_sec;
     char date[64];
     Py_ssize_t date_len;
@@ -237,15 +240,37 @@ static double monotonic_now(void) { /* as time.monotonic() reads it: nanoseconds
     return (double)((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec) / 1e9;
 }
 
-static void refresh_date(LineSink *s) { /* Y-m-d H:i:s, UTC, formatted once per second */
+/* Y-m-d H:i:s of now, formatted once per second: by date_fn (the app's timezone) when configure() gave
+ * one, else in UTC here. Called before the sink's lock is taken (date_fn is Python code). */
+static int refresh_date(LineSink *s) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    if (s->date_len && ts.tv_sec == s->date_sec) return;
+    if (s->date_len && ts.tv_sec == s->date_sec) return 0;
+    if (s->date_fn != NULL) {
+        PyObject *sec = PyLong_FromLongLong((long long)ts.tv_sec);
+        PyObject *text = sec == NULL ? NULL : PyObject_CallOneArg(s->date_fn, sec);
+        Py_XDECREF(sec);
+        if (text == NULL) return -1;
+        Py_ssize_t len;
+        const char *data = PyUnicode_Check(text) ? PyUnicode_AsUTF8AndSize(text, &len) : NULL;
+        if (data == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "the date formatter must return str");
+            Py_DECREF(text);
+            return -1;
+        }
+        if (len >= (Py_ssize_t)sizeof s->date) len = (Py_ssize_t)sizeof s->date - 1;
+        memcpy(s->date, data, (size_t)len);
+        Py_DECREF(text);
+        s->date_len = len;
+        s->date_sec = ts.tv_sec;
+        return 0;
+    }
     struct tm tm;
     time_t sec = ts.tv_sec;
     gmtime_r(&sec, &tm);
     s->date_len = (Py_ssize_t)strftime(s->date, sizeof s->date, "%Y-%m-%d %H:%M:%S", &tm);
     s->date_sec = ts.tv_sec;
+    return 0;
 }
 
 /* Whether a str may hold a character the escaper changes: a control character of ASCII, or any
@@ -312,7 +337,6 @@ static int render(LineSink *s, const Template *t, PyObject *ident, PyObject *nam
         if (rt_data == NULL) r = -1;
     }
     if (r == 0) {
-        refresh_date(s);
         Py_ssize_t dots = t->width - PyUnicode_GET_LENGTH(name) - (runtime ? PyUnicode_GET_LENGTH(runtime) : 0);
         for (int i = 0; i < t->count && r == 0; i++) {
             const Piece *p = &t->pieces[i];
@@ -333,6 +357,7 @@ static int render(LineSink *s, const Template *t, PyObject *ident, PyObject *nam
 
 /* Render a job's line and write it (or, for a success line on the holding thread, hold it). */
 static int emit(LineSink *s, const Template *t, PyObject *ident, PyObject *name, PyObject *runtime, int may_hold) {
+    if (refresh_date(s) < 0) return -1;
     if (sink_lock(s) < 0) return -1;
     Py_ssize_t before = s->len;
     int r = render(s, t, ident, name, runtime);
@@ -484,13 +509,13 @@ static int parse_template(PyObject *tuple, Py_ssize_t width, Template *t, const 
 }
 
 static PyObject *sink_configure(LineSink *s, PyObject *args) {
-    PyObject *started, *start_tpl, *done_tpl, *run_time, *visible = Py_None;
+    PyObject *started, *start_tpl, *done_tpl, *run_time, *visible = Py_None, *date_fn = Py_None;
     Py_ssize_t max_started, start_width, done_width;
-    if (!PyArg_ParseTuple(args, "O!nOnOnO|O:configure", &PyDict_Type, &started, &max_started, &start_tpl,
-                          &start_width, &done_tpl, &done_width, &run_time, &visible))
+    if (!PyArg_ParseTuple(args, "O!nOnOnO|OO:configure", &PyDict_Type, &started, &max_started, &start_tpl,
+                          &start_width, &done_tpl, &done_width, &run_time, &visible, &date_fn))
         return NULL;
-    if (visible != Py_None && !PyCallable_Check(visible)) {
-        PyErr_SetString(PyExc_TypeError, "the escaper must be callable or None");
+    if ((visible != Py_None && !PyCallable_Check(visible)) || (date_fn != Py_None && !PyCallable_Check(date_fn))) {
+        PyErr_SetString(PyExc_TypeError, "the escaper and the date formatter must be callable or None");
         return NULL;
     }
     if (max_started < 1) {
@@ -509,6 +534,8 @@ static PyObject *sink_configure(LineSink *s, PyObject *args) {
     Py_XSETREF(s->started, Py_NewRef(started));
     Py_XSETREF(s->run_time, Py_NewRef(run_time));
     Py_XSETREF(s->visible, visible == Py_None ? NULL : Py_NewRef(visible));
+    Py_XSETREF(s->date_fn, date_fn == Py_None ? NULL : Py_NewRef(date_fn));
+    s->date_len = 0; /* formatted again, by the new formatter */
     s->max_started = max_started;
     Py_RETURN_NONE;
 }
@@ -542,6 +569,7 @@ static void sink_dealloc(LineSink *s) {
     Py_CLEAR(s->started);
     Py_CLEAR(s->run_time);
     Py_CLEAR(s->visible);
+    Py_CLEAR(s->date_fn);
     Py_CLEAR(s->start.tuple);
     Py_CLEAR(s->done.tuple);
     PyMem_Free(s->buf);
@@ -557,7 +585,7 @@ static PyMethodDef sink_methods[] = {
     {"flush", (PyCFunction)sink_flush, METH_NOARGS, "flush(): write what is held now."},
     {"configure", (PyCFunction)sink_configure, METH_VARARGS,
      "configure(started, max_started, start_template, start_width, done_template, done_width, run_time, "
-     "visible=None)."},
+     "visible=None, date=None)."},
     {"started", (PyCFunction)sink_started, METH_O, "started(job): record the job and write its first line."},
     {"succeeded", (PyCFunction)(void (*)(void))sink_succeeded, METH_FASTCALL | METH_KEYWORDS,
      "succeeded(job, runtime=None): the job's success line (held on the holding thread)."},

@@ -130,6 +130,8 @@ def test_laraq_config_reads_the_apps_config(app: PhpApp) -> None:
     for key in ("app.timezone", "redis.prefix", "queue.queue", "cache.prefix", "failed.table"):
         assert facts[key]["source"] == expected and not facts[key]["assumed"], facts[key]
     assert info["prefix"] == PREFIX and info["queues"] == [QUEUE]
+    # the cache keys' start, as Laravel writes them: the cache connection's own prefix, then the store's
+    assert f"keys {CACHE_REDIS_PREFIX + cache_prefix(app) + '…'!r}" in info["cache_store"], info["cache_store"]
 
 
 # -- the queue and its keys ---------------------------------------------------------------------------------
@@ -207,6 +209,28 @@ def test_unique_lock_released_where_laravel_took_it(app: PhpApp) -> None:
             assert proc.returncode == 0, proc.stderr
         assert not lock_client.exists(locks[0]), f"{runner} left the lock {locks[0]!r}"
     assert [r["runner"] for r in app.runs()] == ["php", "python"]
+
+
+# -- the console lines: dated in the app's timezone, as artisan's -------------------------------------------
+
+def test_job_lines_read_as_artisans_in_the_apps_timezone(app: PhpApp) -> None:
+    """artisan's ``Processing``/``RUNNING`` lines are dated in the app's timezone (Europe/Paris); laraq's
+    are the same lines, in the same zone, once dates, ids, dots and run times are set aside."""
+
+    def run(command: Any) -> tuple[list[str], list[datetime]]:
+        dispatch_echo(app)
+        before = datetime.now(TZ).replace(microsecond=0, tzinfo=None)
+        out = command()
+        after = datetime.now(TZ).replace(tzinfo=None)
+        dates = [datetime.strptime(d, "%Y-%m-%d %H:%M:%S") for d in re.findall(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", out)]
+        assert len(dates) == 2 and all(before <= d <= after for d in dates), (out, before, after)
+        shape = [re.sub(r"\[[^]]*\]\[\w*\]|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|\.{2,}|[\d.]+ms", "_", line)
+                 for line in out.splitlines()]
+        return shape, dates
+
+    artisan, _ = run(lambda: app.artisan("queue:work", CONNECTION, f"--queue={QUEUE}", "--once", check=True).stdout)
+    ours, _ = run(lambda: laraq(app, "--once").stdout)
+    assert ours == artisan and len(artisan) == 2, (ours, artisan)
 
 
 # -- failed jobs: the renamed table, queue:retry, the timezone -------------------------------------------

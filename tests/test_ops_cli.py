@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import click
 import pytest
@@ -162,9 +163,10 @@ def test_failed_and_doctor_tables(env, redis_client):
     redis_client.rpush("old_queues:default", b"\x92\x01\x02")
     doctor = run(env, "doctor", code=1).splitlines()
     assert doctor[0].split() == ["level", "finding", "fix"] and set(doctor[1]) == {"─"}
-    [row] = [i for i, line in enumerate(doctor) if "not JSON job payloads" in line]
+    [row] = [i for i, line in enumerate(doctor) if "member(s) that are not" in line]
     assert doctor[row].startswith("ERROR ") and "remove the 'serializer'" in doctor[row]
-    assert "phpredis serializer=msgpack" in doctor[row + 1]  # the detail under the title
+    assert "JSON job payloads" in doctor[row + 1]  # the title wraps (100 columns)
+    assert "phpredis serializer=msgpack" in doctor[row + 2]  # the detail under the title
 
 
 def test_colours_only_on_a_terminal(env, redis_client, monkeypatch):
@@ -266,3 +268,51 @@ def test_dispatch_cli_datetime_delay_string_job_and_bad_input(env, redis_client)
     bodies = [json.loads(m) for m in redis_client.lrange("old_queues:default", 0, -1)]
     assert all(b["attempts"] == 0 and b["id"] and b["data"] == {"x": 1} for b in bodies)
     run(env, "dispatch", "App\\Handlers\\Foo@bar", "-p", "a=1", code=2)
+
+
+def test_doctor_lines_fit_100_columns_piped_and_at_a_terminal(env, redis_client, monkeypatch):
+    """Long findings and fixes wrap: no line of ``laraq doctor`` is wider than 100 columns, piped (no
+    ``$COLUMNS``, or a wide one) or at a wide terminal; the level column stays."""
+    from laraq.cli import render
+
+    seed(redis_client)
+    redis_client.rpush("old_queues:default", b"\x92\x01\x02")  # an error finding with a long fix
+    redis_client.rpush("laravel-database-queues:default", b"{}")  # another prefix: a long detail
+    piped = {k: v for k, v in env.items() if k != "COLUMNS"}
+    for environment in (piped, {**env, "COLUMNS": "300"}):
+        lines = run(environment, "doctor", "--app", "test_worker_support:app", code=1).splitlines()
+        assert max(len(line) for line in lines) <= 100, "\n".join(line for line in lines if len(line) > 100)
+        assert lines[0].split() == ["level", "finding", "fix"]
+        assert any(line.startswith("ERROR ") for line in lines) and any(line.startswith("OK ") for line in lines)
+    tty = FakeTTY()
+    monkeypatch.setattr(render, "stdout_stream", lambda: tty)
+    monkeypatch.setenv("COLUMNS", "300")
+    run({**env, "COLUMNS": "300"}, "doctor", code=1)
+    shown = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in tty.getvalue().splitlines()]
+    assert len(shown) > 5 and max(len(line) for line in shown) <= 100
+
+
+def test_doctor_on_empty_queues_says_no_job_class_was_checked(env, redis_client):
+    findings = json.loads(run(env, "doctor", "--json", "--app", "test_worker_support:app"))
+    titles = [f["title"] for f in findings]
+    assert "no job on the queues: no job class was checked against the handlers" in titles
+    assert not [t for t in titles if "every job class seen" in t]
+    seed(redis_client, n=1, delayed=0)
+    handled = json.loads(run(env, "doctor", "--json", "--app", "test_worker_support:app"))
+    assert [f["title"] for f in handled if "job class" in f["title"]] == [
+        "every job class seen has a Python handler (1 class(es) on the queues)"]
+
+
+def test_doctor_names_a_list_too_long_for_the_deep_look_to_reach_its_middle(env, redis_client):
+    from laraq.protocol.lua_laraq import DEEP_REACH
+
+    members = [b'{"job":"App\\\\Php@fire","data":{},"attempts":0,"n":%d}' % n for n in range(2 * DEEP_REACH + 1)]
+    with redis_client.pipeline(transaction=False) as pipe:
+        for first in range(0, len(members), 1000):
+            pipe.rpush("old_queues:default", *members[first:first + 1000])
+        pipe.execute()
+    findings = json.loads(run(env, "doctor", "--json"))
+    [long] = [f for f in findings if "from both of its ends" in f["title"]]
+    assert long["level"] == "info" and f"{2 * DEEP_REACH + 1} jobs in the list" in long["title"]
+    redis_client.ltrim("old_queues:default", 0, 2 * DEEP_REACH - 1)
+    assert not [f for f in json.loads(run(env, "doctor", "--json")) if "from both of its ends" in f["title"]]

@@ -305,3 +305,30 @@ def test_the_last_success_line_is_out_before_the_worker_waits_for_more(
         worker.signals.wake.set()
         thread.join(30)
     assert status == [0]
+
+
+@pytest.mark.parametrize("release", ["8.83.27", "13.26.1"])
+def test_the_lines_are_dated_in_the_apps_timezone(stream: Any, release: str) -> None:
+    """Both sinks date a job's lines in the zone they are given (the app's, as artisan's ``Carbon::now()``),
+    and ``--json``'s timestamp carries that zone's offset as PHP's ``P`` writes it."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    paris, kiritimati = ZoneInfo("Europe/Paris"), ZoneInfo("Pacific/Kiritimati")  # UTC+1/+2 and UTC+14
+    for zone in (paris, kiritimati):
+        before = datetime.now(zone).replace(microsecond=0)
+        out = Output(LaravelVersion.parse(release), stream=stream, timezone=zone)
+        start = len(_text(stream))
+        out.job(_Job(1), "starting")
+        out.job(_Job(1), "success")
+        after = datetime.now(zone)
+        dates = re.findall(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", _text(stream)[start:])
+        assert len(dates) == 2
+        for shown in dates:
+            assert before <= datetime.strptime(shown, "%Y-%m-%d %H:%M:%S").replace(tzinfo=zone) <= after, shown
+    out = Output(LaravelVersion.parse("11.30.0"), stream=stream, json_mode=True, timezone=kiritimati)
+    start = len(_text(stream))
+    out.job(_Job(2), "starting")
+    stamp = re.search(r'"timestamp":"([^"]+)"', _text(stream)[start:])
+    assert stamp is not None and stamp.group(1).endswith("+14:00") and re.fullmatch(
+        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+14:00", stamp.group(1))

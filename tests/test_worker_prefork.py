@@ -16,14 +16,17 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from test_worker_fastpath import _drain, _left, _push, _queue_restart
 from test_worker_fastpath import _pyapp as _app
-from test_worker_support import popen_laraq, wait_for
+from test_worker_support import LARAQ, laraq_env, popen_laraq, wait_for
 
+from laraq.exitcodes import EXIT_USAGE
 from laraq.worker.worker import Worker
 
 KEY = "laravel_database_queues:fast"  # the queue of test_worker_fastpath's helpers
@@ -171,3 +174,130 @@ def test_sigkill_mid_batch_reruns_only_the_running_job(redis_client: Any, redis_
     counts = collections.Counter(r["uuid"] for r in app.runs())
     assert {u for u, n in counts.items() if n > 1} == {first_long}  # only the job that was running
     assert counts[first_long] == 2
+
+
+def _popen_in(app: Any, cwd: Path, *args: str, app_spec: str = "test_worker_support:app") -> subprocess.Popen[str]:
+    """``laraq work`` started as its console script starts it (``-P``: the current directory is not on the
+    import path) from ``cwd``."""
+    argv = [sys.executable, "-P", *LARAQ[1:], "--app", app_spec, "--laravel", app.release, "--sleep", "0", *args]
+    return subprocess.Popen(argv, env=laraq_env(app), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _until_it_runs_jobs(app: Any, redis_client: Any, pids: set[int]) -> None:
+    """Keep a few jobs on the queue until each of ``pids`` has run one (a worker just started may find its
+    sibling took every job pushed once)."""
+    def ran() -> bool:
+        if _left(redis_client) == 0:
+            _push(app, 4, 0.2)
+        return pids <= {r["pid"] for r in app.runs()}
+
+    wait_for(ran, timeout=120, interval=0.2)
+
+
+def _foreign_laraq(directory: Path) -> Path:
+    """A directory holding an unrelated package named ``laraq`` (a broken checkout, say): importing it fails."""
+    (directory / "laraq").mkdir()
+    (directory / "laraq" / "__init__.py").write_text('raise ImportError("the laraq folder of the current '
+                                                     'directory was imported")\n')
+    return directory
+
+
+def test_a_replacement_runs_the_supervisors_laraq_whatever_the_directory_holds(
+        redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Run from a directory with a ``laraq/`` folder: a worker killed with SIGKILL is replaced by one that
+    imports the supervisor's laraq (not the folder's) and runs jobs."""
+    app = _app(redis_server, monkeypatch, retry_after=2)
+    _push(app, 30, 0.1)
+    uuids = _uuids(redis_client)
+    proc = _popen_in(app, _foreign_laraq(tmp_path), "--queue=fast", "--processes=2", "--quiet", "--retry-after=2",
+                     "--tries=0", "--batch=1")
+    try:
+        first = wait_for(lambda: len(_children(proc.pid)) == 2 and _children(proc.pid), timeout=30)
+        wait_for(lambda: len({r["pid"] for r in app.runs()}) == 2, timeout=60)
+        os.kill(first[0], signal.SIGKILL)
+        replacement = wait_for(lambda: len(_children(proc.pid)) == 2 and set(_children(proc.pid)) - set(first),
+                               timeout=60)
+        _until_it_runs_jobs(app, redis_client, replacement)
+        wait_for(lambda: {r["uuid"] for r in app.runs()} >= uuids and _left(redis_client) == 0, timeout=120,
+                 interval=0.2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        _stop(proc)
+    err = proc.stderr.read() if proc.stderr else ""
+    assert "worker process died by SIGKILL" in err and "Traceback" not in err, err
+    assert len(replacement) == 1 and replacement <= {r["pid"] for r in app.runs()}  # the replacement ran jobs
+
+
+def test_a_worker_killed_by_its_timeout_is_replaced_from_a_directory_with_a_laraq_folder(
+        redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A job outlives ``--timeout``: its worker kills itself, and the supervisor's replacement (started from a
+    directory with a ``laraq/`` folder) runs the jobs after it."""
+    app = _app(redis_server, monkeypatch, retry_after=30)
+    _push(app, 1, 20)
+    _push(app, 5, 0.01)
+    long_uuid = json.loads(redis_client.lindex(KEY, 0))["uuid"]
+    proc = _popen_in(app, _foreign_laraq(tmp_path), "--queue=fast", "--processes=1", "--quiet", "--timeout=1",
+                     "--tries=1", "--batch=1", "--retry-after=30")
+    try:
+        wait_for(lambda: len(app.runs()) >= 6, timeout=120, interval=0.2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        _stop(proc)
+    err = proc.stderr.read() if proc.stderr else ""
+    runs = app.runs()
+    assert runs[0]["uuid"] == long_uuid
+    assert {r["pid"] for r in runs[1:]} and runs[0]["pid"] not in {r["pid"] for r in runs[1:]}
+    assert "worker process died by SIGKILL" in err and "Traceback" not in err, err
+
+
+def test_a_replacement_that_cannot_start_is_said_and_tried_again(
+        redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The app's module breaks while the workers run, then a worker dies: its replacement exits before it
+    is ready; the supervisor says so (exit code, workers running) and tries again with a growing pause,
+    and once the module is fixed the replacement runs jobs. Never one worker short without a word."""
+    app = _app(redis_server, monkeypatch, retry_after=2)
+    module = tmp_path / "changing_app.py"
+    module.write_text("from test_worker_support import app  # noqa: F401\n")
+    _push(app, 10, 0.05)
+    proc = _popen_in(app, tmp_path, "--queue=fast", "--processes=2", "--quiet", "--retry-after=2", "--tries=0",
+                     "--batch=1", app_spec="changing_app:app")
+    try:
+        first = wait_for(lambda: len(_children(proc.pid)) == 2 and _children(proc.pid), timeout=30)
+        wait_for(lambda: _left(redis_client) == 0, timeout=60, interval=0.2)
+        module.write_text("raise RuntimeError('the app module is broken for now')\n")
+        os.kill(first[0], signal.SIGKILL)
+        lines: list[str] = []
+        assert proc.stderr is not None
+        while sum("before it started" in line for line in lines) < 2:  # two failed starts, each said
+            lines.append(proc.stderr.readline())
+        module.write_text("from test_worker_support import app  # noqa: F401\n")
+        fixed = wait_for(lambda: len(_children(proc.pid)) == 2 and set(_children(proc.pid)) - set(first), timeout=60)
+        _until_it_runs_jobs(app, redis_client, fixed)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        _stop(proc)
+    said = [line for line in lines if "before it started" in line]
+    assert all(f"worker process 1 exited with code {EXIT_USAGE} before it started" in line for line in said), said
+    assert all("ERROR" in line and "1 of 2 worker process(es) running" in line for line in said), said
+    pauses = [float(line.rsplit("again in ", 1)[1].rstrip("s\n")) for line in said]
+    assert pauses[1] == 2 * pauses[0], said  # the pause grows
+    assert "RuntimeError: the app module is broken for now" in "".join(lines)
+
+
+def test_workers_that_never_start_are_the_deployments_error(
+        redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No worker was ever ready (the app's module fails to import): the supervisor does not retry, it exits
+    with the workers' code, as a single ``laraq work`` does."""
+    app = _app(redis_server, monkeypatch)
+    (tmp_path / "broken_app.py").write_text("raise RuntimeError('broken from the start')\n")
+    proc = _popen_in(app, tmp_path, "--queue=fast", "--processes=2", "--quiet", app_spec="broken_app:app")
+    try:
+        assert proc.wait(60) == EXIT_USAGE
+    finally:
+        _stop(proc)
+    err = proc.stderr.read() if proc.stderr else ""
+    assert "broken from the start" in err and "starting it again" not in err, err

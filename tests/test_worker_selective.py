@@ -9,6 +9,7 @@ job popped by Laravel's script leave byte-identical ``:reserved`` members and no
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 import redis
@@ -167,3 +168,202 @@ def test_a_worker_runs_its_jobs_and_leaves_the_others_in_order(redis_client: red
     assert ran == [f"u{n}" for n in range(0, 30, 3)]
     assert redis_client.lrange(keys.list, 0, -1) == [m for n, m in enumerate(members) if n % 3]
     assert redis_client.zcard(keys.reserved) == 0 and redis_client.zcard(keys.delayed) == 0
+
+
+def sweep(queue: RedisQueue, names: list[str], count: int, window: int = 200) -> tuple[list[bytes], int]:
+    """Selective reserves with the deep look, the cursor carried from call to call as a worker carries it,
+    until the look comes back to the list's head: the bodies taken and the calls made."""
+    taken: list[bytes] = []
+    cursor, calls = 0, 0
+    while True:
+        got = queue.reserving.reserve_batch(count=count, handled=names, window=window, deep=cursor)
+        calls += 1
+        taken += [t.body for t in got.jobs]
+        assert got.cursor >= 0
+        cursor = got.cursor
+        if cursor == 0:
+            return taken, calls
+
+
+def test_the_deep_look_takes_python_jobs_behind_thousands_of_php_jobs(redis_client: redis.Redis) -> None:
+    """Past the window, page by page: Python jobs deep in the list and near its tail are taken in list
+    order, each reserved as Laravel's pop reserves it; the PHP jobs keep their order and their tokens; no
+    call holds Redis 10 ms (SLOWLOG, 10,000 µs)."""
+    from laraq.protocol.lua_laraq import DEEP_PAGE
+
+    queue = RedisQueue(redis_client, prefix="p_", retry_after=90)
+    keys = queue.keys()
+    members = [command_job("App\\Jobs\\Php", n) for n in range(12_000)]
+    python = {700: "App\\Jobs\\Py", 5_000: "App\\Jobs\\Py", 5_001: "App\\Jobs\\Py", 11_999: "App\\Jobs\\Py"}
+    for at, name in python.items():
+        members[at] = command_job(name, at)
+    members[6_000] = string_job("App\\Legacy@fire", 6_000)  # a string job, by its class
+    members[7_000] = b"not json"  # left for the head look (or PHP), never taken from the middle
+    with redis_client.pipeline(transaction=False) as pipe:
+        for m in members:
+            pipe.rpush(keys.list, m)
+            pipe.rpush(keys.notify, 1)
+        pipe.execute()
+    redis_client.config_set("slowlog-log-slower-than", 10_000)
+    redis_client.slowlog_reset()
+    taken, calls = sweep(queue, ["App\\Jobs\\Py", "App\\Legacy"], count=2)
+    slow = redis_client.slowlog_get(128)
+    redis_client.config_set("slowlog-log-slower-than", 10_000)
+    wanted = [700, 5_000, 5_001, 6_000, 11_999]
+    assert taken == [members[at] for at in wanted]
+    assert calls >= len(members) // DEEP_PAGE
+    left = [m for at, m in enumerate(members) if at not in wanted]
+    assert redis_client.lrange(keys.list, 0, -1) == left
+    assert redis_client.llen(keys.notify) == len(left)
+    assert redis_client.llen(keys.poison) == 0
+    reference = redis.Redis(connection_pool=redis_client.connection_pool)
+    for body in taken:
+        reference.delete("ref", "ref:reserved", "ref:notify")
+        reference.rpush("ref", body)
+        _, laravel_reserved = reference.eval(LARAVEL_POP, 3, "ref", "ref:reserved", "ref:notify", 123)
+        assert redis_client.zscore(keys.reserved, laravel_reserved) is not None
+    assert [(e["duration"], e["command"][-200:]) for e in slow] == []
+
+
+def test_the_deep_look_counts_python_jobs_beyond_its_reach(redis_client: redis.Redis,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A Python job farther than ``DEEP_REACH`` members from both ends of the list is not taken (its removal
+    would walk too far) but counted, for the worker's warning; one near either end is taken."""
+    from laraq.protocol.lua_laraq import DEEP_REACH
+
+    queue = RedisQueue(redis_client, prefix="p_", retry_after=90)
+    keys = queue.keys()
+    filler = [b'{"job":"App\\\\Php@fire","data":{},"attempts":0,"n":%d}' % n for n in range(2 * DEEP_REACH + 10)]
+    middle = len(filler) // 2
+    near_tail = len(filler) - 3
+    filler[middle] = command_job("App\\Jobs\\Py", 1)
+    filler[near_tail] = command_job("App\\Jobs\\Py", 2)
+    with redis_client.pipeline(transaction=False) as pipe:
+        for first in range(0, len(filler), 1000):
+            pipe.rpush(keys.list, *filler[first:first + 1000])
+        pipe.execute()
+    cursor, beyond, taken = 0, 0, []
+    while True:
+        got = queue.reserving.reserve_batch(count=5, handled=["App\\Jobs\\Py"], window=200, deep=cursor)
+        beyond += got.beyond
+        taken += [t.body for t in got.jobs]
+        cursor = got.cursor
+        if cursor == 0:
+            break
+    assert taken == [filler[near_tail]]
+    assert beyond == 1 and got.depth == len(filler) - 1
+    assert redis_client.lindex(keys.list, middle) == filler[middle]
+
+    # a worker says so: a warning naming the queue, and the event (the metrics' gauge) with the count
+    from prometheus_client import CollectorRegistry
+
+    from laraq.app import App
+    from laraq.production.metrics import Metrics
+    from laraq.worker.events import JobsOutOfReach, WorkerListener
+    from laraq.worker.worker import Worker, WorkerOptions
+
+    told: list[JobsOutOfReach] = []
+    registry = CollectorRegistry()
+    metrics = Metrics(registry=registry)
+    metrics._queues = ["default"]
+
+    class Recorder(WorkerListener):
+        def jobs_out_of_reach(self, event: JobsOutOfReach) -> None:
+            told.append(event)
+            metrics.jobs_out_of_reach(event)
+
+    app = App()
+    app.handler("App\\Jobs\\Py")(lambda command, job: None)
+    worker = Worker(app, queue, "default", options=WorkerOptions(sleep=0, stop_when_empty=True, memory=1 << 20),
+                    listeners=[Recorder()])
+    with caplog.at_level(logging.WARNING, logger="laraq.worker.worker"):
+        try:
+            assert worker.daemon() == 0
+        finally:
+            worker.close()
+    assert [(e.queue, e.count, e.depth) for e in told] == [("default", 1, len(filler) - 1)]
+    assert registry.get_sample_value("laraq_jobs_out_of_reach", {"queue": "default"}) == 1
+    assert any("queue default: 1 Python job(s) wait more than 50000 members from both ends" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_without_lset_and_lrem_the_deep_look_says_so_and_takes_nothing(redis_client: redis.Redis,
+                                                                        redis_server: object) -> None:
+    """An ACL user without ``LSET``/``LREM``: the reply's cursor is -1 and the list is untouched (the head
+    look still works)."""
+    redis_client.execute_command("ACL", "SETUSER", "nolrem", "on", ">pw", "~*", "+@all", "-lset", "-lrem")
+    limited = redis.Redis(port=redis_client.connection_pool.connection_kwargs["port"], username="nolrem",
+                          password="pw")
+    queue = RedisQueue(limited, prefix="p_", retry_after=90)
+    members = [command_job("App\\Jobs\\Php", n) for n in range(300)] + [command_job("App\\Jobs\\Py", 300)]
+    push(redis_client, queue, members)
+    got = queue.reserving.reserve_batch(count=5, handled=["App\\Jobs\\Py"], window=200, deep=0)
+    assert got.cursor == 200 and got.jobs == []  # the head look; the deep look starts at the next call
+    got = queue.reserving.reserve_batch(count=5, handled=["App\\Jobs\\Py"], window=200, deep=got.cursor)
+    assert got.cursor == -1 and got.jobs == []
+    assert redis_client.lrange(queue.keys().list, 0, -1) == members
+    limited.close()
+
+
+@pytest.mark.parametrize("batch", [1, 100], ids=["classic", "fast"])
+def test_a_worker_finds_python_jobs_past_the_window_before_it_calls_the_queue_empty(
+        redis_client: redis.Redis, batch: int) -> None:
+    """With ``--stop-when-empty`` and ``--sleep 3``: the worker reads on past the window, call after call
+    without sleeping, runs the Python jobs behind 2,000 jobs for PHP and only then stops."""
+    from laraq.app import App
+    from laraq.worker.worker import Worker, WorkerOptions
+
+    queue = RedisQueue(redis_client, prefix="p_", retry_after=90)
+    keys = queue.keys()
+    members = [command_job("App\\Jobs\\Php", n) for n in range(2_000)] + [command_job("App\\Jobs\\Py", n)
+                                                                          for n in range(2_000, 2_005)]
+    push(redis_client, queue, members)
+    ran: list[str] = []
+    app = App()
+    app.handler("App\\Jobs\\Py")(lambda command, job: ran.append(job.uuid))
+    worker = Worker(app, queue, "default", options=WorkerOptions(batch=batch, sleep=3, stop_when_empty=True,
+                                                                 memory=1 << 20, scan_window=50))
+    try:
+        assert worker.daemon() == 0
+    finally:
+        worker.close()
+    assert ran == [f"u{n}" for n in range(2_000, 2_005)]
+    assert redis_client.lrange(keys.list, 0, -1) == members[:2_000]
+    assert redis_client.llen(keys.notify) == 2_000 and redis_client.zcard(keys.reserved) == 0
+
+
+def test_once_reads_on_past_the_window_for_its_one_job(redis_client: redis.Redis) -> None:
+    """``--once`` behind 2,000 jobs for PHP: the look goes on until it finds the Python job, which runs."""
+    from laraq.app import App
+    from laraq.worker.worker import Worker, WorkerOptions
+
+    queue = RedisQueue(redis_client, prefix="p_", retry_after=90)
+    members = [command_job("App\\Jobs\\Php", n) for n in range(2_000)] + [command_job("App\\Jobs\\Py", 2_000)]
+    push(redis_client, queue, members)
+    ran: list[str] = []
+    app = App()
+    app.handler("App\\Jobs\\Py")(lambda command, job: ran.append(job.uuid))
+    worker = Worker(app, queue, "default", options=WorkerOptions(once=True, sleep=0, memory=1 << 20))
+    try:
+        assert worker.daemon() == 0
+    finally:
+        worker.close()
+    assert ran == ["u2000"]
+    assert redis_client.lrange(queue.keys().list, 0, -1) == members[:2_000]
+
+
+def test_a_queue_of_python_jobs_longer_than_the_window_is_taken_from_its_head_in_order(
+        redis_client: redis.Redis) -> None:
+    """The deep look is for jobs behind jobs for PHP: when the head gives what a call asks for, the next
+    call reads the head again, so a long queue of Python jobs is taken in its order, as pops take it."""
+    queue = RedisQueue(redis_client, prefix="p_", retry_after=90)
+    members = [command_job("App\\Jobs\\Py", n) for n in range(700)]
+    push(redis_client, queue, members)
+    taken: list[bytes] = []
+    cursor = 0
+    while len(taken) < len(members):
+        got = queue.reserving.reserve_batch(count=32, handled=["App\\Jobs\\Py"], window=200, deep=cursor)
+        assert got.jobs, "a call found nothing while jobs were left"
+        taken += [t.body for t in got.jobs]
+        cursor = got.cursor
+    assert taken == members

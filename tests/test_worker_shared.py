@@ -128,3 +128,36 @@ def test_a_php_worker_hands_a_python_job_over_untouched(php: PhpApp, redis_clien
     assert ran["runner"] == "python" and ran["n"] == 7 and ran["attempts"] == 1
     assert redis_client.llen(key(php, "python")) == 0
     assert redis_client.zcard(key(php, "python") + ":reserved") == 0
+
+
+def test_python_jobs_behind_ten_thousand_php_jobs_run_with_no_php_worker(php: PhpApp, redis_client: Any) -> None:
+    """No PHP worker (paused or absent), 10,000 PHP-only jobs ahead of 10 Python jobs: laraq's deep look
+    past ``--scan-window`` finds the Python jobs, takes each exactly as Laravel's pop takes it, and leaves
+    the PHP jobs in their order with their ``:notify`` tokens; no laraq call holds Redis 10 ms (Redis's
+    own SLOWLOG, threshold 10,000 µs)."""
+    php.tool("dispatch", "echo", "--queue=shared", "--count=10000")
+    for n in range(10):
+        dispatch(php, "python", "shared", document=f"d{n}")
+    before = redis_client.lrange(key(php, "shared"), 0, -1)
+    php_only = [m for m in before if b"EchoJob" in m]
+    assert len(php_only) == 10_000 and len(before) == 10_010
+    slow_before = redis_client.config_get("slowlog-log-slower-than")["slowlog-log-slower-than"]
+    redis_client.config_set("slowlog-log-slower-than", 10_000)
+    redis_client.slowlog_reset()
+    laraq = popen_laraq(php, "--queue=shared", app_spec=APP)
+    try:
+        wait_for(lambda: len(php.runs()) >= 10, timeout=120)
+        slow = redis_client.slowlog_get(128)
+    finally:
+        redis_client.config_set("slowlog-log-slower-than", slow_before)
+        laraq.terminate()
+        out, err = laraq.communicate(timeout=60)
+    ran = php.runs()
+    assert sorted(r["uuid"] for r in ran) == sorted(uuid_of(m) for m in before if b"PythonJob" in m)
+    assert {r["runner"] for r in ran} == {"python"} and all(r["attempts"] == 1 for r in ran)
+    # the PHP jobs are where they were, in order, each with its wake-up token
+    assert redis_client.lrange(key(php, "shared"), 0, -1) == php_only
+    assert redis_client.llen(key(php, "shared") + ":notify") == 10_000
+    assert redis_client.zcard(key(php, "shared") + ":reserved") == 0
+    assert [(e["duration"], e["command"][-120:]) for e in slow] == []
+    assert "Traceback" not in err, err

@@ -21,6 +21,9 @@ from laraq.ops.doctor import diagnose
 
 LEVEL_STYLES = {"ok": "green", "info": "cyan", "warn": "yellow", "error": "bold red"}
 
+#: The widest a doctor line gets, on a terminal or piped (its long findings and fixes wrap).
+WIDTH = 100
+
 
 @click.command("doctor")
 @settings_options
@@ -44,6 +47,6 @@ def doctor_cmd(ops: Ops, app_ref: str | None, worker_timeout: int, queue_names: 
                 finding.append("\n" + visible(f.detail, multiline=True), style="dim")
             rows.append((Text(f.level.upper(), style=LEVEL_STYLES.get(f.level, "")), finding, f.fix))
         print_table([Column("level", no_wrap=True), Column("finding", overflow="fold", min_width=20),
-                     Column("fix", overflow="fold", min_width=20)], rows)
+                     Column("fix", overflow="fold", min_width=20)], rows, max_width=WIDTH)
     if any(f.level == "error" for f in findings):
         sys.exit(EXIT_ERROR)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from functools import partial
 from typing import IO, TYPE_CHECKING, Any, Literal
 
@@ -124,8 +124,12 @@ class Output:
         verbosity: int = 0,
         color: bool | None = None,
         width: int | None = None,
+        timezone: tzinfo = UTC,
     ) -> None:
         self.version = version
+        #: the dates of the lines are in this zone: the app's, as artisan's (``app.timezone``, or
+        #: ``queue.output_timezone`` from 9.49; :meth:`laraq.config.settings.LaravelSettings.line_timezone`)
+        self.timezone = timezone
         self.stream = stream if stream is not None else sys.stdout
         self.json_mode = json_mode
         self.quiet = quiet
@@ -161,7 +165,8 @@ class Output:
             # the C sink prints the two lines every job has; Python keeps the rarer ones (and -v, --json)
             (start, start_width), (done, done_width) = self._templates()
             c_sink.configure(self._started, _MAX_STARTED, start, start_width, done, done_width,
-                             partial(format_run_time, humanize=self._humanize), visible)
+                             partial(format_run_time, humanize=self._humanize), visible,
+                             None if timezone is UTC else self._date_at)
             self.started = c_sink.started  # type: ignore[method-assign]
             self.succeeded = c_sink.succeeded  # type: ignore[method-assign]
 
@@ -189,17 +194,20 @@ class Output:
     def _c(self, code: str, text: str) -> str:
         return f"{code}{text}{_RESET}" if self.color else text
 
-    @staticmethod
-    def _now() -> datetime:
-        return datetime.now(UTC)
+    def _now(self) -> datetime:
+        return datetime.now(self.timezone)
+
+    def _date_at(self, second: int) -> str:
+        """``Y-m-d H:i:s`` of a unix second in the lines' timezone."""
+        return datetime.fromtimestamp(second, self.timezone).strftime("%Y-%m-%d %H:%M:%S")
 
     def _date(self) -> str:
-        """``Y-m-d H:i:s`` (UTC) of now, formatted once per second rather than once per line."""
+        """``Y-m-d H:i:s`` of now, formatted once per second rather than once per line."""
         now = _clock()
         if now >= self._date_until:
             second = int(now)
             self._date_until = second + 1.0
-            self._date_text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%d %H:%M:%S")
+            self._date_text = self._date_at(second)
         return self._date_text
 
     # -- events ------------------------------------------------------------------------------------
@@ -351,7 +359,10 @@ class Output:
         return (start if self._kind == "two-line" else None, self.width - 33), (done, self.width - 31)
 
     def _stamp(self) -> str:
-        return self._now().strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+        """PHP's ``Y-m-d\\TH:i:s.uP``: microseconds and the offset with a colon (``+01:00``)."""
+        now = self._now()
+        offset = now.strftime("%z") or "+0000"
+        return now.strftime("%Y-%m-%dT%H:%M:%S.%f") + offset[:3] + ":" + offset[3:]
 
     def _json(self, job: Job, status: Status, exc: BaseException | None, elapsed: float, detail: str) -> None:
         self._write(self._json_text(job, status, exc, elapsed, detail))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -110,16 +111,20 @@ def make_table(columns: Sequence[str | Column], *, show_header: bool = True) -> 
                  show_header=show_header, header_style="bold", padding=(0, 1))
 
 
-def print_renderable(renderable: RenderableType) -> None:
-    """Render on standard output; on a terminal with colours, elsewhere as plain stripped text."""
+def print_renderable(renderable: RenderableType, *, max_width: int | None = None) -> None:
+    """Render on standard output; on a terminal with colours, elsewhere as plain stripped text. ``max_width``:
+    never wider than that many columns (a narrower terminal or ``$COLUMNS`` still wins)."""
     from rich.console import Console  # start-up: rich only when a table is drawn
 
     out = stdout_stream()
     tty = _is_tty(out)
     buffer = io.StringIO()
+    width = None if tty else _width()
+    if max_width is not None:
+        terminal = shutil.get_terminal_size((max_width, 24)).columns if tty else max_width
+        width = min(max_width, width or terminal, terminal)
     console = Console(file=buffer, force_terminal=tty, no_color=not tty, color_system="auto" if tty else None,
-                      markup=False, highlight=False, emoji=False, soft_wrap=False,
-                      width=None if tty else _width())
+                      markup=False, highlight=False, emoji=False, soft_wrap=False, width=width)
     console.print(renderable)
     text = "\n".join(line.rstrip() for line in buffer.getvalue().splitlines())
     click.echo(text, file=out, color=tty)
@@ -209,16 +214,20 @@ def fit_widths(columns: Sequence[Column], cells: Sequence[Sequence[Text]], width
     return widths if sum(widths) <= room else None
 
 
-def print_table(columns: Sequence[str | Column], rows: Sequence[Sequence[Any]], *, width: int | None = None) -> None:
-    """Draw ``rows`` under ``columns`` fitted to the output's width (:func:`output_width`): text columns
-    shortened in the middle, prose wrapped, numbers whole, the identifying column always there; when even
-    that does not fit, each row becomes a block of ``header: value`` lines (:func:`print_list`)."""
+def print_table(columns: Sequence[str | Column], rows: Sequence[Sequence[Any]], *, width: int | None = None,
+                max_width: int | None = None) -> None:
+    """Draw ``rows`` under ``columns`` fitted to the output's width (:func:`output_width`, or ``width``; at
+    most ``max_width`` when given): text columns shortened in the middle, prose wrapped, numbers whole, the
+    identifying column always there; when even that does not fit, each row becomes a block of
+    ``header: value`` lines (:func:`print_list`)."""
     cols = [c if isinstance(c, Column) else Column(c) for c in columns]
     if cols and not any(c.key for c in cols):
         first = cols[0]
         cols[0] = Column(first.header, key=True, wrap=False, whole=first.whole, **first.options)
     cells = [[cell(v) for v in row] for row in rows]
     limit = output_width() if width is None else width
+    if max_width is not None:
+        limit = min(limit, max_width)
     widths = fit_widths(cols, cells, limit)
     if widths is None:
         print_list(cols, cells, limit)

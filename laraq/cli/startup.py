@@ -104,6 +104,17 @@ def _sqlite_missing(settings: LaravelSettings, connection: str | None) -> str | 
     return None if Path(db.database).exists() else db.database
 
 
+def _cache_prefixes(settings: LaravelSettings) -> str:
+    """What a Redis cache key starts with: the cache connection's own key prefix, then the store's prefix
+    joined as this version's ``RedisStore`` joins it (``keys 'app_database_app_cache_:…'``), and the two parts."""
+    try:
+        connection = settings.redis_connection(settings.redis_cache_connection).prefix
+    except ValueError:  # no such connection: opening the store says so
+        return f"prefix {settings.cache_prefix!r}"
+    joined = connection + settings.version.cache_key(settings.cache_prefix, "")
+    return f"keys {joined + '…'!r} (connection prefix {connection!r} + cache prefix {settings.cache_prefix!r})"
+
+
 def open_cache(settings: LaravelSettings, *, redis_url: str | None = None) -> OpenedStore:
     """The app's default cache store, read once; see the module docstring for what happens on failure."""
     name = settings.cache_store_driver()
@@ -116,7 +127,7 @@ def open_cache(settings: LaravelSettings, *, redis_url: str | None = None) -> Op
         where = f"file ({store}{settings.cache_path})"
     elif name == "redis":
         where = (f"redis ({store}connection {settings.redis_cache_connection!r}, locks on "
-                 f"{settings.redis_cache_lock_connection!r}, prefix {settings.cache_prefix!r})")
+                 f"{settings.redis_cache_lock_connection!r}, {_cache_prefixes(settings)})")
     try:
         missing = _sqlite_missing(settings, settings.db_cache_connection) if name == "database" else None
         if missing:

@@ -26,8 +26,10 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from datetime import UTC, tzinfo
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
 import redis
@@ -55,7 +57,7 @@ from laraq.cli.work_command import work_cmd
 from laraq.config.effective import effective_settings, with_flags
 from laraq.config.faults import explain
 from laraq.config.phpworkers import shared_queue_warnings
-from laraq.config.settings import make_redis, parse_redis_url
+from laraq.config.settings import LaravelSettings, make_redis, parse_redis_url
 from laraq.exitcodes import EXIT_ERROR, EXIT_USAGE
 from laraq.production import prefork
 from laraq.production.listeners import attach_listeners
@@ -116,7 +118,12 @@ def child_main() -> None:
     params["worker_parent"] = parent or None
     # the supervisor counts jobs only for --max-jobs: without it, no write (and no wake-up of the
     # supervisor) per batch; the pipe still tells it when this worker is gone
-    _exit_ignoring_quit_signals(_run_worker(params, on_jobs_popped=popped if params.get("max_jobs") else None))
+    def ready() -> None:
+        with contextlib.suppress(OSError):
+            os.write(fd, prefork.READY)
+
+    _exit_ignoring_quit_signals(_run_worker(params, on_jobs_popped=popped if params.get("max_jobs") else None,
+                                            ready=ready))
 
 
 # -- building the worker ------------------------------------------------------------------------------
@@ -129,7 +136,10 @@ def _setup_logging(params: dict[str, Any]) -> str:
                              quiet=bool(params.get("quiet")))
 
 
-def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None) -> int:
+def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None,
+                ready: Callable[[], None] | None = None) -> int:
+    """Build the worker from ``params`` and run it; ``ready`` is called once it is built, just before it
+    takes jobs (a supervised worker tells its supervisor it started)."""
     _return_freed_memory()
     try:
         app = _load_app(params["app_spec"], load_app)
@@ -164,6 +174,8 @@ def _run_worker(params: dict[str, Any], *, on_jobs_popped: Any = None) -> int:
     gc.collect()
     gc.freeze()
     release_free_memory()  # what boot freed (the config, the app's first reads) goes back to the system
+    if ready is not None:
+        ready()
     try:
         return worker.run()
     except Exception as exc:
@@ -337,6 +349,20 @@ def handoff_check(params: dict[str, Any], env: Mapping[str, str] | None, app: Ap
     return check_handoff(base, app.names, env=env)
 
 
+def _line_zone(settings: LaravelSettings) -> tzinfo:
+    """The zone of the console lines' dates, as artisan's (:attr:`LaravelSettings.line_timezone`); a name
+    this host's zone database does not know is said once, and the lines are in UTC."""
+    name = settings.line_timezone
+    if name == "UTC":
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        log.warning("the app's timezone %r is not in this host's zone database (install tzdata): the job lines' "
+                    "dates are in UTC", name)
+        return UTC
+
+
 def _load_app(spec: str, load_app: Any) -> App:
     """Import ``--app``; a missing module, a syntax error or an error raised by the import is one line."""
     try:
@@ -402,7 +428,7 @@ def build_worker(params: dict[str, Any], *, env: Mapping[str, str] | None = None
     listeners: list[Any] = []
     if not (params["quiet"] or (json_logs and not params["json_mode"])):
         listeners.append(OutputListener(Output(settings.version, json_mode=params["json_mode"],
-                                               verbosity=params["verbose"])))
+                                               verbosity=params["verbose"], timezone=_line_zone(settings))))
     listeners.append(JobLogListener(job_lines=json_logs))
     connection_name = params.get("connection") or settings.connection_name
     steps = PhpSteps(p.queue, settings.version, cache=p.cache,

@@ -93,7 +93,8 @@ _CONFIG_ENV = "LARAQ_WORKER_CONFIG"
               help="A job that has no Python handler: leave it in the list for PHP workers (never taken), "
                    "or take it and requeue it untouched, release it, or fail it.")
 @click.option("--scan-window", type=click.IntRange(1), default=200, show_default=True,
-              help="With --unhandled leave: how many jobs at the head of a queue one reserve looks at.")
+              help="With --unhandled leave: how many jobs at the head of a queue a reserve looks at first "
+                   "(deeper jobs are read page by page after it).")
 @click.option("--acks", type=click.Choice(["at-once", "batched"]), default="at-once", show_default=True,
               help="at-once: a finished job's ZREM is written the moment it is done and buffered jobs are "
                    "recorded, so a SIGKILL re-runs only the running jobs. batched: acks ride on the next "

@@ -105,6 +105,8 @@ def apply_app_config(base: LaravelSettings, config: AppConfig, *, connection: st
     # app
     if config.has("app.timezone"):
         put("app.timezone", "app_timezone", text(config.get("app.timezone")) or "UTC")
+    if config.get("queue.output_timezone"):
+        put(None, "queue_output_timezone", text(config.get("queue.output_timezone")))
     if isinstance(config.get("app.key"), str):
         put(None, "app_key", config.get("app.key") or None)
     previous = config.get("app.previous_keys")

@@ -3,9 +3,10 @@
 Horizon's ``RedisSupervisorRepository`` keeps one hash per live supervisor (``<horizon prefix>supervisor:<name>``,
 listed in the ``supervisors`` sorted set, scored by its last update and expiring 30 s after it) whose
 ``processes`` field maps ``"<connection>:<queue[,queue]>"`` to a process count and whose ``options`` hold the
-supervisor's ``connection`` and ``queue``. A PHP worker popping a job meant for a Python handler runs the PHP
-class's ``handle()`` (often empty) and deletes the job: the Python handler never runs. The banner and
-``laraq doctor`` say so when such a supervisor shares one of laraq's queues. laraq's own supervisors
+supervisor's ``connection`` and ``queue``. A PHP worker that pops a Python job first hands it to the class's
+``pythonQueue()`` when the PHP class uses the ``RunsInPython`` trait (then it runs once, in Python, if laraq
+works that queue), and runs the PHP class's ``handle()`` when it does not. The banner and ``laraq doctor``
+say so when such a supervisor shares one of laraq's queues. laraq's own supervisors
 (``<master>:laraq-<name>``) are not PHP workers. Plain ``php artisan queue:work`` processes leave no record
 in Redis and cannot be seen.
 
@@ -129,7 +130,8 @@ def shared_queue_warnings(client: Any, settings: LaravelSettings, connection: st
         if shared:
             out.append(
                 f"PHP workers (Horizon supervisor {sup.name}) work queue(s) {', '.join(shared)} that laraq takes "
-                "Python jobs from: a PHP worker that pops a Python job runs the PHP class's handle() and the "
-                "Python handler never runs. Give Python jobs their own queue (compat-docs/config.md, Sharing a "
-                "queue with PHP workers)")
+                "Python jobs from: a PHP worker that pops a Python job first hands it to its pythonQueue() "
+                "(python by default) if its PHP class uses the RunsInPython trait, so run laraq on that queue "
+                "too; a class without the trait is run by its PHP handle() instead (compat-docs/config.md, "
+                "Sharing a queue with PHP workers)")
     return out

@@ -179,6 +179,9 @@ class LaravelSettings:
     app_name: str = "Laravel"
     app_env: str = "production"
     app_timezone: str = "UTC"
+    #: ``queue.output_timezone`` (9.49+): the zone of ``queue:work``'s console lines when it is set and differs
+    #: from ``app.timezone`` (:attr:`line_timezone`)
+    queue_output_timezone: str | None = None
     app_key: str | None = field(default=None, repr=False)
     app_previous_keys: tuple[str, ...] = field(default=(), repr=False)
     # redis
@@ -581,6 +584,15 @@ class LaravelSettings:
         return DatabaseSettings(name, driver, host, port, database, username, password or None, socket)
 
     # -- display --------------------------------------------------------------------------------------
+
+    @property
+    def line_timezone(self) -> str:
+        """The zone ``queue:work`` prints its console lines' dates in (``WorkCommand::now()``): the
+        default timezone, ``app.timezone``, unless ``queue.output_timezone`` (read from 9.49) names another."""
+        output = self.queue_output_timezone
+        if output and output != self.app_timezone and self.version.since("9.49"):
+            return output
+        return self.app_timezone or "UTC"
 
     def describe(self) -> str:
         """A multi-line human summary; passwords and keys are masked."""

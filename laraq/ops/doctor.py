@@ -41,6 +41,7 @@ from laraq.horizon.phpwait import php_only_waiting, read_php_waiting
 from laraq.ops.inspect import discover_prefixes, discover_queues, iter_members, queue_status
 from laraq.ops.transfers import held_findings
 from laraq.protocol.discovery import expand, is_pattern
+from laraq.protocol.lua_laraq import DEEP_REACH
 from laraq.protocol.payload import Payload, PayloadError
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.serializer import loads
@@ -282,6 +283,14 @@ def diagnose(
                                 else ""),
                 f"start a worker for {name!r} (php artisan queue:work --queue={name} or laraq work)",
             ))
+        if status.pending > 2 * DEEP_REACH:
+            out.append(Finding(
+                "info", f"queue {name!r}: {status.pending} jobs in the list: a Python job more than {DEEP_REACH} "
+                "from both of its ends is not taken while the jobs for PHP ahead of it wait",
+                "laraq takes Python jobs from behind jobs for PHP (--unhandled leave), within that reach of "
+                "either end; the worker logs a warning and the laraq_jobs_out_of_reach gauge counts any it sees",
+                f"keep PHP workers taking {name!r}'s jobs for PHP, or give the Python jobs a queue of their own",
+            ))
         if status.due_delayed > 100:
             out.append(Finding(
                 "warn", f"queue {name!r}: {status.due_delayed} delayed job(s) already due",
@@ -346,11 +355,14 @@ def diagnose(
                 out.append(Finding(
                     "info", f"{len(missing)} job class(es) on the queues have no Python handler",
                     ", ".join(missing[:20]),
-                    "leave them to PHP workers (laraq releases jobs it has no handler for) or register "
-                    "@app.handler('Class') for each",
+                    "leave them to PHP workers (laraq leaves a job it has no handler for where it is in the "
+                    "list, --unhandled leave) or register @app.handler('Class') for each",
                 ))
+            elif job_samples:
+                out.append(Finding("ok", f"every job class seen has a Python handler ({len(job_samples)} "
+                                         "class(es) on the queues)"))
             else:
-                out.append(Finding("ok", "every job class seen has a Python handler"))
+                out.append(Finding("info", "no job on the queues: no job class was checked against the handlers"))
             out.extend(_job_model_findings(model_notes, app, job_samples, bool(settings.app_key)))
             schema_file = (settings.env or {}).get("LARAQ_SCHEMA")
             try:
@@ -383,8 +395,9 @@ def diagnose(
         out.extend(_php_waiting_findings(queue, settings, laraq_queues, resolve))
     for warning in shared:
         out.append(Finding("warn", "PHP workers share a queue laraq takes Python jobs from", warning,
-                           "run Python jobs on a queue only laraq works (laraq work --queue python), and make "
-                           "the PHP class route itself there (compat-docs/config.md)"))
+                           "give each Python job's PHP class the RunsInPython trait and run laraq on its "
+                           "pythonQueue() too (laraq work --queue shared,python), or keep Python jobs on a "
+                           "queue only laraq works (compat-docs/config.md, Sharing a queue with PHP workers)"))
     if shared and handled:
         out += handoff_findings(settings, handled)
     return out

@@ -54,6 +54,7 @@ from laraq.worker.events import (
     JobProcessed,
     JobProcessing,
     JobReleased,
+    JobsOutOfReach,
     JobTimedOut,
     JobUnhandled,
     WorkerListener,
@@ -226,6 +227,10 @@ class Metrics(WorkerListener):
         self.up = Gauge("laraq_worker_up", "Worker processes running (1 per process).", registry=reg,
                         multiprocess_mode=live)
         self.in_flight = Gauge("laraq_jobs_in_flight", "Jobs being run now.", registry=reg, multiprocess_mode=live)
+        self.out_of_reach = Gauge("laraq_jobs_out_of_reach",
+                                  "Python jobs too far inside a long shared list to take (the last whole look).",
+                                  ["queue"], registry=reg,
+                                  multiprocess_mode="livemax" if self.multiprocess else "all")
         self.sampler = QueueSampler(self.registry, multiprocess=self.multiprocess)
         self._handoff_gauges(handoff)
         self._queues: list[str] | None = None
@@ -345,6 +350,10 @@ class Metrics(WorkerListener):
     def job_unhandled(self, event: JobUnhandled) -> None:
         job, action = event.job, event.action
         self.unhandled.labels(*self._job_labels(job), action).inc()
+
+    def jobs_out_of_reach(self, event: JobsOutOfReach) -> None:
+        queue = event.queue if self._queues is None or event.queue in self._queues else OTHER
+        self.out_of_reach.labels(queue).set(event.count)
 
     # -- serving and sampling ---------------------------------------------------------------------------------
 

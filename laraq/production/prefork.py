@@ -15,6 +15,12 @@ Rules (the exit codes are artisan's, :mod:`laraq.exitcodes`):
 * a worker killed by a signal (its own timeout SIGKILL, the OOM killer, ``kill -9``) is started again
   at once (with a growing pause if it keeps dying within a second of its start); its jobs stay
   reserved until ``retry_after``, as with artisan under supervisord;
+* a worker that exits with an error before it is ready (it writes :data:`READY` on its pipe once built)
+  after some worker of this supervisor was ready failed to start (the set-up worked, so the cause is of
+  the moment: an import path, a resource): the supervisor says so (an error line with the exit code and
+  how many workers run) and starts it again after a growing pause (0.5 s doubling to 30 s), never running
+  short-handed without a word; so does a start the system refuses (``posix_spawn`` failing). Workers
+  failing before any was ever ready is the deployment's error: the supervisor exits with their code;
 * a worker that exits normally is not restarted: ``queue:restart``, ``--stop-when-empty``,
   ``--max-time`` stop every worker, and the supervisor exits when the last one has (with the first
   non-zero code, else 0) so that the process manager above starts new code. With several processes
@@ -67,7 +73,17 @@ EXIT_MEMORY_LIMIT = int(_CODES["EXIT_MEMORY_LIMIT"])  # type: ignore[call-overlo
 
 _BOOT = ("import sys; p = sys.argv[1]; g = {'__name__': '__laraq_supervisor__', '__file__': p}; "
          "exec(compile(open(p, 'rb').read(), p, 'exec'), g); sys.exit(g['main'](sys.argv[2:]))")
-_WORKER = "from laraq.cli.work import child_main; child_main()"
+#: The directory the supervisor's own ``laraq`` package is in (this file is ``<root>/laraq/production/``).
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+#: A worker the supervisor starts: ``python -P`` (the current directory is not put first on the import
+#: path, as it is not for ``laraq work`` itself), and ``laraq`` imported from the supervisor's own root
+#: before anything else, so a ``laraq/`` folder (a checkout) in the current directory, or a different
+#: installed laraq, is never the one a replacement runs. The app's module is found as ``laraq work``
+#: finds it (:func:`laraq.app.load_app`).
+_WORKER = (f"import sys; sys.path.insert(0, {_ROOT!r}); import laraq; del sys.path[0]; "
+           "from laraq.cli.work import child_main; child_main()")
+#: The byte a worker writes on its pipe once it is built and about to take jobs (every other byte is a job).
+READY = b"r"
 
 
 def spawn_argv(processes: int, *, once: bool, max_jobs: int, max_time: float, json_logs: bool,
@@ -181,6 +197,8 @@ class _Slot:
         self.restart_at: float | None = None
         self.done = False
         self.code: int | None = None
+        #: the worker said it is built and taking jobs (:data:`READY`)
+        self.ready = False
 
 
 class Supervisor:
@@ -198,6 +216,8 @@ class Supervisor:
         self.spawned = 0
         self.code = EXIT_SUCCESS
         self.told_to_stop = False
+        #: some worker was ready once: the set-up works, so a failed start is retried (see the module)
+        self.served = False
 
     # -- workers -------------------------------------------------------------------------------------
 
@@ -216,13 +236,29 @@ class Supervisor:
                     max_jobs=max(1, self.max_jobs - self.jobs_done) if self.max_jobs else 0,
                     max_time=max(1.0, self.max_time - (time.monotonic() - self.started)) if self.max_time else 0)
         try:
-            slot.pid = os.posix_spawn(sys.executable, [sys.executable, "-c", _WORKER], env, setsid=True)
+            slot.pid = os.posix_spawn(sys.executable, [sys.executable, "-P", "-c", _WORKER], env, setsid=True)
+        except OSError as exc:  # no process left (EAGAIN, ENOMEM): tried again, said each time
+            os.close(read_fd)
+            slot.pid = 0
+            self._retry(slot, f"could not start worker process {slot.index + 1} ({exc})")
+            return
         finally:
             os.close(write_fd)
         self.spawned += 1
         slot.fd = read_fd
         slot.born = time.monotonic()
         slot.restart_at = None
+        slot.ready = False
+
+    def _retry(self, slot: _Slot, what: str) -> None:
+        """A start that failed: said as an error with how many workers run, and tried again after a pause
+        that grows with each failure in a row (0.5 s doubling to 30 s)."""
+        slot.failures += 1
+        pause = min(30.0, 0.5 * 2 ** (slot.failures - 1))
+        running = sum(1 for other in self.slots if other.pid)
+        _say(f"{what}; {running} of {len(self.slots)} worker process(es) running; starting it again in "
+             f"{pause:g}s", self.json_logs, "error")
+        slot.restart_at = time.monotonic() + pause
 
     def _signal_all(self, signum: int) -> None:
         for slot in self.slots:
@@ -255,6 +291,10 @@ class Supervisor:
         several = len(self.slots) > 1
         if code < 0:
             name = _signal_name(-code)
+            if self.stopping and not slot.ready and -code in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+                # still starting (its handlers not set yet) when the stop was forwarded: it stopped, no job lost
+                self._finish(slot, EXIT_SUCCESS)
+                return
             if self.stopping or self.once:
                 _say(f"worker process died by {name}", self.json_logs)
                 self._finish(slot, EXIT_ERROR)
@@ -267,6 +307,11 @@ class Supervisor:
             _say(f"worker process died by {name} (its jobs stay reserved until retry_after); starting a new one"
                  + (f" in {pause:.0f}s" if pause else ""), self.json_logs)
             slot.restart_at = time.monotonic() + pause
+            return
+        if code != EXIT_SUCCESS and not slot.ready and self.served and not self.stopping \
+                and not self._limits_reached():
+            self._retry(slot, f"worker process {slot.index + 1} exited with code {code} before it started "
+                              "(its error is above)")
             return
         if several and code == EXIT_MEMORY_LIMIT and not self.stopping and not self._limits_reached():
             _say(f"worker process {slot.index + 1} reached its --memory limit: starting a new one", self.json_logs,
@@ -282,15 +327,21 @@ class Supervisor:
             self.code = code
 
     def _drain(self, slot: _Slot) -> bool:
-        """Count the job bytes a worker wrote; False at end of file."""
+        """Count the job bytes a worker wrote and note its :data:`READY`; False at end of file."""
         try:
             data = os.read(slot.fd, 65536)
         except BlockingIOError:
             return True
         except OSError:
             return False
+        if not data:
+            return False
+        if READY in data:
+            slot.ready = self.served = True
+            slot.failures = 0
+            data = data.replace(READY, b"")
         self.jobs_done += len(data)
-        return bool(data)
+        return True
 
     def run(self) -> int:
         for sig in FORWARDED:

@@ -71,6 +71,12 @@ class PopManyResult:
     poisoned: int = 0
     #: members a selective reserve looked at and left in the list (no Python handler)
     skipped: int = 0
+    #: a selective reserve's next deep look starts here (0: from the window's end; -1: refused by the ACL)
+    cursor: int = 0
+    #: the list's length after a selective reserve
+    depth: int = 0
+    #: Python jobs a selective reserve's deep look saw too far from both ends of the list to take
+    beyond: int = 0
 
 
 @dataclass(frozen=True)
@@ -375,6 +381,7 @@ class Scripts:
         poison_budget: int = POISON_SKIPS_PER_CALL,
         handled: Sequence[str] | None = None,
         window: int = 100,
+        deep: int | None = None,
         unstarted_key: str | None = None,
         unstarted_lease: float = 0.0,
     ) -> PopManyResult:
@@ -384,13 +391,15 @@ class Scripts:
         ``handled``: the names Python has handlers for. Only jobs with one of them are reserved, among
         the first ``window`` members of the list; the others stay where they are
         (:data:`~laraq.protocol.lua_laraq.RESERVE_HANDLED`). None: the head jobs, whatever they are
-        (:data:`~laraq.protocol.lua_laraq.RESERVE_BATCH`).
+        (:data:`~laraq.protocol.lua_laraq.RESERVE_BATCH`). ``deep`` (with ``handled``): the cursor of the deep
+        look past the window (one page of :data:`~laraq.protocol.lua_laraq.DEEP_PAGE` members from there,
+        the reply's ``cursor`` says where the next starts); None: no deep look.
 
         ``unstarted_key``: laraq's unstarted record (see :mod:`laraq.protocol.lua_laraq`): expired records
         are reclaimed first, and each job reserved is recorded with a lease of ``unstarted_lease`` seconds."""
         name, keys, args = self._reserve_batch_args(list_key, reserved_key, notify_key, poison_key, delayed_key,
                                                     expires_at, count, now, migrate_limit, migrate_reserved,
-                                                    acks, poison_budget, handled, window, unstarted_key,
+                                                    acks, poison_budget, handled, window, deep, unstarted_key,
                                                     unstarted_lease)
         return self.reserve_batch_result(self.call(name, keys, args), selective=handled is not None)
 
@@ -399,13 +408,13 @@ class Scripts:
                            migrate_reserved: bool = True, acks: Sequence[bytes] = (),
                            poison_budget: int = POISON_SKIPS_PER_CALL,
                            first: Sequence[Any] | None = None, handled: Sequence[str] | None = None,
-                           window: int = 100, unstarted_key: str | None = None,
+                           window: int = 100, deep: int | None = None, unstarted_key: str | None = None,
                            unstarted_lease: float = 0.0) -> PendingCall | None:
         """:meth:`reserve_batch`, sent now (after ``first``, see :meth:`send`); :meth:`receive` +
         :meth:`reserve_batch_result` read it later."""
         name, keys, args = self._reserve_batch_args(list_key, reserved_key, notify_key, poison_key, delayed_key,
                                                     expires_at, count, now, migrate_limit, migrate_reserved,
-                                                    acks, poison_budget, handled, window, unstarted_key,
+                                                    acks, poison_budget, handled, window, deep, unstarted_key,
                                                     unstarted_lease)
         return self.send(name, keys, args, first=first)
 
@@ -417,7 +426,7 @@ class Scripts:
                                           c["delayed_key"], c["expires_at"], c["count"], c["now"],
                                           c.get("migrate_limit", -1), c.get("migrate_reserved", True),
                                           c.get("acks", ()), c.get("poison_budget", POISON_SKIPS_PER_CALL),
-                                          c.get("handled"), c.get("window", 100), c.get("unstarted_key"),
+                                          c.get("handled"), c.get("window", 100), c.get("deep"), c.get("unstarted_key"),
                                           c.get("unstarted_lease", 0.0)) for c in calls]
         raws: list[Any]
         if isinstance(self.client, redis.RedisCluster) or len(built) == 1:
@@ -446,8 +455,8 @@ class Scripts:
     def _reserve_batch_args(list_key: str, reserved_key: str, notify_key: str, poison_key: str, delayed_key: str,
                             expires_at: int, count: int, now: int, migrate_limit: int, migrate_reserved: bool,
                             acks: Sequence[bytes], poison_budget: int, handled: Sequence[str] | None = None,
-                            window: int = 100, unstarted_key: str | None = None, unstarted_lease: float = 0.0
-                            ) -> tuple[str, tuple[Any, ...], tuple[Any, ...]]:
+                            window: int = 100, deep: int | None = None, unstarted_key: str | None = None,
+                            unstarted_lease: float = 0.0) -> tuple[str, tuple[Any, ...], tuple[Any, ...]]:
         keys: tuple[Any, ...] = (list_key, reserved_key, notify_key, poison_key, delayed_key)
         head = (int(expires_at), int(poison_budget), max(0, int(count)), int(now), int(migrate_limit),
                 1 if migrate_reserved else 0, len(acks))
@@ -456,17 +465,22 @@ class Scripts:
             keys, tail = (*keys, unstarted_key), (repr(float(unstarted_lease)),)
         if handled is None:
             return "reserve_batch", keys, (*head, *acks, *tail)
-        return "reserve_handled", keys, (*head, max(1, int(window)), len(handled), *acks, *handled, *tail)
+        look = (0, 0) if deep is None else (max(0, int(deep)), lua_laraq.DEEP_PAGE)
+        return "reserve_handled", keys, (*head, max(1, int(window)), len(handled), *look, *acks, *handled, *tail)
 
     @staticmethod
     def reserve_batch_result(raw: Any, *, selective: bool = False) -> PopManyResult:
         """The reply of the ``reserve_batch`` (or, ``selective``, ``reserve_handled``) script: (job,
-        reserved) pairs, the poisoned count and the members left alone."""
+        reserved) pairs, the poisoned count, and for a selective one the members left alone, the deep
+        look's next cursor, the list's length and the Python jobs beyond reach."""
         poisoned = int(raw[0])
-        skipped, first = (int(raw[1]), 2) if selective else (0, 1)
+        first = 5 if selective else 1
         pairs = [(raw[i], raw[i + 1]) for i in range(first, len(raw) - 1, 2)]
-        return PopManyResult([(_as_bytes(j), _as_bytes(r)) for j, r in pairs], poisoned,  # type: ignore[misc]
-                             skipped)
+        jobs = [(_as_bytes(j), _as_bytes(r)) for j, r in pairs]
+        if not selective:
+            return PopManyResult(jobs, poisoned)  # type: ignore[arg-type]
+        return PopManyResult(jobs, poisoned, int(raw[1]), int(raw[2]), int(raw[3]),  # type: ignore[arg-type]
+                             int(raw[4]))
 
     def renew(self, reserved_key: str, members: Sequence[bytes], expires_at: int) -> list[bool]:
         """Push the reservation expiry of ``members`` to ``expires_at``; False for a member that is gone."""

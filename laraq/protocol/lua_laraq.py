@@ -71,6 +71,14 @@ local function reclaim(list, reserved_key, notify, key, now, limit)
 end
 """
 
+#: How many members one deep look of :data:`RESERVE_HANDLED` reads (a page past the head window): about
+#: 1 ms of Redis per call on a 2-core VM, whatever the list's length.
+DEEP_PAGE = 500
+
+#: How far from the nearer end of the list a job the deep look takes may sit: its removal walks that many
+#: members (about 60 ns each), so one call stays a few ms at most. Farther ones are counted, not taken.
+DEEP_REACH = 50_000
+
 #: How many expired unstarted records one reserve call (or one ``reclaim``) gives back at most.
 RECLAIM_CHUNK = 200
 
@@ -184,9 +192,10 @@ local function handled(doc, names)
 end
 
 local function take_handled(wanted, window, names)
-  local out = {0, 0}
+  local out = {0, 0, 0, 0, 0}
+  local used_count = 0
   if wanted <= 0 then
-    return out
+    return out, used_count, true
   end
   local heads = {}
   local page = math.min(window, math.max(wanted, 16))
@@ -195,7 +204,7 @@ local function take_handled(wanted, window, names)
   local last = 0
   local skipped = 0
   local i = 0
-  while (#out - 2) / 2 < wanted and moved < budget do
+  while (#out - 5) / 2 < wanted and moved < budget do
     i = i + 1
     if i > #heads then
       if listed_all or #heads >= window then
@@ -230,6 +239,7 @@ local function take_handled(wanted, window, names)
       end
       redis.call('LPOP', KEYS[3])
       used[i] = true
+      used_count = used_count + 1
       last = i
     end
   end
@@ -243,32 +253,157 @@ local function take_handled(wanted, window, names)
   end
   out[1] = moved
   out[2] = skipped
-  return out
+  return out, used_count, listed_all
+end
+
+-- The deep look: one page of the list past the head window, from a cursor the worker keeps. Only
+-- members whose name has a Python handler are taken (a member PHP fails is left for the head look or
+-- PHP); each is reserved as Laravel's pop reserves it and taken out of the middle of the list by
+-- LSET to a marker and one LREM of the markers, from the nearer end, so every other member keeps its
+-- place and its :notify token. A member that cannot be JSON (the marker holds a 0xFF byte, never valid
+-- UTF-8) cannot be mistaken for the marker. A member farther than ``reach`` from both ends is left
+-- (counted as beyond reach): the LREM would walk too many members.
+local DEEP_MARK = '\\255laraq-taken\\255'
+
+local function needles_of(names)
+  local list = {}
+  for name, _ in pairs(names) do
+    if string.find(name, '[^%w_\\\\@%. :%-]') then
+      return nil  -- a name JSON may escape otherwise: every member is decoded
+    end
+    list[#list + 1] = (string.gsub(name, '\\\\', '\\\\\\\\'))
+  end
+  return list
+end
+
+local function mentions(member, needles)
+  if needles == nil then
+    return true
+  end
+  for j = 1, #needles do
+    if string.find(member, needles[j], 1, true) then
+      return true
+    end
+  end
+  return false
+end
+
+local function runnable(doc)
+  local job = doc['job']
+  return type(job) == 'string' and job ~= '' and string.sub(job, 1, 1) ~= '@' and doc['data'] ~= nil
+    and tonumber(doc['attempts']) ~= nil
+end
+
+local function take_deep(out, wanted, start, page, names, reach)
+  local depth = redis.call('LLEN', KEYS[1])
+  if page <= 0 or start >= depth then
+    return 0, 0, 0
+  end
+  if (#out - 5) / 2 >= wanted then
+    return start, 0, 0  -- the head gave what was asked for: the look goes on from here next time
+  end
+  if redis.acl_check_cmd and not (redis.acl_check_cmd('LSET', KEYS[1], '0', DEEP_MARK)
+      and redis.acl_check_cmd('LREM', KEYS[1], '1', DEEP_MARK)) then
+    return -1, 0, 0
+  end
+  local members = redis.call('LRANGE', KEYS[1], start, start + page - 1)
+  local needles = needles_of(names)
+  local taken = {}
+  local skipped, beyond, seen = 0, 0, 0
+  for i = 1, #members do
+    if (#out - 5) / 2 >= wanted then
+      break
+    end
+    seen = i
+    local member = members[i]
+    local doc = nil
+    if mentions(member, needles) then
+      local decoded_ok, decoded = pcall(cjson.decode, member)
+      if decoded_ok and type(decoded) == 'table' and runnable(decoded) and handled(decoded, names) then
+        doc = decoded
+      end
+    end
+    local at = start + i - 1
+    if doc == nil then
+      skipped = skipped + 1
+    elseif math.min(at, depth - 1 - at) > reach then
+      beyond = beyond + 1
+    else
+      local reserved = reservable(member, doc)
+      if reserved then
+        redis.call('ZADD', KEYS[2], ARGV[1], reserved)
+        note_unstarted(member, reserved)
+        redis.call('LPOP', KEYS[3])
+        out[#out + 1] = member
+        out[#out + 1] = reserved
+        taken[#taken + 1] = at
+      else
+        skipped = skipped + 1
+      end
+    end
+  end
+  if #taken > 0 then
+    for k = 1, #taken do
+      redis.call('LSET', KEYS[1], taken[k], DEEP_MARK)
+    end
+    if taken[#taken] + 1 <= depth - taken[1] then
+      redis.call('LREM', KEYS[1], #taken, DEEP_MARK)
+    else
+      redis.call('LREM', KEYS[1], -#taken, DEEP_MARK)
+    end
+  end
+  local next_at = start + seen - #taken
+  if seen == #members and start + #members >= depth then
+    next_at = 0
+  end
+  return next_at, skipped, beyond
 end
 """
 
 #: laraq's selective batch reserve (a queue shared with PHP workers): :data:`RESERVE_BATCH`, except that
 #: only members with a Python handler are reserved. KEYS as :data:`RESERVE_BATCH`. ARGV: 1 expiry,
 #: 2 poison budget, 3 how many jobs at most, 4 now, 5 migrate LIMIT, 6 migrate ``:reserved`` (1/0),
-#: 7 how many acks follow, 8 how many list heads to look at, 9 how many handler names follow, then the
-#: acks, then the names. Looks at the first ARGV[8] members of the list; reserves each one a Python
-#: handler runs (exactly as Laravel's pop reserves it: ``attempts + 1``, ``ZADD :reserved``, one
-#: ``:notify`` token) and parks an unusable one in ``:poison`` as the pop does; every other member stays
-#: in the list, in its order (the consumed prefix is trimmed and the members left alone are pushed back
-#: in front, so PHP sees the same list minus the taken jobs). Returns ``{poisoned, left alone, job1,
-#: reserved1, ...}``.
+#: 7 how many acks follow, 8 how many list heads to look at, 9 how many handler names follow, 10 where
+#: the deep look starts (the cursor), 11 how many members it reads (0: none), then the acks, then the
+#: names. The head look: the first ARGV[8] members of the list; reserves each one a Python handler runs
+#: (exactly as Laravel's pop reserves it: ``attempts + 1``, ``ZADD :reserved``, one ``:notify`` token)
+#: and parks an unusable one in ``:poison`` as the pop does; every other member stays in the list, in its
+#: order (the consumed prefix is trimmed and the members left alone are pushed back in front, so PHP sees
+#: the same list minus the taken jobs). When the list is longer than the window and jobs are still
+#: wanted, the deep look reads ARGV[11] members from ARGV[10] (at least the window's end) and takes the
+#: Python jobs among them the same way. A look is made of calls that each read one part: the call that
+#: starts it (ARGV[10] 0) makes the head look and returns the window's end as the next cursor; each call
+#: that goes on (ARGV[10] above 0) reads one page and skips the head look. Returns ``{poisoned, left alone, next cursor (0: the look reached
+#: the end; -1: the ACL refuses LSET/LREM), list length, beyond reach, job1, reserved1, ...}``.
 RESERVE_HANDLED = (_UNSTARTED_LIB + RESERVE_LIB + MOVE_DUE_LIB + _SELECT_LIB + _UNSTARTED_START + """\
 local nacks = tonumber(ARGV[7]) or 0
-for first = 10, 9 + nacks, ACK_CHUNK do
-  redis.call('ZREM', KEYS[2], unpack(ARGV, first, math.min(first + ACK_CHUNK - 1, 9 + nacks)))
+for first = 12, 11 + nacks, ACK_CHUNK do
+  redis.call('ZREM', KEYS[2], unpack(ARGV, first, math.min(first + ACK_CHUNK - 1, 11 + nacks)))
 end
 local names = {}
-for i = 10 + nacks, 9 + nacks + (tonumber(ARGV[9]) or 0) do
+for i = 12 + nacks, 11 + nacks + (tonumber(ARGV[9]) or 0) do
   names[ARGV[i]] = true
 end
 """ + _MIGRATE_STEP + """\
-return take_handled(tonumber(ARGV[3]) or 0, tonumber(ARGV[8]) or 100, names)
-""").replace("ACK_CHUNK", str(ACK_CHUNK))
+local wanted, window, cursor = tonumber(ARGV[3]) or 0, tonumber(ARGV[8]) or 100, tonumber(ARGV[10]) or 0
+-- a look under way (cursor past the window) goes on without the head look: the call that starts the
+-- next look reads the head again
+local out, used, listed_all = take_handled(wanted, cursor > 0 and 0 or window, names)
+local page = tonumber(ARGV[11]) or 0
+if not listed_all and page > 0 then
+  local start = math.max(cursor, window - used)
+  if cursor > 0 then
+    local next_at, skipped, beyond = take_deep(out, wanted, start, page, names, DEEP_REACH)
+    out[2] = out[2] + skipped
+    out[3] = next_at
+    out[5] = beyond
+  elseif start > 0 and (#out - 5) / 2 < wanted and start < redis.call('LLEN', KEYS[1]) then
+    out[3] = start  -- a call that made the head look leaves the first page to the next call: each stays short
+  end
+end
+out[4] = redis.call('LLEN', KEYS[1])
+return out
+""").replace("ACK_CHUNK", str(ACK_CHUNK)).replace("DEEP_REACH", str(DEEP_REACH))
 
 #: laraq's own. KEYS: 1 reserved. ARGV: 1 new expiry, 2.. reserved members. Pushes the expiry of
 #: each member that is still reserved forward (``ZADD XX``: never re-creates a member someone else's

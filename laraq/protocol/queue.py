@@ -402,7 +402,7 @@ class RedisQueue:
         if result.poisoned:
             self._report_poisoned(keys, result.poisoned)
         return Reserved([ReservedJob(name, job, reserved) for job, reserved in result.jobs], result.skipped,
-                        result.poisoned)
+                        result.poisoned, result.cursor, result.depth, result.beyond)
 
     def _report_poisoned(self, keys: QueueKeys, count: int) -> None:
         """One warning line for the members the pop script just parked in ``:poison`` (its last ``count``),

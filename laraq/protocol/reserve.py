@@ -11,7 +11,7 @@ reserves one, by the queue's version's rules (migrate ``LIMIT``, no ``:reserved`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -38,6 +38,13 @@ class Reserved(NamedTuple):
     jobs: list[ReservedJob]
     skipped: int = 0
     poisoned: int = 0
+    #: where the next deep look of a selective reserve starts (0: from the window's end again; -1: the ACL
+    #: refuses ``LSET``/``LREM``, see :data:`~laraq.protocol.lua_laraq.RESERVE_HANDLED`)
+    cursor: int = 0
+    #: the list's length after a selective reserve
+    depth: int = 0
+    #: Python jobs the deep look saw too far from both ends of the list to take
+    beyond: int = 0
 
 
 @dataclass(frozen=True)
@@ -68,7 +75,8 @@ class Reserving:
 
     def reserve_batch(self, queue: str | None = None, count: int = 1,
                       acks: list[bytes] | tuple[bytes, ...] = (), *, handled: list[str] | None = None,
-                      window: int = 100, record: bool = False, index: int | None = None) -> Reserved:
+                      window: int = 100, deep: int | None = None, record: bool = False,
+                      index: int | None = None) -> Reserved:
         """A worker's batch reserve: in ONE script call, ``ZREM`` the ``acks`` (reserved members of
         finished jobs), run Laravel's ``migrate`` and reserve up to ``count`` jobs (never blocks).
 
@@ -78,7 +86,8 @@ class Reserving:
 
         ``handled`` (names with a Python handler): reserve only such jobs among the first ``window``
         list members and leave every other member where it is (a queue shared with PHP workers; the
-        reply's ``skipped`` says how many were left alone).
+        reply's ``skipped`` says how many were left alone). ``deep``: the cursor of the look past the
+        window (the reply's ``cursor`` is the next one); None: no look past it.
 
         ``record``: the jobs go to a buffer, not straight to a handler: each is recorded as unstarted
         (:attr:`unstarted_lease`), and its record must be removed when it starts (:meth:`unstarted`).
@@ -87,24 +96,26 @@ class Reserving:
         """
         name, keys, now, args, options = self._reserve_batch_call(queue, count, acks, record)
         reserved = self.queue.reserved_from(name, keys, self.queue.scripts.reserve_batch(
-            *args, **options, handled=handled, window=window))
+            *args, **options, handled=handled, window=window, deep=deep))
         if index is not None:
             self.queue.popped_at(index, bool(reserved.jobs))
         return reserved
 
     def reserve_batches(self, plan: Sequence[tuple[str, int, list[bytes]]], *,
                         handled: list[str] | None = None, window: int = 100,
-                        record: bool = False) -> list[Reserved | Exception]:
+                        record: bool = False,
+                        deep: Callable[[str], int | None] | None = None) -> list[Reserved | Exception]:
         """:meth:`reserve_batch` on several queues, ``(queue, count, acks)`` each, in one pipelined round trip
         (a worker's ``--fair`` turns): each call is the batch reserve of its queue, run by Redis back to back.
-        A call that failed is its exception in the answer (its acks maybe applied, maybe not)."""
+        A call that failed is its exception in the answer (its acks maybe applied, maybe not). ``deep``
+        gives each queue's deep-look cursor (see :meth:`reserve_batch`)."""
         calls, named = [], []
         for queue, count, acks in plan:
             name, keys, _now, args, options = self._reserve_batch_call(queue, count, acks, record)
             list_key, reserved_key, notify_key, poison_key, delayed_key = args
             calls.append({"list_key": list_key, "reserved_key": reserved_key, "notify_key": notify_key,
                           "poison_key": poison_key, "delayed_key": delayed_key, "handled": handled,
-                          "window": window, **options})
+                          "window": window, "deep": None if deep is None else deep(name), **options})
             named.append((name, keys))
         results = self.queue.scripts.reserve_batch_many(calls)
         return [result if isinstance(result, Exception) else self.queue.reserved_from(name, keys, result)
@@ -113,7 +124,8 @@ class Reserving:
     def reserve_batch_send(self, queue: str | None = None, count: int = 1,
                            acks: list[bytes] | tuple[bytes, ...] = (), *,
                            wait: float | None = None, handled: list[str] | None = None,
-                           window: int = 100, record: bool = False) -> PendingReserve | None:
+                           window: int = 100, deep: int | None = None,
+                           record: bool = False) -> PendingReserve | None:
         """:meth:`reserve_batch`, sent now and read later with :meth:`reserve_batch_receive`: Redis reserves
         the next jobs while the worker runs the ones it has. None when this client cannot split a call
         (Redis Cluster): use :meth:`reserve_batch`.
@@ -126,7 +138,8 @@ class Reserving:
         renews a lease the wait made stale before the job starts."""
         name, keys, now, args, options = self._reserve_batch_call(queue, count, acks, record)
         first = None if wait is None else ("BLPOP", keys.notify, wait)
-        pending = self.queue.scripts.reserve_batch_send(*args, **options, first=first, handled=handled, window=window)
+        pending = self.queue.scripts.reserve_batch_send(*args, **options, first=first, handled=handled, window=window,
+                                                         deep=deep)
         return None if pending is None else PendingReserve(name, keys, pending, now, handled is not None)
 
     def reserve_wait(self, pending: PendingReserve) -> bool:

@@ -125,15 +125,26 @@ class JobUnhandled:
     detail: str
 
 
+@dataclass(slots=True)
+class JobsOutOfReach:
+    """laraq's own: a whole look through a queue shared with PHP workers (``--unhandled leave``) ended, and
+    ``count`` Python jobs in it sat too far inside the list (``depth`` jobs) to be taken: they wait until the
+    jobs for PHP ahead of them are taken. Told when the count changes (0: none any more)."""
+
+    queue: str
+    count: int
+    depth: int
+
+
 Event = (WorkerStarting | Looping | WorkerStopping | JobReserved | JobProcessing | JobProcessed | JobReleased
-         | JobFailed | JobTimedOut | JobUnhandled)
+         | JobFailed | JobTimedOut | JobUnhandled | JobsOutOfReach)
 
 #: each event's listener method
 _METHODS: dict[type[Any], str] = {
     WorkerStarting: "worker_starting", Looping: "worker_looping", WorkerStopping: "worker_stopping",
     JobReserved: "job_reserved", JobProcessing: "job_processing", JobProcessed: "job_processed",
     JobReleased: "job_released", JobFailed: "job_failed", JobTimedOut: "job_timed_out",
-    JobUnhandled: "job_unhandled",
+    JobUnhandled: "job_unhandled", JobsOutOfReach: "jobs_out_of_reach",
 }
 
 
@@ -150,6 +161,7 @@ class WorkerListener:
     def job_failed(self, event: JobFailed) -> None: ...
     def job_timed_out(self, event: JobTimedOut) -> None: ...
     def job_unhandled(self, event: JobUnhandled) -> None: ...
+    def jobs_out_of_reach(self, event: JobsOutOfReach) -> None: ...
 
     def flush(self) -> None:
         """The worker is about to wait: write out anything held back (console lines, say)."""

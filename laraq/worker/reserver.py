@@ -31,6 +31,7 @@ from laraq.bus.job import Job
 from laraq.config.faults import explain, is_acl_denial
 from laraq.exitcodes import EXIT_ERROR, EXIT_REDIS_AUTH, EXIT_REDIS_UNREACHABLE
 from laraq.protocol.acks import Acks
+from laraq.protocol.lua_laraq import DEEP_REACH
 from laraq.protocol.lua_laravel import RECORD_MAX_BYTES
 from laraq.protocol.payload import Payload, PayloadError
 from laraq.protocol.queue import ReservedJob
@@ -40,7 +41,7 @@ from laraq.protocol.timers import Timers
 from laraq.repeated import Repeated
 from laraq.worker.bridge import AsyncBridge
 from laraq.worker.context import WorkerContext
-from laraq.worker.events import JobReserved
+from laraq.worker.events import JobReserved, JobsOutOfReach
 from laraq.worker.leases import Buffered, Leases
 from laraq.worker.selection import Level, QueueSelection, Slots
 from laraq.worker.unstarted import Unstarted
@@ -71,6 +72,8 @@ class Taken:
     #: list members looked at and left for PHP workers (no Python handler)
     left_for_php: int = 0
     fault: Fault | None = None
+    #: the deep look has more of a list to read: the next step comes at once, not after ``--sleep``
+    more: bool = False
 
     @property
     def popped(self) -> bool:
@@ -117,6 +120,12 @@ class Reserver:
         self.handled = self._handled_names(context)
         #: how many list heads a selective reserve looks at
         self.window = max(1, self.options.scan_window)
+        #: per queue, where the next deep look past the window starts (see :meth:`_deep`)
+        self._cursor: dict[str, int] = {}
+        self._deep_refused = False
+        #: per queue, Python jobs beyond reach: seen so far in the look under way, and told at its last end
+        self._beyond_now: dict[str, int] = {}
+        self._beyond_told: dict[str, int] = {}
         #: the next batch, asked for while this one runs: the call, the acks it carries, its size
         self._ahead: tuple[PendingReserve, list[bytes], int] | None = None
         self._paused: set[str] = set()
@@ -125,8 +134,13 @@ class Reserver:
         self._failed_rounds = 0
         self._auth_refusals = 0
         #: a window full of jobs for PHP at the head of a queue: said once a minute at most
-        self._left_alone = Repeated(log, "the first %d job(s) of queue %s have no Python handler: left for PHP "
-                                    "workers (--unhandled leave)", every=60.0, level=logging.INFO)
+        self._left_alone = Repeated(log, "the first %d job(s) of queue %s (%d in all) have no Python handler: "
+                                    "left for PHP workers (--unhandled leave); laraq looks for Python jobs "
+                                    "behind them", every=60.0, level=logging.INFO)
+        #: Python jobs the deep look cannot take (too far from both ends of a long list): warned once a minute
+        self._beyond = Repeated(log, "queue %s: %d Python job(s) wait more than %d members from both ends of "
+                                "its list (%d jobs, PHP workers not taking them): laraq takes them once the "
+                                "jobs for PHP ahead of them are taken", every=60.0)
 
     @staticmethod
     def _handled_names(context: WorkerContext) -> list[str] | None:
@@ -166,7 +180,7 @@ class Reserver:
         if want <= 0:
             return _EMPTY
         taken = self._pop() if self.per_job else self._round(want, free, room)
-        if taken.popped or taken.fault is not None or not idle or self.per_job:
+        if taken.popped or taken.fault is not None or not idle or self.per_job or taken.more:
             return taken
         return self._wait(want, taken.left_for_php, free, room)
 
@@ -233,20 +247,21 @@ class Reserver:
                 if attempt or not self.selection.wake():
                     break
             self._up()
-            return Taken(left_for_php=left)
+            return Taken(left_for_php=left, more=self._more())
         except Exception as exc:
             return self._failed(exc, "pop a job from")
 
     def _pop_handled(self, name: str, index: int, *, wait: bool = True) -> tuple[ReservedJob | None, int]:
         """Laravel's pop (migrate, pop, ``BLPOP :notify`` and one more try) taking the first job with a
-        Python handler among the list's first ``window`` members (the head job, whatever it is, when no
-        handler names are given); the others stay where they are. No wait when jobs for PHP were left (their tokens would wake it at
-        once), nor without ``wait``."""
+        Python handler among the list's first ``window`` members, then past them (the deep look), the head
+        job whatever it is when no handler names are given; the others stay where they are. No wait when
+        jobs for PHP were left (their tokens would wake it at once), nor without ``wait``."""
         block = wait and self.queue.blocks_at(index)
-        got = self.reserving.reserve_batch(name, 1, handled=self.handled, window=self.window)
+        got = self.reserving.reserve_batch(name, 1, handled=self.handled, window=self.window, deep=self._deep(name))
         if not got.jobs and not got.skipped and block and self.queue.block_for is not None \
                 and self.queue.wait_for_token(name, self.timers.wait_for):
-            got = self.reserving.reserve_batch(name, 1, handled=self.handled, window=self.window)
+            got = self.reserving.reserve_batch(name, 1, handled=self.handled, window=self.window,
+                                               deep=self._deep(name))
         self.queue.popped_at(index, bool(got.jobs))
         self._note_left(name, got)
         return (got.jobs[0] if got.jobs else None), got.skipped
@@ -280,7 +295,10 @@ class Reserver:
             return self._failed(exc, "reserve jobs from")
         finally:
             self.acks.restore(acks)
-        return self._full(self._buffer(taken, left, sent_at, record=True), want, free, room)
+        taken_now = self._buffer(taken, left, sent_at, record=True)
+        if not taken_now.popped and self._more():
+            taken_now = Taken(left_for_php=left, more=True)
+        return self._full(taken_now, want, free, room)
 
     def _level(self, level: Level, want: int, acks: dict[str, list[bytes]]) -> tuple[list[ReservedJob], int]:
         """Reserve from one level: its plan, then, while queues of it turned out empty and jobs are still
@@ -319,7 +337,8 @@ class Reserver:
                     mine = acks.pop(name, [])
                     try:
                         got = self.reserving.reserve_batch(name, n, mine, handled=self.handled, window=self.window,
-                                                           record=True, index=self.selection.position(name))
+                                                           deep=self._deep(name), record=True,
+                                                           index=self.selection.position(name))
                     except BaseException:
                         acks.setdefault(name, []).extend(mine)
                         raise
@@ -346,7 +365,8 @@ class Reserver:
         mine = {name: acks.pop(name, []) for name, _ in plan}
         try:
             answers = self.reserving.reserve_batches([(name, n, mine[name]) for name, n in plan],
-                                                     handled=self.handled, window=self.window, record=True)
+                                                     handled=self.handled, window=self.window, record=True,
+                                                     deep=self._deep)
         except BaseException:
             for name, sent in mine.items():
                 acks.setdefault(name, []).extend(sent)
@@ -372,7 +392,11 @@ class Reserver:
             self.acks.restore({pending.queue: acks})
             return self._failed(exc, "reserve jobs from")
         self._up()
+        if pending.selective:
+            self._note_left(pending.queue, got)
         taken = self._buffer(got.jobs, got.skipped if pending.selective else 0, pending.sent_at, record=True)
+        if not taken.popped and self._more():
+            taken = Taken(left_for_php=taken.left_for_php, more=True)
         return self._full(taken, want, free, room)
 
     def _full(self, taken: Taken, want: int, free: int, room: int | None) -> Taken:
@@ -409,7 +433,7 @@ class Reserver:
         self.acks.restore(acks)
         try:
             pending = self.reserving.reserve_batch_send(name, want, mine, handled=self.handled, window=self.window,
-                                                        record=True)
+                                                        deep=self._deep(name), record=True)
         except Exception:  # the next (synchronous) reserve meets the same fault and reports it
             pending = None
         if pending is None:
@@ -449,7 +473,7 @@ class Reserver:
         if wait is None:  # a delayed job is due now: a fresh round (its migrate) takes it
             return self._round(want, free, room)
         pending = self.reserving.reserve_batch_send(name, want, wait=wait, handled=self.handled,
-                                                    window=self.window, record=True)
+                                                    window=self.window, deep=self._deep(name), record=True)
         if pending is None:
             return None
         try:
@@ -563,10 +587,41 @@ class Reserver:
             self.leases.collect()
         return self.acks.take()
 
+    def _deep(self, name: str) -> int | None:
+        """Where the deep look of a selective reserve of ``name`` starts (None: no deep look: every job is
+        taken from the head, or the ACL refuses what the look needs)."""
+        if self.handled is None or self._deep_refused:
+            return None
+        return self._cursor.get(name, 0)
+
+    def _more(self) -> bool:
+        """Has a deep look more of some list to read (the next step comes at once)?"""
+        return any(at > 0 for name, at in self._cursor.items() if name not in self._paused)
+
     def _note_left(self, name: str, got: Reserved) -> None:
-        """A whole window of jobs without a Python handler, and none taken: said now and then (info)."""
+        """What a selective reserve saw: the deep look's next cursor; a whole window of jobs without a Python
+        handler, and none taken (said now and then, info); Python jobs beyond the deep look's reach (a
+        warning, once a minute)."""
+        if got.cursor < 0:
+            if not self._deep_refused:
+                log.warning("Redis refuses LSET/LREM to this ACL user: laraq looks for Python jobs among the "
+                            "first %d jobs of a queue only (grant them: ACL SETUSER <user> +lset +lrem)",
+                            self.window)
+            self._deep_refused = True
+            self._cursor.clear()
+        else:
+            self._cursor[name] = got.cursor
         if not got.jobs and got.skipped >= self.window:
-            self._left_alone.warn(got.skipped, name)
+            self._left_alone.warn(self.window, name, got.depth)
+        if got.beyond:
+            self._beyond.warn(name, got.beyond, DEEP_REACH, got.depth)
+        seen = self._beyond_now[name] = self._beyond_now.get(name, 0) + got.beyond
+        if got.cursor <= 0:  # a whole look ended (or the next starts over): its count is told when it changed
+            self._beyond_now[name] = 0
+            if seen != self._beyond_told.get(name, 0):
+                self._beyond_told[name] = seen
+                if self.events.wants(JobsOutOfReach):
+                    self.events.emit(JobsOutOfReach(name, seen, got.depth))
 
     # -- faults ----------------------------------------------------------------------------------------------
 

@@ -205,7 +205,7 @@ class Worker:
             elif memory == "drain" and not reserver.buffered:
                 return await self._stop(Stop(EXIT_MEMORY_LIMIT, "over --memory"))
             free, jobs = await self._start(free, jobs)
-            if opts.once and taken is not None:
+            if opts.once and taken is not None and (taken.popped or not taken.more):  # a look under way goes on
                 if not taken.popped:
                     await executor.idle(opts.sleep)
                 return await self._stop(Stop(EXIT_SUCCESS, "--once: one job run" if taken.popped else "--once: no job"))
@@ -255,8 +255,8 @@ class Worker:
         executor, reserver = self.executor, self.reserver
         self._looping()
         self._report_popped()
-        empty = taken is not None and taken.fault is None and not taken.popped and executor.active == 0 \
-            and not reserver.buffered
+        empty = taken is not None and taken.fault is None and not taken.popped and not taken.more \
+            and executor.active == 0 and not reserver.buffered
         stop = self.rules.check(Round(jobs, empty, None if taken is None else taken.fault))
         if stop is None or stop.status != EXIT_MEMORY_LIMIT:
             return stop, memory
@@ -294,6 +294,9 @@ class Worker:
         workers are in the list, so that ``--sleep 0`` does not rescan them without pause)."""
         if taken.fault is not None:
             await self.executor.idle(taken.fault.retry_in or 1.0)
+            return
+        if taken.more:  # the deep look goes on at once, one bounded call per round
+            await asyncio.sleep(0)
             return
         self.notes.went_idle(jobs)
         seconds = self.timers.sleep_for(self.options.sleep)  # cut short when a delayed job comes due sooner
