@@ -514,8 +514,40 @@ def test_a_search_on_a_big_queue_reads_a_bounded_part_and_says_so(dash: Dash, mo
     assert near in found and 'id="searched"' in found and f"laraq show {near}" in found
     missed = client.get("/queues/default", params={"id": far}).text
     assert "No pending jobs match" in missed and 'id="searched"' in missed
-    assert far in client.get(f"/queues/default/jobs/{far}").text  # a job's own page reads the whole queue
+    lost = client.get(f"/queues/default/jobs/{far}")  # no hint: the job page's search is bounded too
+    assert lost.status_code == 404 and 'id="searched"' in lost.text and f"laraq show {far}" in lost.text
     absent = client.get("/queues/default", params={"class": "App\\Jobs\\Nothing"}).text
     assert "No pending jobs match" in absent and "The class filter read the first 5 jobs" in absent
     present = client.get("/queues/default", params={"class": "App\\Jobs\\EchoJob"}).text
     assert present.count("App\\Jobs\\EchoJob</a>") == 5
+
+
+def test_a_jobs_own_page_reads_where_the_list_page_saw_it(dash: Dash, monkeypatch: pytest.MonkeyPatch) -> None:
+    from laraq.dashboard import views
+
+    monkeypatch.setattr(views, "SEARCH_LIMIT", 2)
+    d = Dispatcher(dash.ops.queue)
+    jobs = [d.prepare_job("App\\Jobs\\EchoJob", {"i": i}) for i in range(8)]
+    d.bulk(jobs)
+    later = [d.prepare_job("App\\Jobs\\Other", {"i": i}) for i in range(3)]
+    for i, job in enumerate(later):
+        dash.ops.queue.later(3600 + i, job.payload, "default")
+    client = dash.client()
+    far = _ids(jobs[6])[0]
+    listed = client.get("/queues/default").text
+    link = re.search(r'href="(/queues/default/jobs/' + far + r'\?state=pending&amp;at=6)"', listed)
+    assert link is not None, listed
+    url = link.group(1).replace("&amp;", "&")
+    assert far in client.get(url).text
+    keys = dash.ops.queue.keys("default")
+    dash.ops.queue.client.lpop(keys.list, 3)  # three jobs taken: it moved to index 3, still found from 6
+    page = client.get(url)
+    assert page.status_code == 200 and far in page.text and "EchoJob" in page.text
+    assert client.get(f"/queues/default/jobs/{far}").status_code == 404  # beyond the bounded search
+    gone = client.get(url.replace(far, _ids(jobs[0])[0]))  # taken: not there, said with the way to look further
+    assert gone.status_code == 404 and 'id="searched"' in gone.text
+    third = _ids(later[2])[0]  # a delayed job is read from its score, past the bounded search
+    delayed = client.get("/queues/default", params={"state": "delayed"}).text
+    link = re.search(r'href="(/queues/default/jobs/' + third + r'\?state=delayed&amp;at=[0-9.e+]+)"', delayed)
+    assert link is not None, delayed
+    assert "App\\Jobs\\Other" in client.get(link.group(1).replace("&amp;", "&")).text

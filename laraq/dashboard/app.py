@@ -13,6 +13,8 @@ second, with ``confirm=yes``, acts and writes the journal (:mod:`laraq.dashboard
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -133,8 +135,17 @@ def create_app(ops: Ops, *, access: Access | None = None, read_only: bool = Fals
 
     async def job(request: Request) -> Response:
         queue, ident = request.path_params["queue"], request.path_params["ident"]
-        found = await run_in_threadpool(views.job_detail, ops, queue, ident)
-        return page(request, "job.html", 200 if found else 404, page="jobs", queue=queue, ident=ident, found=found)
+        state = request.query_params.get("state")
+        try:
+            position = float(request.query_params["at"]) if "at" in request.query_params else None
+        except ValueError:
+            position = None
+        if position is not None and not math.isfinite(position):
+            position = None
+        data = await run_in_threadpool(functools.partial(views.job_detail, ops, queue, ident, state=state,
+                                                         position=position))
+        return page(request, "job.html", 200 if data["found"] else 404, page="jobs", queue=queue, ident=ident,
+                    found=data["found"], searched=data["searched"])
 
     async def login(request: Request) -> Response:
         if request.method == "GET":

@@ -36,7 +36,7 @@ from laraq.cli.inspect_cmds import BODY_PREVIEW, DECODE_BUDGET, preview
 from laraq.cli.status_cmd import snapshot
 from laraq.config.phpworkers import horizon_prefix
 from laraq.dashboard.history import History, chart
-from laraq.ops.inspect import STATES, find_failed, find_job, list_jobs, queue_status
+from laraq.ops.inspect import STATES, find_failed, find_job, find_job_near, list_jobs, queue_status
 from laraq.ops.transfers import find_held
 from laraq.production.heartbeat import _redis_now, live_workers
 from laraq.production.holders import reservations
@@ -92,6 +92,8 @@ def _view_row(v: Any) -> dict[str, Any]:
     text = "" if v.error or shown in (None, {}, []) else json.dumps(shown, ensure_ascii=False, default=str)
     d["summary"] = text if len(text) <= 120 else text[:119] + "…"
     d["ident"] = v.uuid or v.id
+    # where the list page saw it: the job page reads there first
+    d["at"] = {"state": v.state, "position": v.index if v.score is None else repr(v.score)}
     return d
 
 
@@ -140,16 +142,31 @@ def jobs(ops: Ops, queue: str, state: str, *, page: int = 1, class_filter: str |
             "class_filter": class_filter or "", "ident": ident or "", "reservations": held, "searched": searched}
 
 
-def job_detail(ops: Ops, queue: str, ident: str) -> list[dict[str, Any]]:
+def job_detail(ops: Ops, queue: str, ident: str, *, state: str | None = None,
+               position: float | None = None) -> dict[str, Any]:
     """The job(s) of ``queue`` whose id or uuid is ``ident``, decoded as ``laraq show`` decodes them
-    (bounded; the command of an encrypted job stays closed)."""
+    (the command of an encrypted job stays closed), read in bounded steps: with a ``state`` of
+    :data:`STATES` and the ``position`` the list page saw it at (list index or ZSET score), the members
+    around that position (:func:`find_job_near`); else, or when it left that place, the first
+    :data:`SEARCH_LIMIT` members of that state (of each state without one), the unfinished moves, and the
+    failed-job store. ``searched`` is the limit when a state holds more than the search read."""
+    found = []
+    searched = None
+    if state in STATES and position is not None:
+        found = find_job_near(ops.queue, ident, queue, state, position, max_elements=DECODE_BUDGET)
+    if not found and state != "failed":
+        states = [state] if state in STATES else list(STATES)
+        found = find_job(ops.queue, ident, [queue], max_elements=DECODE_BUDGET, scan_limit=SEARCH_LIMIT,
+                         states=states)
+        if max(_state_size(ops, queue, s) for s in states) > SEARCH_LIMIT:
+            searched = SEARCH_LIMIT
+    if not found or state == "failed":
+        # the failed-job store too, as `laraq show` searches it (by its id; the payloads only when Redis had
+        # no match); a store that is down must not hide the Redis matches
+        with contextlib.suppress(Exception):
+            found += [v for v in find_failed(ops.failed_store(), ident, max_elements=DECODE_BUDGET,
+                                             scan_payloads=not found) if v.queue == queue]
     out = []
-    found = find_job(ops.queue, ident, [queue], max_elements=DECODE_BUDGET)
-    # the failed-job store too, as `laraq show` searches it (by its id; the payloads only when Redis had no
-    # match); a store that is down must not hide the Redis matches
-    with contextlib.suppress(Exception):
-        found += [v for v in find_failed(ops.failed_store(), ident, max_elements=DECODE_BUDGET, scan_payloads=not found)
-                  if v.queue == queue]
     for v in found:
         d = v.to_dict(raw=True)
         view = v.properties if v.properties is not None else v.data
@@ -159,7 +176,7 @@ def job_detail(ops: Ops, queue: str, ident: str) -> list[dict[str, Any]]:
         d["body_preview"] = body[:BODY_PREVIEW] + (f"… ({len(v.raw):,} bytes in all)" if len(body) > BODY_PREVIEW
                                                    else "")
         out.append(d)
-    return out
+    return {"found": out, "searched": None if out else searched}
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ __all__ = [
     "discover_queues",
     "find_failed",
     "find_job",
+    "find_job_near",
     "clip",
     "iter_excerpts",
     "iter_members",
@@ -620,9 +621,9 @@ def _matches(view: JobView, class_filter: str) -> bool:
 
 def find_job(
     queue: RedisQueue, ident: str, queues: list[str] | None = None, *, encrypter: Any = None,
-    max_elements: int | None = None, scan_limit: int | None = None,
+    max_elements: int | None = None, scan_limit: int | None = None, states: Iterable[str] = STATES,
 ) -> list[JobView]:
-    """Every member (any queue, any state) whose payload ``id`` or ``uuid`` is ``ident``.
+    """Every member (any queue, any of ``states``) whose payload ``id`` or ``uuid`` is ``ident``.
 
     Members are only decoded when their bytes contain ``ident``; ``max_elements`` bounds the
     decoding of each match's command (see :func:`command_view`); ``scan_limit`` reads only the first that
@@ -630,23 +631,55 @@ def find_job(
     found: list[JobView] = []
     needle = ident.encode("utf-8")
     for name in queues if queues is not None else discover_queues(queue.client, queue.prefix):
-        for state in STATES:
+        for state in states:
             for excerpt, index in iter_excerpts(queue, name, state):
                 if scan_limit is not None and index >= scan_limit:
                     break
-                if needle not in excerpt.head and needle not in excerpt.tail:
-                    continue
-                view = JobView.from_excerpt(name, state, excerpt, index, encrypter=encrypter,
-                                            with_properties=False)
-                if ident not in (view.id, view.uuid):
-                    continue
-                member = excerpt.whole if excerpt.whole is not None else _read_whole(queue, name, state, excerpt,
-                                                                                     index)
-                if member is not None:  # None: it left its place since it was matched
-                    found.append(JobView.from_member(name, state, member, excerpt.score, index, encrypter=encrypter,
-                                                     max_elements=max_elements))
+                view = _match(queue, name, state, excerpt, index, ident, encrypter, max_elements)
+                if view is not None:
+                    found.append(view)
     found.extend(_find_held(queue, ident, needle, queues, encrypter, max_elements))
     return found
+
+
+def find_job_near(
+    queue: RedisQueue, ident: str, name: str, state: str, position: float, *, window: int = 200,
+    encrypter: Any = None, max_elements: int | None = None,
+) -> list[JobView]:
+    """:func:`find_job`'s answer for a job last seen at ``position`` of ``state``, reading about ``window``
+    members: a list index (the job and the ``window`` members before it, as pops from the head move it
+    towards index 0) or a ZSET score (the members from the first with that score on). [] when it is not
+    there (taken, moved, or further than the window)."""
+    key, kind = _state_key(queue, name, state)
+    if kind == "list":
+        end = max(0, int(position))
+        start = max(0, end - window + 1)
+    else:  # ZCOUNT gives the rank of the first member with that score without reading any member
+        start = int(queue.client.zcount(key, "-inf", f"({position!r}"))
+        end = start + window - 1
+    found = []
+    for offset, excerpt in enumerate(queue.excerpts(key, kind, start, end)):
+        view = _match(queue, name, state, excerpt, start + offset, ident, encrypter, max_elements)
+        if view is not None:
+            found.append(view)
+    return found
+
+
+def _match(queue: RedisQueue, name: str, state: str, excerpt: Excerpt, index: int, ident: str, encrypter: Any,
+           max_elements: int | None) -> JobView | None:
+    """The member ``excerpt`` was read from, decoded in full, when its payload ``id`` or ``uuid`` is ``ident``
+    (members are only decoded when their bytes contain ``ident``)."""
+    needle = ident.encode("utf-8")
+    if needle not in excerpt.head and needle not in excerpt.tail:
+        return None
+    view = JobView.from_excerpt(name, state, excerpt, index, encrypter=encrypter, with_properties=False)
+    if ident not in (view.id, view.uuid):
+        return None
+    member = excerpt.whole if excerpt.whole is not None else _read_whole(queue, name, state, excerpt, index)
+    if member is None:  # it left its place since it was matched
+        return None
+    return JobView.from_member(name, state, member, excerpt.score, index, encrypter=encrypter,
+                               max_elements=max_elements)
 
 
 def _read_whole(queue: RedisQueue, name: str, state: str, excerpt: Excerpt, index: int) -> bytes | None:
