@@ -437,6 +437,8 @@ def test_workers_page_shows_a_running_laraq_worker_and_its_job(dash: Dash, redis
             time.sleep(0.1)
         (record,) = live_workers(dash.ops.queue.client, "dash_")
         assert f"<td>{record.host}</td>" in page and f">{record.pid}</td>" in page
+        assert record.memory_mb is not None
+        assert re.search(r'data-col="memory">\d+ MB<', page) is not None  # its resident memory at its last beat
         assert 'href="/queues/default/jobs/' + job.id in page and "App\\Jobs\\Slow</a> (default," in page
         assert 'id="unworked"' in page and "nobody" in page.split('id="unworked"')[1]
         reserved = client.get("/queues/default?state=reserved").text

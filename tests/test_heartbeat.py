@@ -22,6 +22,7 @@ from laraq.worker.events import (
     WorkerStarting,
     WorkerStopping,
 )
+from laraq.worker.notes import rss_mb
 
 cli = click.Group("laraq", commands={c.name: c for c in COMMANDS})
 PREFIX = "hb_"
@@ -78,6 +79,10 @@ def test_each_worker_has_its_own_record_and_stopping_removes_only_its_own(redis_
         assert wait_until(lambda: {r.id: r for r in live_workers(redis_client, PREFIX)}[a.id].jobs_done == 3)
         ra = {r.id: r for r in live_workers(redis_client, PREFIX)}[a.id]
         assert (ra.jobs_done, ra.jobs_failed, ra.jobs_released, ra.in_flight) == (3, 1, 1, 1)
+        # its resident memory, as the worker's --memory check measures it (this process's: same ballpark)
+        assert ra.memory_mb is not None and rss_mb() / 2 < ra.memory_mb < rss_mb() * 2
+        redis_client.hdel(f"{registry_key(PREFIX)}:{b.id}", "memory_mb")  # a record written without it
+        assert {r.id: r for r in live_workers(redis_client, PREFIX)}[b.id].memory_mb is None
         a.worker_stopping(WorkerStopping(0, "done", WorkerOptions()))
         assert [r.id for r in live_workers(redis_client, PREFIX)] == [b.id]
         assert not (tmp_path / "a.id").exists()
@@ -151,6 +156,7 @@ def test_workers_and_health_commands(env, redis_client, tmp_path):
         assert table.exit_code == 0 and "web-1" in table.output and "default,mail" in table.output
         listed = json.loads(CliRunner().invoke(cli, ["workers", "--json"], env=env).output)
         assert [w["id"] for w in listed] == [hb.id] and listed[0]["queues"] == ["default", "mail"]
+        assert listed[0]["memory_mb"] > 0 and f"{listed[0]['memory_mb']:.0f}M" in table.output.replace("\n", "")
         for args in (["--id-file", str(idf)], ["--pid", str(os.getpid())], ["--pid", str(os.getppid())],
                      ["--queue", "mail"], []):
             result = CliRunner().invoke(cli, ["health", *args], env=env)

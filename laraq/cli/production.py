@@ -47,12 +47,13 @@ def workers_cmd(ops: Ops, as_json: bool, ttl: float) -> None:
         click.echo("No live laraq workers.")
         return
     rows = [[r.host, r.pid, r.name, ",".join(r.queues), r.laravel, human_age(now - r.started),
-             f"{now - r.beat:.1f}s", r.jobs_done, r.jobs_failed, r.in_flight, r.id] for r in records]
+             f"{now - r.beat:.1f}s", r.jobs_done, r.jobs_failed, r.in_flight,
+             "-" if r.memory_mb is None else f"{r.memory_mb:.0f}M", r.id] for r in records]
     print_table([Column("host", overflow="fold"), Column("pid", justify="right"), Column("name"),
                  Column("queues", overflow="fold"), Column("laravel"), Column("up", justify="right"),
                  Column("beat", justify="right"), Column("done", justify="right"),
                  Column("failed", justify="right"), Column("running", justify="right"),
-                 Column("id", overflow="fold")], rows)
+                 Column("rss", justify="right"), Column("id", overflow="fold")], rows)
 
 
 @click.command("health")

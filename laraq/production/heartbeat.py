@@ -6,8 +6,9 @@ it works on a Redis Cluster too):
 * ``laraq:{workers}`` - a sorted set of worker ids scored by their last beat (Redis ``TIME``, so hosts
   with skewed clocks still agree);
 * ``laraq:{workers}:<id>`` - a hash per worker (host, pid, supervisor pid, name, connection, queues,
-  Laravel profile, laraq version, started, last beat, jobs done/failed/released, in flight, the job ids
-  it holds reserved with when it took them) with a TTL of
+  Laravel profile, laraq version, started, last beat, jobs done/failed/released, in flight, its resident
+  memory as the worker's ``--memory`` check measures it, the job ids it holds reserved with when it took
+  them) with a TTL of
   a few beat intervals.
 
 Discovery never uses ``KEYS`` or ``SCAN``: :func:`live_workers` reads the sorted set, drops members
@@ -50,6 +51,7 @@ from laraq.worker.events import (
     WorkerStarting,
     WorkerStopping,
 )
+from laraq.worker.notes import rss_mb
 
 __all__ = ["Heartbeat", "WorkerRecord", "live_workers", "check_health", "registry_key", "DEFAULT_INTERVAL",
            "DEFAULT_TTL"]
@@ -93,6 +95,8 @@ class WorkerRecord:
     jobs_failed: int
     jobs_released: int
     in_flight: int
+    #: resident memory in MB at the last beat (:func:`laraq.worker.notes.rss_mb`); None in a record without it
+    memory_mb: float | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -106,13 +110,17 @@ class WorkerRecord:
                 return kind(0)
 
         known = {"host", "pid", "ppid", "name", "connection", "queues", "laravel", "laraq", "started", "beat",
-                 "jobs_done", "jobs_failed", "jobs_released", "in_flight"}
+                 "jobs_done", "jobs_failed", "jobs_released", "in_flight", "memory_mb"}
+        try:
+            memory: float | None = float(d["memory_mb"])
+        except (KeyError, ValueError):
+            memory = None
         return cls(
             id=worker_id, host=d.get("host", "?"), pid=num("pid"), ppid=num("ppid"), name=d.get("name", ""),
             connection=d.get("connection", ""), queues=[q for q in d.get("queues", "").split(",") if q],
             laravel=d.get("laravel", ""), laraq=d.get("laraq", ""), started=num("started", float),
             beat=num("beat", float), jobs_done=num("jobs_done"), jobs_failed=num("jobs_failed"),
-            jobs_released=num("jobs_released"), in_flight=num("in_flight"),
+            jobs_released=num("jobs_released"), in_flight=num("in_flight"), memory_mb=memory,
             extra={k: v for k, v in d.items() if k not in known},
         )
 
@@ -122,6 +130,7 @@ class WorkerRecord:
             "connection": self.connection, "queues": self.queues, "laravel": self.laravel, "laraq": self.laraq,
             "started": self.started, "beat": self.beat, "jobs_done": self.jobs_done,
             "jobs_failed": self.jobs_failed, "jobs_released": self.jobs_released, "in_flight": self.in_flight,
+            "memory_mb": self.memory_mb,
         }
 
 
@@ -296,7 +305,7 @@ class Heartbeat(WorkerListener):
         try:
             now = _redis_now(self.client)
             fields = {**self._static, **{k: str(v) for k, v in counters.items()}, "beat": repr(now),
-                      "holding": holding}
+                      "holding": holding, "memory_mb": f"{rss_mb():.1f}"}
             key = _record_key(self.prefix, self.id)
             pipe = self.client.pipeline(transaction=False)
             pipe.hset(key, mapping=fields)
