@@ -157,7 +157,7 @@ def test_history_measures_jobs_taken_and_failed_per_minute_and_draws_the_last_ho
     dash.ops.failed_store().log("redis", "default", json.dumps({"uuid": "f-9", "job": "x", "data": {}}), "E")
     last = history.maybe_sample(dash.ops, now=t0 + 30)
     assert last is not None and last.taken["default"] == 1 and last.seconds == 30
-    assert history.per_minute("default") == (2.0, 2.0)
+    assert history.recent(dash.ops).per_minute("default") == (2.0, 2.0)
     page = client.get("/").text  # the request's own sample comes too soon after t0 + 30: none is added
     cells = dict(re.findall(r'data-col="(\w+)">([^<]*)<', page))
     assert (cells["taken_per_minute"], cells["failed_per_minute"]) == ("2.0", "2.0")
@@ -165,6 +165,35 @@ def test_history_measures_jobs_taken_and_failed_per_minute_and_draws_the_last_ho
         assert f'id="chart-{what}"' in page
     depth = re.search(r'id="chart-depth".*?<polyline[^>]*points="([^"]+)"', page, re.S)
     assert depth is not None and len(depth.group(1).split()) == 2  # two samples, two points
+
+
+def test_history_is_kept_in_redis_shared_by_dashboards_and_bounded(dash: Dash) -> None:
+    from laraq.dashboard.history import CAP, WINDOW, History, history_key
+
+    dash.seed()
+    client = dash.ops.queue.client
+    key = history_key(dash.ops.queue.prefix)
+    t0 = dash.ops.queue.clock()
+    client.zadd(key, {"an hour and more ago": t0 - WINDOW - 5})
+    first = History(every=10)
+    assert first.maybe_sample(dash.ops, now=t0) is not None
+    assert client.zcard(key) == 1 and 0 < client.ttl(key) <= WINDOW + 60  # the old one trimmed, the key expires
+    dash.ops.queue.pop("default")
+    assert first.maybe_sample(dash.ops, now=t0 + 30) is not None
+    # another dashboard, or this one restarted: the same samples, and no sample sooner than `every` after them
+    second = History(every=10)
+    assert second.maybe_sample(dash.ops, now=t0 + 35) is None
+    assert [s.at for s in second.recent(dash.ops).samples] == [t0, t0 + 30]
+    assert second.recent(dash.ops).per_minute("default")[0] == 2.0
+    page = dash.client(history=second).get("/").text
+    depth = re.search(r'id="chart-depth".*?<polyline[^>]*points="([^"]+)"', page, re.S)
+    assert depth is not None and len(depth.group(1).split()) == 2
+    later = second.maybe_sample(dash.ops, now=t0 + 40)  # its first sample: nothing to measure taken against
+    assert later is not None and later.taken["default"] is None and later.seconds == 0
+    for n in range(CAP + 5):  # never more than CAP samples
+        client.zadd(key, {f"filler {n}": t0 + 41 + n / 1000})
+    assert second.maybe_sample(dash.ops, now=t0 + 60) is not None and client.zcard(key) == CAP
+    assert second.recent(dash.ops).samples[-1].at == t0 + 60  # members that are not samples are skipped
 
 
 def test_reserved_jobs_show_their_holder_and_orphans(dash: Dash) -> None:

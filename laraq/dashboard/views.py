@@ -67,17 +67,18 @@ def overview(ops: Ops, history: History | None = None) -> dict[str, Any]:
     """Per queue: pending, delayed, reserved, oldest wait, due, expired, poison, failed, paused, and with a
     ``history``: jobs taken and failed per minute and the last hour's charts."""
     snap = snapshot(ops, [], None, max_size=None)
+    recent = history.recent(ops) if history is not None else None
     rows = []
     for s in snap.statuses:
-        taken, failed_rate = history.per_minute(s.queue) if history is not None else (None, None)
+        taken, failed_rate = recent.per_minute(s.queue) if recent is not None else (None, None)
         rows.append({**s.to_dict(), "oldest": human_age(s.oldest_pending_age),
                      "failed": None if snap.failed is None else snap.failed.get(s.queue, 0),
                      "paused": None if snap.paused is None else snap.paused.get(s.queue, False),
                      "taken_per_minute": _rate(taken), "failed_per_minute": _rate(failed_rate)})
     charts = {}
-    if history is not None and history.samples:
-        now = history.samples[-1].at
-        charts = {what: chart(history.series(what), now) for what in ("depth", "throughput", "wait")}
+    if recent is not None and recent.samples:
+        now = recent.samples[-1].at
+        charts = {what: chart(recent.series(what), now) for what in ("depth", "throughput", "wait")}
     return {"charts": charts, "prefix": snap.prefix, "connection": ops.settings.connection_name, "queues": rows,
             "failed_total": snap.failed_total, "notes": [mask_url(n) for n in snap.notes],
             "transfers": len(snap.transfers), "can_pause": ops.settings.version.has_queue_pause,
