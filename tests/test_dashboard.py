@@ -118,11 +118,10 @@ def test_pages_show_the_queues_jobs_and_failed_rows(dash: Dash) -> None:
         assert APP_KEY.split(":")[1] not in text, path
 
 
-def test_batches_page_reads_job_batches_with_laravels_progress(dash: Dash) -> None:
+def _batches_table(dash: Dash) -> None:
+    """``job_batches`` as Laravel's migration makes it, with a running batch and a cancelled one."""
     import sqlite3
 
-    client = dash.client()
-    assert "cannot read &#39;job_batches&#39;: OperationalError" in client.get("/batches").text  # no table yet: said, not a crash
     db = sqlite3.connect(dash.ops.settings.database(None).database)
     db.execute("CREATE TABLE job_batches (id varchar primary key, name varchar, total_jobs integer, "
                "pending_jobs integer, failed_jobs integer, failed_job_ids text, options text, "
@@ -132,6 +131,52 @@ def test_batches_page_reads_job_batches_with_laravels_progress(dash: Dash) -> No
         ("9b-new", EVIL, 0, 0, 0, 1_700_000_100, 1_700_000_050, None)])
     db.commit()
     db.close()
+
+
+def _batch_times(dash: Dash, batch: str) -> tuple[Any, Any]:
+    import sqlite3
+
+    db = sqlite3.connect(dash.ops.settings.database(None).database)
+    try:
+        found = db.execute("SELECT cancelled_at, finished_at FROM job_batches WHERE id = ?", (batch,)).fetchone()
+    finally:
+        db.close()
+    return found[0], found[1]
+
+
+def test_a_batch_is_cancelled_from_its_page_as_batch_cancel_writes(dash: Dash) -> None:
+    import time
+
+    _batches_table(dash)
+    client = dash.client()
+    page = client.get("/batches").text
+    forms = re.findall(r'name="batch" value="([^"]+)"', page)
+    assert forms == ["9a-old"]  # the cancelled batch has no button
+    asked = _post(client, "/actions/cancel", {"csrf": _csrf(client), "batch": "9a-old"})
+    assert asked.status_code == 200 and "Cancel batch <strong>9a-old</strong>" in asked.text
+    assert _batch_times(dash, "9a-old") == (None, None)  # asked, not done
+    before = int(time.time())
+    done = _post(client, "/actions/cancel", {"csrf": _csrf(client), "batch": "9a-old", "confirm": "yes"})
+    assert done.status_code == 200 and "Batch [9a-old] cancelled" in done.text
+    cancelled, finished = _batch_times(dash, "9a-old")
+    assert cancelled == finished and before <= cancelled <= int(time.time())  # DatabaseBatchRepository::cancel
+    (line,) = [json.loads(x) for x in dash.journal.path.read_text().splitlines()]
+    assert (line["action"], line["target"]) == ("cancel", "9a-old")
+    assert 'name="batch"' not in client.get("/batches").text
+    absent = _post(client, "/actions/cancel", {"csrf": _csrf(client), "batch": "nope", "confirm": "yes"})
+    assert absent.status_code == 400 and "no batch &#39;nope&#39;" in absent.text
+    access = Access()
+    read_only = dash.client(read_only=True, access=access)
+    assert "/actions/" not in read_only.get("/batches").text
+    refused = _post(read_only, "/actions/cancel", {"csrf": access.csrf_token(), "batch": "9b-new", "confirm": "yes"})
+    assert refused.status_code == 403 and _batch_times(dash, "9b-new") == (1_700_000_100, None)
+
+
+def test_batches_page_reads_job_batches_with_laravels_progress(dash: Dash) -> None:
+
+    client = dash.client()
+    assert "cannot read &#39;job_batches&#39;: OperationalError" in client.get("/batches").text  # no table yet: said, not a crash
+    _batches_table(dash)
     text = client.get("/batches").text
     rows = re.findall(r'<tr data-batch="([^"]+)">.*?data-col="progress">(\d+)%', text, re.S)
     assert rows == [("9b-new", "0"), ("9a-old", "63")]
@@ -302,12 +347,14 @@ def test_actions_refuse_without_csrf_or_selection_and_when_read_only(dash: Dash)
 
 
 ACTION_FORMS = {"pause": {"queue": "default"}, "resume": {"queue": "default"}, "restart": {},
-                "retry": {"all": "yes"}, "forget": {"all": "yes"}, "undo": {"journal": "laraq-retry-x.jsonl"}}
+                "retry": {"all": "yes"}, "forget": {"all": "yes"}, "undo": {"journal": "laraq-retry-x.jsonl"},
+                "cancel": {"batch": "9a-old"}}
 
 
 def test_no_page_or_action_without_credentials_or_with_a_wrong_token(dash: Dash) -> None:
     assert set(ACTION_FORMS) == set(ACTIONS)  # every action is tried
     dash.seed()
+    _batches_table(dash)
     access = Access(token="right-token")
     client = dash.client(base_url="http://dash.example.net", access=access)
     failed_before = len(dash.ops.failed_store().all())
@@ -326,6 +373,7 @@ def test_no_page_or_action_without_credentials_or_with_a_wrong_token(dash: Dash)
     assert client.post("/login", data={"token": "wrong-token"}).status_code == 401
     assert dash.ops.cache().paused_queues("redis", ["default"]) == []
     assert len(dash.ops.failed_store().all()) == failed_before and not dash.journal.path.exists()
+    assert _batch_times(dash, "9a-old") == (None, None)
     # the right token, as a header or through the sign-in page's cookie
     assert client.get("/", headers={"Authorization": "Bearer right-token"}).status_code == 200
     signed = client.post("/login", data={"token": "right-token"}, follow_redirects=False)

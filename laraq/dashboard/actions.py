@@ -6,7 +6,9 @@
   every payload sent, which ``laraq retry --undo JOURNAL`` takes back;
 * undo: ``laraq retry --undo`` of one of those journals (:func:`laraq.bus.retry.undo_retry`), named by its
   file name in the state directory (never a path from the request);
-* forget: the failed-job store's ``forget``, as ``laraq forget``.
+* forget: the failed-job store's ``forget``, as ``laraq forget``;
+* cancel a batch: ``Batch::cancel()``'s write to the app's ``queue.batching`` table
+  (:func:`laraq.stores.batches.cancel_batch`): its jobs still to run see ``cancelled()``.
 
 Every action appends one JSON line to the dashboard journal ``laraq-dashboard.jsonl`` in laraq's state
 directory (private, ``0600``): when, who (the client's address), what, on which target, and the outcome.
@@ -25,8 +27,10 @@ from typing import Any
 from laraq.bus.retry import RetryFilter, bulk_retry, select_failed, undo_retry
 from laraq.cli.common import Ops
 from laraq.cli.statefiles import open_private, state_dir
+from laraq.stores.batches import cancel_batch
+from laraq.stores.database import connect_database
 
-__all__ = ["Journal", "forget", "pause", "restart", "resume", "retry", "retry_plan", "undo"]
+__all__ = ["Journal", "cancel", "forget", "pause", "restart", "resume", "retry", "retry_plan", "undo"]
 
 #: the file names :meth:`Journal.retry_journal` gives: the only journals an undo from the dashboard opens
 RETRY_JOURNAL = re.compile(r"laraq-retry-\d{8}T\d{6}Z-\d{1,6}\.jsonl")
@@ -126,3 +130,17 @@ def undo(ops: Ops, name: str, journal: Journal, *, client: str | None) -> dict[s
     counts = Counter(o.status for o in outcomes)
     journal.write("undo", name, {"counts": dict(counts)}, client=client)
     return {"counts": dict(counts), "messages": [o.message for o in outcomes if o.status == "taken"]}
+
+
+def cancel(ops: Ops, batch: str, journal: Journal, *, client: str | None) -> str:
+    """Cancel the batch ``batch`` as ``Batch::cancel()`` does (ValueError when the table has no such batch)."""
+    conn = connect_database(ops.settings.database(ops.settings.batch_database))
+    try:
+        done = cancel_batch(conn, batch, ops.settings.batch_table)
+    finally:
+        conn.close()
+    if not done:
+        raise ValueError(f"cancel: no batch {batch!r} in {ops.settings.batch_table!r}")
+    message = f"Batch [{batch}] cancelled: its jobs still to run see cancelled()."
+    journal.write("cancel", batch, message, client=client)
+    return message

@@ -36,7 +36,7 @@ from laraq.dashboard.history import History
 
 __all__ = ["Guard", "create_app"]
 
-ACTIONS = ("pause", "resume", "restart", "retry", "forget", "undo")
+ACTIONS = ("pause", "resume", "restart", "retry", "forget", "undo", "cancel")
 _HEADERS = {"Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'", "X-Frame-Options": "DENY",
             "Referrer-Policy": "no-referrer", "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
 
@@ -182,6 +182,8 @@ def create_app(ops: Ops, *, access: Access | None = None, read_only: bool = Fals
         query = views.FailedQuery.from_mapping(form)
         if name in ("pause", "resume") and not queue:
             raise ValueError(f"{name}: no queue given")
+        if name == "cancel" and not _text(form, "batch"):
+            raise ValueError("cancel: no batch given")
         if name == "undo":
             journal.retry_journal_named(_text(form, "journal"))  # ValueError: not one of ours
         elif name in ("retry", "forget") and not ids and query.as_params() == views.FailedQuery().as_params() \
@@ -192,7 +194,8 @@ def create_app(ops: Ops, *, access: Access | None = None, read_only: bool = Fals
         fields = [(k, str(v)) for k, v in form.multi_items() if k not in ("confirm", "csrf")]
         if not confirmed:
             plan = await run_in_threadpool(actions.retry_plan, ops, flt, ids) if name in ("retry", "forget") else None
-            return page(request, "confirm.html", page="actions", action=name, queue=queue, plan=plan, fields=fields)
+            return page(request, "confirm.html", page="actions", action=name, queue=queue, plan=plan, fields=fields,
+                        batch=_text(form, "batch"))
         if name == "pause":
             result: Any = await run_in_threadpool(actions.pause, ops, queue, journal, client=client)
         elif name == "resume":
@@ -203,6 +206,8 @@ def create_app(ops: Ops, *, access: Access | None = None, read_only: bool = Fals
             result = await run_in_threadpool(actions.retry, ops, flt, ids, journal, client=client)
         elif name == "undo":
             result = await run_in_threadpool(actions.undo, ops, _text(form, "journal"), journal, client=client)
+        elif name == "cancel":
+            result = await run_in_threadpool(actions.cancel, ops, _text(form, "batch"), journal, client=client)
         else:
             plan = await run_in_threadpool(actions.retry_plan, ops, flt, ids)
             result = await run_in_threadpool(actions.forget, ops, plan["ids"], journal, client=client)

@@ -30,7 +30,7 @@ from laraq.stores.database import dialect_of, locked_cursor
 if TYPE_CHECKING:
     from laraq.bus.job import Job
 
-__all__ = ["BatchCounts", "BatchTable", "batch_cancelled", "batch_id", "recent_batches", "record_failure",
+__all__ = ["BatchCounts", "BatchTable", "batch_cancelled", "batch_id", "cancel_batch", "recent_batches", "record_failure",
            "record_success"]
 
 TABLE = "job_batches"
@@ -163,6 +163,27 @@ def recent_batches(conn: Any, table: str = TABLE, *, limit: int = 50, offset: in
         done = total - int(row["pending_jobs"] or 0)
         row["progress"] = int(done * 100 / total + 0.5) if total > 0 else 0  # PHP's round(): half away from 0
     return rows
+
+
+def cancel_batch(conn: Any, batch: str, table: str = TABLE) -> bool:
+    """``DatabaseBatchRepository::cancel`` (what ``Batch::cancel()`` writes): ``cancelled_at`` and
+    ``finished_at`` set to now, by id; False when no row has that id."""
+    dialect = dialect_of(conn)
+
+    def q(ident: str) -> str:
+        return "`" + ident.replace("`", "``") + "`" if dialect == "mysql" else '"' + ident.replace('"', '""') + '"'
+
+    ph = "?" if dialect == "sqlite" else "%s"
+    now = int(time.time())
+    cur = conn.cursor()
+    try:
+        cur.execute(f"UPDATE {q(table)} SET {q('cancelled_at')} = {ph}, {q('finished_at')} = {ph} "
+                    f"WHERE {q('id')} = {ph}", [now, now, batch])
+        changed = cur.rowcount > 0
+    finally:
+        cur.close()
+        conn.commit()
+    return bool(changed)
 
 
 def _ids(raw: Any) -> list[Any]:
