@@ -623,6 +623,8 @@ def test_a_jobs_own_page_reads_where_the_list_page_saw_it(dash: Dash, monkeypatc
     page = client.get(url)
     assert page.status_code == 200 and far in page.text and "EchoJob" in page.text
     assert client.get(f"/queues/default/jobs/{far}").status_code == 404  # beyond the bounded search
+    dash.ops.queue.client.lpush(keys.list, *[json.dumps({"put": "back", "n": n}) for n in range(5)])
+    assert far in client.get(url).text  # pushed on to index 8 by jobs put back at the head: found after 6
     gone = client.get(url.replace(far, _ids(jobs[0])[0]))  # taken: not there, said with the way to look further
     assert gone.status_code == 404 and 'id="searched"' in gone.text
     third = _ids(later[2])[0]  # a delayed job is read from its score, past the bounded search

@@ -647,13 +647,13 @@ def find_job_near(
     encrypter: Any = None, max_elements: int | None = None,
 ) -> list[JobView]:
     """:func:`find_job`'s answer for a job last seen at ``position`` of ``state``, reading about ``window``
-    members: a list index (the job and the ``window`` members before it, as pops from the head move it
-    towards index 0) or a ZSET score (the members from the first with that score on). [] when it is not
-    there (taken, moved, or further than the window)."""
+    members: a list index (the ``window`` members before it, as pops from the head move it towards index
+    0, and a tenth of that after it, for jobs put back at the head) or a ZSET score (the members from the
+    first with that score on). [] when it is not there (taken, moved, or further than the window)."""
     key, kind = _state_key(queue, name, state)
     if kind == "list":
-        end = max(0, int(position))
-        start = max(0, end - window + 1)
+        start = max(0, int(position) - window)
+        end = max(0, int(position)) + window // 10
     else:  # ZCOUNT gives the rank of the first member with that score without reading any member
         start = int(queue.client.zcount(key, "-inf", f"({position!r}"))
         end = start + window - 1
