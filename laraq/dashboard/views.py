@@ -6,8 +6,9 @@ records (``masters``/``supervisors`` sorted sets and their hashes, as Horizon's
 
 * :func:`overview` - ``laraq status``'s snapshot (:func:`laraq.cli.status_cmd.snapshot`): counters, failed
   counts, paused state, parked failures, held transfers;
-* :func:`jobs` / :func:`job_detail` - :func:`laraq.ops.inspect.list_jobs` and :func:`~laraq.ops.inspect.find_job`
-  (paged, filtered by class, searched by id or uuid; a job's page also finds it in the failed-job store),
+* :func:`jobs` / :func:`job_detail` - :func:`laraq.ops.inspect.list_jobs`, :func:`~laraq.ops.inspect.find_job`
+  and :func:`~laraq.ops.inspect.find_job_near` (paged, filtered by class, searched by id or uuid, every
+  read bounded; a job's page reads where the list saw it first, and also finds it in the failed-job store),
   reservations with their holders
   (:func:`laraq.production.holders.reservations`); an encrypted command is never decrypted here;
 * :func:`failed` - the failed-job store through :func:`laraq.bus.retry.select_failed` (the filter of
