@@ -160,6 +160,8 @@ def test_every_typed_class_dispatches_as_php_does(laravel: str, redis_server: An
     assert {"App\\Jobs\\TypedOrderJob", "App\\Jobs\\PostJob", "App\\Jobs\\GenerateReport",
             "App\\Jobs\\EncryptedJob"} <= compared
     assert len(compared) >= 20, sorted(compared)
+    if app.profile.since("13"):  # the attribute classes: #[Tries]..., #[DebounceFor]
+        assert {"App\\Jobs\\AttributeJob", "App\\Jobs\\DebouncedJob"} <= compared
     # PHP's worker runs laraq's dispatches as it runs its own
     php_runs, php_failed = outcomes(app, "pq")
     py_runs, py_failed = outcomes(app, "lq")
@@ -179,7 +181,7 @@ def test_every_typed_class_dispatches_into_horizon_as_php_does(line: str, redis_
     seed(hz)
     compared = round_trip(hz, redis_client, tmp_path, horizon=laraq_horizon_settings(hz))
     assert {"App\\Jobs\\TypedOrderJob", "App\\Jobs\\PostJob", "App\\Jobs\\TaggedJob",
-            "App\\Jobs\\SilencedJob"} <= compared
+            "App\\Jobs\\SilencedJob", "App\\Jobs\\AttributeJob", "App\\Jobs\\DebouncedJob"} <= compared
     php_runs, php_failed = outcomes(hz, "pq")
     py_runs, py_failed = outcomes(hz, "lq")
     php_runs = [r for r in php_runs if json.loads(r)["class"] in compared or "\\" not in json.loads(r)["class"]]

@@ -260,7 +260,7 @@ foreach ($only ? array_fill_keys($only, null) : laraq_classes($base) as $name =>
     }
     $methods = [];
     foreach (['tries', 'backoff', 'retryUntil', 'timeout', 'displayName', 'uniqueId', 'uniqueFor', 'uniqueVia',
-              'middleware', 'shouldBeEncrypted', 'tags'] as $m) {
+              'middleware', 'shouldBeEncrypted', 'tags', 'debounceId', 'debounceVia'] as $m) {
         if ($class->hasMethod($m)) {
             $methods[] = $m;
         }
