@@ -6,7 +6,9 @@
   (the command's own ``queue`` left null), and PHP's worker runs laraq's job with the attribute settings;
 * ``DebouncedJob`` (``#[DebounceFor(2)]``): the Redis a dispatch leaves (the cache's debounce owner, its
   TTL, the delayed job) is PHP's, keys and values, the random owner and the times aside; two Python
-  dispatches of one debounce id leave PHP's worker running only the newer, deleting the superseded one.
+  dispatches of one debounce id leave PHP's worker running only the newer, deleting the superseded one;
+* ``DebouncedWaitJob`` (``#[DebounceFor(2, maxWait: 0)]``, its id a property): the first dispatch's time
+  key and the second dispatch's undelayed push, as PHP's.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def setup(line: str, redis_server: Any, redis_client: Any, tmp_path: Path) -> tu
     app = horizon_app(line, redis_server.port) if line == "13-h548" else PhpApp(redis_server.port, version=line,
                                                                                    workdir=tmp_path)
     jobs = generate(app, tmp_path, f"attribute_jobs_{line.replace('-', '_')}", "App\\Jobs\\AttributeJob",
-                    "App\\Jobs\\DebouncedJob")
+                    "App\\Jobs\\DebouncedJob", "App\\Jobs\\DebouncedWaitJob")
     d = dispatcher(app, redis_client, {})
     if line == "13-h548":
         d.horizon = laraq_horizon_settings(app)
@@ -86,14 +88,24 @@ def _db_state(redis_client: Any) -> dict[str, Any]:
 
 
 def owners(redis_client: Any, state: dict[str, Any]) -> dict[str, Any]:
-    """``state`` with the debounce owner replaced by whether it is the delayed command's owner."""
-    (delayed,) = [k for k in state if k.endswith(":delayed")]
-    (body,) = redis_client.zrange(delayed.split(":", 1)[1], 0, -1)  # db 0
-    command = json.loads(body)["data"]["command"]
-    owner = re.search(r'debounceOwner";s:40:"([A-Za-z0-9]{40})"', command)
-    assert owner is not None, command
-    return {k: (("owner of the delayed job" if v[0] == f's:40:"{owner.group(1)}";' else v[0]), v[1])
-            for k, v in state.items()}
+    """``state`` with a debounce owner replaced by the label of the queued job holding it, and a stored
+    time (``first_dispatched_at``) blanked."""
+    bodies = [b for k in state if k.endswith(":delayed") or k.endswith(":dq")
+              for b in (redis_client.zrange(k.split(":", 1)[1], 0, -1) if k.endswith(":delayed")
+                        else redis_client.lrange(k.split(":", 1)[1], 0, -1))]
+    held = {}
+    for body in bodies:
+        command = json.loads(body)["data"]["command"]
+        owner = re.search(r'debounceOwner";s:40:"([A-Za-z0-9]{40})"', command)
+        label = re.search(r'"label";s:\d+:"([^"]*)"', command)
+        assert owner is not None and label is not None, command
+        held[f's:40:"{owner.group(1)}";'] = f"owner of the job labelled {label.group(1)!r}"
+    def value(v: Any) -> Any:
+        if not isinstance(v, str):
+            return v
+        return held.get(v) or ("<time>" if v.isdigit() else v)
+
+    return {k: (value(v[0]), v[1]) for k, v in state.items()}
 
 
 def outcome(app: PhpApp, queue: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -135,7 +147,7 @@ def test_debounced_dispatch_leaves_phps_redis(line: str, redis_server: Any, redi
     php = owners(redis_client, redis_state(redis_client))
     # PHP's owner in the cache, under the app's cache prefix, for 300 s (max(2 * 10, 300))
     assert [v for k, v in php.items() if k.endswith("laravel_debounced_job:App\\Jobs\\DebouncedJob:dk")] == [
-        ("owner of the delayed job", True)], php
+        ("owner of the job labelled 'a'", True)], php
     redis_client.flushall()
     d.dispatch(jobs.DebouncedJob(key="dk", label="a"), queue="dq", connection="redis", debounce_id="dk")
     assert owners(redis_client, redis_state(redis_client)) == php
@@ -162,3 +174,25 @@ def test_debounced_dispatch_needs_the_debounce_id(redis_server: Any, redis_clien
                                           r"\(give debounce_id=\)"):
         d.dispatch(jobs.DebouncedJob(key="dk"), queue="dq")
     assert redis_state(redis_client) == {}  # nothing taken, nothing pushed
+
+
+@pytest.mark.parametrize("line", LINES)
+def test_debounce_max_wait_is_phps(line: str, redis_server: Any, redis_client: Any, tmp_path: Path) -> None:
+    app, jobs, d = setup(line, redis_server, redis_client, tmp_path)
+    php = []
+    for label in ("a", "b"):
+        app.tool("dispatch", "debounced-wait", "--queue=dq", "--args=" + json.dumps({"key": "w", "label": label}))
+        php.append(owners(redis_client, redis_state(redis_client)))
+    first = [k for k in php[0] if k.endswith("laravel_debounced_job:App\\Jobs\\DebouncedWaitJob:w:first_dispatched_at")]
+    assert [php[0][k] for k in first] == [("<time>", True)]
+    assert not any(k in php[1] for k in first)  # stored by the first dispatch, cleared by the second
+    # the second pushed with delay 0 (later(0): the delayed set, due at once) ...
+    assert sorted(json.loads(b)["delay"] for b in redis_client.zrange(app.prefix + "queues:dq:delayed", 0, -1)) \
+        == [0, 2]
+    redis_client.flushall()
+    for label, theirs in zip(("a", "b"), php, strict=True):
+        d.dispatch(jobs.DebouncedWaitJob(debounceId="w", label=label), queue="dq", connection="redis")
+        assert owners(redis_client, redis_state(redis_client)) == theirs
+    # ... as laraq's second is
+    assert sorted(json.loads(b)["delay"] for b in redis_client.zrange(app.prefix + "queues:dq:delayed", 0, -1)) \
+        == [0, 2]
