@@ -4,6 +4,9 @@
 * ``AttributeJob`` (``#[Tries]``, ``#[Backoff]``, ``#[Timeout]``, ``#[MaxExceptions]``, ``#[FailOnTimeout]``,
   ``#[Queue(QueueName::Emails)]``) dispatched with no queue: both land on ``emails`` with the same payload
   (the command's own ``queue`` left null), and PHP's worker runs laraq's job with the attribute settings;
+* ``RoutedAttributeJob`` (``#[Connection]``, ``#[Queue]``, ``#[Delay(5)]``, ``#[DeleteWhenMissingModels]``)
+  dispatched naming nothing: the same delayed payload on the same queue; a ``#[Connection]`` other than
+  the dispatcher's is refused;
 * ``DebouncedJob`` (``#[DebounceFor(2)]``): the Redis a dispatch leaves (the cache's debounce owner, its
   TTL, the delayed job) is PHP's, keys and values, the random owner and the times aside; two Python
   dispatches of one debounce id leave PHP's worker running only the newer, deleting the superseded one;
@@ -38,7 +41,8 @@ def setup(line: str, redis_server: Any, redis_client: Any, tmp_path: Path) -> tu
     app = horizon_app(line, redis_server.port) if line == "13-h548" else PhpApp(redis_server.port, version=line,
                                                                                    workdir=tmp_path)
     jobs = generate(app, tmp_path, f"attribute_jobs_{line.replace('-', '_')}", "App\\Jobs\\AttributeJob",
-                    "App\\Jobs\\DebouncedJob", "App\\Jobs\\DebouncedWaitJob")
+                    "App\\Jobs\\DebouncedJob", "App\\Jobs\\DebouncedWaitJob",
+                    "App\\Jobs\\RoutedAttributeJob")
     d = dispatcher(app, redis_client, {})
     if line == "13-h548":
         d.horizon = laraq_horizon_settings(app)
@@ -196,3 +200,27 @@ def test_debounce_max_wait_is_phps(line: str, redis_server: Any, redis_client: A
     # ... as laraq's second is
     assert sorted(json.loads(b)["delay"] for b in redis_client.zrange(app.prefix + "queues:dq:delayed", 0, -1)) \
         == [0, 2]
+
+
+@pytest.mark.parametrize("line", LINES)
+def test_routing_attributes_are_phps(line: str, redis_server: Any, redis_client: Any, tmp_path: Path) -> None:
+    app, jobs, d = setup(line, redis_server, redis_client, tmp_path)
+    app.tool("dispatch", "routed-attribute", "--pending=1", "--no-connection=1", "--args=" + json.dumps({"label": "r"}))
+    php = redis_state(redis_client)
+    (theirs,) = redis_client.zrange(app.prefix + "queues:routed:delayed", 0, -1)
+    assert json.loads(theirs)["delay"] == 5 and json.loads(theirs)["deleteWhenMissingModels"] is True
+    redis_client.flushall()
+    d.dispatch(jobs.RoutedAttributeJob(label="r"))
+    assert redis_state(redis_client) == php
+    (ours,) = redis_client.zrange(app.prefix + "queues:routed:delayed", 0, -1)
+    assert blanked(ours.decode()) == blanked(theirs.decode())
+    redis_client.zadd(app.prefix + "queues:routed:delayed", {ours: 0})  # due now
+    runs, failed = outcome(app, "routed")
+    assert runs == [{"class": "App\\Jobs\\RoutedAttributeJob", "label": "r"}] and failed == []
+    # a #[Connection] naming another connection than the dispatcher's: refused, nothing written
+    redis_client.flushall()
+    d.schemas["App\\Jobs\\RoutedAttributeJob"].queue_attributes["connection"] = "sqs"
+    with pytest.raises(SchemaError, match=r"RoutedAttributeJob: its #\[Connection\] attribute pushes it to "
+                                          r"connection 'sqs'; dispatch it with a Dispatcher of that connection"):
+        d.dispatch(jobs.RoutedAttributeJob(label="r"))
+    assert redis_state(redis_client) == {}
