@@ -25,7 +25,8 @@ def test_an_attribute_laraq_does_not_honour_refuses_the_dispatch() -> None:
 
 
 def test_a_schema_exported_without_the_resolved_values_refuses() -> None:
-    with pytest.raises(SchemaError, match="queue attributes Tries, Backoff"):
+    with pytest.raises(SchemaError, match=r"queue attributes Tries, Backoff \(a schema exported without their "
+                                          r"values: export it again\)"):
         schema("Tries", "Backoff").check({})
 
 

@@ -162,7 +162,9 @@ class JobSchema:
         unread = [a[len(QUEUE_ATTRIBUTES):] for a in self.attributes if a.startswith(QUEUE_ATTRIBUTES)
                   and READ_ATTRIBUTES.get(a[len(QUEUE_ATTRIBUTES):]) not in resolved]
         if unread:  # one laraq does not honour (WithoutRelations), or a schema exported without their values
-            missing.append("queue attributes " + ", ".join(unread))
+            stale = all(name in READ_ATTRIBUTES for name in unread)
+            missing.append("queue attributes " + ", ".join(unread)
+                           + (" (a schema exported without their values: export it again)" if stale else ""))
         if "debounceFor" in resolved:
             if "debounceId" in self.methods and given.get("debounce_id") is None:
                 missing.append("debounceId() (give debounce_id=)")
