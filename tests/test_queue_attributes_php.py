@@ -30,6 +30,7 @@ from test_schema_php import dispatcher
 from test_typed_jobs_php import generate
 
 from laraq.bus.schema import SchemaError
+from laraq.bus.typed import schema_of
 
 pytestmark = pytest.mark.php
 
@@ -171,13 +172,19 @@ def test_php_runs_only_the_newest_python_debounced_dispatch(line: str, redis_ser
     assert redis_client.zcard(delayed) == 0 and redis_client.llen(app.prefix + "queues:dq") == 0
 
 
-def test_debounced_dispatch_needs_the_debounce_id(redis_server: Any, redis_client: Any, tmp_path: Path) -> None:
-    """``debounceId()`` is PHP code: without ``debounce_id`` the dispatch refuses, naming it."""
+def test_a_refused_debounced_dispatch_writes_nothing(redis_server: Any, redis_client: Any, tmp_path: Path) -> None:
+    """``debounceId()`` is PHP code: without ``debounce_id`` the dispatch refuses, naming it; a refused
+    dispatch leaves no debounce owner behind."""
     _, jobs, d = setup("13", redis_server, redis_client, tmp_path)
     with pytest.raises(SchemaError, match=r"DebouncedJob: PHP computes its payload from debounceId\(\) "
                                           r"\(give debounce_id=\)"):
         d.dispatch(jobs.DebouncedJob(key="dk"), queue="dq")
     assert redis_state(redis_client) == {}  # nothing taken, nothing pushed
+    # a dispatch refused for another reason takes no debounce ownership either
+    d.schemas["App\\Jobs\\DebouncedWaitJob"] = schema_of(jobs.DebouncedWaitJob)
+    with pytest.raises(SchemaError, match="DebouncedWaitJob declares no property nope"):
+        d.dispatch_job("App\\Jobs\\DebouncedWaitJob", {"debounceId": "w", "nope": 1}, queue="dq")
+    assert redis_state(redis_client) == {}
 
 
 @pytest.mark.parametrize("line", LINES)

@@ -548,23 +548,26 @@ class Dispatcher:
             }
             schema.check(explicit)
             attrs = schema.queue_attributes
+            routed_connection = attrs.get("connection")
+            if connection is None and routed_connection not in (None, self.queue.connection_name):
+                raise SchemaError(f"{schema.class_name}: its #[Connection] attribute pushes it to connection "
+                                  f"{routed_connection!r}; dispatch it with a Dispatcher of that connection")
+            debounce_writes = None
             if "debounceFor" in attrs:
-                owner_token, exceeded = self._take_debounce_lock(
+                owner_token, exceeded, debounce_writes = self._debounce_lock(
                     debounce_key(schema, properties or {}, debounce_id), int(attrs["debounceFor"]),
                     attrs.get("debounceMaxWait"), now)
                 queueable_values["debounceOwner"] = owner_token
                 if delay_seconds is None:  # the job's delay, set on the command as PHP sets it
                     delay_seconds = 0 if exceeded else int(attrs["debounceFor"])
                     queueable_values["delay"] = route_delay = delay_seconds
-            routed_connection = attrs.get("connection")
-            if connection is None and routed_connection not in (None, self.queue.connection_name):
-                raise SchemaError(f"{schema.class_name}: its #[Connection] attribute pushes it to connection "
-                                  f"{routed_connection!r}; dispatch it with a Dispatcher of that connection")
             if queue is None and attrs.get("queue") is not None:
                 route_queue = str(attrs["queue"])
             if route_delay is None and attrs.get("delay") is not None:
                 route_delay = int(attrs["delay"])
             p = schema_plan(schema, properties or {}, self.version, queueable=queueable_values, explicit=explicit)
+            if debounce_writes is not None:  # a debounced class is never unique (check() refuses it)
+                debounce_writes()
             if p.unique is not None and not self._take_unique_lock(p.unique, owner):
                 return PreparedJob(b"", self.queue.queue_name(route_queue), route_delay, skipped=True)
             if p.unique is not None and self.version.since("11.39"):
@@ -640,27 +643,29 @@ class Dispatcher:
                                  else f"cannot lock in (store {store!r}; redis only)"))
         return bool(acquire(unique[0], unique[1], unique[2], unique[3], owner or ""))
 
-    def _take_debounce_lock(self, key: str, debounce_for: int, max_wait: int | None, now: float) -> tuple[str, bool]:
-        """``DebounceLock::acquire`` in the app's cache (needs ``cache=``): a fresh 40-character owner
-        stored under ``key`` for ``max(debounce_for * 10, 300)`` seconds (the newest dispatch owns it), and
-        whether ``max_wait`` seconds have passed since the first dispatch of the series (then it runs now)."""
+    def _debounce_lock(self, key: str, debounce_for: int, max_wait: int | None,
+                       now: float) -> tuple[str, bool, Callable[[], None]]:
+        """``DebounceLock::acquire`` in the app's cache (needs ``cache=``): a fresh 40-character owner to
+        store under ``key`` for ``max(debounce_for * 10, 300)`` seconds (the newest dispatch owns it),
+        whether ``max_wait`` seconds have passed since the first dispatch of the series (then it runs at
+        once), and the cache writes, made once the dispatch is known to go ahead: the owner, and the
+        series' first time stored (first dispatch) or cleared (wait exceeded)."""
         if self.cache is None or not hasattr(self.cache, "put"):
             raise SchemaError(f"{key.split(':')[1]} is debounced: its owner is stored in the app's cache, which "
                               "laraq was not given (Dispatcher(cache=...))")
-        ttl = max(debounce_for * 10, 300)
-        owner = unique_lock_owner(40)
-        self.cache.put(key, owner, ttl)
-        if max_wait is None:
-            return owner, False
+        cache, ttl, owner = self.cache, max(debounce_for * 10, 300), unique_lock_owner(40)
         first_key = key + ":first_dispatched_at"
-        first = self.cache.get(first_key)
-        if first is None:
-            self.cache.put(first_key, math.floor(now), ttl)
-            return owner, False
-        if math.floor(now) - int(first) >= max_wait:
-            self.cache.forget(first_key)
-            return owner, True
-        return owner, False
+        first = None if max_wait is None else cache.get(first_key)
+        exceeded = max_wait is not None and first is not None and math.floor(now) - int(first) >= max_wait
+
+        def write() -> None:
+            cache.put(key, owner, ttl)
+            if max_wait is not None and first is None:
+                cache.put(first_key, math.floor(now), ttl)
+            elif exceeded:
+                cache.forget(first_key)
+
+        return owner, exceeded, write
 
     def _horizon_id(self) -> str | None:
         """Horizon's ``createPayloadArray``: ``id`` is the ``uuid`` (None: the payload makes its own)."""
