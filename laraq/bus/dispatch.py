@@ -59,7 +59,7 @@ from laraq.bus.retry import (
     retry_payload,
     time_now,
 )
-from laraq.bus.schema import SchemaError, load_schema_file, unique_lock_owner
+from laraq.bus.schema import SchemaError, debounce_key, load_schema_file, unique_lock_owner
 from laraq.bus.schema import plan as schema_plan
 from laraq.bus.typed import TypedJobError, is_typed_job, schema_of, wire_values
 from laraq.protocol.payload import (
@@ -502,6 +502,7 @@ class Dispatcher:
         silenced: bool = False,
         unique_id: str | None = None,
         unique_for: int | None = None,
+        debounce_id: str | None = None,
     ) -> PreparedJob:
         """Build the payload :meth:`dispatch_job` would push, without pushing it.
 
@@ -510,10 +511,19 @@ class Dispatcher:
         ``unique_id``/``unique_for`` give what a ``uniqueId()``/``uniqueFor()`` method would. When the
         lock is held the job is not pushed (``PreparedJob.skipped``), as PHP drops it. ``queue`` may be an enum
         case, stored as ``onQueue()`` stores it (its ``enum_value``).
+
+        A 13.x class's queue attributes apply as PHP's bus applies them: ``#[Queue]``/``#[Delay]`` choose
+        where and when it is pushed when ``queue``/``delay`` are not given (the command keeps its own
+        ``queue``/``delay`` unset), ``#[Connection]`` must name this dispatcher's connection, and
+        ``#[DebounceFor]`` stores a fresh owner in the app's cache under the job's debounce key
+        (``debounce_id`` gives what a ``debounceId()`` method would), writes it as ``debounceOwner`` and
+        delays the job by the debounce time, as ``PendingDispatch::acquireDebounceLock`` does.
         """
         queue = queue_name_of(queue)
         now = self.queue.clock()
         delay_seconds = None if delay is None else _seconds(delay, now)
+        #: where and when it is pushed (a queue attribute may choose them; the command keeps the caller's)
+        route_queue, route_delay = queue, delay
         context: dict[str, Any] | None = None
         schema = self.schemas.get(class_name.lstrip("\\"))
         if schema is not None:
@@ -529,15 +539,37 @@ class Dispatcher:
             if owner is not None and self.version.since("13.24"):
                 queueable_values["uniqueLockOwner"] = owner
             queueable_values.update(queueable or {})
-            p = schema_plan(schema, properties or {}, self.version, queueable=queueable_values, explicit={
+            explicit = {
                 "tries": tries, "backoff": backoff, "timeout": timeout, "max_exceptions": max_exceptions,
                 "fail_on_timeout": fail_on_timeout or None, "display_name": display_name,
                 "delete_when_missing_models": delete_when_missing_models or None,
-                "unique_id": unique_id, "unique_for": unique_for,
+                "unique_id": unique_id, "unique_for": unique_for, "debounce_id": debounce_id,
                 "retry_until": None if retry_until is None else _timestamp(retry_until, now),
-            })
+            }
+            schema.check(explicit)
+            attrs = schema.queue_attributes
+            routed_connection = attrs.get("connection")
+            if connection is None and routed_connection not in (None, self.queue.connection_name):
+                raise SchemaError(f"{schema.class_name}: its #[Connection] attribute pushes it to connection "
+                                  f"{routed_connection!r}; dispatch it with a Dispatcher of that connection")
+            debounce_writes = None
+            if "debounceFor" in attrs:
+                owner_token, exceeded, debounce_writes = self._debounce_lock(
+                    debounce_key(schema, properties or {}, debounce_id), int(attrs["debounceFor"]),
+                    attrs.get("debounceMaxWait"), now)
+                queueable_values["debounceOwner"] = owner_token
+                if delay_seconds is None:  # the job's delay, set on the command as PHP sets it
+                    delay_seconds = 0 if exceeded else int(attrs["debounceFor"])
+                    queueable_values["delay"] = route_delay = delay_seconds
+            if queue is None and attrs.get("queue") is not None:
+                route_queue = str(attrs["queue"])
+            if route_delay is None and attrs.get("delay") is not None:
+                route_delay = int(attrs["delay"])
+            p = schema_plan(schema, properties or {}, self.version, queueable=queueable_values, explicit=explicit)
+            if debounce_writes is not None:  # a debounced class is never unique (check() refuses it)
+                debounce_writes()
             if p.unique is not None and not self._take_unique_lock(p.unique, owner):
-                return PreparedJob(b"", self.queue.queue_name(queue), delay, skipped=True)
+                return PreparedJob(b"", self.queue.queue_name(route_queue), route_delay, skipped=True)
             if p.unique is not None and self.version.since("11.39"):
                 context = self._unique_context(p.unique, owner)
             properties, queueable_defaults, skip_defaults = p.public, p.queueable_defaults, p.skip_defaults
@@ -571,18 +603,18 @@ class Dispatcher:
             timeout=timeout,
             retry_until=None if retry_until is None else _timestamp(retry_until, now),
             delete_when_missing_models=delete_when_missing_models,
-            delay=delay_seconds,
+            delay=None if route_delay is None else _seconds(route_delay, now),
             now=now,
             context=context,
             uuid=horizon_id,
             id=horizon_id,
         )
-        payload = self._with_hooks(payload, queue)
+        payload = self._with_hooks(payload, route_queue)
         if self.horizon is not None:
             if tags is None:
                 tags = _model_tags([properties, protected, private])
             payload = self._horizon_payload(payload, tags=tags, silenced=silenced, class_name=class_name)
-        return PreparedJob(payload.encode("utf-8"), self.queue.queue_name(queue), delay)
+        return PreparedJob(payload.encode("utf-8"), self.queue.queue_name(route_queue), route_delay)
 
     def _unique_owner(self) -> str | None:
         return unique_lock_owner()
@@ -610,6 +642,30 @@ class Dispatcher:
                               + ("was not given (Dispatcher(cache=...))" if self.cache is None
                                  else f"cannot lock in (store {store!r}; redis only)"))
         return bool(acquire(unique[0], unique[1], unique[2], unique[3], owner or ""))
+
+    def _debounce_lock(self, key: str, debounce_for: int, max_wait: int | None,
+                       now: float) -> tuple[str, bool, Callable[[], None]]:
+        """``DebounceLock::acquire`` in the app's cache (needs ``cache=``): a fresh 40-character owner to
+        store under ``key`` for ``max(debounce_for * 10, 300)`` seconds (the newest dispatch owns it),
+        whether ``max_wait`` seconds have passed since the first dispatch of the series (then it runs at
+        once), and the cache writes, made once the dispatch is known to go ahead: the owner, and the
+        series' first time stored (first dispatch) or cleared (wait exceeded)."""
+        if self.cache is None or not hasattr(self.cache, "put"):
+            raise SchemaError(f"{key.split(':')[1]} is debounced: its owner is stored in the app's cache, which "
+                              "laraq was not given (Dispatcher(cache=...))")
+        cache, ttl, owner = self.cache, max(debounce_for * 10, 300), unique_lock_owner(40)
+        first_key = key + ":first_dispatched_at"
+        first = None if max_wait is None else cache.get(first_key)
+        exceeded = max_wait is not None and first is not None and math.floor(now) - int(first) >= max_wait
+
+        def write() -> None:
+            cache.put(key, owner, ttl)
+            if max_wait is not None and first is None:
+                cache.put(first_key, math.floor(now), ttl)
+            elif exceeded:
+                cache.forget(first_key)
+
+        return owner, exceeded, write
 
     def _horizon_id(self) -> str | None:
         """Horizon's ``createPayloadArray``: ``id`` is the ``uuid`` (None: the payload makes its own)."""

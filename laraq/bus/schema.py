@@ -21,9 +21,12 @@ A :class:`JobSchema` gives :class:`laraq.bus.dispatch.Dispatcher` the same knowl
   fidelity declare them in ``properties`` in that order, or export the schema.
 
 What a schema cannot say - a value only a PHP *method* computes (``tries()``, ``backoff()``,
-``retryUntil()``, ``displayName()``, a unique ``uniqueId()``/``uniqueFor()``/``uniqueVia()``) or a
-13.x queue attribute - makes :meth:`JobSchema.check` refuse the dispatch with the reason, unless the
-caller gives that value explicitly (``tries=``, ``backoff=``, ``unique_id=``...).
+``retryUntil()``, ``displayName()``, a unique ``uniqueId()``/``uniqueFor()``/``uniqueVia()``, a debounced
+``debounceId()``/``debounceVia()``) or a 13.x queue attribute laraq does not honour - makes
+:meth:`JobSchema.check` refuse the dispatch with the reason, unless the caller gives that value
+explicitly (``tries=``, ``backoff=``, ``unique_id=``, ``debounce_id=``...). The 13.x queue attributes
+(``#[Tries]``, ``#[Backoff]``, ``#[Queue]``, ``#[DebounceFor]``...) are exported resolved
+(``queue_attributes``) and read as ``ReadsClassAttributes::getAttributeValue`` reads them.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ __all__ = [
     "JobSchema",
     "PropertySpec",
     "SchemaError",
+    "debounce_key",
     "export_schema",
     "load_schema_file",
     "parse_schema",
@@ -55,6 +59,14 @@ UNTIL_PROCESSING = "Illuminate\\Contracts\\Queue\\ShouldBeUniqueUntilProcessing"
 SHOULD_BE_ENCRYPTED = "Illuminate\\Contracts\\Queue\\ShouldBeEncrypted"
 SERIALIZES_MODELS = "Illuminate\\Queue\\SerializesModels"
 EXPORTER = Path(__file__).resolve().parent / "php" / "schema.php"
+QUEUE_ATTRIBUTES = "Illuminate\\Queue\\Attributes\\"
+#: the 13.x queue attributes a dispatch honours -> the property the exporter resolves each into
+READ_ATTRIBUTES = {
+    "Tries": "tries", "Backoff": "backoff", "Timeout": "timeout", "MaxExceptions": "maxExceptions",
+    "FailOnTimeout": "failOnTimeout", "DeleteWhenMissingModels": "deleteWhenMissingModels",
+    "UniqueFor": "uniqueFor", "Queue": "queue", "Connection": "connection", "Delay": "delay",
+    "DebounceFor": "debounceFor",
+}
 
 #: Python keyword -> the class property PHP reads (in the order a declared schema writes them).
 SETTINGS = {
@@ -107,6 +119,9 @@ class JobSchema:
     traits: frozenset[str] = frozenset()
     methods: frozenset[str] = frozenset()
     attributes: tuple[str, ...] = ()
+    #: 13.x queue attributes, resolved by the exporter: the property each names (``tries``, ``backoff``,
+    #: ``queue``, ``debounceFor``...) -> the value the framework reads for an instance holding the defaults
+    queue_attributes: dict[str, Any] = field(default_factory=dict)
     #: a Python-declared schema: public property defaults, in order
     declared: dict[str, Any] = field(default_factory=dict)
     #: a Python-declared schema: ``True``, ``"until_processing"`` or None
@@ -143,18 +158,41 @@ class JobSchema:
                    if m in self.methods and given.get(kw) is None]
         if "uniqueVia" in self.methods and self.is_unique:
             missing.append("uniqueVia() (a lock store laraq cannot choose)")
-        queue_attrs = [a for a in self.attributes if a.startswith("Illuminate\\Queue\\Attributes\\")]
-        if queue_attrs:
-            missing.append("queue attributes " + ", ".join(a.rsplit("\\", 1)[-1] for a in queue_attrs))
+        resolved = self.queue_attributes
+        unread = [a[len(QUEUE_ATTRIBUTES):] for a in self.attributes if a.startswith(QUEUE_ATTRIBUTES)
+                  and READ_ATTRIBUTES.get(a[len(QUEUE_ATTRIBUTES):]) not in resolved]
+        if unread:  # one laraq does not honour (WithoutRelations), or a schema exported without their values
+            stale = all(name in READ_ATTRIBUTES for name in unread)
+            missing.append("queue attributes " + ", ".join(unread)
+                           + (" (a schema exported without their values: export it again)" if stale else ""))
+        if "debounceFor" in resolved:
+            if "debounceId" in self.methods and given.get("debounce_id") is None:
+                missing.append("debounceId() (give debounce_id=)")
+            if "debounceVia" in self.methods:
+                missing.append("debounceVia() (a debounce store laraq cannot choose)")
+            if "displayName" in self.methods:
+                missing.append("displayName() (its debounce key is the name's xxh128 hash)")
+            if self.is_unique:
+                raise SchemaError(f"{self.class_name}: a debounced job cannot also be ShouldBeUnique "
+                                  "(PHP's dispatch throws a LogicException)")
         if missing:
             raise SchemaError(f"{self.class_name}: PHP computes its payload from {', '.join(missing)}; "
                               "dispatch it from PHP, or give those values")
 
 
-def unique_lock_owner() -> str:
-    """``Str::random(16)``: the owner a cache lock is taken with."""
+def unique_lock_owner(length: int = 16) -> str:
+    """``Str::random(16)``: the owner a cache lock is taken with (``Str::random(40)``: a debounce owner)."""
     alphabet = string.ascii_letters + string.digits
-    return "".join(secrets.choice(alphabet) for _ in range(16))
+    return "".join(secrets.choice(alphabet) for _ in range(length))
+
+
+def debounce_key(schema: JobSchema, values: Mapping[str, Any], debounce_id: str | None) -> str:
+    """``DebounceLock::getKey``: ``laravel_debounced_job:{class}:{debounceId}`` (the id from the
+    ``debounceId()`` method, given as ``debounce_id``, else the ``debounceId`` property, else empty)."""
+    if debounce_id is None:
+        raw = (schema.defaults() | dict(values)).get("debounceId")
+        debounce_id = "" if raw is None or raw is False else "1" if raw is True else str(raw)
+    return f"laravel_debounced_job:{schema.class_name}:{debounce_id}"
 
 
 # -- the exported JSON ----------------------------------------------------------------------------------
@@ -189,6 +227,7 @@ def parse_schema(data: Mapping[str, Any]) -> tuple[dict[str, JobSchema], dict[st
             name, props, list(spec.get("reflection_order") or []) or None,
             frozenset(spec.get("interfaces") or ()), frozenset(spec.get("traits") or ()),
             frozenset(spec.get("methods") or ()), tuple(a["name"] for a in spec.get("attributes") or ()),
+            dict(spec.get("queue_attributes") or {}),
         )
     enums = {str(k): dict(v) for k, v in (data.get("enums") or {}).items()}
     return jobs, enums
@@ -296,12 +335,17 @@ def plan(schema: JobSchema, values: Mapping[str, Any], version: Any, *, explicit
     the payload settings PHP's ``createObjectPayload`` reads from the object (``$job->tries ?? null``,
     ``backoff`` joined with ``,``, ...), the caller's ``explicit`` settings winning."""
     schema.check(explicit)
-    state = schema.defaults() | dict(values)
+    defaults = schema.defaults()
+    state = defaults | dict(values)
 
     def setting(kw: str, prop: str, default: Any = None) -> Any:
+        """``ReadsClassAttributes::getAttributeValue``: a value set apart from the class default wins
+        over the class's attribute, which wins over the default."""
         if explicit.get(kw) is not None:
             return explicit[kw]
         value = state.get(prop)
+        if prop in schema.queue_attributes and (value is None or _identical(value, defaults.get(prop))):
+            value = schema.queue_attributes[prop]
         return default if value is None else value
 
     payload = {

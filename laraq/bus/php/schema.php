@@ -169,6 +169,52 @@ function laraq_source(string $base, string $name): ?array
     return ['path' => $path, 'sha256' => hash_file('sha256', $file)];
 }
 
+// 13.x queue attributes (#[Tries], #[Backoff], #[Queue], #[DebounceFor]...): the value each one gives
+// the setting it names, as the framework's ReadsClassAttributes resolves it on an instance still holding
+// the class's defaults (the attribute on the class, a trait or a parent; a subclass's own public
+// property overriding it). Keyed by the property the framework reads; only attributes the class carries.
+function laraq_queue_attributes(ReflectionClass $class): array
+{
+    if (! trait_exists(Illuminate\Support\Traits\ReadsClassAttributes::class)) {
+        return [];
+    }
+    $reader = new class {
+        use Illuminate\Support\Traits\ReadsClassAttributes;
+
+        public function read(object $job, string $attribute, string $property): array
+        {
+            if ($this->getAttributeInstance($job, $attribute) === null) {
+                return [false, null];
+            }
+            return [true, $this->getAttributeValue($job, $attribute, $property)];
+        }
+
+        public function instance(object $job, string $attribute): ?object
+        {
+            return $this->getAttributeInstance($job, $attribute);
+        }
+    };
+    $blank = $class->newInstanceWithoutConstructor();
+    $ns = 'Illuminate\\Queue\\Attributes\\';
+    $out = [];
+    foreach (['Tries' => 'tries', 'Backoff' => 'backoff', 'Timeout' => 'timeout', 'MaxExceptions' => 'maxExceptions',
+              'FailOnTimeout' => 'failOnTimeout', 'DeleteWhenMissingModels' => 'deleteWhenMissingModels',
+              'UniqueFor' => 'uniqueFor', 'Queue' => 'queue', 'Connection' => 'connection', 'Delay' => 'delay',
+              'DebounceFor' => 'debounceFor'] as $short => $property) {
+        if (! class_exists($ns.$short)) {
+            continue;
+        }
+        [$has, $value] = $reader->read($blank, $ns.$short, $property);
+        if ($has) {
+            $out[$property] = $value instanceof UnitEnum ? Illuminate\Support\enum_value($value) : $value;
+        }
+    }
+    if (isset($out['debounceFor'])) {
+        $out['debounceMaxWait'] = $reader->instance($blank, $ns.'DebounceFor')->maxWait ?? null;
+    }
+    return $out;
+}
+
 $jobs = [];
 $enums = [];
 $kinds = [];
@@ -214,7 +260,7 @@ foreach ($only ? array_fill_keys($only, null) : laraq_classes($base) as $name =>
     }
     $methods = [];
     foreach (['tries', 'backoff', 'retryUntil', 'timeout', 'displayName', 'uniqueId', 'uniqueFor', 'uniqueVia',
-              'middleware', 'shouldBeEncrypted', 'tags'] as $m) {
+              'middleware', 'shouldBeEncrypted', 'tags', 'debounceId', 'debounceVia'] as $m) {
         if ($class->hasMethod($m)) {
             $methods[] = $m;
         }
@@ -227,6 +273,7 @@ foreach ($only ? array_fill_keys($only, null) : laraq_classes($base) as $name =>
     }
     $sources[$name] = laraq_source($base, $name);
     $jobs[$name] = [
+        'queue_attributes' => laraq_queue_attributes($class),
         'interfaces' => array_values($class->getInterfaceNames()),
         'traits' => array_values(class_uses_recursive($name)),
         'methods' => $methods,
