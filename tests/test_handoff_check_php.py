@@ -32,6 +32,8 @@ pytestmark = pytest.mark.php
 APP = "test_worker_shared:app"
 MISSING = "App\\Jobs\\PythonJob"
 HANDED = "App\\Jobs\\HandedToPythonJob"
+#: What the hand-off check's line says (HandoffCheck.warning), and no other banner or doctor line
+HANDOFF_LINE = "PHP classes of"
 
 
 @pytest.fixture
@@ -60,7 +62,7 @@ def banner_warnings(app: PhpApp, queue: str, *, on_host: bool) -> tuple[list[str
 
     params = default_params(laravel=app.release, queue=queue, php_app=str(app.path) if on_host else None)
     prepared = prepare(params, env=app.env, app=handlers)
-    return [w for w in prepared.info["warnings"] if "RunsInPython" in w], prepared.handoff
+    return [w for w in prepared.info["warnings"] if HANDOFF_LINE in w], prepared.handoff
 
 
 def test_the_banner_names_the_class_without_the_trait(supervised: PhpApp) -> None:
@@ -87,8 +89,7 @@ def test_doctor_names_the_class(supervised: PhpApp, redis_client: Any, on_host: 
     env = {**supervised.env, **({"LARAQ_BASE_PATH": str(supervised.path)} if on_host else {})}
     settings = LaravelSettings.from_env(env, version=supervised.release)
     queue = RedisQueue(redis_client, prefix=supervised.prefix, version=settings.version)
-    found = [f for f in diagnose(settings, queue, app_ref=APP, queues=["default"]) if "RunsInPython" in f.title
-             or "RunsInPython" in f.detail]
+    found = [f for f in diagnose(settings, queue, app_ref=APP, queues=["default"]) if HANDOFF_LINE in f.detail]
     [finding] = found
     assert finding.level == "warn"
     if on_host:
@@ -122,5 +123,5 @@ def test_laraq_config_names_the_class(supervised: PhpApp) -> None:
                            "--app", APP, "--app-path", str(supervised.path), "--laravel", supervised.release],
                           env=laraq_env(supervised), cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    [line] = [w for w in json.loads(proc.stdout)["warnings"] if "RunsInPython" in w]
+    [line] = [w for w in json.loads(proc.stdout)["warnings"] if HANDOFF_LINE in w]
     assert MISSING in line and HANDED not in line

@@ -127,8 +127,8 @@ def _bulk(ops: Ops, flt: RetryFilter, among: list[str | int] | None, *, dry_run:
                     [[q, c, n] for (q, c), n in sorted(by_class.items())])
     if dry_run and jobs:  # the jobs themselves, as `laraq failed` lists them (the id never drops)
         click.echo("")
-        print_table([Column("id", no_wrap=True), Column("queue", overflow="fold"), Column("class", overflow="fold"),
-                     Column("failed at", no_wrap=True)],
+        print_table([Column("id", key=True, whole=True), Column("queue"), Column("class", key=True),
+                     Column("failed at", whole=True)],
                     [[j.uuid or j.id, j.queue, j.display_name, j.failed_at] for j in jobs])
         click.echo("(dry run: nothing retried)")
     if dry_run or not jobs:
