@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import require, require_modules
+from conftest import require, require_laravel, require_modules
 from phpapp import PhpApp
 from test_worker_support import run_laraq
 
@@ -46,6 +46,7 @@ def browser(tmp_path: Path) -> Any:
 
 def test_dashboard_in_chromium_against_a_live_laravel_app(php: str, redis_server: Any, tmp_path: Path,
                                                          browser: Browser) -> None:
+    require_laravel(LINE)
     app = PhpApp(redis_server.port, version=LINE, workdir=tmp_path / "php")
     env_file = tmp_path / ".env"
     env_file.write_text("".join(f"{k}={v}\n" for k, v in sorted(app.laravel_env.items())))

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 import redis
+from conftest import require_laravel
 from horizon_support import horizon_app, laraq_horizon_settings
 from phpapp import PhpApp
 from test_schema_php import dispatcher
@@ -39,6 +40,7 @@ LINES = ["13", "13-h548"]
 
 def setup(line: str, redis_server: Any, redis_client: Any, tmp_path: Path) -> tuple[PhpApp, Any, Any]:
     """The app of ``line``, the typed classes of the two attribute jobs, and a dispatcher into the app."""
+    require_laravel(line)
     app = horizon_app(line, redis_server.port) if line == "13-h548" else PhpApp(redis_server.port, version=line,
                                                                                    workdir=tmp_path)
     jobs = generate(app, tmp_path, f"attribute_jobs_{line.replace('-', '_')}", "App\\Jobs\\AttributeJob",

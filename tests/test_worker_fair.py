@@ -249,8 +249,9 @@ app = App()
 
 @app.handler("App\\Handlers\\Tenant@run")
 def run(data, job):
-    running = r.incr("running:" + job.queue)
-    r.rpush("seen", f"{tag} {job.queue} {data['n']} {job.attempts} {running}")
+    # the count and its row in one step: a kill between two calls would leave a count with no row
+    r.eval("local n = redis.call('INCR', KEYS[1]) redis.call('RPUSH', KEYS[2], ARGV[1] .. ' ' .. n)", 2,
+           "running:" + job.queue, "seen", f"{tag} {job.queue} {data['n']} {job.attempts}")
     if job.queue == "tenant-a" and data["n"] == 0 and job.attempts == 1:
         os.kill(os.getpid(), signal.SIGKILL)  # killed while holding the slot
     time.sleep(0.05)
