@@ -334,10 +334,12 @@ def test_artisan_down_stops_popping_until_up(app8: PhpApp, redis_client: Any) ->
     app8.artisan("down", check=True)
     assert (app8.storage / "framework" / "down").exists()
     app8.tool("dispatch", "python", "--queue=py")
-    clients = len(redis_client.client_list())
+    clients = {c["id"] for c in redis_client.client_list()}
     worker = popen_laraq(app8, "--queue=py", "--sleep=0.2", env=env_for(app8))
     try:
-        wait_for(lambda: len(redis_client.client_list()) > clients)  # the worker is up (it reads Redis)
+        # the worker is up (it reads Redis): a connection that was not there before (a count could miss it
+        # while the dispatching PHP process's connection is still being closed)
+        wait_for(lambda: any(c["id"] not in clients for c in redis_client.client_list()))
         time.sleep(2)  # several down loops
         assert app8.runs() == [] and redis_client.llen(qkey(app8, "py")) == 1
         assert redis_client.zcard(qkey(app8, "py:reserved")) == 0
