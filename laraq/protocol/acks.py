@@ -6,18 +6,22 @@ A finished job whose ``ZREM`` is still in the worker process when it is SIGKILLe
 job that was running. :class:`Acks` keeps that bound at a low cost per job, by mode:
 
 * ``sync`` (``--batch 1``): the ``ZREM`` is one round trip, answered before the next pop, as artisan's;
-* ``at-once`` (the default): the ``ZREM`` is *written* on a connection of its own as soon as the job is
-  done (:class:`AckPipe`: one ``send()``; once the bytes are in the kernel, a SIGKILL of the worker no
-  longer stops Redis from running the command), and the replies are read later, many at once;
+* ``at-once`` (the default): the ``ZREM`` is *written* on a connection of its own (:class:`AckPipe`: one
+  ``send()``; once the bytes are in the kernel, a SIGKILL of the worker no longer stops Redis from running
+  the command), and the replies are read later, many at once. On the loop's thread a finished job's ack
+  is held (:meth:`Acks.ack` with ``hold``) until the loop starts its next job or waits, whichever comes
+  first: it then goes in the same write as the removal of the starting jobs' unstarted records
+  (:meth:`Acks.send_held`). No job starts while an ack is held, so the finished-and-unacked jobs plus
+  the running ones never outnumber ``--concurrency``: what a SIGKILL re-runs is what as many artisan
+  processes would re-run, plus at most the one job whose ack was being written;
 * ``batched``: acks wait (at most :data:`ACK_MAX_AGE`) and ride on the next reserve call, which runs
   them in its own script: fewer system calls per job, and a SIGKILL may re-run the jobs finished in
   those 50 ms.
 
 While Redis is away every mode keeps its acks and sends them again (``ZREM`` of a member already gone
-is harmless). The pipe also carries the removal of a buffered job's unstarted record as the job starts
-(:meth:`Acks.start`), in the same write as the ack of the job before it when the worker asks
-(:meth:`Acks.ack`'s ``then_starting``): see :mod:`laraq.worker.unstarted`. Redis Cluster cannot lend
-one connection: there ``at-once`` acks are pipelined ``ZREM``s within :data:`ACK_MAX_AGE`.
+is harmless). The pipe also carries the removal of buffered jobs' unstarted records as they start, with
+the held acks (see :mod:`laraq.worker.unstarted`). Redis Cluster cannot lend one connection: there
+``at-once`` acks are pipelined ``ZREM``s within :data:`ACK_MAX_AGE`.
 """
 
 from __future__ import annotations
@@ -88,9 +92,13 @@ def _send_all(sock: Any, data: bytes) -> None:
 def _zrem(key: bytes, members: list[bytes]) -> bytes:
     """``ZREM key member...`` in the Redis protocol (RESP), packed here: redis-py's packer costs more
     than the write itself."""
+    if len(members) == 1:  # the loop's case: one finished job, one starting job
+        member = members[0]
+        return _ZREM_ONE % (len(key), key, len(member), member)
     parts = [b"*%d\r\n$4\r\nZREM\r\n$%d\r\n%s\r\n" % (len(members) + 2, len(key), key)]
     parts += [b"$%d\r\n%s\r\n" % (len(m), m) for m in members]
     return b"".join(parts)
+
 
 #: ``ZREM key member`` in RESP, for ``%`` with (len(key), key, len(member), member)
 _ZREM_ONE = b"*3\r\n$4\r\nZREM\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n"
@@ -132,30 +140,23 @@ class AckPipe:
     def _pool(self) -> Any:
         return getattr(self.queue.client, "connection_pool", None)
 
-    def write(self, acks: dict[str, list[bytes]]) -> None:
-        """Write one ``ZREM`` per queue now (no reply read): acks that waited (sent again after a broken
-        connection, or deferred while Redis was away). Raises what writing raised; nothing was then sent."""
-        commands = [(name, members, False) for name, members in acks.items() if members]
-        if not commands:
-            return
-        self._send(b"".join(_zrem(self._key(name), members) for name, members, _ in commands), commands)
-
-    def write_one(self, name: str, member: bytes, started: tuple[str, bytes] | None = None) -> None:
-        """The ack of one finished job (the loop's case), and with ``started`` (queue, record) the removal
-        of the next job's unstarted record, in one write. Raises what writing raised; nothing was then sent."""
-        key = self._key(name)
-        packed = _ZREM_ONE % (len(key), key, len(member), member)
-        commands = [(name, [member], False)]
-        if started is not None:
-            key = self._unstarted_key(started[0])
-            packed += _ZREM_ONE % (len(key), key, len(started[1]), started[1])
-            commands.append((started[0], [started[1]], True))
-        self._send(packed, commands)
-
-    def write_started(self, name: str, members: list[bytes]) -> None:
-        """Write the ``ZREM`` of starting jobs' unstarted records on queue ``name`` now (no reply read).
-        Raises what writing raised; nothing was then sent."""
-        self._send(_zrem(self._unstarted_key(name), members), [(name, members, True)])
+    def write(self, acks: dict[str, list[bytes]], starts: dict[str, list[bytes]] | None = None) -> None:
+        """Write one ``ZREM`` per queue now (no reply read): finished jobs' ``acks`` on ``:reserved``, then the
+        unstarted records of the jobs about to start (``starts``). Raises what writing raised; nothing was
+        then sent."""
+        commands: list[tuple[str, list[bytes], bool]] = []
+        packed = b""
+        for name, members in acks.items():
+            if members:
+                commands.append((name, members, False))
+                packed += _zrem(self._key(name), members)
+        if starts:
+            for name, members in starts.items():
+                if members:
+                    commands.append((name, members, True))
+                    packed += _zrem(self._unstarted_key(name), members)
+        if commands:
+            self._send(packed, commands)
 
     def _unstarted_key(self, name: str) -> bytes:
         key = self._unstarted_keys.get(name)
@@ -287,23 +288,29 @@ class Acks:
         self._sending = threading.Lock()
         #: when the oldest deferred ack was made (None: none waits)
         self.since: float | None = None
-        #: the unstarted record written with the last ack (see :meth:`start`)
-        self._sent_start: bytes | None = None
+        #: finished jobs' acks held on the loop's thread until its next start or wait (see the module)
+        self._held: dict[str, list[bytes]] = {}
+        #: when the oldest held ack was made (None: none is held)
+        self._held_since: float | None = None
         self._unsent = Repeated(log, "could not send %d ack(s) (%s): retrying")
 
-    def ack(self, name: str, member: bytes, then_starting: tuple[str, bytes] | None = None) -> None:
-        """``ZREM`` the finished job ``member`` of queue ``name``, by this worker's mode. ``then_starting``
-        (queue, record): the unstarted record of the job that starts next, removed in the same write
-        (at-once mode only; :meth:`start` then knows it is sent). A sync ack is retried while Redis is away."""
+    def ack(self, name: str, member: bytes, *, hold: bool = False) -> None:
+        """``ZREM`` the finished job ``member`` of queue ``name``, by this worker's mode. ``hold`` (the loop's
+        thread, at-once mode): kept for :meth:`send_held`, which the loop calls before it starts a job or
+        waits. A sync ack is retried while Redis is away."""
         if self.mode == "sync":
             key = self.queue.keys(name).reserved
             retrying(lambda: self.queue.client.zrem(key, member))
             return
         with self._lock:
             if self.pipe is not None and not self._deferred:
+                if hold:
+                    self._held.setdefault(name, []).append(member)
+                    if self._held_since is None:
+                        self._held_since = time.monotonic()
+                    return
                 try:
-                    self.pipe.write_one(name, member, then_starting)
-                    self._sent_start = None if then_starting is None else then_starting[1]
+                    self.pipe.write({name: [member]})
                     return
                 except Exception:  # deferred below; the next flush meets the fault and reports it
                     pass
@@ -311,32 +318,35 @@ class Acks:
             if self.since is None:
                 self.since = time.monotonic()
 
-    def started_with_ack(self, record: bytes) -> bool:
-        """Was the removal of this starting job's unstarted ``record`` written with the last ack? (Taken.)"""
-        if self._sent_start is record:
-            self._sent_start = None
-            return True
-        return False
-
-    def start(self, name: str, record: bytes) -> bool:
-        """Write the removal of a starting job's unstarted ``record`` on the pipe now: True if it is on its
-        way; False: the caller removes it with a round trip."""
-        if self.pipe is None:
+    def send_held(self, starts: dict[str, list[bytes]] | None = None) -> bool:
+        """Write the held acks now, and with them the removal of the unstarted records ``starts`` (queue ->
+        members) of the jobs about to start: one ``send()``. False when the write failed: the acks then
+        wait among the deferred ones (the next flush sends them again) and ``starts`` were not sent (the
+        caller removes them with a round trip)."""
+        with self._sending:  # a forced flush waits for this write (see flush)
+            with self._lock:
+                held, self._held, self._held_since = self._held, {}, None
+            if not held and not starts:
+                return True
+            pipe = self.pipe
+            if pipe is not None:
+                try:
+                    pipe.write(held, starts)
+                    return True
+                except Exception:  # reported by the flush that sends the acks again
+                    pass
+            self.restore(held)
             return False
-        try:
-            self.pipe.write_started(name, [record])
-        except Exception:  # the round trip the caller makes meets the same fault and reports it
-            return False
-        return True
 
-    def sent_with_ack(self, record: bytes) -> bool:
-        """Was the removal of this unstarted ``record`` written with the last ack (its job not started yet)?"""
-        return self._sent_start is record
+    @property
+    def holding(self) -> bool:
+        """Are finished jobs' acks held (see :meth:`send_held`)?"""
+        return self._held_since is not None
 
     def deferred(self, name: str, member: bytes) -> bool:
-        """Is ``member``'s ``ZREM`` still among the deferred acks (not sent yet)?"""
+        """Is ``member``'s ``ZREM`` still among the deferred or held acks (not sent yet)?"""
         with self._lock:
-            return member in self._deferred.get(name, ())
+            return member in self._deferred.get(name, ()) or member in self._held.get(name, ())
 
     def take(self) -> dict[str, list[bytes]]:
         """The deferred acks, to send now (a reserve call carries them); :meth:`restore` what was not sent."""
@@ -362,6 +372,8 @@ class Acks:
         flush must not return while the watchdog's ``ZREM`` of a finished job is on its way (the process
         would exit with that job left in ``:reserved``, to run again after ``retry_after``). An unforced
         one leaves the sending to whoever is at it."""
+        if force:  # held acks otherwise go with the loop's next start or wait, or from the watchdog
+            self.send_held()  # (which also waits for a send under way on another thread)
         pipe = self.pipe
         if pipe is not None and pipe.unconfirmed and (force or len(pipe.unconfirmed) >= READ_REPLIES_EVERY):
             self.restore(pipe.collect(wait=force))
@@ -404,9 +416,12 @@ class Acks:
             time.sleep(pause)
 
     def flush_stale(self) -> None:
-        """From the watchdog thread: send the deferred acks the loop did not send in time (it is busy running
-        a synchronous job inline), so a SIGKILL re-runs at most ~:data:`ACK_MAX_AGE` of finished work
+        """From the watchdog thread: send the deferred or held acks the loop did not send in time (it is busy
+        running a synchronous job inline, say), so a SIGKILL re-runs at most ~:data:`ACK_MAX_AGE` of finished work
         besides the running job, however long that one takes."""
+        held_since = self._held_since
+        if held_since is not None and time.monotonic() - held_since >= ACK_MAX_AGE:
+            self.send_held()
         since = self.since
         if since is not None and time.monotonic() - since >= ACK_MAX_AGE:
             self.flush()
@@ -414,7 +429,7 @@ class Acks:
     @property
     def pending(self) -> bool:
         """Are acks still waiting to be sent?"""
-        return self.since is not None
+        return self.since is not None or self._held_since is not None
 
     def send(self, acks: dict[str, list[bytes]]) -> None:
         """``ZREM :reserved`` many finished jobs, one command per queue, in one pipeline."""

@@ -202,8 +202,11 @@ class Executor:
         await asyncio.sleep(0)
 
     async def wait_changed(self, timeout: float) -> None:
-        """Wait until a job finishes or ``timeout`` passes (a quit signal is seen within ``TICK``)."""
+        """Wait until a job finishes or ``timeout`` passes (a quit signal is seen within ``TICK``); the acks
+        held for the next start go out first."""
         self.events.flush()
+        if self.acks.holding:
+            self.acks.send_held()
         if self.fresh:
             self.reap_fresh()
         loop = self.bridge.loop

@@ -11,7 +11,7 @@ A step that finds nothing waits on ``:notify`` as Laravel's pop does (``block_fo
 written right behind the ``BLPOP``, so Redis reserves the moment a token comes). After a full batch the
 next one is asked for at once, while this one runs, within the prefetch budget.
 
-The jobs taken wait in a buffer until the loop starts them (:meth:`Reserver.next_job`: their leases
+The jobs taken wait in a buffer until the loop starts them (:meth:`Reserver.next_jobs`: their leases
 renewed if stale, :mod:`laraq.worker.leases`; their unstarted records removed first); on a stop or pause
 the buffer goes back to the head of its lists, attempts not spent (:meth:`Reserver.give_back`). A step
 that fails (Redis away, refused credentials) is a :class:`Fault` in what it hands back, never an empty queue.
@@ -63,7 +63,7 @@ class Fault:
 
 @dataclass(frozen=True, slots=True)
 class Taken:
-    """What one reserve step took (buffered for :meth:`Reserver.next_job`)."""
+    """What one reserve step took (buffered for :meth:`Reserver.next_jobs`)."""
 
     #: usable jobs buffered
     count: int = 0
@@ -518,22 +518,50 @@ class Reserver:
             self.events.emit(JobReserved(job))
         return job
 
-    def next_job(self) -> Job | None:
-        """The next buffered job that may start now: its reservation still ours (renewed if stale) and its
-        unstarted record removed. None when the buffer is empty, or when its head waits on Redis (then it
-        stays buffered: the loop pauses and tries again)."""
-        buffer = self.buffer
-        while buffer:
+    def next_jobs(self, most: int) -> list[Buffered]:
+        """Up to ``most`` buffered jobs that may start now, in order: each one's reservation still ours
+        (renewed if stale) and its unstarted record removed. The removals go in one write with the acks the
+        worker holds, and nothing starts before it (see :mod:`laraq.protocol.acks`). Empty when the buffer
+        is empty, or when its head waits on Redis (then it stays buffered: the loop pauses and tries again)."""
+        buffer, unstarted, lease_ok = self.buffer, self.unstarted, self.leases.lease_ok
+        ready: list[Buffered] = []
+        starts: dict[str, list[bytes]] = {}
+        while buffer and len(ready) < most:
             item = buffer.popleft()
-            if self.leases.lease_ok(item) and self.unstarted.start(item):
-                return item.job
-            if buffer and buffer[0] is item:  # kept: Redis did not answer
-                return None
-        return None
+            if not lease_ok(item):
+                if buffer and buffer[0] is item:  # kept: Redis did not answer
+                    break
+                continue
+            if item.unstarted_until != math.inf:  # recorded: its record goes before it starts
+                member = unstarted.riding(item)
+                if member is not None:
+                    starts.setdefault(item.job.queue, []).append(member)
+                elif not unstarted.start_alone(item):
+                    if buffer and buffer[0] is item:
+                        break
+                    continue
+            ready.append(item)
+        if ready and not self.acks.send_held(starts) and starts:
+            # the write failed: each rider's removal is a round trip instead (the last first: one kept is
+            # put back at the head of the buffer, ahead of those after it)
+            riding = {m for members in starts.values() for m in members}
+            refused = {id(item) for item in reversed(ready)
+                       if item.unstarted in riding and not unstarted.start_alone(item)}
+            ready = [item for item in ready if id(item) not in refused]
+        return ready
 
-    def next_start(self) -> tuple[str, bytes] | None:
-        """The unstarted record of the job that starts next, if its removal may ride on an ack now."""
-        return self.unstarted.next_record()
+    def next_job(self) -> Job | None:
+        """The next buffered job that may start now (see :meth:`next_jobs`), or None."""
+        ready = self.next_jobs(1)
+        return ready[0].job if ready else None
+
+    def not_started(self, items: list[Buffered]) -> None:
+        """Jobs :meth:`next_jobs` handed out that the loop did not start (told to stop or pause meanwhile):
+        back at the head of the buffer, in order, without their unstarted records (removed already), so a
+        stop gives them back to the queue."""
+        for item in reversed(items):
+            item.unstarted_until = math.inf
+            self.buffer.appendleft(item)
 
     def give_back(self) -> None:
         """Hand buffered, unstarted jobs back to the head of their lists (attempts not spent); a batch

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -69,8 +68,7 @@ NOTHING = Outcome("none")
 class Settle:
     """Carries out outcomes, and is every job's :class:`~laraq.bus.job.JobActions` (see the module)."""
 
-    def __init__(self, context: WorkerContext, acks: Acks, reserving: Reserving, bridge: AsyncBridge,
-                 next_start: Callable[[], tuple[str, bytes] | None]) -> None:
+    def __init__(self, context: WorkerContext, acks: Acks, reserving: Reserving, bridge: AsyncBridge) -> None:
         self.context = context
         self.options = context.options
         self.events = context.events
@@ -80,8 +78,6 @@ class Settle:
         self.acks = acks
         self.reserving = reserving
         self.bridge = bridge
-        #: the unstarted record of the job that starts next, to remove with this ack (see Acks.ack)
-        self.next_start = next_start
         #: failures whose failed_jobs row waits for the store; written at start and on a timer
         self.parked = ParkedFailures(context.queue, context.failer, context.queues)
         context.events.add(self.parked)
@@ -111,9 +107,9 @@ class Settle:
     # -- JobActions -------------------------------------------------------------------------------------
 
     def delete(self, job: Job) -> None:
-        """The ack, with the next buffered job's unstarted record when this is the loop's thread."""
-        started = self.next_start() if self.bridge.on_loop_thread() else None
-        self.acks.ack(job.queue, job.reserved, started)
+        """The ack: held until the loop's next start or wait when this is the loop's thread (see
+        :mod:`laraq.protocol.acks`), else written at once."""
+        self.acks.ack(job.queue, job.reserved, hold=self.bridge.on_loop_thread())
 
     def release(self, job: Job, delay: Delay) -> None:
         retrying(lambda: self.queue.release(job.reserved_job, delay))

@@ -11,10 +11,10 @@ back after ``retry_after`` with its attempt spent, as artisan's running job does
 :data:`laraq.protocol.lua_laraq.UNSTARTED`.
 
 The order that makes it exact: a started job's record is gone from Redis before its handler can have
-done anything. The removal is written on the ack connection (:meth:`laraq.protocol.acks.Acks.start`: one
-``send()``, the reply read later; after a finished job, in the same write as its ack:
-:meth:`Unstarted.next_record`) when the record's lease has at least a third of its length left, so the
-command reaches Redis long before anyone may reclaim the job (once the bytes are in the kernel, killing
+done anything. The removals of the jobs the loop starts together are written on the ack connection in
+one ``send()``, with the acks it holds (:meth:`laraq.protocol.acks.Acks.send_held`; the replies are read
+later), when each record's lease has at least a third of its length left (:meth:`Unstarted.riding`), so
+the command reaches Redis long before anyone may reclaim the job (once the bytes are in the kernel, killing
 this process no longer stops them). Otherwise (the buffer waited behind a long job, a reply was lost,
 Redis Cluster) the removal is one round trip whose answer decides: a record another worker reclaimed
 meanwhile means the job is not run here, it is already back in the list.
@@ -82,20 +82,25 @@ class Unstarted:
         self._renew_at = min(self._renew_at, until - lease / 3 * 2)
         return until
 
-    def start(self, item: Buffered) -> bool:
-        """Remove ``item``'s record before it runs; False: do not run it now (reclaimed by another worker;
-        or Redis could not be told: then it is put back at the head of the buffer, still reserved and
-        recorded, for the loop to try again after a pause or give back at the stop)."""
+    def riding(self, item: Buffered) -> bytes | None:
+        """``item``'s record, if its removal may ride on the ack connection's next write (the loop starts
+        it right after): the lease must leave a third of its length, so the command reaches Redis long
+        before anyone may reclaim the job. None: no record to remove, or :meth:`start_alone` removes it."""
+        if item.unstarted_until == math.inf or self.acks.pipe is None \
+                or item.unstarted_until - time.time() < self.lease / 3:
+            return None
+        return item.unstarted or _member(item)
+
+    def start_alone(self, item: Buffered) -> bool:
+        """Remove ``item``'s record with a round trip before it runs (renewing the other buffered records
+        of its queue in the same call); False: do not run it now (reclaimed by another worker; or Redis
+        could not be told: then it is put back at the head of the buffer, still reserved and recorded, for
+        the loop to try again after a pause or give back at the stop)."""
         if item.unstarted_until == math.inf:
             return True
         member = item.unstarted or _member(item)
-        if self.acks.started_with_ack(member):
-            return True
         name = item.job.queue
         now = time.time()
-        lease = self.lease
-        if item.unstarted_until - now >= lease / 3 and self.acks.start(name, member):
-            return True
         others = [b for b in self.buffer if b.job.queue == name and b.unstarted_until != math.inf]
         try:
             alive = self.reserving.unstarted(name, [member], [_member(b) for b in others])
@@ -104,24 +109,11 @@ class Unstarted:
             self.buffer.appendleft(item)  # kept: started once Redis answers, or given back at the stop
             return False
         self._unsent.clear("unstarted records removed again")
-        self._renewed(others, alive[1:], now + lease)
+        self._renewed(others, alive[1:], now + self.lease)
         if not alive[0]:
             log.warning("%s (id %s) was given back to the queue by another worker while buffered (its "
                         "unstarted lease ran out): not running it here", item.job.name, item.job.id)
         return alive[0]
-
-    def next_record(self) -> tuple[str, bytes] | None:
-        """(queue, record) of the job at the head of the buffer, if its record's removal may ride on an ack
-        written now (one ``send()`` for both; the loop starts that job next): its lease must leave room, as
-        for :meth:`start`'s write. Should the job then not start after all (its reservation was lost, the
-        worker stops), a graceful stop still gives it back; only a SIGKILL before its start leaves it
-        reserved until ``retry_after``, as a job with no record is."""
-        if not self.buffer or self.acks.pipe is None:
-            return None
-        head = self.buffer[0]
-        if head.unstarted_until == math.inf or head.unstarted_until - time.time() < self.lease / 3:
-            return None
-        return head.job.queue, head.unstarted or _member(head)
 
     def resend(self) -> None:
         """Send again the removals whose replies a broken ack connection lost (removing twice is harmless)."""
@@ -163,8 +155,7 @@ class Unstarted:
         lease = self.lease
         by_queue: dict[str, list[Buffered]] = {}
         for b in self.buffer:
-            # a record removed with the last ack is gone already: its job starts next
-            if b.unstarted_until != math.inf and not self.acks.sent_with_ack(_member(b)):
+            if b.unstarted_until != math.inf:
                 by_queue.setdefault(b.job.queue, []).append(b)
         self._renew_at = math.inf
         for name, items in by_queue.items():

@@ -113,7 +113,7 @@ class Worker:
             events.add(self.slots)
         self.timers = Timers(queue, self.selection.names())  # a pattern's queues: once discovered
         self.reserver = reserver = Reserver(context, bridge, acks, reserving, self.timers, self.selection, self.slots)
-        self.settle = Settle(context, acks, reserving, bridge, reserver.next_start)
+        self.settle = Settle(context, acks, reserving, bridge)
         self.processing = Process(context, bridge, self.settle, model_loader)
         self.executor = Executor(context, self.processing, bridge, acks, reserver.keep_alive, kill=kill,
                                  before_kill=self._before_kill)
@@ -227,17 +227,23 @@ class Worker:
         opts, reserver, executor, rules, signals = self.options, self.reserver, self.executor, self.rules, self.signals
         while free > 0 and not (opts.max_jobs and jobs >= opts.max_jobs) and not signals.should_quit \
                 and not signals.paused:
-            job = reserver.next_job()
-            if job is None:
+            most = 1 if opts.rest > 0 else free if not opts.max_jobs else min(free, opts.max_jobs - jobs)
+            ready = reserver.next_jobs(most)
+            if not ready:
                 if reserver.ready:  # its head waits on Redis: kept, tried again after a pause
                     await executor.idle(1.0)
                 break
-            jobs += 1
-            self._unreported += 1
-            free -= 1
-            executor.start(job)
-            del job  # a job that finished at once must not stay alive (its command) until the memory check
-            rules.job_taken()
+            for item in ready:
+                if signals.should_quit or signals.paused:
+                    reserver.not_started(ready[ready.index(item):])
+                    return free, jobs
+                jobs += 1
+                self._unreported += 1
+                free -= 1
+                executor.start(item.job)
+                rules.job_taken()
+            # a job that finished at once must not stay alive (its command) until the memory check
+            del ready, item
             if opts.rest > 0:
                 await executor.idle(opts.rest)
         return free, jobs
