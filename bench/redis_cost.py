@@ -80,6 +80,8 @@ class Run:
     scripts: int
     exit_code: int
     left: int
+    #: calls per command name over the run (``INFO commandstats``), script-inner commands included
+    by_command: dict[str, int] = field(default_factory=dict)
 
     def per_job(self) -> dict[str, float]:
         return {"jobs_per_s": self.jobs / self.seconds,
@@ -106,12 +108,9 @@ def redis_cpu(client: Any) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-def command_calls(client: Any) -> tuple[int, int]:
-    """Every command's ``calls`` summed, and the ``EVAL``/``EVALSHA`` part of it."""
-    stats = client.info("commandstats")
-    calls = sum(int(v["calls"]) for v in stats.values())
-    scripts = sum(int(v["calls"]) for k, v in stats.items() if k.lower() in ("cmdstat_eval", "cmdstat_evalsha"))
-    return calls, scripts
+def command_calls(client: Any) -> dict[str, int]:
+    """Each command's ``calls`` (``INFO commandstats``), by lower-case name without the ``cmdstat_``."""
+    return {k.lower().removeprefix("cmdstat_"): int(v["calls"]) for k, v in client.info("commandstats").items()}
 
 
 class Bench:
@@ -206,11 +205,14 @@ class Bench:
         elapsed = time.perf_counter() - started
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu1 = redis_cpu(self.client)
-        calls, scripts = command_calls(self.client)
+        by_command = command_calls(self.client)
+        by_command.pop("info", None)  # the bench's own INFO cpu
+        calls = sum(by_command.values())
+        scripts = by_command.get("eval", 0) + by_command.get("evalsha", 0)
         if proc.returncode:
             sys.stderr.write(proc.stderr.decode(errors="replace")[-3000:])
         return Run(mode, jobs, elapsed, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
-                   cpu1 - cpu0, calls, scripts, proc.returncode, int(target.left()))
+                   cpu1 - cpu0, calls, scripts, proc.returncode, int(target.left()), by_command)
 
     def stop(self) -> None:
         self.sides.stop()
@@ -238,6 +240,7 @@ def main() -> int:
     p.add_argument("--modes", default=",".join(ALL_MODES), help=f"comma-separated, of {', '.join(ALL_MODES)}")
     p.add_argument("--quick", action="store_true", help="2,000 jobs, 1 round")
     p.add_argument("--json", type=Path, help="write every run and the medians here")
+    p.add_argument("--commands", action="store_true", help="print each mode's commands per job, by name")
     args = p.parse_args()
     if args.quick:
         args.jobs, args.rounds = 2000, 1
@@ -278,6 +281,11 @@ def main() -> int:
         print(f"{mode:16s} {med['jobs_per_s']:8,.0f} {med['worker_us']:14.1f} {med['redis_us']:13.1f} "
               f"{med['commands']:13.2f} {sat['redis_core_jobs_per_s']:19,.0f} {sat['processes_at_measured']:21.1f} "
               f"{sat['processes_at_cpu_bound']:22.1f}")
+    if args.commands:
+        for mode in modes:
+            last = [r for r in runs if r.mode == mode][-1]
+            parts = sorted(last.by_command.items(), key=lambda kv: -kv[1])
+            print(f"{mode}: " + ", ".join(f"{name} {n / last.jobs:.2f}" for name, n in parts if n >= last.jobs / 100))
     if args.json:
         args.json.write_text(json.dumps({"jobs": args.jobs, "rounds": args.rounds, "load_before": load_before,
                                          "load_after": load_after, "runs": [vars(r) for r in runs],
