@@ -20,19 +20,24 @@ Modes, each a single process with ``--stop-when-empty``:
 ====================  ===============================================================================
 ``default``           ``laraq work --no-supervise`` on the Laravel 8 fixture (``--acks at-once``)
 ``batched``           the same with ``--acks batched``
+``l13``               ``laraq work --no-supervise --no-horizon`` on the Laravel 13 fixture without Horizon:
+                      the same payloads and key layout as the Horizon modes, no records
 ``horizon``           ``laraq work --no-supervise`` on the Laravel 13 fixture with Horizon 5.29 registered:
                       laraq finds Horizon in the app (``laraq.horizon.settings.app_horizon``) and writes
                       Horizon's job records and metrics as Horizon's PHP workers do
 ``horizon-batched``   the same with ``--acks batched``
 ``artisan``           ``php artisan queue:work redis`` on the Laravel 8 fixture (Debian's 8.83)
+``artisan-13``        ``php artisan queue:work redis`` on the Laravel 13 fixture without Horizon
 ``horizon-php``       ``php artisan horizon:work redis`` (Horizon's worker command, one process, no
                       master or supervisor) on the same Laravel 13 + Horizon app
 ====================  ===============================================================================
 
 The Laravel 8 modes get their jobs written straight into the list (``bench/scale.py``'s ``fill_list``, as
-Laravel's push writes them). The Horizon modes get theirs from laraq's dispatcher with the app's Horizon
-settings, so each job carries Horizon's payload fields and has the *pending* record Horizon's push writes
-(the push itself is not measured: the counters are reset after it). From the medians the bench prints
+Laravel's push writes them). The Laravel 13 modes get theirs from laraq's dispatcher with the app's
+settings; on the Horizon app each job carries Horizon's payload fields and has the *pending* record
+Horizon's push writes (the push itself is not measured: the counters are reset after it). A Horizon
+mode minus its plain Laravel 13 mode (``horizon`` - ``l13``, ``horizon-php`` - ``artisan-13``) is
+what Horizon's records cost. From the medians the bench prints
 the saturation arithmetic: the jobs/s at which one Redis core is busy all the time (1e6 / Redis µs per
 job) and how many worker processes that is.
 
@@ -62,7 +67,10 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "bench"), str(ROOT)]
 from scale import Sides, fill_list, loadavg  # noqa: E402
 
 ECHO = "App\\Jobs\\EchoJob"
-ALL_MODES = ["default", "batched", "horizon", "horizon-batched", "artisan", "horizon-php"]
+ALL_MODES = ["default", "batched", "l13", "horizon", "horizon-batched", "artisan", "artisan-13", "horizon-php"]
+#: the modes on the Laravel 13 fixture app with Horizon registered, and on the same app without it
+HORIZON_MODES = ("horizon", "horizon-batched", "horizon-php")
+PLAIN_13_MODES = ("l13", "artisan-13")
 #: The Laravel line whose fixture app the Horizon modes run on (Horizon 5.29.1 in the live tree).
 HORIZON_LINE = "13"
 
@@ -120,27 +128,34 @@ class Bench:
         self.tmp = tmp
         self.sides = Sides(tmp, php="artisan" in modes)
         self.client = self.sides.client
-        self.hz: Any = None
-        if any(m.startswith("horizon") for m in modes):
-            from phpapp import PhpApp, live_missing
+        #: the Laravel 13 fixture app, plain and with Horizon registered, and a dispatcher for each
+        self.apps: dict[bool, Any] = {}
+        self.dispatchers: dict[bool, Any] = {}
+        for horizon in (False, True):
+            if any(m in (HORIZON_MODES if horizon else PLAIN_13_MODES) for m in modes):
+                self._boot_13(horizon)
 
-            reason = live_missing(HORIZON_LINE)
-            if reason:
-                raise SystemExit(f"[redis_cost] the Horizon modes need the live Laravel {HORIZON_LINE} tree: {reason}")
-            self.hz = PhpApp(self.sides.server.port, version=HORIZON_LINE, horizon=True, workdir=tmp / "hz")
-            self.hz_dispatcher = self._horizon_dispatcher()
+    def _boot_13(self, horizon: bool) -> None:
+        from phpapp import PhpApp, live_missing
 
-    def _horizon_dispatcher(self) -> Any:
         from laraq.bus.dispatch import Dispatcher
         from laraq.config.settings import LaravelSettings
         from laraq.horizon.settings import app_horizon
         from laraq.protocol.queue import RedisQueue
 
-        settings = LaravelSettings.from_env({**self.hz.laravel_env, "LARAQ_BASE_PATH": str(self.hz.path)})
-        hs = app_horizon(settings, None)
-        assert hs is not None, "the Horizon fixture app does not read as a Horizon app"
-        queue = RedisQueue(self.client, prefix=self.hz.prefix, version=self.hz.release, retry_after=90)
-        return Dispatcher(queue, horizon=hs)
+        reason = live_missing(HORIZON_LINE)
+        if reason:
+            raise SystemExit(f"[redis_cost] the Laravel 13 modes need the live Laravel {HORIZON_LINE} tree: {reason}")
+        app = PhpApp(self.sides.server.port, version=HORIZON_LINE, horizon=horizon,
+                     workdir=self.tmp / ("l13-horizon" if horizon else "l13"))
+        hs = None
+        if horizon:
+            settings = LaravelSettings.from_env({**app.laravel_env, "LARAQ_BASE_PATH": str(app.path)})
+            hs = app_horizon(settings, None)
+            assert hs is not None, "the Horizon fixture app does not read as a Horizon app"
+        queue = RedisQueue(self.client, prefix=app.prefix, version=app.release, retry_after=90)
+        self.apps[horizon] = app
+        self.dispatchers[horizon] = Dispatcher(queue, horizon=hs)
 
     def target(self, mode: str, name: str, jobs: int) -> Target:
         if mode in ("default", "batched"):
@@ -162,8 +177,9 @@ class Bench:
                    "--stop-when-empty", "--sleep=1", "--tries=1", "--quiet"]
             return Target(lambda: fill_list(self.client, keys.list, template, jobs), cmd, php.env(log_path=None),
                           php.app.path, lambda: self.client.llen(keys.list) + self.client.zcard(keys.reserved))
-        hz = self.hz
-        dispatcher = self.hz_dispatcher
+        horizon = mode in HORIZON_MODES
+        app = self.apps[horizon]
+        dispatcher = self.dispatchers[horizon]
         keys = dispatcher.queue.keys(name)
 
         def fill() -> None:
@@ -177,18 +193,24 @@ class Bench:
         def remaining() -> int:
             return int(self.client.llen(keys.list) + self.client.zcard(keys.reserved))
 
-        env = dict(hz.env)
+        env = dict(app.env)
         env.pop("LARAQ_LOG", None)  # the fixture's RecordsRuns and bench/handlers.py write nothing per job
         if mode == "horizon-php":
-            cmd = ["php", str(hz.path / "artisan"), "horizon:work", "redis", f"--queue={name}", "--stop-when-empty",
+            cmd = ["php", str(app.path / "artisan"), "horizon:work", "redis", f"--queue={name}", "--stop-when-empty",
                    "--sleep=1", "--tries=1", "--quiet", "--supervisor=bench-supervisor", f"--name={name}"]
-            return Target(fill, cmd, env, hz.path, remaining)
+            return Target(fill, cmd, env, app.path, remaining)
+        if mode == "artisan-13":
+            cmd = ["php", str(app.path / "artisan"), "queue:work", "redis", f"--queue={name}", "--stop-when-empty",
+                   "--sleep=1", "--tries=1", "--quiet"]
+            return Target(fill, cmd, env, app.path, remaining)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "bench"), str(ROOT), env.get("PYTHONPATH", "")]))
-        env["LARAQ_BASE_PATH"] = str(hz.path)
+        env["LARAQ_BASE_PATH"] = str(app.path)
         cmd = [*([self.sides.laraq.laraq_bin] if self.sides.laraq.laraq_bin else [sys.executable, "-m", "laraq.cli"]),
-               "work", "--app", "handlers:app", f"--queue={name}", "--laravel", hz.release, "--sleep=1",
+               "work", "--app", "handlers:app", f"--queue={name}", "--laravel", app.release, "--sleep=1",
                "--stop-when-empty", "--no-supervise"]
-        if mode == "horizon-batched":
+        if not horizon:
+            cmd.append("--no-horizon")  # the tree ships vendor/laravel/horizon: without this laraq finds it
+        if mode.endswith("batched"):
             cmd += ["--acks", "batched"]
         return Target(fill, cmd, env, self.tmp, remaining)
 
