@@ -64,7 +64,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "bench"), str(ROOT)]
 
-from scale import Sides, fill_list, loadavg  # noqa: E402
+from scale import Sides, command_calls, fill_list, loadavg, redis_cpu  # noqa: E402
 
 ECHO = "App\\Jobs\\EchoJob"
 ALL_MODES = ["default", "batched", "l13", "horizon", "horizon-batched", "artisan", "artisan-13", "horizon-php"]
@@ -109,16 +109,6 @@ class Target:
     cwd: Path
     left: Any
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def redis_cpu(client: Any) -> float:
-    info = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-
-
-def command_calls(client: Any) -> dict[str, int]:
-    """Each command's ``calls`` (``INFO commandstats``), by lower-case name without the ``cmdstat_``."""
-    return {k.lower().removeprefix("cmdstat_"): int(v["calls"]) for k, v in client.info("commandstats").items()}
 
 
 class Bench:
