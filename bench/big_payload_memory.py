@@ -10,7 +10,7 @@ with ``--stop-when-empty --memory M`` (the daemon loop, where both check memory 
 ``--memory`` compares ``memory_get_usage()`` after the job (exit 12 when over); laraq compares its RSS after
 the job (exit 12 when over). The columns: exit code and peak RSS of each (MB), so the question "does a
 job PHP runs within --memory exceed it in laraq?" is the pair of exit codes. PHP's ``memory_limit`` is
-the CLI's (``-1`` on this host). Results go to compat-docs/performance.md ("Big payloads").
+the CLI's (``-1`` on this host). The last results are in compat-docs/performance-history.md ("Big payloads").
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@
 Each variant is a ``laraq work`` with extra options (``--no-supervise --stop-when-empty`` always), run on
 ``--jobs`` no-op ``EchoJob``s pushed as Laravel pushes them, in rounds that alternate the variants. The
 worker's CPU is ``RUSAGE_CHILDREN`` over its run (start-up included: about 15 µs per job at 20,000);
-Redis' is ``INFO commandstats`` summed, reset before each run. No console lines are kept (the worker's
-output goes to ``/dev/null``). Where ``bench/run.py`` compares with artisan and the ceilings, this
+Redis' is the ``redis-server``'s own CPU (``INFO cpu``) over the run, and the commands are the
+``INFO commandstats`` ``calls`` summed (reset before each run; a script's inner commands count as calls
+too). No console lines are kept (the worker's output goes to ``/dev/null``). Where ``bench/run.py`` compares with artisan and the ceilings, this
 isolates what an option costs the worker and Redis.
 
     python3 bench/drain.py                                  # the default and --acks batched
@@ -28,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scale import Sides, fill_list, loadavg  # noqa: E402
+from scale import Sides, command_calls, fill_list, loadavg, redis_cpu  # noqa: E402
 
 
 def main() -> int:
@@ -51,6 +52,7 @@ def main() -> int:
                     fill_list(client, keys.list, template, args.jobs)
                     cmd = [*sides.laraq.worker_cmd(name, stop_when_empty=True, sleep=1), "--no-supervise", *extra]
                     client.config_resetstat()
+                    redis_before = redis_cpu(client)
                     before = resource.getrusage(resource.RUSAGE_CHILDREN)
                     started = time.perf_counter()
                     proc = subprocess.run(cmd, env=sides.laraq.env(log_path=None), cwd=tmp,
@@ -58,9 +60,8 @@ def main() -> int:
                     elapsed = time.perf_counter() - started
                     after = resource.getrusage(resource.RUSAGE_CHILDREN)
                     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-                    stats = client.info("commandstats")
-                    redis_us = sum(v["usec"] for v in stats.values())
-                    calls = sum(v["calls"] for v in stats.values())
+                    redis_us = (redis_cpu(client) - redis_before) * 1e6
+                    calls = sum(n for name, n in command_calls(client).items() if name != "info")
                     label = " ".join(extra) or "default"
                     print(f"{label:36s} exit {proc.returncode}  {args.jobs / elapsed:8,.0f} jobs/s  worker "
                           f"{cpu / args.jobs * 1e6:6.1f} µs/job  Redis {redis_us / args.jobs:5.1f} µs/job  "

@@ -1,4 +1,4 @@
-"""A *prototype* of the fast path recommended in compat-docs/performance.md, measured by bench/run.py.
+"""A *prototype* of the fast path recommended in compat-docs/performance-history.md, measured by bench/run.py.
 
 It is not laraq's worker and does not replace it: no timeouts, no failures/retries, no output, no
 signals. It exists to put a number on what the recommended changes buy, with laraq's own payload

@@ -28,8 +28,8 @@ sys.path.insert(0, str(BENCH))
 
 from run import ECHO, PREFIX, Laraq, Php, RedisServer, echo_props, laraq_worker_ready  # noqa: E402
 
-__all__ = ["ECHO", "PREFIX", "Laraq", "Php", "RedisServer", "Fleet", "Sides", "fill_delayed", "fill_list",
-           "loadavg", "quantiles", "slowlog", "slowlog_reset", "laraq_worker_ready"]
+__all__ = ["ECHO", "PREFIX", "Laraq", "Php", "RedisServer", "Fleet", "Sides", "command_calls", "fill_delayed",
+           "fill_list", "loadavg", "quantiles", "redis_cpu", "slowlog", "slowlog_reset", "laraq_worker_ready"]
 
 _DUE = 1111111111
 _UUID = "00000000-0000-4000-8000-000000000000"
@@ -123,6 +123,22 @@ def fill_list(client: redis.Redis, list_key: str, template: bytes, count: int, c
         pipe.rpush(list_key, *members)
         pipe.rpush(list_key + ":notify", *([1] * len(members)))
         pipe.execute()
+
+
+def redis_cpu(client: redis.Redis) -> float:
+    """The ``redis-server``'s own CPU seconds so far (``INFO cpu``: ``used_cpu_user + used_cpu_sys``).
+
+    What Redis spent, counted once. The ``INFO commandstats`` ``usec`` sum is not: a command a Lua script
+    runs is timed inside the script's ``EVALSHA`` and again on its own line."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def command_calls(client: redis.Redis) -> dict[str, int]:
+    """Each command's ``calls`` since the last ``CONFIG RESETSTAT`` (``INFO commandstats``), by lower-case
+    name without the ``cmdstat_``. Redis counts the commands a script runs as calls of their own."""
+    stats: dict[str, Any] = client.info("commandstats")
+    return {k.lower().removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
 
 
 def slowlog_reset(client: redis.Redis, slower_than_us: int = 1000) -> None:

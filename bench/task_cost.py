@@ -10,7 +10,7 @@ best of 5 rounds of 200,000:
 * ``scheduled``: a task per job, awaited the ordinary way (one loop pass each).
 
 The difference between the first two is what the task itself adds to each job of an async handler,
-next to the same job with a ``def`` handler (``compat-docs/performance.md``)::
+next to the same job with a ``def`` handler (``compat-docs/performance-history.md``)::
 
     python3 bench/task_cost.py
 """

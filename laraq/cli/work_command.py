@@ -6,7 +6,7 @@ runs, :mod:`laraq.cli.work` (where the worker is built and run) is imported once
 ``--no-supervise``, and with the supervisor (the default) just before the worker processes are forked
 from this one, which then execs the supervisor (:func:`_exec_supervisor`). A start-up is thus one
 interpreter with the worker's imports plus the small ``python -S`` supervisor, not three interpreters
-(see ``compat-docs/performance.md``, "Second pass on items 3 and 4: lean workers and start-up").
+(see ``compat-docs/performance-history.md``, "Second pass on items 3 and 4: lean workers and start-up").
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def _exec_supervisor(params: dict[str, Any], processes: int) -> None:
 
     The workers go on in this interpreter (:func:`laraq.production.prefork.fork_workers`): a worker of its own
     ``posix_spawn`` would start a third interpreter and import everything again (about 0.1 s of CPU and
-    more of wall time on a loaded host; see ``compat-docs/performance.md``, "lean workers and start-up").
+    more of wall time on a loaded host; see ``compat-docs/performance-history.md``, "lean workers and start-up").
     """
     from laraq.production import prefork  # start-up: the supervisor's module, imported just before the exec
 

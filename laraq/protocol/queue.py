@@ -69,7 +69,7 @@ __all__ = [
 #: The most due members one migrate command moves (1-2 ms of Redis time on an idle host), however many are due.
 #: Laravel 8.0-9.22 (and 9.23+ with ``migration_batch_size`` -1) move every due member in one script;
 #: laraq moves them in commands of at most this many until none is left, with the same end state and
-#: order (see ``compat-docs/performance.md``), so Redis is never held for long by one of them.
+#: order (see ``compat-docs/performance-history.md``), so Redis is never held for long by one of them.
 MIGRATE_BOUND = 500
 
 

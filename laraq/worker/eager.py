@@ -6,7 +6,7 @@ next pass of the event loop: a job that never suspends then costs a ready-queue 
 the daemon and an ``epoll`` call. Started eagerly, the first step runs in the constructor and most
 jobs are finished before :func:`start_task` returns. ``bench/task_start.py`` measures the difference
 through the whole worker: 8-10 CPU µs of about 35-45 per no-op job on Python 3.11, well outside the
-host's noise (``compat-docs/performance.md``).
+host's noise (``compat-docs/performance-history.md``).
 
 * Python 3.12+: :func:`asyncio.eager_task_factory`, public.
 * Python 3.11, on :class:`WorkerLoop` (the worker's loop under asyncio's default policy): the task
