@@ -57,7 +57,7 @@ def child(port: int, jobs: int, quiet: bool) -> int:
     # check still runs per job, as in the timed rows)
     params = default_params(laravel="8", sleep=0, stop_when_empty=True, quiet=quiet, queue=queue,
                             redis_url=f"redis://127.0.0.1:{port}/0", prefix=PREFIX, memory=1 << 20)
-    env = {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(port), "CACHE_DRIVER": "redis", "REDIS_PREFIX": PREFIX}
+    env = {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(port), "CACHE_DRIVER": "redis", "REDIS_PREFIX": PREFIX, "APP_KEY": "base64:srj9QVmuADIUchwd/iag/u7inuvvH26bDFBsn5w4ghI="}
     worker = build_worker(params, env=env, app=handlers.app)
     control = shutil.which("callgrind_control") or "callgrind_control"
     subprocess.run([control, "-i", "on", str(os.getpid())], check=True, stdout=subprocess.DEVNULL)

@@ -211,7 +211,7 @@ class Payload:
     ``timeoutAt`` fallback); without it :data:`~laraq.protocol.versions.DEFAULT_VERSION` applies.
     """
 
-    __slots__ = ("raw", "decoded", "version", "is_queued_command")
+    __slots__ = ("raw", "decoded", "version", "is_queued_command", "command", "is_encrypted_command")
 
     def __init__(self, raw: bytes, decoded: dict[str, Any], version: LaravelVersion) -> None:
         self.raw = raw
@@ -220,6 +220,13 @@ class Payload:
         #: a queued job object (see :func:`is_queued_command`): the ``command*`` fields are None for any
         #: other job (read once: ``job`` is never rewritten)
         self.is_queued_command = is_queued_command(decoded.get("job"))
+        data = decoded.get("data")
+        command = data.get("command") if self.is_queued_command and isinstance(data, dict) else None
+        #: ``data.command`` of a queued command, untouched: a PHP-serialized job, or an encrypted one (read
+        #: once: a body is never rewritten in place)
+        self.command: str | None = command if isinstance(command, str) else None
+        #: True when ``data.command`` is not a serialized object (``O:``), i.e. must be decrypted
+        self.is_encrypted_command = self.command is not None and not self.command.startswith("O:")
 
     @classmethod
     def parse(cls, raw: bytes | str, *, version: LaravelVersion | str | int | None = None) -> Payload:
@@ -421,20 +428,6 @@ class Payload:
         """``data.commandName`` of a queued command: the class PHP runs."""
         value = self._command_field("commandName")
         return None if value is None else str(value)
-
-    @property
-    def command(self) -> str | None:
-        """``data.command`` of a queued command, untouched: a PHP-serialized job, or an encrypted one."""
-        data = self.decoded.get("data")  # (_command_field inlined: read several times per job)
-        value = data.get("command") if self.is_queued_command and isinstance(data, dict) else None
-        return value if isinstance(value, str) else None
-
-    @property
-    def is_encrypted_command(self) -> bool:
-        """True when ``data.command`` is not a serialized object (``O:``), i.e. must be decrypted."""
-        data = self.decoded.get("data")
-        command = data.get("command") if self.is_queued_command and isinstance(data, dict) else None
-        return isinstance(command, str) and not command.startswith("O:")
 
     @property
     def batch_id(self) -> str | None:

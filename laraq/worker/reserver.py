@@ -81,6 +81,9 @@ class Taken:
         return self.count > 0 or bool(self.unreadable)
 
 
+#: The loop's keep-alive runs at most this often (seconds).
+KEEP_ALIVE_EVERY = 0.01
+
 _EMPTY = Taken()
 
 
@@ -128,6 +131,8 @@ class Reserver:
         self._beyond_told: dict[str, int] = {}
         #: the next batch, asked for while this one runs: the call, the acks it carries, its size
         self._ahead: tuple[PendingReserve, list[bytes], int] | None = None
+        #: when the next keep-alive pass is due (monotonic seconds)
+        self._keep_at = 0.0
         self._paused: set[str] = set()
         self._down_since: float | None = None
         self._retry_in = 0.0
@@ -588,7 +593,13 @@ class Reserver:
                             "retry_after", len(jobs), name, exc)
 
     def keep_alive(self) -> None:
-        """What a pass of the loop does besides jobs: acks due, a renewal's reply, leases and records due."""
+        """What a pass of the loop does besides jobs, at most every :data:`KEEP_ALIVE_EVERY`: acks due, a
+        renewal's reply, leases and records due (each due on a scale of seconds; replies waiting in the
+        socket cost nothing until read)."""
+        now = time.monotonic()
+        if now < self._keep_at:
+            return
+        self._keep_at = now + KEEP_ALIVE_EVERY
         self.acks.flush()
         self.leases.collect()
         self.leases.renew_due()
