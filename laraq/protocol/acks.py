@@ -349,9 +349,14 @@ class Acks:
             return member in self._deferred.get(name, ()) or member in self._held.get(name, ())
 
     def take(self) -> dict[str, list[bytes]]:
-        """The deferred acks, to send now (a reserve call carries them); :meth:`restore` what was not sent."""
+        """The deferred and held acks, to send now (a reserve call carries them, ahead of its migrate: a job
+        this worker finished is never migrated back by its own reserve); :meth:`restore` what was not sent."""
         with self._lock:
             acks, self._deferred, self.since = self._deferred, {}, None
+            if self._held:
+                for name, members in self._held.items():
+                    acks.setdefault(name, []).extend(members)
+                self._held, self._held_since = {}, None
         return acks
 
     def restore(self, acks: dict[str, list[bytes]]) -> None:
