@@ -151,23 +151,26 @@ def _n(v: float | None, fmt: str = "{:,.0f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
-def render(summary: list[dict[str, Any]], skipped: dict[str, str]) -> str:
+def render(summary: list[dict[str, Any]], skipped: dict[str, str], refs: list[dict[str, Any]]) -> str:
     lines = []
     noop = [s for s in summary if s["kind"] == "noop"]
     if noop:
         base = next((s["jobs_per_s"] for s in noop if s["system"] == "laraq" and s["mode"].startswith("work")), None)
         lines += ["no-op jobs, one worker process (medians; µs = CPU µs per job, 10-90 % window)",
-                  f"{'system':9s} {'mode':25s} {'jobs/s':>8s} {'worker µs':>10s} {'Redis µs':>9s} "
-                  f"{'×laraq':>7s} {'ok':>3s}"]
+                  f"{'system':9s} {'mode':22s} {'jobs':>6s} {'jobs/s':>8s} {'worker µs':>9s} {'Redis µs':>8s} "
+                  f"{'×laraq':>6s} {'ok':>3s}"]
         for s in noop:
             ratio = s["jobs_per_s"] / base if base and s["jobs_per_s"] else None
-            lines.append(f"{s['system']:9s} {s['mode'][:25]:25s} {_n(s['jobs_per_s']):>8s} "
-                         f"{_n(s['worker_us_per_job'], '{:,.1f}'):>10s} {_n(s['redis_us_per_job'], '{:,.1f}'):>9s} "
-                         f"{_n(ratio, '{:.2f}'):>7s} {'yes' if s['complete'] else 'NO':>3s}")
+            lines.append(f"{s['system']:9s} {s['mode'][:22]:22s} {s['jobs']:>6,d} {_n(s['jobs_per_s']):>8s} "
+                         f"{_n(s['worker_us_per_job'], '{:,.1f}'):>9s} {_n(s['redis_us_per_job'], '{:,.1f}'):>8s} "
+                         f"{_n(ratio, '{:.2f}'):>6s} {'yes' if s['complete'] else 'NO':>3s}")
     io = [s for s in summary if s["kind"] != "noop"]
     for c in sorted({s["concurrency"] for s in io}):
         rows = [s for s in io if s["concurrency"] == c]
+        bare = {f: median([r for r in refs if r["concurrency"] == c and r["flavor"] == f], "per_s")
+                for f in ("async", "sync")}
         lines += ["", f"I/O-bound jobs (5 ms request each), concurrency {c}: ideal {c / 0.005:,.0f} jobs/s",
+                  f"  bare client, no queue: {_n(bare['async'])}/s async tasks, {_n(bare['sync'])}/s threads",
                   f"{'system':9s} {'mode':25s} {'jobs/s':>7s} {'ideal':>6s} {'worker µs':>9s} {'Redis µs':>8s} "
                   f"{'×laraq':>6s} {'ok':>3s}"]
         for s in rows:
@@ -242,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.jobs:,} no-op / {args.io_jobs:,} I/O jobs; load {loadavg()}", flush=True)
     load_before = Path("/proc/loadavg").read_text().strip()
     runs: list[dict[str, Any]] = []
+    refs: list[dict[str, Any]] = []
+    io_levels = sorted({v.concurrency for v in variants if v.kind != "noop"})
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -260,6 +265,13 @@ def main(argv: list[str] | None = None) -> int:
             ctx = Ctx(sides=sides, client=sides.client, url=sides.server.url, io_port=io_port, workdir=work)
             ctx.client.config_set("save", "")
             for r in range(args.rounds):
+                for c in io_levels:  # the same requests without a queue: this machine's ceiling
+                    for flavor in ("async", "sync"):
+                        out = subprocess.run([sys.executable, str(DRIVERS / "ioref.py"), flavor, str(c),
+                                              str(args.io_jobs)], env={**os.environ, "PEERS_IO_PORT": str(io_port)},
+                                             capture_output=True, text=True, timeout=300)
+                        if out.returncode == 0:
+                            refs.append({**json.loads(out.stdout), "round": r})
                 order = variants if r % 2 == 0 else list(reversed(variants))
                 for i, v in enumerate(order):
                     n = max(10, int((args.jobs if v.kind == "noop" else args.io_jobs) * v.jobs_factor))
@@ -287,14 +299,14 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(runs, variants)
     load_after = Path("/proc/loadavg").read_text().strip()
     print()
-    print(render(summary, skipped))
+    print(render(summary, skipped, refs))
     print(f"\nloadavg before: {load_before}\nloadavg after:  {load_after}\n"
           f"took {time.perf_counter() - started:.0f} s")
     if args.json:
         args.json.write_text(json.dumps({
             "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
             "versions": versions(), "loadavg_before": load_before, "loadavg_after": load_after,
-            "skipped": skipped, "summary": summary, "runs": runs}, indent=1))
+            "skipped": skipped, "summary": summary, "io_reference": refs, "runs": runs}, indent=1))
     incomplete = [f"{r['system']} {r['mode']} ({r['kind']})" for r in runs if not r["complete"]]
     if incomplete:
         print("INCOMPLETE: " + "; ".join(incomplete), file=sys.stderr)

@@ -41,9 +41,17 @@ for req in "$here"/requirements/*.txt; do
   fi
 done
 
+apt_install() {  # root on Debian: apt-get install "$@" (an update first when the lists are stale)
+  [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1 || return 1
+  say "installing $* (apt-get)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null 2>&1 \
+    || { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null 2>&1; }
+}
+
 node_dir="$dir/node"
+command -v npm >/dev/null 2>&1 || apt_install nodejs npm
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-  record bullmq "skipped: node and npm not found (apt-get install nodejs npm)"
+  record bullmq "skipped: node and npm not found (as root: apt-get install nodejs npm)"
 elif [ -f "$node_dir/node_modules/bullmq/package.json" ] && cmp -s "$here/package.json" "$node_dir/package.json"; then
   record bullmq "ok (already installed: bullmq $(node -p "require('$node_dir/node_modules/bullmq/package.json').version"))"
 else
@@ -56,13 +64,7 @@ else
   fi
 fi
 
-if ! command -v sidekiq >/dev/null 2>&1; then
-  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-    say "installing ruby-sidekiq (apt-get)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ruby-sidekiq >/dev/null 2>&1 \
-      || { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ruby-sidekiq >/dev/null 2>&1; }
-  fi
-fi
+command -v sidekiq >/dev/null 2>&1 || apt_install ruby-sidekiq
 if command -v sidekiq >/dev/null 2>&1; then
   record sidekiq "ok ($(dpkg-query -W -f='ruby-sidekiq ${Version}' ruby-sidekiq 2>/dev/null || echo sidekiq))"
 elif [ "$(id -u)" = "0" ]; then
