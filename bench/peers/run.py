@@ -60,6 +60,19 @@ def redis_cpu(client: Any) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
+def polling_cost(client: Any, seconds: float = 2.0) -> float:
+    """Redis CPU seconds per second that the bench's own polling (and Redis' idle cron) costs: the poll
+    loop's pipelined reads on empty keys, alone. Each row's Redis µs/job has this taken out."""
+    start, t0 = redis_cpu(client), time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        pipe = client.pipeline(transaction=False)
+        for key in ("peers:idle:a", "peers:idle:b", "peers:idle:c"):
+            pipe.llen(key)
+        pipe.execute()
+        time.sleep(POLL_S)
+    return (redis_cpu(client) - start) / (time.perf_counter() - t0)
+
+
 def exited(pid: int) -> bool:
     """The worker is a zombie (exited, not yet reaped): read without reaping, so wait4 keeps its rusage."""
     try:
@@ -117,13 +130,14 @@ def run_one(ctx: Ctx, v: Variant, n: int, logdir: Path, tag: str) -> dict[str, A
     }
     if usage is not None:
         row["worker_us_per_job_run"] = round((usage.ru_utime + usage.ru_stime) / n * 1e6, 1)
-    row["redis_us_per_job_run"] = round((redis_end - redis_start) / n * 1e6, 1)
+    row["redis_us_per_job_run"] = round((redis_end - redis_start - ctx.poll_cost * wall) / n * 1e6, 1)
     if "lo" in marks and "hi" in marks and marks["hi"][0] > marks["lo"][0]:
         (t0, l0, c0, r0), (t1, l1, c1, r1) = marks["lo"], marks["hi"]
         done = l0 - l1
-        row.update({"window_jobs": done, "jobs_per_s": round(done / (t1 - t0), 1),
+        row.update({"window_jobs": done, "window_s": round(t1 - t0, 4), "jobs_per_s": round(done / (t1 - t0), 1),
                     "worker_us_per_job": round((c1 - c0) / done * 1e6, 1),
-                    "redis_us_per_job": round((r1 - r0) / done * 1e6, 1)})
+                    "redis_us_per_job": round((r1 - r0 - ctx.poll_cost * (t1 - t0)) / done * 1e6, 1),
+                    "redis_us_per_job_raw": round((r1 - r0) / done * 1e6, 1)})
     if not row["complete"]:
         row["log_tail"] = log.read_text(errors="replace")[-1500:]
     return row
@@ -264,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
                 server.stdout.readline()
             ctx = Ctx(sides=sides, client=sides.client, url=sides.server.url, io_port=io_port, workdir=work)
             ctx.client.config_set("save", "")
+            ctx.poll_cost = polling_cost(ctx.client)
+            print(f"[peers] the bench's polling alone: {ctx.poll_cost * 1e3:.1f} ms of Redis CPU per second "
+                  "(taken out of every Redis µs/job)", flush=True)
             for r in range(args.rounds):
                 for c in io_levels:  # the same requests without a queue: this machine's ceiling
                     for flavor in ("async", "sync"):
@@ -306,7 +323,8 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps({
             "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
             "versions": versions(), "loadavg_before": load_before, "loadavg_after": load_after,
-            "skipped": skipped, "summary": summary, "io_reference": refs, "runs": runs}, indent=1))
+            "polling_redis_cpu_ms_per_s": round(ctx.poll_cost * 1e3, 2), "skipped": skipped, "summary": summary,
+            "io_reference": refs, "runs": runs}, indent=1))
     incomplete = [f"{r['system']} {r['mode']} ({r['kind']})" for r in runs if not r["complete"]]
     if incomplete:
         print("INCOMPLETE: " + "; ".join(incomplete), file=sys.stderr)

@@ -65,6 +65,8 @@ class Ctx:
     io_port: int
     workdir: Path
     queue: str = "peers"
+    #: Redis CPU seconds per second of the bench's polling alone (``run.polling_cost``)
+    poll_cost: float = 0.0
 
 
 @dataclass
