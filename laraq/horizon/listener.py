@@ -43,6 +43,7 @@ import threading
 import time
 from typing import Any
 
+from laraq.horizon.pipe import RecordPipe
 from laraq.horizon.records import HorizonPayload, HorizonRecords
 from laraq.horizon.relay import SupervisorRelay
 from laraq.horizon.settings import HorizonSettings
@@ -100,8 +101,17 @@ class HorizonListener(WorkerListener):
         self.relay: SupervisorRelay | None = None
         #: the worker was paused at the supervisor level (the master still runs)
         self._supervisor_paused = False
+        #: the records written without waiting for Redis' answer (None: Redis Cluster, every write waits)
+        self.pipe = RecordPipe(client, self.records.load_metrics_script) if RecordPipe.usable(client) else None
+        #: the loop thread's packed records held until its next start or wait: bytes, reply count, metrics calls
+        self._out: list[bytes] = []
+        self._out_replies = 0
+        self._out_metrics: list[tuple[int, Any]] = []
+        #: the worker loop's thread (told in worker_starting): records finished there are held, see _send
+        self._loop_thread: int | None = None
 
     def _take(self, job: Any) -> list[tuple[str, dict[str, Any]]]:
+        self._settle_pipe()
         with self._lock:
             held = self._held.pop(id(job), None)
         return [] if held is None else [self.records.reserved_write(held[0], held[1])]
@@ -110,12 +120,61 @@ class HorizonListener(WorkerListener):
         with self._lock:
             ready = [k for k, (_, _, started) in self._held.items() if started]
             taken = [self._held.pop(k) for k in ready]
-        self.records.write([self.records.reserved_write(payload, at) for payload, at, _ in taken])
+        if not taken:
+            return
+        if self.pipe is None:
+            self.records.write([self.records.reserved_write(payload, at) for payload, at, _ in taken])
+            return
+        self._send(b"".join(self.records.pack_reserved(payload, at) for payload, at, _ in taken), len(taken), ())
+
+    # -- the record pipe ---------------------------------------------------------------------------------
+
+    def _send(self, packed: bytes, replies: int, metrics: Any) -> None:
+        """Records packed for the pipe: held when this is the loop's thread (sent with the others finished
+        before its next start or wait: :meth:`flush`, :meth:`job_processing`), else written now."""
+        if threading.get_ident() == self._loop_thread:
+            with self._lock:
+                base = self._out_replies
+                self._out.append(packed)
+                self._out_replies = base + replies
+                if metrics:
+                    self._out_metrics.extend((base + at, args) for at, args in metrics)
+            return
+        self._write_out()  # held records go first
+        assert self.pipe is not None
+        self.pipe.write(packed, (replies, tuple(metrics)))
+
+    def _write_out(self) -> None:
+        """Write the held records (one send)."""
+        with self._lock:
+            if not self._out:
+                return
+            out, self._out = self._out, []
+            replies, self._out_replies = self._out_replies, 0
+            metrics, self._out_metrics = self._out_metrics, []
+            assert self.pipe is not None
+            self.pipe.write(out[0] if len(out) == 1 else b"".join(out), (replies, tuple(metrics)))
+
+    def _settle_pipe(self) -> None:
+        """Before a write on another connection: everything packed is sent and run by Redis (its replies
+        read), so that write cannot overtake it."""
+        pipe = self.pipe
+        if pipe is not None:
+            if self._out:
+                self._write_out()
+            if pipe.unconfirmed:
+                pipe.collect(wait=True)
+
+    def flush(self) -> None:
+        """The worker is about to wait or yield: the held records go."""
+        if self._out:
+            self._write_out()
 
     # -- the worker -------------------------------------------------------------------------------------
 
     def worker_starting(self, event: WorkerStarting) -> None:
         opts = event.options
+        self._loop_thread = threading.get_ident()
         supervisor_pid = None
         if self.signal_pid != NO_SIGNAL_PID:
             self.relay = SupervisorRelay()
@@ -199,6 +258,9 @@ class HorizonListener(WorkerListener):
         self._flush_started()
         with self._lock:
             self._held.clear()
+        if self.pipe is not None:
+            self._write_out()
+            self.pipe.close()
         if self.master is not None:
             self.master.forget()
         if self.relay is not None:
@@ -223,6 +285,8 @@ class HorizonListener(WorkerListener):
             self._held[id(job)] = (payload, time.time(), False)
 
     def job_processing(self, event: JobProcessing) -> None:
+        if self._out:  # a job starts: the records held on the loop go first
+            self._write_out()
         job = event.job
         now = time.time()  # reserved_at: when the job starts (see the module docstring)
         with self._lock:
@@ -244,6 +308,15 @@ class HorizonListener(WorkerListener):
         # A job that released itself was never deleted: Horizon's JobDeleted (completion, metrics)
         # does not fire for it; a failed one is recorded by job_failed.
         if job.is_released or job.has_failed:
+            return
+        payload = self._payload(job)
+        if self.pipe is not None and self.records.pipes_completed(payload):
+            with self._lock:
+                held = self._held.pop(id(job), None)
+            before = b"" if held is None else self.records.pack_reserved(held[0], held[1])
+            packed, replies, metrics = self.records.pack_completed(job.queue, payload, runtime * 1000.0, before,
+                                                                   0 if held is None else 1)
+            self._send(packed, replies, metrics)
             return
         self.records.completed(job.connection_name, job.queue, self._payload(job), runtime * 1000.0,
                                before=self._take(job))

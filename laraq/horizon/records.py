@@ -58,6 +58,20 @@ redis.call('hmset', KEYS[1], 'throughput', count + 1, 'runtime', mean)
 """
 
 
+#: the RESP commands :meth:`HorizonRecords.pack_completed` and :meth:`~HorizonRecords.pack_reserved` fill in
+#: with ``%`` (each bulk string as its length, then itself)
+_ZADD = b"*4\r\n$4\r\nZADD\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n"
+_ZREM = b"*3\r\n$4\r\nZREM\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n"
+_HSET_COMPLETED = (b"*6\r\n$4\r\nHSET\r\n$%d\r\n%s\r\n$6\r\nstatus\r\n$9\r\ncompleted\r\n"
+                   b"$12\r\ncompleted_at\r\n$%d\r\n%s\r\n")
+_EXPIREAT = b"*3\r\n$8\r\nEXPIREAT\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n"
+_SMEMBERS = b"*2\r\n$8\r\nSMEMBERS\r\n$%d\r\n%s\r\n"
+_EVALSHA = b"*6\r\n$7\r\nEVALSHA\r\n$%d\r\n%s\r\n$1\r\n2\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n"
+_HSET_RESERVED = (b"*10\r\n$4\r\nHSET\r\n$%d\r\n%s\r\n$6\r\nstatus\r\n$8\r\nreserved\r\n$7\r\npayload\r\n$%d\r\n%s\r\n"
+                  b"$10\r\nupdated_at\r\n$%d\r\n%s\r\n$11\r\nreserved_at\r\n$%d\r\n%s\r\n")
+_HSET_RESERVED_DELAY = b"*12" + _HSET_RESERVED[3:] + b"$5\r\ndelay\r\n$1\r\n0\r\n"
+
+
 def php_float_string(value: float) -> str:
     """PHP's ``(string) $float`` (``precision`` = 14): ``1795351333.3019``, ``27.67``, ``5``."""
     text = format(value, ".14G")
@@ -144,8 +158,14 @@ class HorizonRecords:
         self.settings = settings
         self.clock = clock
         self._metrics_sha: str | None = None
+        self._bkeys: dict[str, bytes] = {}
 
     # -- the metrics script (EVALSHA inside the job's pipeline, loaded once) ---------------------------
+
+    def load_metrics_script(self) -> str:
+        """Load the metrics script (again) into Redis; its SHA1."""
+        self._metrics_sha = self.client.script_load(_METRICS_LUA)
+        return self._metrics_sha
 
     def _metrics_args(self, queue: str, payload: HorizonPayload, runtime: str) -> list[tuple[str, str, str]]:
         return [(self._k("queue:" + queue), self._k("measured_queues"), runtime),
@@ -175,6 +195,69 @@ class HorizonRecords:
     def _apply(pipe: Any, before: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
         for key, mapping in before:
             pipe.hset(key, mapping=dict(mapping))
+
+    # -- packed in RESP, for a RecordPipe ------------------------------------------------------------------
+
+    def _bk(self, name: str) -> bytes:
+        """``_k(name)`` as bytes (cached: the queue and job names repeat)."""
+        key = self._bkeys.get(name)
+        if key is None:
+            if len(self._bkeys) > 4096:
+                self._bkeys.clear()
+            key = self._bkeys[name] = (self.settings.prefix + name).encode("utf-8")
+        return key
+
+    def pack_reserved(self, payload: HorizonPayload, at: float) -> bytes:
+        """:meth:`reserved_write` as one ``HSET`` in RESP."""
+        now = php_microtime(at).encode()
+        job_key = self._bk(_require_id(payload))
+        value = payload.value
+        if self.settings.version.job_hash_delay and payload.migrated:
+            return _HSET_RESERVED_DELAY % (len(job_key), job_key, len(value), value, len(now), now, len(now), now)
+        return _HSET_RESERVED % (len(job_key), job_key, len(value), value, len(now), now, len(now), now)
+
+    @staticmethod
+    def pipes_completed(payload: HorizonPayload) -> bool:
+        """Can :meth:`pack_completed` write this job's completion (no reply decides a further write: no tag
+        that may be monitored, no parent retry to update)?"""
+        decoded = payload.decoded
+        return not decoded.get("tags") and decoded.get("retry_of") is None
+
+    def pack_completed(self, queue: str, payload: HorizonPayload, runtime_ms: float | None,
+                       before: bytes = b"", replies: int = 0) -> tuple[bytes, int, tuple[Any, ...]]:
+        """:meth:`completed` of a job :meth:`pipes_completed` accepts, in RESP after ``before`` (``replies``
+        commands): the bytes, their reply count, and the metrics calls among them (reply index, args) for a
+        ``NOSCRIPT`` answer."""
+        sha = self._metrics_sha
+        if sha is None:
+            sha = self.load_metrics_script()
+        job_id = _require_id(payload)
+        bid = job_id.encode("utf-8")
+        now = self.clock()
+        stamp = php_microtime(now).encode()
+        score = php_microtime(-now).encode()
+        expire = b"%d" % (int(now) + self.settings.trim.completed * 60)
+        zset = self._bk("silenced_jobs" if payload.silenced else "completed_jobs")
+        pending = self._bk("pending_jobs")
+        job_key = self._bk(job_id)
+        monitoring = self._bk("monitoring")
+        runtime = php_float_string(round(runtime_ms or 0.0, 2)).encode()
+        by_queue = (self._bk("queue:" + queue), self._bk("measured_queues"), runtime)
+        by_job = (self._bk("job:" + payload.display_name), self._bk("measured_jobs"), runtime)
+        bsha = sha.encode()
+        packed = b"".join((
+            before,
+            _ZADD % (len(zset), zset, len(score), score, len(bid), bid),
+            _ZREM % (len(pending), pending, len(bid), bid),
+            _HSET_COMPLETED % (len(job_key), job_key, len(stamp), stamp),
+            _EXPIREAT % (len(job_key), job_key, len(expire), expire),
+            _SMEMBERS % (len(monitoring), monitoring),
+            _EVALSHA % (len(bsha), bsha, len(by_queue[0]), by_queue[0], len(by_queue[1]), by_queue[1],
+                        len(runtime), runtime),
+            _EVALSHA % (len(bsha), bsha, len(by_job[0]), by_job[0], len(by_job[1]), by_job[1],
+                        len(runtime), runtime),
+        ))
+        return packed, replies + 7, ((replies + 5, by_queue), (replies + 6, by_job))
 
     # -- helpers -----------------------------------------------------------------------------------
 
