@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from horizon_support import restore, snapshot
 
 from laraq.app import App
 from laraq.bus.dispatch import Dispatcher
 from laraq.cli.work import build_worker, default_params
 from laraq.horizon import HorizonPayload, HorizonRecords, HorizonSettings, HorizonTrim, horizon_in_use
 from laraq.horizon.listener import HorizonListener
+from laraq.horizon.pipe import RecordPipe
 from laraq.horizon.records import php_float_string
 from laraq.horizon.supervisors import NO_SIGNAL_PID, HorizonMaster, process_started, shared_master_name
 from laraq.protocol.queue import RedisQueue
@@ -123,6 +125,59 @@ def test_payload_fields_as_horizon_reads_them() -> None:
     assert (q.id, q.tags, q.silenced, q.retry_of) == ("r", ["a", "1"], False, None)
     with pytest.raises(ValueError):
         HorizonPayload.parse(b"[1]")
+
+
+def _raw_state(client: Any) -> dict[bytes, Any]:
+    """Every key's type, content (sorted sets with their scores) and TTL."""
+    state: dict[bytes, Any] = {}
+    for key in sorted(client.keys("*")):
+        kind = client.type(key).decode()
+        content = {"hash": client.hgetall, "set": client.smembers,
+                   "zset": lambda k: client.zrange(k, 0, -1, withscores=True)}[kind](key)
+        state[key] = (kind, content, client.ttl(key))
+    return state
+
+
+@pytest.mark.parametrize("silenced", [False, True])
+def test_packed_completion_writes_what_the_pipeline_writes(redis_client: Any, silenced: bool) -> None:
+    """The worker's record pipe (RESP packed here, replies read later) and :meth:`HorizonRecords.completed`
+    leave the same Redis state, the reservation written first in both; a metrics script Redis lost is
+    loaded again and its calls sent again, so the metrics count the job once."""
+    body = {"uuid": "u-1", "displayName": "App\\Jobs\\Ok", "attempts": 2, "tags": [], "silenced": silenced,
+            "delay": None}
+    payload = HorizonPayload.parse(json.dumps(body).encode())
+    settings = HorizonSettings()
+    records = HorizonRecords(redis_client, settings, clock=lambda: 1795351333.5)
+    records.pushed("redis", "default", payload)
+    start = snapshot(redis_client)
+
+    records.completed("redis", "default", payload, 12.344,
+                      before=[records.reserved_write(payload, 1795351333.125)])
+    records.completed("redis", "default", payload, 20.0)
+    assert redis_client.hget(P + "job:App\\Jobs\\Ok", "throughput") == b"2"
+    sync = _raw_state(redis_client)
+
+    restore(redis_client, start)
+    assert records.pipes_completed(payload)
+    loads: list[str] = []
+
+    def load() -> str:
+        loads.append(records.load_metrics_script())
+        return loads[-1]
+
+    pipe = RecordPipe(redis_client, load)
+    packed, replies, metrics = records.pack_completed("default", payload, 12.344,
+                                                      records.pack_reserved(payload, 1795351333.125), 1)
+    assert pipe.write(packed, (replies, metrics))
+    pipe.collect(wait=True)
+    redis_client.script_flush()  # Redis loses the script: the next calls are answered NOSCRIPT
+    packed, replies, metrics = records.pack_completed("default", payload, 20.0)
+    assert pipe.write(packed, (replies, metrics))
+    pipe.collect(wait=True)
+    assert not pipe.unconfirmed
+    pipe.close()
+    assert len(loads) == 1
+    assert _raw_state(redis_client) == sync
 
 
 # -- the master record's pid -----------------------------------------------------------------------------

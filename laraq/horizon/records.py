@@ -34,9 +34,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import redis
 
-from laraq.protocol.phpjson import json_loads
+from laraq.protocol.phpjson import check_json_depth, json_loads
 
 if TYPE_CHECKING:
     from laraq.horizon.settings import HorizonSettings
@@ -96,7 +97,13 @@ class HorizonPayload:
     @classmethod
     def parse(cls, raw: bytes | str) -> HorizonPayload:
         value = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
-        decoded = json_loads(value)
+        # orjson (strict JSON, which is all PHP and the reserve scripts write) after PHP's depth limit; the
+        # standard parser decides what orjson refuses (NaN, a number out of its range, a lone surrogate)
+        check_json_depth(value)
+        try:
+            decoded = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            decoded = json_loads(value)
         if not isinstance(decoded, dict):
             raise ValueError("a job payload must be a JSON object")
         return cls(value, decoded)
