@@ -23,9 +23,18 @@ Supervisor-level ones (``horizon:pause-supervisor``/``continue-supervisor`` sign
 record's pid, a :class:`~laraq.horizon.relay.SupervisorRelay`; or the supervisor's own command list)
 pause the worker too, but the master record keeps saying ``running``.
 
-Round trips: the ``reserved`` write is held back and sent with the job's outcome, or on the next loop
-(within about a second) once the job is running, so a short job costs one round trip for all its
-records. A prefetched job that laraq hands back unstarted at shutdown never shows as reserved.
+Writes: the ``reserved`` write is held back and sent with the job's outcome, or on the next loop
+(within about a second) once the job is running. A prefetched job that laraq hands back unstarted at
+shutdown never shows as reserved. A successful job whose record no reply decides (no tag, which might be
+monitored; not a retry, whose parent's ``retried_by`` is read first) has its records packed in RESP
+(:meth:`~laraq.horizon.records.HorizonRecords.pack_completed`) and written without waiting for Redis'
+answer (:class:`~laraq.horizon.pipe.RecordPipe`); on the loop's thread they are held by the acks' rule
+(:mod:`laraq.protocol.acks`): sent before the loop starts its next job or waits, so a SIGKILL loses no
+record Horizon's PHP worker, which writes them synchronously, would have written. When the acks are
+written on a connection of the records' client, the records ride in the acks' write (:meth:`HorizonListener.ride`):
+one ``send()`` for both; else they go on their own connection just before. Every other write (release,
+failure, timeout, tagged or retried jobs, Redis Cluster) is synchronous, after the records sent so far
+have been answered, so it cannot overtake them.
 
 ``reserved_at`` is when the job starts. Horizon's dashboard shows a job's runtime as ``completed_at −
 reserved_at``, and PHP's worker runs a job the moment it pops it; laraq reserves several jobs at once
@@ -41,7 +50,7 @@ import os
 import signal
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from laraq.horizon.pipe import RecordPipe
 from laraq.horizon.records import HorizonPayload, HorizonRecords
@@ -63,6 +72,9 @@ from laraq.worker.events import (
     WorkerStarting,
     WorkerStopping,
 )
+
+if TYPE_CHECKING:
+    from laraq.protocol.acks import Acks, Ride
 
 __all__ = ["HorizonListener"]
 
@@ -109,6 +121,8 @@ class HorizonListener(WorkerListener):
         self._out_metrics: list[tuple[int, Any]] = []
         #: the worker loop's thread (told in worker_starting): records finished there are held, see _send
         self._loop_thread: int | None = None
+        #: the worker's acks, when the held records ride in their writes (see :meth:`ride`)
+        self._acks: Acks | None = None
 
     def _take(self, job: Any) -> list[tuple[str, dict[str, Any]]]:
         self._settle_pipe()
@@ -160,15 +174,54 @@ class HorizonListener(WorkerListener):
         read), so that write cannot overtake it."""
         pipe = self.pipe
         if pipe is not None:
+            if self._acks is not None:
+                self._acks.flush(force=True)  # the held records ride with the held acks
             if self._out:
                 self._write_out()
             if pipe.unconfirmed:
                 pipe.collect(wait=True)
 
     def flush(self) -> None:
-        """The worker is about to wait or yield: the held records go."""
-        if self._out:
+        """The worker is about to wait or yield: the held records go (riding on the acks: with the held acks,
+        which the worker sends before it waits or starts a job)."""
+        if self._out and self._acks is None:
             self._write_out()
+
+    # -- riding on the acks' writes (laraq.protocol.acks.Rider) -------------------------------------------
+
+    def ride(self, acks: Acks) -> None:
+        """Hold the loop's records for ``acks``' writes (one ``send()`` for both), when the acks are written on
+        a connection of the records' own client (the usual Horizon app: ``horizon.use`` is the queue's
+        connection); else the records keep their own connection."""
+        ack_pipe = acks.pipe
+        if self.pipe is None or ack_pipe is None or ack_pipe.queue.client is not self.client:
+            return
+        self._acks = acks
+        acks.rider = self
+
+    @property
+    def holding(self) -> bool:
+        return bool(self._out)
+
+    def take(self) -> Ride | None:
+        with self._lock:
+            if not self._out:
+                return None
+            out, self._out = self._out, []
+            replies, self._out_replies = self._out_replies, 0
+            metrics, self._out_metrics = self._out_metrics, []
+        return (self, out[0] if len(out) == 1 else b"".join(out), replies, tuple(metrics))
+
+    def replies(self, token: Any, replies: list[Any]) -> None:
+        assert self.pipe is not None
+        self.pipe.answered(token, replies)
+
+    def unsent(self, ride: Ride) -> None:
+        assert self.pipe is not None
+        self.pipe.write(ride[1], (ride[2], ride[3]))
+
+    def lost(self, token: Any) -> None:
+        log.warning("horizon records: the connection broke before Redis answered; some records may be missing")
 
     # -- the worker -------------------------------------------------------------------------------------
 
@@ -285,7 +338,7 @@ class HorizonListener(WorkerListener):
             self._held[id(job)] = (payload, time.time(), False)
 
     def job_processing(self, event: JobProcessing) -> None:
-        if self._out:  # a job starts: the records held on the loop go first
+        if self._out and self._acks is None:  # a job starts: the records held on the loop go first
             self._write_out()
         job = event.job
         now = time.time()  # reserved_at: when the job starts (see the module docstring)

@@ -48,6 +48,17 @@ def resp(*args: bytes) -> bytes:
 Batch = tuple[int, tuple[tuple[int, tuple[bytes, bytes, bytes]], ...]]
 
 
+def _refused(metrics: tuple[tuple[int, tuple[bytes, bytes, bytes]], ...], index: int, reply: Any,
+             again: list[tuple[bytes, bytes, bytes]]) -> None:
+    """Redis refused reply ``index`` of a batch: a metrics call answered ``NOSCRIPT`` goes into ``again``,
+    anything else is logged."""
+    call = next((args for at, args in metrics if at == index), None)
+    if call is not None and str(reply).startswith("NOSCRIPT"):
+        again.append(call)
+    else:
+        log.error("horizon records: Redis refused a command: %s", reply)
+
+
 class RecordPipe:
     """Commands written at once on one held connection; replies read later (see the module)."""
 
@@ -148,14 +159,22 @@ class RecordPipe:
                     self._read = index
                     return
                 if isinstance(reply, hiredis.ReplyError):
-                    call = next((args for at, args in metrics if at == index), None)
-                    if call is not None and str(reply).startswith("NOSCRIPT"):
-                        again.append(call)
-                    else:
-                        log.error("horizon records: Redis refused a command: %s", reply)
+                    _refused(metrics, index, reply, again)
                 index += 1
             unconfirmed.popleft()
             self._read = 0
+
+    def answered(self, metrics: tuple[tuple[int, tuple[bytes, bytes, bytes]], ...], replies: list[Any]) -> None:
+        """The replies of a batch written on another connection (riding on the acks' writes, see
+        :class:`laraq.protocol.acks.Rider`): refusals logged, metrics calls answered ``NOSCRIPT`` sent again
+        here."""
+        again: list[tuple[bytes, bytes, bytes]] = []
+        for index, reply in enumerate(replies):
+            if isinstance(reply, hiredis.ReplyError):
+                _refused(metrics, index, reply, again)
+        if again:
+            with self._lock:
+                self._send_again(again)
 
     def _send_again(self, calls: list[tuple[bytes, bytes, bytes]]) -> None:
         """The metrics calls Redis answered ``NOSCRIPT``: the script loaded again, the calls sent again."""
