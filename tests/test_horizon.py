@@ -279,6 +279,33 @@ def test_laraq_dispatch_and_work_write_horizon_records(redis_client: Any, redis_
     assert redis_client.zcard(P + "masters") == 0 and not redis_client.keys(P + "supervisor:*")
 
 
+def test_untagged_jobs_records_ride_in_the_acks_writes(redis_client: Any, redis_server: Any) -> None:
+    """Jobs without tags: their records are packed and ride in the acks' writes (the records' client is the
+    queue's), and end as Horizon's: completed, referenced, timed, counted once each."""
+    env = {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(redis_server.port), "DB_CONNECTION": "sqlite",
+           "DB_DATABASE": ":memory:", "CACHE_STORE": "redis", "QUEUE_CONNECTION": "redis",
+           "QUEUE_FAILED_DRIVER": "null"}
+    params = default_params(laravel="13", sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20,
+                            tries=3, horizon=True)
+    worker = build_worker(params, env=env, app=app)
+    [listener] = [x for x in worker.events if isinstance(x, HorizonListener)]
+    assert worker.acks.rider is listener
+    queue = RedisQueue(redis_client, prefix="laravel-database-", version="13")
+    d = Dispatcher(queue, horizon=HorizonSettings())
+    ids = [d.dispatch_job("App\\Jobs\\Ok", {}).uuid for _ in range(30)]
+    assert worker.run() == 0
+    for job_id in ids:
+        record = redis_client.hgetall(P + job_id)
+        assert record[b"status"] == b"completed" and b"reserved_at" in record and b"completed_at" in record
+        assert 0 < redis_client.ttl(P + job_id) <= HorizonSettings().trim.completed * 60
+    assert sorted(redis_client.zrange(P + "completed_jobs", 0, -1)) == sorted(i.encode() for i in ids)
+    assert redis_client.zcard(P + "pending_jobs") == 0
+    assert redis_client.hget(P + "queue:default", "throughput") == b"30"
+    assert redis_client.hget(P + "job:App\\Jobs\\Ok", "throughput") == b"30"
+    assert not listener.holding and listener.pipe is not None and not listener.pipe.unconfirmed
+    assert not worker.acks.pipe or not worker.acks.pipe.unconfirmed
+
+
 def test_a_restarted_worker_removes_its_predecessors_master(redis_client: Any) -> None:
     # a supervised worker records its supervisor's pid (here: this process's parent)
     parent = os.getppid()
