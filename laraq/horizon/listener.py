@@ -323,11 +323,20 @@ class HorizonListener(WorkerListener):
 
     @staticmethod
     def _payload(job: Any, *, body: bool = False) -> HorizonPayload:
+        """The reserved payload as Horizon reads it (``body``: the original one). The reserved copy is the
+        body the worker parsed with ``attempts`` + 1 (the reserve script's only change to the fields Horizon
+        reads), so with a string ``uuid`` it is not parsed again."""
         if body:
             return HorizonPayload.parse(job.body)
         cached = getattr(job, "_horizon_payload", None)
         if cached is None:
-            cached = HorizonPayload.parse(job.reserved_job.reserved)
+            decoded = job.payload.decoded
+            if isinstance(decoded.get("uuid"), str):
+                view = dict(decoded)
+                view["attempts"] = job.attempts
+                cached = HorizonPayload(bytes(job.reserved_job.reserved), view)
+            else:
+                cached = HorizonPayload.parse(job.reserved_job.reserved)
             job._horizon_payload = cached
         return cached
 

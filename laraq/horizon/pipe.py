@@ -43,13 +43,15 @@ def resp(*args: bytes) -> bytes:
     return b"".join(parts)
 
 
-#: a batch's replies: how many, and per metrics call among them (reply index, its args) to send again on
-#: ``NOSCRIPT``
-Batch = tuple[int, tuple[tuple[int, tuple[bytes, bytes, bytes]], ...]]
+#: a metrics call's arguments after the script's SHA1 (the key count, the keys, the runtime)
+Call = tuple[bytes, ...]
+#: a batch's replies: how many, and per metrics call among them (reply index, its arguments) to send again
+#: on ``NOSCRIPT``
+Batch = tuple[int, tuple[tuple[int, Call], ...]]
 
 
-def _refused(metrics: tuple[tuple[int, tuple[bytes, bytes, bytes]], ...], index: int, reply: Any,
-             again: list[tuple[bytes, bytes, bytes]]) -> None:
+def _refused(metrics: tuple[tuple[int, Call], ...], index: int, reply: Any,
+             again: list[Call]) -> None:
     """Redis refused reply ``index`` of a batch: a metrics call answered ``NOSCRIPT`` goes into ``again``,
     anything else is logged."""
     call = next((args for at, args in metrics if at == index), None)
@@ -128,7 +130,7 @@ class RecordPipe:
         if sock is None:
             self._lost()
             return
-        again: list[tuple[bytes, bytes, bytes]] = []
+        again: list[Call] = []
         try:
             while self.unconfirmed:
                 data = _receive(sock, wait)
@@ -147,7 +149,7 @@ class RecordPipe:
             if wait:
                 self._collect(wait=True)
 
-    def _settle(self, again: list[tuple[bytes, bytes, bytes]]) -> None:
+    def _settle(self, again: list[Call]) -> None:
         """Take the complete replies from the reader, batch by batch."""
         reader, unconfirmed = self._reader, self.unconfirmed
         while unconfirmed:
@@ -164,11 +166,11 @@ class RecordPipe:
             unconfirmed.popleft()
             self._read = 0
 
-    def answered(self, metrics: tuple[tuple[int, tuple[bytes, bytes, bytes]], ...], replies: list[Any]) -> None:
+    def answered(self, metrics: tuple[tuple[int, Call], ...], replies: list[Any]) -> None:
         """The replies of a batch written on another connection (riding on the acks' writes, see
         :class:`laraq.protocol.acks.Rider`): refusals logged, metrics calls answered ``NOSCRIPT`` sent again
         here."""
-        again: list[tuple[bytes, bytes, bytes]] = []
+        again: list[Call] = []
         for index, reply in enumerate(replies):
             if isinstance(reply, hiredis.ReplyError):
                 _refused(metrics, index, reply, again)
@@ -176,7 +178,7 @@ class RecordPipe:
             with self._lock:
                 self._send_again(again)
 
-    def _send_again(self, calls: list[tuple[bytes, bytes, bytes]]) -> None:
+    def _send_again(self, calls: list[Call]) -> None:
         """The metrics calls Redis answered ``NOSCRIPT``: the script loaded again, the calls sent again."""
         try:
             sha = self._load_script().encode()
@@ -184,7 +186,7 @@ class RecordPipe:
             log.error("horizon records: could not load the metrics script (%s): %d metrics update(s) lost",
                       exc, len(calls))
             return
-        packed = b"".join(resp(b"EVALSHA", sha, b"2", key, group, runtime) for key, group, runtime in calls)
+        packed = b"".join(resp(b"EVALSHA", sha, *call) for call in calls)
         batch: Batch = (len(calls), tuple((i, c) for i, c in enumerate(calls)))
         try:
             _send_all(self._socket(), packed)

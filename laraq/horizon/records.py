@@ -44,30 +44,37 @@ if TYPE_CHECKING:
 
 __all__ = ["HorizonPayload", "HorizonRecords", "php_float_string", "php_microtime"]
 
-#: ``updateMetrics``'s arithmetic (KEYS[1] the metrics hash, KEYS[2] the set naming the measured
-#: hashes, ARGV[1] this job's runtime in ms): throughput + 1 and the running mean of the runtime.
+#: ``updateMetrics``'s arithmetic for each pair of keys in turn (KEYS[i] a metrics hash, KEYS[i + 1] the set
+#: naming the measured hashes; ARGV[1] this job's runtime in ms): throughput + 1 and the running mean of
+#: the runtime. One pair is one of Horizon's calls; the packed path updates the queue's and the job's
+#: metrics (two pairs) in one call.
 _METRICS_LUA = """
-redis.call('hsetnx', KEYS[1], 'throughput', 0)
-redis.call('sadd', KEYS[2], KEYS[1])
-local seen = redis.call('hmget', KEYS[1], 'throughput', 'runtime')
-local count = tonumber(seen[1])
-local mean = tonumber(ARGV[1])
-if seen[2] then
-    mean = ((count * tonumber(seen[2])) + tonumber(ARGV[1])) / (count + 1)
+for i = 1, #KEYS, 2 do
+    redis.call('hsetnx', KEYS[i], 'throughput', 0)
+    redis.call('sadd', KEYS[i + 1], KEYS[i])
+    local seen = redis.call('hmget', KEYS[i], 'throughput', 'runtime')
+    local count = tonumber(seen[1])
+    local mean = tonumber(ARGV[1])
+    if seen[2] then
+        mean = ((count * tonumber(seen[2])) + tonumber(ARGV[1])) / (count + 1)
+    end
+    redis.call('hmset', KEYS[i], 'throughput', count + 1, 'runtime', mean)
 end
-redis.call('hmset', KEYS[1], 'throughput', count + 1, 'runtime', mean)
 """
 
 
 #: the RESP commands :meth:`HorizonRecords.pack_completed` and :meth:`~HorizonRecords.pack_reserved` fill in
 #: with ``%`` (each bulk string as its length, then itself)
-_ZADD = b"*4\r\n$4\r\nZADD\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n"
-_ZREM = b"*3\r\n$4\r\nZREM\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n"
 _HSET_COMPLETED = (b"*6\r\n$4\r\nHSET\r\n$%d\r\n%s\r\n$6\r\nstatus\r\n$9\r\ncompleted\r\n"
                    b"$12\r\ncompleted_at\r\n$%d\r\n%s\r\n")
 _EXPIREAT = b"*3\r\n$8\r\nEXPIREAT\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n"
 _SMEMBERS = b"*2\r\n$8\r\nSMEMBERS\r\n$%d\r\n%s\r\n"
-_EVALSHA = b"*6\r\n$7\r\nEVALSHA\r\n$%d\r\n%s\r\n$1\r\n2\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n"
+#: ``EVALSHA sha 4`` before its four keys and the runtime
+_EVALSHA_HEAD = b"*8\r\n$7\r\nEVALSHA\r\n$%d\r\n%s\r\n$1\r\n4\r\n"
+#: ``ZADD key`` and ``ZREM key`` before their arguments; two bulk strings
+_ZADD_HEAD = b"*4\r\n$4\r\nZADD\r\n$%d\r\n%s\r\n"
+_ZREM_HEAD = b"*3\r\n$4\r\nZREM\r\n$%d\r\n%s\r\n"
+_BULK2 = b"$%d\r\n%s\r\n$%d\r\n%s\r\n"
 _HSET_RESERVED = (b"*10\r\n$4\r\nHSET\r\n$%d\r\n%s\r\n$6\r\nstatus\r\n$8\r\nreserved\r\n$7\r\npayload\r\n$%d\r\n%s\r\n"
                   b"$10\r\nupdated_at\r\n$%d\r\n%s\r\n$11\r\nreserved_at\r\n$%d\r\n%s\r\n")
 _HSET_RESERVED_DELAY = b"*12" + _HSET_RESERVED[3:] + b"$5\r\ndelay\r\n$1\r\n0\r\n"
@@ -166,6 +173,8 @@ class HorizonRecords:
         self.clock = clock
         self._metrics_sha: str | None = None
         self._bkeys: dict[str, bytes] = {}
+        #: per (queue, display name, silenced): the RESP heads and metrics keys pack_completed repeats
+        self._pack_keys: dict[tuple[str, str, bool], tuple[bytes, bytes, bytes, bytes, tuple[bytes, ...]]] = {}
 
     # -- the metrics script (EVALSHA inside the job's pipeline, loaded once) ---------------------------
 
@@ -242,29 +251,38 @@ class HorizonRecords:
         bid = job_id.encode("utf-8")
         now = self.clock()
         stamp = php_microtime(now).encode()
-        score = php_microtime(-now).encode()
+        score = b"-" + stamp  # php_microtime(-now): the same digits (now > 0)
         expire = b"%d" % (int(now) + self.settings.trim.completed * 60)
-        zset = self._bk("silenced_jobs" if payload.silenced else "completed_jobs")
-        pending = self._bk("pending_jobs")
+        silenced = payload.silenced
+        name = payload.display_name
+        keys = self._pack_keys.get((queue, name, silenced))
+        if keys is None:
+            if len(self._pack_keys) > 1024:
+                self._pack_keys.clear()
+            zset = self._bk("silenced_jobs" if silenced else "completed_jobs")
+            pending = self._bk("pending_jobs")
+            monitoring = self._bk("monitoring")
+            measured: tuple[bytes, ...] = (self._bk("queue:" + queue), self._bk("measured_queues"),
+                                           self._bk("job:" + name), self._bk("measured_jobs"))
+            keys = self._pack_keys[(queue, name, silenced)] = (
+                _ZADD_HEAD % (len(zset), zset), _ZREM_HEAD % (len(pending), pending),
+                _SMEMBERS % (len(monitoring), monitoring),
+                b"".join(b"$%d\r\n%s\r\n" % (len(k), k) for k in measured), measured,
+            )
+        zadd_head, zrem_head, smembers, measured_resp, metrics_keys = keys
         job_key = self._bk(job_id)
-        monitoring = self._bk("monitoring")
         runtime = php_float_string(round(runtime_ms or 0.0, 2)).encode()
-        by_queue = (self._bk("queue:" + queue), self._bk("measured_queues"), runtime)
-        by_job = (self._bk("job:" + payload.display_name), self._bk("measured_jobs"), runtime)
         bsha = sha.encode()
         packed = b"".join((
             before,
-            _ZADD % (len(zset), zset, len(score), score, len(bid), bid),
-            _ZREM % (len(pending), pending, len(bid), bid),
+            zadd_head, _BULK2 % (len(score), score, len(bid), bid),
+            zrem_head, b"$%d\r\n%s\r\n" % (len(bid), bid),
             _HSET_COMPLETED % (len(job_key), job_key, len(stamp), stamp),
             _EXPIREAT % (len(job_key), job_key, len(expire), expire),
-            _SMEMBERS % (len(monitoring), monitoring),
-            _EVALSHA % (len(bsha), bsha, len(by_queue[0]), by_queue[0], len(by_queue[1]), by_queue[1],
-                        len(runtime), runtime),
-            _EVALSHA % (len(bsha), bsha, len(by_job[0]), by_job[0], len(by_job[1]), by_job[1],
-                        len(runtime), runtime),
+            smembers,
+            _EVALSHA_HEAD % (len(bsha), bsha), measured_resp, b"$%d\r\n%s\r\n" % (len(runtime), runtime),
         ))
-        return packed, replies + 7, ((replies + 5, by_queue), (replies + 6, by_job))
+        return packed, replies + 6, ((replies + 5, (b"4", *metrics_keys, runtime)),)
 
     # -- helpers -----------------------------------------------------------------------------------
 
