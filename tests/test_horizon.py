@@ -138,12 +138,16 @@ def _raw_state(client: Any) -> dict[bytes, Any]:
     return state
 
 
-@pytest.mark.parametrize("silenced", [False, True])
-def test_packed_completion_writes_what_the_pipeline_writes(redis_client: Any, silenced: bool) -> None:
+@pytest.mark.parametrize(("silenced", "tags"), [(False, []), (True, []), (False, ["other", "watched"]),
+                                                (False, ["other"]), (True, ["watched"])])
+def test_packed_completion_writes_what_the_pipeline_writes(redis_client: Any, silenced: bool,
+                                                           tags: list[str]) -> None:
     """The worker's record pipe (RESP packed here, replies read later) and :meth:`HorizonRecords.completed`
-    leave the same Redis state, the reservation written first in both; a metrics script Redis lost is
-    loaded again and its calls sent again, so the metrics count the job once."""
-    body = {"uuid": "u-1", "displayName": "App\\Jobs\\Ok", "attempts": 2, "tags": [], "silenced": silenced,
+    leave the same Redis state, the reservation written first in both, a job with a monitored tag
+    remembered in both; scripts Redis lost are loaded again and their calls sent again, so the metrics
+    count the job once."""
+    redis_client.sadd(P + "monitoring", "watched", "elsewhere")
+    body = {"uuid": "u-1", "displayName": "App\\Jobs\\Ok", "attempts": 2, "tags": tags, "silenced": silenced,
             "delay": None}
     payload = HorizonPayload.parse(json.dumps(body).encode())
     settings = HorizonSettings()
@@ -162,22 +166,24 @@ def test_packed_completion_writes_what_the_pipeline_writes(redis_client: Any, si
     loads: list[str] = []
 
     def load() -> str:
-        loads.append(records.load_metrics_script())
+        records.load_scripts()
+        loads.append("loaded")
         return loads[-1]
 
     pipe = RecordPipe(redis_client, load)
-    packed, replies, metrics = records.pack_completed("default", payload, 12.344,
+    packed, replies, metrics = records.pack_completed("redis", "default", payload, 12.344,
                                                       records.pack_reserved(payload, 1795351333.125), 1)
     assert pipe.write(packed, (replies, metrics))
     pipe.collect(wait=True)
     redis_client.script_flush()  # Redis loses the script: the next calls are answered NOSCRIPT
-    packed, replies, metrics = records.pack_completed("default", payload, 20.0)
+    packed, replies, metrics = records.pack_completed("redis", "default", payload, 20.0)
     assert pipe.write(packed, (replies, metrics))
     pipe.collect(wait=True)
     assert not pipe.unconfirmed
     pipe.close()
     assert len(loads) == 1
     assert _raw_state(redis_client) == sync
+    assert redis_client.zcard(P + "monitored_jobs") == (1 if "watched" in tags else 0)
 
 
 # -- the master record's pid -----------------------------------------------------------------------------

@@ -25,15 +25,16 @@ pause the worker too, but the master record keeps saying ``running``.
 
 Writes: the ``reserved`` write is held back and sent with the job's outcome, or on the next loop
 (within about a second) once the job is running. A prefetched job that laraq hands back unstarted at
-shutdown never shows as reserved. A successful job whose record no reply decides (no tag, which might be
-monitored; not a retry, whose parent's ``retried_by`` is read first) has its records packed in RESP
+shutdown never shows as reserved. A successful job whose record no reply decides (not a retry, whose
+parent's ``retried_by`` is read first; a tagged job's ``remember`` is decided in Redis) has its records
+packed in RESP
 (:meth:`~laraq.horizon.records.HorizonRecords.pack_completed`) and written without waiting for Redis'
 answer (:class:`~laraq.horizon.pipe.RecordPipe`); on the loop's thread they are held by the acks' rule
 (:mod:`laraq.protocol.acks`): sent before the loop starts its next job or waits, so a SIGKILL loses no
 record Horizon's PHP worker, which writes them synchronously, would have written. When the acks are
 written on a connection of the records' client, the records ride in the acks' write (:meth:`HorizonListener.ride`):
 one ``send()`` for both; else they go on their own connection just before. Every other write (release,
-failure, timeout, tagged or retried jobs, Redis Cluster) is synchronous, after the records sent so far
+failure, timeout, retried jobs, Redis Cluster) is synchronous, after the records sent so far
 have been answered, so it cannot overtake them.
 
 ``reserved_at`` is when the job starts. Horizon's dashboard shows a job's runtime as ``completed_at −
@@ -114,7 +115,7 @@ class HorizonListener(WorkerListener):
         #: the worker was paused at the supervisor level (the master still runs)
         self._supervisor_paused = False
         #: the records written without waiting for Redis' answer (None: Redis Cluster, every write waits)
-        self.pipe = RecordPipe(client, self.records.load_metrics_script) if RecordPipe.usable(client) else None
+        self.pipe = RecordPipe(client, self.records.load_scripts) if RecordPipe.usable(client) else None
         #: the loop thread's packed records held until its next start or wait: bytes, reply count, metrics calls
         self._out: list[bytes] = []
         self._out_replies = 0
@@ -123,6 +124,8 @@ class HorizonListener(WorkerListener):
         self._loop_thread: int | None = None
         #: the worker's acks, when the held records ride in their writes (see :meth:`ride`)
         self._acks: Acks | None = None
+        #: rides taken by the acks whose replies have not come back yet
+        self._riding = 0
 
     def _take(self, job: Any) -> list[tuple[str, dict[str, Any]]]:
         self._settle_pipe()
@@ -174,7 +177,7 @@ class HorizonListener(WorkerListener):
         read), so that write cannot overtake it."""
         pipe = self.pipe
         if pipe is not None:
-            if self._acks is not None:
+            if self._acks is not None and (self._out or self._riding):
                 self._acks.flush(force=True)  # the held records ride with the held acks
             if self._out:
                 self._write_out()
@@ -210,17 +213,25 @@ class HorizonListener(WorkerListener):
             out, self._out = self._out, []
             replies, self._out_replies = self._out_replies, 0
             metrics, self._out_metrics = self._out_metrics, []
+            self._riding += 1
         return (self, out[0] if len(out) == 1 else b"".join(out), replies, tuple(metrics))
 
+    def _landed(self) -> None:
+        with self._lock:
+            self._riding -= 1
+
     def replies(self, token: Any, replies: list[Any]) -> None:
+        self._landed()
         assert self.pipe is not None
         self.pipe.answered(token, replies)
 
     def unsent(self, ride: Ride) -> None:
+        self._landed()
         assert self.pipe is not None
         self.pipe.write(ride[1], (ride[2], ride[3]))
 
     def lost(self, token: Any) -> None:
+        self._landed()
         log.warning("horizon records: the connection broke before Redis answered; some records may be missing")
 
     # -- the worker -------------------------------------------------------------------------------------
@@ -376,8 +387,8 @@ class HorizonListener(WorkerListener):
             with self._lock:
                 held = self._held.pop(id(job), None)
             before = b"" if held is None else self.records.pack_reserved(held[0], held[1])
-            packed, replies, metrics = self.records.pack_completed(job.queue, payload, runtime * 1000.0, before,
-                                                                   0 if held is None else 1)
+            packed, replies, metrics = self.records.pack_completed(job.connection_name, job.queue, payload,
+                                                                   runtime * 1000.0, before, 0 if held is None else 1)
             self._send(packed, replies, metrics)
             return
         self.records.completed(job.connection_name, job.queue, self._payload(job), runtime * 1000.0,

@@ -8,11 +8,12 @@ synchronous write would not be undone. The replies are read in bulk (:meth:`Reco
 :data:`READ_REPLIES_EVERY` batches, or all of them when a caller needs Redis to have run everything sent
 so far: a synchronous write on another connection must not overtake them).
 
-Replies are counted with hiredis' reader. An error reply is logged; a ``NOSCRIPT`` answer to the metrics
-script (Redis lost its scripts: a restart, ``SCRIPT FLUSH``) is the one to act on: the script is loaded
-again and that call sent again, so the metrics count every job once. A write that finds no connection leaves nothing
-sent (the caller then writes synchronously); a send that breaks part way and replies lost with a broken
-connection are logged: those commands may or may not have run.
+Replies are read with hiredis' reader. An error reply is logged; a ``NOSCRIPT`` answer to one of the
+records' scripts (Redis lost its scripts: a restart, ``SCRIPT FLUSH``) is the one to act on: the scripts
+are loaded again and that call sent again, so the metrics count every job once. A write that finds no
+connection (Redis away) is logged and sends nothing, as the synchronous write would have failed; a send
+that breaks part way and replies lost with a broken connection are logged: those commands may or may not
+have run.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from typing import Any
 import hiredis
 import redis
 
+from laraq.horizon.records import resp
 from laraq.protocol.acks import _receive, _send_all
 
-__all__ = ["READ_REPLIES_EVERY", "RecordPipe", "resp"]
+__all__ = ["READ_REPLIES_EVERY", "RecordPipe"]
 
 log = logging.getLogger("laraq.horizon")
 
@@ -36,23 +38,16 @@ log = logging.getLogger("laraq.horizon")
 READ_REPLIES_EVERY = 64
 
 
-def resp(*args: bytes) -> bytes:
-    """One command in RESP."""
-    parts = [b"*%d\r\n" % len(args)]
-    parts += [b"$%d\r\n%s\r\n" % (len(a), a) for a in args]
-    return b"".join(parts)
-
-
-#: a metrics call's arguments after the script's SHA1 (the key count, the keys, the runtime)
+#: a script call's ``EVALSHA`` arguments (its SHA1, the key count, the keys, the arguments)
 Call = tuple[bytes, ...]
-#: a batch's replies: how many, and per metrics call among them (reply index, its arguments) to send again
+#: a batch's replies: how many, and per script call among them (reply index, its arguments) to send again
 #: on ``NOSCRIPT``
 Batch = tuple[int, tuple[tuple[int, Call], ...]]
 
 
 def _refused(metrics: tuple[tuple[int, Call], ...], index: int, reply: Any,
              again: list[Call]) -> None:
-    """Redis refused reply ``index`` of a batch: a metrics call answered ``NOSCRIPT`` goes into ``again``,
+    """Redis refused reply ``index`` of a batch: a script call answered ``NOSCRIPT`` goes into ``again``,
     anything else is logged."""
     call = next((args for at, args in metrics if at == index), None)
     if call is not None and str(reply).startswith("NOSCRIPT"):
@@ -64,10 +59,10 @@ def _refused(metrics: tuple[tuple[int, Call], ...], index: int, reply: Any,
 class RecordPipe:
     """Commands written at once on one held connection; replies read later (see the module)."""
 
-    def __init__(self, client: Any, load_script: Callable[[], str]) -> None:
+    def __init__(self, client: Any, load_scripts: Callable[[], Any]) -> None:
         self.client = client
-        #: loads the metrics script into Redis again (returns its SHA1)
-        self._load_script = load_script
+        #: loads the scripts of the packed calls into Redis again
+        self._load_scripts = load_scripts
         self._lock = threading.Lock()
         self._conn: Any = None
         self._reader = hiredis.Reader()
@@ -104,7 +99,7 @@ class RecordPipe:
             try:
                 sock = self._socket()
             except Exception as exc:
-                log.debug("horizon record connection unavailable (%s)", exc)
+                log.warning("horizon records: no connection to Redis (%s); records lost", exc)
                 self._broken()
                 return False
             try:
@@ -168,7 +163,7 @@ class RecordPipe:
 
     def answered(self, metrics: tuple[tuple[int, Call], ...], replies: list[Any]) -> None:
         """The replies of a batch written on another connection (riding on the acks' writes, see
-        :class:`laraq.protocol.acks.Rider`): refusals logged, metrics calls answered ``NOSCRIPT`` sent again
+        :class:`laraq.protocol.acks.Rider`): refusals logged, script calls answered ``NOSCRIPT`` sent again
         here."""
         again: list[Call] = []
         for index, reply in enumerate(replies):
@@ -179,19 +174,19 @@ class RecordPipe:
                 self._send_again(again)
 
     def _send_again(self, calls: list[Call]) -> None:
-        """The metrics calls Redis answered ``NOSCRIPT``: the script loaded again, the calls sent again."""
+        """The script calls Redis answered ``NOSCRIPT``: the scripts loaded again, the calls sent again."""
         try:
-            sha = self._load_script().encode()
+            self._load_scripts()
         except Exception as exc:
-            log.error("horizon records: could not load the metrics script (%s): %d metrics update(s) lost",
+            log.error("horizon records: could not load the records' scripts (%s): %d update(s) lost",
                       exc, len(calls))
             return
-        packed = b"".join(resp(b"EVALSHA", sha, *call) for call in calls)
+        packed = b"".join(resp(b"EVALSHA", *call) for call in calls)
         batch: Batch = (len(calls), tuple((i, c) for i, c in enumerate(calls)))
         try:
             _send_all(self._socket(), packed)
         except Exception as exc:
-            log.warning("horizon records: %d metrics update(s) lost (%s)", len(calls), exc)
+            log.warning("horizon records: %d script call(s) lost (%s)", len(calls), exc)
             self._broken()
             return
         self.unconfirmed.append(batch)

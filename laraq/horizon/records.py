@@ -63,6 +63,25 @@ end
 """
 
 
+#: ``MarkJobAsComplete``'s ``remember`` of a tagged job, decided in Redis (KEYS[1] ``monitoring``, KEYS[2]
+#: ``monitored_jobs``, KEYS[3] the job hash; ARGV[1] the score, ARGV[2] the job id, ARGV[3] the EXPIREAT,
+#: ARGV[4] the count n of the hash's fields and values that follow, then the job's tags): when a tag is
+#: monitored (``array_intersect`` of the tags and ``SMEMBERS monitoring``), the writes of
+#: ``RedisJobRepository::remember``. The packed path sends it in place of the ``SMEMBERS`` whose reply
+#: decides, so the tagged job's records need no reply either.
+_REMEMBER_LUA = """
+local n = tonumber(ARGV[4])
+for i = 5 + n, #ARGV do
+    if redis.call('sismember', KEYS[1], ARGV[i]) == 1 then
+        redis.call('zadd', KEYS[2], ARGV[1], ARGV[2])
+        redis.call('hset', KEYS[3], unpack(ARGV, 5, 4 + n))
+        redis.call('expireat', KEYS[3], ARGV[3])
+        return 1
+    end
+end
+return 0
+"""
+
 #: the RESP commands :meth:`HorizonRecords.pack_completed` and :meth:`~HorizonRecords.pack_reserved` fill in
 #: with ``%`` (each bulk string as its length, then itself)
 _HSET_COMPLETED = (b"*6\r\n$4\r\nHSET\r\n$%d\r\n%s\r\n$6\r\nstatus\r\n$9\r\ncompleted\r\n"
@@ -78,6 +97,13 @@ _BULK2 = b"$%d\r\n%s\r\n$%d\r\n%s\r\n"
 _HSET_RESERVED = (b"*10\r\n$4\r\nHSET\r\n$%d\r\n%s\r\n$6\r\nstatus\r\n$8\r\nreserved\r\n$7\r\npayload\r\n$%d\r\n%s\r\n"
                   b"$10\r\nupdated_at\r\n$%d\r\n%s\r\n$11\r\nreserved_at\r\n$%d\r\n%s\r\n")
 _HSET_RESERVED_DELAY = b"*12" + _HSET_RESERVED[3:] + b"$5\r\ndelay\r\n$1\r\n0\r\n"
+
+
+def resp(*args: bytes) -> bytes:
+    """One command in RESP."""
+    parts = [b"*%d\r\n" % len(args)]
+    parts += [b"$%d\r\n%s\r\n" % (len(a), a) for a in args]
+    return b"".join(parts)
 
 
 def php_float_string(value: float) -> str:
@@ -172,6 +198,7 @@ class HorizonRecords:
         self.settings = settings
         self.clock = clock
         self._metrics_sha: str | None = None
+        self._remember_sha: str | None = None
         self._bkeys: dict[str, bytes] = {}
         #: per (queue, display name, silenced): the RESP heads and metrics keys pack_completed repeats
         self._pack_keys: dict[tuple[str, str, bool], tuple[bytes, bytes, bytes, bytes, tuple[bytes, ...]]] = {}
@@ -182,6 +209,12 @@ class HorizonRecords:
         """Load the metrics script (again) into Redis; its SHA1."""
         self._metrics_sha = self.client.script_load(_METRICS_LUA)
         return self._metrics_sha
+
+    def load_scripts(self) -> None:
+        """Load the scripts :meth:`pack_completed` calls (again) into Redis (a SHA1 is the script's own: the
+        calls packed before stay valid)."""
+        self.load_metrics_script()
+        self._remember_sha = self.client.script_load(_REMEMBER_LUA)
 
     def _metrics_args(self, queue: str, payload: HorizonPayload, runtime: str) -> list[tuple[str, str, str]]:
         return [(self._k("queue:" + queue), self._k("measured_queues"), runtime),
@@ -234,19 +267,21 @@ class HorizonRecords:
 
     @staticmethod
     def pipes_completed(payload: HorizonPayload) -> bool:
-        """Can :meth:`pack_completed` write this job's completion (no reply decides a further write: no tag
-        that may be monitored, no parent retry to update)?"""
-        decoded = payload.decoded
-        return not decoded.get("tags") and decoded.get("retry_of") is None
+        """Can :meth:`pack_completed` write this job's completion (no reply decides a further write: not a
+        retry, whose parent's ``retried_by`` is read first)?"""
+        return payload.decoded.get("retry_of") is None
 
-    def pack_completed(self, queue: str, payload: HorizonPayload, runtime_ms: float | None,
+    def pack_completed(self, connection: str, queue: str, payload: HorizonPayload, runtime_ms: float | None,
                        before: bytes = b"", replies: int = 0) -> tuple[bytes, int, tuple[Any, ...]]:
         """:meth:`completed` of a job :meth:`pipes_completed` accepts, in RESP after ``before`` (``replies``
-        commands): the bytes, their reply count, and the metrics calls among them (reply index, args) for a
-        ``NOSCRIPT`` answer."""
+        commands): the bytes, their reply count, and the script calls among them (reply index, ``EVALSHA``'s
+        arguments) to send again on a ``NOSCRIPT`` answer. A tagged job's ``remember`` is decided in Redis
+        (:data:`_REMEMBER_LUA`)."""
         sha = self._metrics_sha
-        if sha is None:
-            sha = self.load_metrics_script()
+        if sha is None or self._remember_sha is None:
+            self.load_scripts()
+            sha = self._metrics_sha
+            assert sha is not None
         job_id = _require_id(payload)
         bid = job_id.encode("utf-8")
         now = self.clock()
@@ -273,6 +308,19 @@ class HorizonRecords:
         job_key = self._bk(job_id)
         runtime = php_float_string(round(runtime_ms or 0.0, 2)).encode()
         bsha = sha.encode()
+        tags = payload.tags
+        remember: tuple[Any, ...] = ()
+        if tags:  # in place of the SMEMBERS: the remember decided in Redis
+            remember_sha = self._remember_sha
+            assert remember_sha is not None
+            fields = (b"id", bid, b"connection", connection.encode("utf-8"), b"queue", queue.encode("utf-8"),
+                      b"name", name.encode("utf-8"), b"status", b"completed", b"payload", payload.value,
+                      b"completed_at", stamp)
+            monitored_expire = b"%d" % (int(now) + self.settings.trim.monitored * 60)
+            remember = (remember_sha.encode(), b"3", self._bk("monitoring"), self._bk("monitored_jobs"), job_key,
+                        score, bid, monitored_expire, b"%d" % len(fields), *fields,
+                        *(tag.encode("utf-8") for tag in tags))
+            smembers = resp(b"EVALSHA", *remember)
         packed = b"".join((
             before,
             zadd_head, _BULK2 % (len(score), score, len(bid), bid),
@@ -282,7 +330,10 @@ class HorizonRecords:
             smembers,
             _EVALSHA_HEAD % (len(bsha), bsha), measured_resp, b"$%d\r\n%s\r\n" % (len(runtime), runtime),
         ))
-        return packed, replies + 6, ((replies + 5, (b"4", *metrics_keys, runtime)),)
+        metrics = (replies + 5, (bsha, b"4", *metrics_keys, runtime))
+        if remember:
+            return packed, replies + 6, ((replies + 4, remember), metrics)
+        return packed, replies + 6, (metrics,)
 
     # -- helpers -----------------------------------------------------------------------------------
 
