@@ -128,13 +128,14 @@ def test_payload_fields_as_horizon_reads_them() -> None:
 
 
 def _raw_state(client: Any) -> dict[bytes, Any]:
-    """Every key's type, content (sorted sets with their scores) and TTL."""
+    """Every key's type, content (sorted sets with their scores) and expiry (the Unix time EXPIREAT set: a
+    TTL would move with the clock between two states)."""
     state: dict[bytes, Any] = {}
     for key in sorted(client.keys("*")):
         kind = client.type(key).decode()
         content = {"hash": client.hgetall, "set": client.smembers,
                    "zset": lambda k: client.zrange(k, 0, -1, withscores=True)}[kind](key)
-        state[key] = (kind, content, client.ttl(key))
+        state[key] = (kind, content, client.execute_command("EXPIRETIME", key))
     return state
 
 
