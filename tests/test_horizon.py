@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from horizon_support import restore, snapshot
 
 from laraq.app import App
 from laraq.bus.dispatch import Dispatcher
 from laraq.cli.work import build_worker, default_params
 from laraq.horizon import HorizonPayload, HorizonRecords, HorizonSettings, HorizonTrim, horizon_in_use
 from laraq.horizon.listener import HorizonListener
+from laraq.horizon.pipe import RecordPipe
 from laraq.horizon.records import php_float_string
 from laraq.horizon.supervisors import NO_SIGNAL_PID, HorizonMaster, process_started, shared_master_name
 from laraq.protocol.queue import RedisQueue
@@ -125,6 +127,66 @@ def test_payload_fields_as_horizon_reads_them() -> None:
         HorizonPayload.parse(b"[1]")
 
 
+def _raw_state(client: Any) -> dict[bytes, Any]:
+    """Every key's type, content (sorted sets with their scores) and expiry (the Unix time EXPIREAT set: a
+    TTL would move with the clock between two states)."""
+    state: dict[bytes, Any] = {}
+    for key in sorted(client.keys("*")):
+        kind = client.type(key).decode()
+        content = {"hash": client.hgetall, "set": client.smembers,
+                   "zset": lambda k: client.zrange(k, 0, -1, withscores=True)}[kind](key)
+        state[key] = (kind, content, client.execute_command("EXPIRETIME", key))
+    return state
+
+
+@pytest.mark.parametrize(("silenced", "tags"), [(False, []), (True, []), (False, ["other", "watched"]),
+                                                (False, ["other"]), (True, ["watched"])])
+def test_packed_completion_writes_what_the_pipeline_writes(redis_client: Any, silenced: bool,
+                                                           tags: list[str]) -> None:
+    """The worker's record pipe (RESP packed here, replies read later) and :meth:`HorizonRecords.completed`
+    leave the same Redis state, the reservation written first in both, a job with a monitored tag
+    remembered in both; scripts Redis lost are loaded again and their calls sent again, so the metrics
+    count the job once."""
+    redis_client.sadd(P + "monitoring", "watched", "elsewhere")
+    body = {"uuid": "u-1", "displayName": "App\\Jobs\\Ok", "attempts": 2, "tags": tags, "silenced": silenced,
+            "delay": None}
+    payload = HorizonPayload.parse(json.dumps(body).encode())
+    settings = HorizonSettings()
+    records = HorizonRecords(redis_client, settings, clock=lambda: 1795351333.5)
+    records.pushed("redis", "default", payload)
+    start = snapshot(redis_client)
+
+    records.completed("redis", "default", payload, 12.344,
+                      before=[records.reserved_write(payload, 1795351333.125)])
+    records.completed("redis", "default", payload, 20.0)
+    assert redis_client.hget(P + "job:App\\Jobs\\Ok", "throughput") == b"2"
+    sync = _raw_state(redis_client)
+
+    restore(redis_client, start)
+    assert records.pipes_completed(payload)
+    loads: list[str] = []
+
+    def load() -> str:
+        records.load_scripts()
+        loads.append("loaded")
+        return loads[-1]
+
+    pipe = RecordPipe(redis_client, load)
+    packed, replies, metrics = records.pack_completed("redis", "default", payload, 12.344,
+                                                      records.pack_reserved(payload, 1795351333.125), 1)
+    assert pipe.write(packed, (replies, metrics))
+    pipe.collect(wait=True)
+    redis_client.script_flush()  # Redis loses the script: the next calls are answered NOSCRIPT
+    packed, replies, metrics = records.pack_completed("redis", "default", payload, 20.0)
+    assert pipe.write(packed, (replies, metrics))
+    pipe.collect(wait=True)
+    assert not pipe.unconfirmed
+    pipe.close()
+    assert len(loads) == 1
+    assert _raw_state(redis_client) == sync
+    assert redis_client.zcard(P + "monitored_jobs") == (1 if "watched" in tags else 0)
+
+
 # -- the master record's pid -----------------------------------------------------------------------------
 
 def test_a_pid_that_is_not_ours_is_never_recorded(redis_client: Any) -> None:
@@ -222,6 +284,33 @@ def test_laraq_dispatch_and_work_write_horizon_records(redis_client: Any, redis_
     assert redis_client.zcard(P + "completed_jobs") == 2 and redis_client.zcard(P + "failed_jobs") == 1
     # stopping removed the master and supervisor records at once
     assert redis_client.zcard(P + "masters") == 0 and not redis_client.keys(P + "supervisor:*")
+
+
+def test_untagged_jobs_records_ride_in_the_acks_writes(redis_client: Any, redis_server: Any) -> None:
+    """Jobs without tags: their records are packed and ride in the acks' writes (the records' client is the
+    queue's), and end as Horizon's: completed, referenced, timed, counted once each."""
+    env = {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(redis_server.port), "DB_CONNECTION": "sqlite",
+           "DB_DATABASE": ":memory:", "CACHE_STORE": "redis", "QUEUE_CONNECTION": "redis",
+           "QUEUE_FAILED_DRIVER": "null"}
+    params = default_params(laravel="13", sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20,
+                            tries=3, horizon=True)
+    worker = build_worker(params, env=env, app=app)
+    [listener] = [x for x in worker.events if isinstance(x, HorizonListener)]
+    assert worker.acks.rider is listener
+    queue = RedisQueue(redis_client, prefix="laravel-database-", version="13")
+    d = Dispatcher(queue, horizon=HorizonSettings())
+    ids = [d.dispatch_job("App\\Jobs\\Ok", {}).uuid for _ in range(30)]
+    assert worker.run() == 0
+    for job_id in ids:
+        record = redis_client.hgetall(P + job_id)
+        assert record[b"status"] == b"completed" and b"reserved_at" in record and b"completed_at" in record
+        assert 0 < redis_client.ttl(P + job_id) <= HorizonSettings().trim.completed * 60
+    assert sorted(redis_client.zrange(P + "completed_jobs", 0, -1)) == sorted(i.encode() for i in ids)
+    assert redis_client.zcard(P + "pending_jobs") == 0
+    assert redis_client.hget(P + "queue:default", "throughput") == b"30"
+    assert redis_client.hget(P + "job:App\\Jobs\\Ok", "throughput") == b"30"
+    assert not listener.holding and listener.pipe is not None and not listener.pipe.unconfirmed
+    assert not worker.acks.pipe or not worker.acks.pipe.unconfirmed
 
 
 def test_a_restarted_worker_removes_its_predecessors_master(redis_client: Any) -> None:

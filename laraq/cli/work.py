@@ -444,6 +444,9 @@ def build_worker(params: dict[str, Any], *, env: Mapping[str, str] | None = None
     )
     for listener in _horizon_listeners(params, settings, p.queue, p.app):
         worker.add_listener(listener)
+        ride = getattr(listener, "ride", None)
+        if ride is not None:  # Horizon's records ride in the acks' writes (HorizonListener.ride)
+            ride(worker.acks)
     attach_listeners(worker, {**params, "handoff": p.handoff})
     return worker
 

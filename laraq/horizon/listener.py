@@ -23,9 +23,19 @@ Supervisor-level ones (``horizon:pause-supervisor``/``continue-supervisor`` sign
 record's pid, a :class:`~laraq.horizon.relay.SupervisorRelay`; or the supervisor's own command list)
 pause the worker too, but the master record keeps saying ``running``.
 
-Round trips: the ``reserved`` write is held back and sent with the job's outcome, or on the next loop
-(within about a second) once the job is running, so a short job costs one round trip for all its
-records. A prefetched job that laraq hands back unstarted at shutdown never shows as reserved.
+Writes: the ``reserved`` write is held back and sent with the job's outcome, or on the next loop
+(within about a second) once the job is running. A prefetched job that laraq hands back unstarted at
+shutdown never shows as reserved. A successful job whose record no reply decides (not a retry, whose
+parent's ``retried_by`` is read first; a tagged job's ``remember`` is decided in Redis) has its records
+packed in RESP
+(:meth:`~laraq.horizon.records.HorizonRecords.pack_completed`) and written without waiting for Redis'
+answer (:class:`~laraq.horizon.pipe.RecordPipe`); on the loop's thread they are held by the acks' rule
+(:mod:`laraq.protocol.acks`): sent before the loop starts its next job or waits, so a SIGKILL loses no
+record Horizon's PHP worker, which writes them synchronously, would have written. When the acks are
+written on a connection of the records' client, the records ride in the acks' write (:meth:`HorizonListener.ride`):
+one ``send()`` for both; else they go on their own connection just before. Every other write (release,
+failure, timeout, retried jobs, Redis Cluster) is synchronous, after the records sent so far
+have been answered, so it cannot overtake them.
 
 ``reserved_at`` is when the job starts. Horizon's dashboard shows a job's runtime as ``completed_at −
 reserved_at``, and PHP's worker runs a job the moment it pops it; laraq reserves several jobs at once
@@ -41,8 +51,9 @@ import os
 import signal
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from laraq.horizon.pipe import RecordPipe
 from laraq.horizon.records import HorizonPayload, HorizonRecords
 from laraq.horizon.relay import SupervisorRelay
 from laraq.horizon.settings import HorizonSettings
@@ -62,6 +73,9 @@ from laraq.worker.events import (
     WorkerStarting,
     WorkerStopping,
 )
+
+if TYPE_CHECKING:
+    from laraq.protocol.acks import Acks, Ride
 
 __all__ = ["HorizonListener"]
 
@@ -100,8 +114,21 @@ class HorizonListener(WorkerListener):
         self.relay: SupervisorRelay | None = None
         #: the worker was paused at the supervisor level (the master still runs)
         self._supervisor_paused = False
+        #: the records written without waiting for Redis' answer (None: Redis Cluster, every write waits)
+        self.pipe = RecordPipe(client, self.records.load_scripts) if RecordPipe.usable(client) else None
+        #: the loop thread's packed records held until its next start or wait: bytes, reply count, metrics calls
+        self._out: list[bytes] = []
+        self._out_replies = 0
+        self._out_metrics: list[tuple[int, Any]] = []
+        #: the worker loop's thread (told in worker_starting): records finished there are held, see _send
+        self._loop_thread: int | None = None
+        #: the worker's acks, when the held records ride in their writes (see :meth:`ride`)
+        self._acks: Acks | None = None
+        #: rides taken by the acks whose replies have not come back yet
+        self._riding = 0
 
     def _take(self, job: Any) -> list[tuple[str, dict[str, Any]]]:
+        self._settle_pipe()
         with self._lock:
             held = self._held.pop(id(job), None)
         return [] if held is None else [self.records.reserved_write(held[0], held[1])]
@@ -110,12 +137,108 @@ class HorizonListener(WorkerListener):
         with self._lock:
             ready = [k for k, (_, _, started) in self._held.items() if started]
             taken = [self._held.pop(k) for k in ready]
-        self.records.write([self.records.reserved_write(payload, at) for payload, at, _ in taken])
+        if not taken:
+            return
+        if self.pipe is None:
+            self.records.write([self.records.reserved_write(payload, at) for payload, at, _ in taken])
+            return
+        self._send(b"".join(self.records.pack_reserved(payload, at) for payload, at, _ in taken), len(taken), ())
+
+    # -- the record pipe ---------------------------------------------------------------------------------
+
+    def _send(self, packed: bytes, replies: int, metrics: Any) -> None:
+        """Records packed for the pipe: held when this is the loop's thread (sent with the others finished
+        before its next start or wait: :meth:`flush`, :meth:`job_processing`), else written now."""
+        if threading.get_ident() == self._loop_thread:
+            with self._lock:
+                base = self._out_replies
+                self._out.append(packed)
+                self._out_replies = base + replies
+                if metrics:
+                    self._out_metrics.extend((base + at, args) for at, args in metrics)
+            return
+        self._write_out()  # held records go first
+        assert self.pipe is not None
+        self.pipe.write(packed, (replies, tuple(metrics)))
+
+    def _write_out(self) -> None:
+        """Write the held records (one send)."""
+        with self._lock:
+            if not self._out:
+                return
+            out, self._out = self._out, []
+            replies, self._out_replies = self._out_replies, 0
+            metrics, self._out_metrics = self._out_metrics, []
+            assert self.pipe is not None
+            self.pipe.write(out[0] if len(out) == 1 else b"".join(out), (replies, tuple(metrics)))
+
+    def _settle_pipe(self) -> None:
+        """Before a write on another connection: everything packed is sent and run by Redis (its replies
+        read), so that write cannot overtake it."""
+        pipe = self.pipe
+        if pipe is not None:
+            if self._acks is not None and (self._out or self._riding):
+                self._acks.flush(force=True)  # the held records ride with the held acks
+            if self._out:
+                self._write_out()
+            if pipe.unconfirmed:
+                pipe.collect(wait=True)
+
+    def flush(self) -> None:
+        """The worker is about to wait or yield: the held records go (riding on the acks: with the held acks,
+        which the worker sends before it waits or starts a job)."""
+        if self._out and self._acks is None:
+            self._write_out()
+
+    # -- riding on the acks' writes (laraq.protocol.acks.Rider) -------------------------------------------
+
+    def ride(self, acks: Acks) -> None:
+        """Hold the loop's records for ``acks``' writes (one ``send()`` for both), when the acks are written on
+        a connection of the records' own client (the usual Horizon app: ``horizon.use`` is the queue's
+        connection); else the records keep their own connection."""
+        ack_pipe = acks.pipe
+        if self.pipe is None or ack_pipe is None or ack_pipe.queue.client is not self.client:
+            return
+        self._acks = acks
+        acks.rider = self
+
+    @property
+    def holding(self) -> bool:
+        return bool(self._out)
+
+    def take(self) -> Ride | None:
+        with self._lock:
+            if not self._out:
+                return None
+            out, self._out = self._out, []
+            replies, self._out_replies = self._out_replies, 0
+            metrics, self._out_metrics = self._out_metrics, []
+            self._riding += 1
+        return (self, out[0] if len(out) == 1 else b"".join(out), replies, tuple(metrics))
+
+    def _landed(self) -> None:
+        with self._lock:
+            self._riding -= 1
+
+    def replies(self, token: Any, replies: list[Any]) -> None:
+        self._landed()
+        assert self.pipe is not None
+        self.pipe.answered(token, replies)
+
+    def unsent(self, ride: Ride) -> None:
+        self._landed()
+        assert self.pipe is not None
+        self.pipe.write(ride[1], (ride[2], ride[3]))
+
+    def lost(self, token: Any) -> None:
+        self._landed()
+        log.warning("horizon records: the connection broke before Redis answered; some records may be missing")
 
     # -- the worker -------------------------------------------------------------------------------------
 
     def worker_starting(self, event: WorkerStarting) -> None:
         opts = event.options
+        self._loop_thread = threading.get_ident()
         supervisor_pid = None
         if self.signal_pid != NO_SIGNAL_PID:
             self.relay = SupervisorRelay()
@@ -199,6 +322,9 @@ class HorizonListener(WorkerListener):
         self._flush_started()
         with self._lock:
             self._held.clear()
+        if self.pipe is not None:
+            self._write_out()
+            self.pipe.close()
         if self.master is not None:
             self.master.forget()
         if self.relay is not None:
@@ -208,11 +334,20 @@ class HorizonListener(WorkerListener):
 
     @staticmethod
     def _payload(job: Any, *, body: bool = False) -> HorizonPayload:
+        """The reserved payload as Horizon reads it (``body``: the original one). The reserved copy is the
+        body the worker parsed with ``attempts`` + 1 (the reserve script's only change to the fields Horizon
+        reads), so with a string ``uuid`` it is not parsed again."""
         if body:
             return HorizonPayload.parse(job.body)
         cached = getattr(job, "_horizon_payload", None)
         if cached is None:
-            cached = HorizonPayload.parse(job.reserved_job.reserved)
+            decoded = job.payload.decoded
+            if isinstance(decoded.get("uuid"), str):
+                view = dict(decoded)
+                view["attempts"] = job.attempts
+                cached = HorizonPayload(bytes(job.reserved_job.reserved), view)
+            else:
+                cached = HorizonPayload.parse(job.reserved_job.reserved)
             job._horizon_payload = cached
         return cached
 
@@ -223,6 +358,8 @@ class HorizonListener(WorkerListener):
             self._held[id(job)] = (payload, time.time(), False)
 
     def job_processing(self, event: JobProcessing) -> None:
+        if self._out and self._acks is None:  # a job starts: the records held on the loop go first
+            self._write_out()
         job = event.job
         now = time.time()  # reserved_at: when the job starts (see the module docstring)
         with self._lock:
@@ -244,6 +381,15 @@ class HorizonListener(WorkerListener):
         # A job that released itself was never deleted: Horizon's JobDeleted (completion, metrics)
         # does not fire for it; a failed one is recorded by job_failed.
         if job.is_released or job.has_failed:
+            return
+        payload = self._payload(job)
+        if self.pipe is not None and self.records.pipes_completed(payload):
+            with self._lock:
+                held = self._held.pop(id(job), None)
+            before = b"" if held is None else self.records.pack_reserved(held[0], held[1])
+            packed, replies, metrics = self.records.pack_completed(job.connection_name, job.queue, payload,
+                                                                   runtime * 1000.0, before, 0 if held is None else 1)
+            self._send(packed, replies, metrics)
             return
         self.records.completed(job.connection_name, job.queue, self._payload(job), runtime * 1000.0,
                                before=self._take(job))

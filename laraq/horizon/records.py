@@ -34,28 +34,76 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import redis
 
-from laraq.protocol.phpjson import json_loads
+from laraq.protocol.phpjson import check_json_depth, json_loads
 
 if TYPE_CHECKING:
     from laraq.horizon.settings import HorizonSettings
 
 __all__ = ["HorizonPayload", "HorizonRecords", "php_float_string", "php_microtime"]
 
-#: ``updateMetrics``'s arithmetic (KEYS[1] the metrics hash, KEYS[2] the set naming the measured
-#: hashes, ARGV[1] this job's runtime in ms): throughput + 1 and the running mean of the runtime.
+#: ``updateMetrics``'s arithmetic for each pair of keys in turn (KEYS[i] a metrics hash, KEYS[i + 1] the set
+#: naming the measured hashes; ARGV[1] this job's runtime in ms): throughput + 1 and the running mean of
+#: the runtime. One pair is one of Horizon's calls; the packed path updates the queue's and the job's
+#: metrics (two pairs) in one call.
 _METRICS_LUA = """
-redis.call('hsetnx', KEYS[1], 'throughput', 0)
-redis.call('sadd', KEYS[2], KEYS[1])
-local seen = redis.call('hmget', KEYS[1], 'throughput', 'runtime')
-local count = tonumber(seen[1])
-local mean = tonumber(ARGV[1])
-if seen[2] then
-    mean = ((count * tonumber(seen[2])) + tonumber(ARGV[1])) / (count + 1)
+for i = 1, #KEYS, 2 do
+    redis.call('hsetnx', KEYS[i], 'throughput', 0)
+    redis.call('sadd', KEYS[i + 1], KEYS[i])
+    local seen = redis.call('hmget', KEYS[i], 'throughput', 'runtime')
+    local count = tonumber(seen[1])
+    local mean = tonumber(ARGV[1])
+    if seen[2] then
+        mean = ((count * tonumber(seen[2])) + tonumber(ARGV[1])) / (count + 1)
+    end
+    redis.call('hmset', KEYS[i], 'throughput', count + 1, 'runtime', mean)
 end
-redis.call('hmset', KEYS[1], 'throughput', count + 1, 'runtime', mean)
 """
+
+
+#: ``MarkJobAsComplete``'s ``remember`` of a tagged job, decided in Redis (KEYS[1] ``monitoring``, KEYS[2]
+#: ``monitored_jobs``, KEYS[3] the job hash; ARGV[1] the score, ARGV[2] the job id, ARGV[3] the EXPIREAT,
+#: ARGV[4] the count n of the hash's fields and values that follow, then the job's tags): when a tag is
+#: monitored (``array_intersect`` of the tags and ``SMEMBERS monitoring``), the writes of
+#: ``RedisJobRepository::remember``. The packed path sends it in place of the ``SMEMBERS`` whose reply
+#: decides, so the tagged job's records need no reply either.
+_REMEMBER_LUA = """
+local n = tonumber(ARGV[4])
+for i = 5 + n, #ARGV do
+    if redis.call('sismember', KEYS[1], ARGV[i]) == 1 then
+        redis.call('zadd', KEYS[2], ARGV[1], ARGV[2])
+        redis.call('hset', KEYS[3], unpack(ARGV, 5, 4 + n))
+        redis.call('expireat', KEYS[3], ARGV[3])
+        return 1
+    end
+end
+return 0
+"""
+
+#: the RESP commands :meth:`HorizonRecords.pack_completed` and :meth:`~HorizonRecords.pack_reserved` fill in
+#: with ``%`` (each bulk string as its length, then itself)
+_HSET_COMPLETED = (b"*6\r\n$4\r\nHSET\r\n$%d\r\n%s\r\n$6\r\nstatus\r\n$9\r\ncompleted\r\n"
+                   b"$12\r\ncompleted_at\r\n$%d\r\n%s\r\n")
+_EXPIREAT = b"*3\r\n$8\r\nEXPIREAT\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n"
+_SMEMBERS = b"*2\r\n$8\r\nSMEMBERS\r\n$%d\r\n%s\r\n"
+#: ``EVALSHA sha 4`` before its four keys and the runtime
+_EVALSHA_HEAD = b"*8\r\n$7\r\nEVALSHA\r\n$%d\r\n%s\r\n$1\r\n4\r\n"
+#: ``ZADD key`` and ``ZREM key`` before their arguments; two bulk strings
+_ZADD_HEAD = b"*4\r\n$4\r\nZADD\r\n$%d\r\n%s\r\n"
+_ZREM_HEAD = b"*3\r\n$4\r\nZREM\r\n$%d\r\n%s\r\n"
+_BULK2 = b"$%d\r\n%s\r\n$%d\r\n%s\r\n"
+_HSET_RESERVED = (b"*10\r\n$4\r\nHSET\r\n$%d\r\n%s\r\n$6\r\nstatus\r\n$8\r\nreserved\r\n$7\r\npayload\r\n$%d\r\n%s\r\n"
+                  b"$10\r\nupdated_at\r\n$%d\r\n%s\r\n$11\r\nreserved_at\r\n$%d\r\n%s\r\n")
+_HSET_RESERVED_DELAY = b"*12" + _HSET_RESERVED[3:] + b"$5\r\ndelay\r\n$1\r\n0\r\n"
+
+
+def resp(*args: bytes) -> bytes:
+    """One command in RESP."""
+    parts = [b"*%d\r\n" % len(args)]
+    parts += [b"$%d\r\n%s\r\n" % (len(a), a) for a in args]
+    return b"".join(parts)
 
 
 def php_float_string(value: float) -> str:
@@ -82,7 +130,13 @@ class HorizonPayload:
     @classmethod
     def parse(cls, raw: bytes | str) -> HorizonPayload:
         value = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
-        decoded = json_loads(value)
+        # orjson (strict JSON, which is all PHP and the reserve scripts write) after PHP's depth limit; the
+        # standard parser decides what orjson refuses (NaN, a number out of its range, a lone surrogate)
+        check_json_depth(value)
+        try:
+            decoded = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            decoded = json_loads(value)
         if not isinstance(decoded, dict):
             raise ValueError("a job payload must be a JSON object")
         return cls(value, decoded)
@@ -144,8 +198,23 @@ class HorizonRecords:
         self.settings = settings
         self.clock = clock
         self._metrics_sha: str | None = None
+        self._remember_sha: str | None = None
+        self._bkeys: dict[str, bytes] = {}
+        #: per (queue, display name, silenced): the RESP heads and metrics keys pack_completed repeats
+        self._pack_keys: dict[tuple[str, str, bool], tuple[bytes, bytes, bytes, bytes, tuple[bytes, ...]]] = {}
 
     # -- the metrics script (EVALSHA inside the job's pipeline, loaded once) ---------------------------
+
+    def load_metrics_script(self) -> str:
+        """Load the metrics script (again) into Redis; its SHA1."""
+        self._metrics_sha = self.client.script_load(_METRICS_LUA)
+        return self._metrics_sha
+
+    def load_scripts(self) -> None:
+        """Load the scripts :meth:`pack_completed` calls (again) into Redis (a SHA1 is the script's own: the
+        calls packed before stay valid)."""
+        self.load_metrics_script()
+        self._remember_sha = self.client.script_load(_REMEMBER_LUA)
 
     def _metrics_args(self, queue: str, payload: HorizonPayload, runtime: str) -> list[tuple[str, str, str]]:
         return [(self._k("queue:" + queue), self._k("measured_queues"), runtime),
@@ -175,6 +244,96 @@ class HorizonRecords:
     def _apply(pipe: Any, before: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
         for key, mapping in before:
             pipe.hset(key, mapping=dict(mapping))
+
+    # -- packed in RESP, for a RecordPipe ------------------------------------------------------------------
+
+    def _bk(self, name: str) -> bytes:
+        """``_k(name)`` as bytes (cached: the queue and job names repeat)."""
+        key = self._bkeys.get(name)
+        if key is None:
+            if len(self._bkeys) > 4096:
+                self._bkeys.clear()
+            key = self._bkeys[name] = (self.settings.prefix + name).encode("utf-8")
+        return key
+
+    def pack_reserved(self, payload: HorizonPayload, at: float) -> bytes:
+        """:meth:`reserved_write` as one ``HSET`` in RESP."""
+        now = php_microtime(at).encode()
+        job_key = self._bk(_require_id(payload))
+        value = payload.value
+        if self.settings.version.job_hash_delay and payload.migrated:
+            return _HSET_RESERVED_DELAY % (len(job_key), job_key, len(value), value, len(now), now, len(now), now)
+        return _HSET_RESERVED % (len(job_key), job_key, len(value), value, len(now), now, len(now), now)
+
+    @staticmethod
+    def pipes_completed(payload: HorizonPayload) -> bool:
+        """Can :meth:`pack_completed` write this job's completion (no reply decides a further write: not a
+        retry, whose parent's ``retried_by`` is read first)?"""
+        return payload.decoded.get("retry_of") is None
+
+    def pack_completed(self, connection: str, queue: str, payload: HorizonPayload, runtime_ms: float | None,
+                       before: bytes = b"", replies: int = 0) -> tuple[bytes, int, tuple[Any, ...]]:
+        """:meth:`completed` of a job :meth:`pipes_completed` accepts, in RESP after ``before`` (``replies``
+        commands): the bytes, their reply count, and the script calls among them (reply index, ``EVALSHA``'s
+        arguments) to send again on a ``NOSCRIPT`` answer. A tagged job's ``remember`` is decided in Redis
+        (:data:`_REMEMBER_LUA`)."""
+        sha = self._metrics_sha
+        if sha is None or self._remember_sha is None:
+            self.load_scripts()
+            sha = self._metrics_sha
+            assert sha is not None
+        job_id = _require_id(payload)
+        bid = job_id.encode("utf-8")
+        now = self.clock()
+        stamp = php_microtime(now).encode()
+        score = b"-" + stamp  # php_microtime(-now): the same digits (now > 0)
+        expire = b"%d" % (int(now) + self.settings.trim.completed * 60)
+        silenced = payload.silenced
+        name = payload.display_name
+        keys = self._pack_keys.get((queue, name, silenced))
+        if keys is None:
+            if len(self._pack_keys) > 1024:
+                self._pack_keys.clear()
+            zset = self._bk("silenced_jobs" if silenced else "completed_jobs")
+            pending = self._bk("pending_jobs")
+            monitoring = self._bk("monitoring")
+            measured: tuple[bytes, ...] = (self._bk("queue:" + queue), self._bk("measured_queues"),
+                                           self._bk("job:" + name), self._bk("measured_jobs"))
+            keys = self._pack_keys[(queue, name, silenced)] = (
+                _ZADD_HEAD % (len(zset), zset), _ZREM_HEAD % (len(pending), pending),
+                _SMEMBERS % (len(monitoring), monitoring),
+                b"".join(b"$%d\r\n%s\r\n" % (len(k), k) for k in measured), measured,
+            )
+        zadd_head, zrem_head, smembers, measured_resp, metrics_keys = keys
+        job_key = self._bk(job_id)
+        runtime = php_float_string(round(runtime_ms or 0.0, 2)).encode()
+        bsha = sha.encode()
+        tags = payload.tags
+        remember: tuple[Any, ...] = ()
+        if tags:  # in place of the SMEMBERS: the remember decided in Redis
+            remember_sha = self._remember_sha
+            assert remember_sha is not None
+            fields = (b"id", bid, b"connection", connection.encode("utf-8"), b"queue", queue.encode("utf-8"),
+                      b"name", name.encode("utf-8"), b"status", b"completed", b"payload", payload.value,
+                      b"completed_at", stamp)
+            monitored_expire = b"%d" % (int(now) + self.settings.trim.monitored * 60)
+            remember = (remember_sha.encode(), b"3", self._bk("monitoring"), self._bk("monitored_jobs"), job_key,
+                        score, bid, monitored_expire, b"%d" % len(fields), *fields,
+                        *(tag.encode("utf-8") for tag in tags))
+            smembers = resp(b"EVALSHA", *remember)
+        packed = b"".join((
+            before,
+            zadd_head, _BULK2 % (len(score), score, len(bid), bid),
+            zrem_head, b"$%d\r\n%s\r\n" % (len(bid), bid),
+            _HSET_COMPLETED % (len(job_key), job_key, len(stamp), stamp),
+            _EXPIREAT % (len(job_key), job_key, len(expire), expire),
+            smembers,
+            _EVALSHA_HEAD % (len(bsha), bsha), measured_resp, b"$%d\r\n%s\r\n" % (len(runtime), runtime),
+        ))
+        metrics = (replies + 5, (bsha, b"4", *metrics_keys, runtime))
+        if remember:
+            return packed, replies + 6, ((replies + 4, remember), metrics)
+        return packed, replies + 6, (metrics,)
 
     # -- helpers -----------------------------------------------------------------------------------
 

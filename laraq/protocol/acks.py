@@ -20,7 +20,8 @@ job that was running. :class:`Acks` keeps that bound at a low cost per job, by m
 
 While Redis is away every mode keeps its acks and sends them again (``ZREM`` of a member already gone
 is harmless). The pipe also carries the removal of buffered jobs' unstarted records as they start, with
-the held acks (see :mod:`laraq.worker.unstarted`). Redis Cluster cannot lend one connection: there
+the held acks (see :mod:`laraq.worker.unstarted`), and a :class:`Rider`'s commands held by the same rule
+(Horizon's job records when they go to the queue's Redis: :mod:`laraq.horizon.listener`). Redis Cluster cannot lend one connection: there
 ``at-once`` acks are pipelined ``ZREM``s within :data:`ACK_MAX_AGE`.
 """
 
@@ -33,8 +34,9 @@ import socket
 import ssl
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+import hiredis
 import redis
 
 from laraq.protocol.redis_retry import retrying
@@ -43,7 +45,7 @@ from laraq.repeated import Repeated
 if TYPE_CHECKING:
     from laraq.protocol.queue import RedisQueue
 
-__all__ = ["ACK_MAX_AGE", "AckPipe", "Acks"]
+__all__ = ["ACK_MAX_AGE", "AckPipe", "Acks", "Ride", "Rider"]
 
 
 def _receive(sock: Any, wait: bool) -> bytes | None:
@@ -105,6 +107,31 @@ _ZREM_ONE = b"*3\r\n$4\r\nZREM\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n"
 
 log = logging.getLogger("laraq.worker.worker")
 
+#: a rider's held commands: the rider, their RESP bytes, how many replies they get, and what the rider
+#: wants back with those replies
+Ride = tuple["Rider", bytes, int, Any]
+
+
+class Rider(Protocol):
+    """Commands held on the loop's thread by the acks' rule (sent with the next start or before a wait) that
+    ride in the acks' write: one ``send()`` for both. Its methods are called with no lock of the acks held."""
+
+    @property
+    def holding(self) -> bool:
+        """Are commands held?"""
+
+    def take(self) -> Ride | None:
+        """The held commands, taken (None: none)."""
+
+    def replies(self, token: Any, replies: list[Any]) -> None:
+        """Redis answered a ride (hiredis replies; an error is a ``hiredis.ReplyError``)."""
+
+    def unsent(self, ride: Ride) -> None:
+        """The write of ``ride`` failed: nothing of it was sent."""
+
+    def lost(self, token: Any) -> None:
+        """The connection broke before Redis answered: the commands may or may not have run."""
+
 
 class AckPipe:
     """``ZREM``s written at once on one held connection; replies read later."""
@@ -113,13 +140,15 @@ class AckPipe:
         self.queue = queue
         self._lock = threading.Lock()
         self._conn: Any = None
-        #: (queue name, members, an unstarted removal?) per command written whose reply is not read yet
-        self.unconfirmed: collections.deque[tuple[str, list[bytes], bool]] = collections.deque()
+        #: (queue name, members, an unstarted removal?) per command written whose reply is not read yet; a
+        #: rider's commands as (None, (rider, reply count, token), False)
+        self.unconfirmed: collections.deque[tuple[Any, Any, bool]] = collections.deque()
+        #: the replies to the rider's commands at the head of ``unconfirmed`` read so far
+        self._ride_replies: list[Any] = []
+        self._reader = hiredis.Reader()
         #: unstarted removals whose replies were lost with a broken connection: to send again
         self.lost_starts: dict[str, list[bytes]] = {}
         self._unstarted_keys: dict[str, bytes] = {}
-        #: the start of a reply line not complete yet
-        self._partial = b""
         self._keys: dict[str, bytes] = {}
 
     @staticmethod
@@ -140,11 +169,12 @@ class AckPipe:
     def _pool(self) -> Any:
         return getattr(self.queue.client, "connection_pool", None)
 
-    def write(self, acks: dict[str, list[bytes]], starts: dict[str, list[bytes]] | None = None) -> None:
+    def write(self, acks: dict[str, list[bytes]], starts: dict[str, list[bytes]] | None = None,
+              ride: Ride | None = None) -> None:
         """Write one ``ZREM`` per queue now (no reply read): finished jobs' ``acks`` on ``:reserved``, then the
-        unstarted records of the jobs about to start (``starts``). Raises what writing raised; nothing was
-        then sent."""
-        commands: list[tuple[str, list[bytes], bool]] = []
+        unstarted records of the jobs about to start (``starts``), then a rider's commands (``ride``). Raises
+        what writing raised; nothing was then sent."""
+        commands: list[tuple[Any, Any, bool]] = []
         packed = b""
         for name, members in acks.items():
             if members:
@@ -155,6 +185,10 @@ class AckPipe:
                 if members:
                     commands.append((name, members, True))
                     packed += _zrem(self._unstarted_key(name), members)
+        if ride is not None:
+            rider, more, count, token = ride
+            commands.append((None, (rider, count, token), False))
+            packed += more
         if commands:
             self._send(packed, commands)
 
@@ -164,7 +198,7 @@ class AckPipe:
             key = self._unstarted_keys[name] = self.queue.keys(name).unstarted.encode("utf-8")
         return key
 
-    def _send(self, packed: bytes, commands: list[tuple[str, list[bytes], bool]]) -> None:
+    def _send(self, packed: bytes, commands: list[tuple[Any, Any, bool]]) -> None:
         with self._lock:
             try:
                 _send_all(self._socket(), packed)
@@ -190,9 +224,8 @@ class AckPipe:
         """Read the replies that have come (``wait``: all of them). Returns the acks to send again: those
         whose replies were lost with a broken connection (empty when all is well).
 
-        Each ``ZREM`` is answered by one line (``:1``/``:0``, or an ``-ERR`` line), so replies are counted
-        by their line ends, straight from the socket: redis-py's parser never reads this connection
-        after its log-in."""
+        The replies are read straight from the socket by hiredis' reader: redis-py's parser never reads
+        this connection after its log-in."""
         with self._lock:
             if not self.unconfirmed:
                 return {}
@@ -215,15 +248,31 @@ class AckPipe:
         return {}
 
     def _settle(self, data: bytes) -> None:
-        """Count the reply lines in ``data`` (a partial line is kept for the next read)."""
-        text = self._partial + data
-        lines = text.split(b"\n")
-        self._partial = lines.pop()
-        for line in lines:
-            name, members, started = self.unconfirmed.popleft()
-            if line.startswith(b"-"):  # e.g. WRONGTYPE: sending it again would not help
+        """Take the complete replies in ``data`` (a partial one stays in the reader for the next read)."""
+        reader, unconfirmed = self._reader, self.unconfirmed
+        reader.feed(data)
+        while unconfirmed:
+            reply = reader.gets()
+            if reply is False:
+                return
+            name, members, started = unconfirmed[0]
+            if name is None:  # a rider's commands: its replies go back to it once all have come
+                rider, count, token = members
+                got = self._ride_replies
+                got.append(reply)
+                if len(got) < count:
+                    continue
+                unconfirmed.popleft()
+                self._ride_replies = []
+                try:
+                    rider.replies(token, got)
+                except Exception:
+                    log.exception("a rider of the acks failed on its replies")
+                continue
+            unconfirmed.popleft()
+            if isinstance(reply, hiredis.ReplyError):  # e.g. WRONGTYPE: sending it again would not help
                 log.error("ZREM of %d %s job(s) on %s was refused: %s", len(members),
-                          "starting" if started else "finished", name, line.decode("utf-8", "replace").strip())
+                          "starting" if started else "finished", name, reply)
 
     def take_lost_starts(self) -> dict[str, list[bytes]]:
         """The unstarted removals to send again (see :attr:`lost_starts`), taken."""
@@ -239,15 +288,24 @@ class AckPipe:
     def _lost(self) -> dict[str, list[bytes]]:
         lost: dict[str, list[bytes]] = {}
         for name, members, started in self.unconfirmed:
+            if name is None:
+                rider, _, token = members
+                try:
+                    rider.lost(token)
+                except Exception:
+                    log.exception("a rider of the acks failed on its lost replies")
+                continue
             (self.lost_starts if started else lost).setdefault(name, []).extend(members)
         self.unconfirmed.clear()
-        self._partial = b""
+        self._ride_replies = []
+        self._reader = hiredis.Reader()
         return lost
 
     def _broken(self) -> None:
         """Drop the connection (a reply may be half read); the next write takes a fresh one."""
         conn, self._conn = self._conn, None
-        self._partial = b""
+        self._ride_replies = []
+        self._reader = hiredis.Reader()
         if conn is not None:
             conn.disconnect()
             self._pool().release(conn)
@@ -293,6 +351,8 @@ class Acks:
         #: when the oldest held ack was made (None: none is held)
         self._held_since: float | None = None
         self._unsent = Repeated(log, "could not send %d ack(s) (%s): retrying")
+        #: commands that ride in the writes of the held acks (see :class:`Rider`; at-once mode only)
+        self.rider: Rider | None = None
 
     def ack(self, name: str, member: bytes, *, hold: bool = False) -> None:
         """``ZREM`` the finished job ``member`` of queue ``name``, by this worker's mode. ``hold`` (the loop's
@@ -326,22 +386,32 @@ class Acks:
         with self._sending:  # a forced flush waits for this write (see flush)
             with self._lock:
                 held, self._held, self._held_since = self._held, {}, None
-            if not held and not starts:
+            rider = self.rider
+            ride = rider.take() if rider is not None and rider.holding else None
+            if not held and not starts and ride is None:
                 return True
             pipe = self.pipe
             if pipe is not None:
                 try:
-                    pipe.write(held, starts)
+                    if ride is None:
+                        pipe.write(held, starts)
+                    else:
+                        pipe.write(held, starts, ride)
                     return True
                 except Exception:  # reported by the flush that sends the acks again
                     pass
             self.restore(held)
+            if ride is not None:
+                ride[0].unsent(ride)
             return False
 
     @property
     def holding(self) -> bool:
-        """Are finished jobs' acks held (see :meth:`send_held`)?"""
-        return self._held_since is not None
+        """Are finished jobs' acks, or a rider's commands, held (see :meth:`send_held`)?"""
+        if self._held_since is not None:
+            return True
+        rider = self.rider
+        return rider is not None and rider.holding
 
     def deferred(self, name: str, member: bytes) -> bool:
         """Is ``member``'s ``ZREM`` still among the deferred or held acks (not sent yet)?"""
