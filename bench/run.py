@@ -348,15 +348,17 @@ def tree_pids(pid: int) -> list[int]:
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def tree_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` and its descendants alive now (all their threads)."""
+def tree_cpu_s(pid: int, *, reaped: bool = False) -> float:
+    """User + system CPU seconds of ``pid`` and its descendants alive now (all their threads); ``reaped``:
+    with the children each has reaped (``cutime``/``cstime``: a worker that forks per job counts them)."""
+    last = 15 if reaped else 13  # utime, stime (the stat file's fields 14 and 15), cutime, cstime
     ticks = 0
     for p in tree_pids(pid):
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime: the stat file's fields 14 and 15
+        ticks += sum(int(f) for f in fields[11:last])
     return ticks / _CLOCK_TICKS
 
 

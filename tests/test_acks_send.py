@@ -1,4 +1,4 @@
-"""The ack pipe's write (``laraq.protocol.acks._send_all``): one ``write()`` when the kernel takes the
+"""The ack pipe's write (``laraq.protocol.acks.send_all``): one ``write()`` when the kernel takes the
 bytes, ``sendall`` for the rest when it does not, and never a byte lost or sent twice."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _read_all(sock: socket.socket, n: int, out: bytearray) -> None:
 def test_small_write_is_whole_in_one_call() -> None:
     a, b = _pair(2.0)
     with a, b:
-        acks._send_all(a, b"*2\r\n$4\r\nPING\r\n")
+        acks.send_all(a, b"*2\r\n$4\r\nPING\r\n")
         assert b.recv(100) == b"*2\r\n$4\r\nPING\r\n"
 
 
@@ -42,7 +42,7 @@ def test_a_full_buffer_falls_back_to_sendall_and_keeps_every_byte() -> None:
         reader = threading.Thread(target=_read_all, args=(b, len(data), got))
         with a, b:
             reader.start()
-            acks._send_all(a, data)
+            acks.send_all(a, data)
             reader.join(10)
         assert bytes(got) == data
 
@@ -53,7 +53,7 @@ def test_a_closed_peer_raises() -> None:
     with a:
         try:
             for _ in range(100):
-                acks._send_all(a, b"x" * 1024)
+                acks.send_all(a, b"x" * 1024)
         except OSError:
             return
     raise AssertionError("writing to a closed peer never failed")

@@ -32,32 +32,11 @@ HERE = Path(__file__).resolve().parent
 # bench/ first: its run.py (the laraq/artisan bench's helpers) and scale.py, not this file
 sys.path[:0] = [str(HERE.parent), str(HERE), str(HERE.parent.parent)]
 
-from run import free_port, tree_pids  # noqa: E402
-from scale import Sides, loadavg  # noqa: E402
+from run import free_port, tree_cpu_s  # noqa: E402
+from scale import Sides, loadavg, redis_cpu  # noqa: E402
 from systems import DRIVERS, IO_SKIPPED, SYSTEMS, Ctx, Variant, io_variants, noop_variants, peers_dir  # noqa: E402
 
 POLL_S = 0.002
-
-
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds of ``pid`` and its live descendants (all threads), with the children each has reaped
-    (``cutime``/``cstime``): a worker that forks per job (rq's ``Worker``, celery's prefork) counts them."""
-    ticks = 0
-    for p in tree_pids(pid):
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        ticks += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
-    return ticks / _TICKS
-
-
-def redis_cpu(client: Any) -> float:
-    info = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def polling_cost(client: Any, seconds: float = 2.0) -> float:
@@ -106,9 +85,9 @@ def run_one(ctx: Ctx, v: Variant, n: int, logdir: Path, tag: str) -> dict[str, A
         left = system.remaining(ctx)
         now = time.perf_counter()
         if "lo" not in marks and left <= lo_mark:
-            marks["lo"] = (now, left, tree_cpu_s(proc.pid), redis_cpu(ctx.client))
+            marks["lo"] = (now, left, tree_cpu_s(proc.pid, reaped=True), redis_cpu(ctx.client))
         if "hi" not in marks and left <= hi_mark:
-            marks["hi"] = (now, left, tree_cpu_s(proc.pid), redis_cpu(ctx.client))
+            marks["hi"] = (now, left, tree_cpu_s(proc.pid, reaped=True), redis_cpu(ctx.client))
         if left == 0 or now > deadline:
             break
         if now - checked > 0.1:

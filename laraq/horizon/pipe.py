@@ -28,7 +28,7 @@ import hiredis
 import redis
 
 from laraq.horizon.records import resp
-from laraq.protocol.acks import _receive, _send_all
+from laraq.protocol.acks import read_replies, send_all
 
 __all__ = ["READ_REPLIES_EVERY", "RecordPipe"]
 
@@ -103,7 +103,7 @@ class RecordPipe:
                 self._broken()
                 return False
             try:
-                _send_all(sock, packed)
+                send_all(sock, packed)
             except Exception as exc:  # part may have gone: its replies are lost with the connection
                 log.warning("horizon records: a write failed (%s); some records may be missing", exc)
                 self.unconfirmed.append(batch)
@@ -126,15 +126,13 @@ class RecordPipe:
             self._lost()
             return
         again: list[Call] = []
+
+        def feed(data: bytes) -> None:
+            self._reader.feed(data)
+            self._settle(again)
+
         try:
-            while self.unconfirmed:
-                data = _receive(sock, wait)
-                if data is None:
-                    break
-                if not data:
-                    raise ConnectionError("Redis closed the connection")
-                self._reader.feed(data)
-                self._settle(again)
+            read_replies(sock, wait, lambda: bool(self.unconfirmed), feed)
         except Exception as exc:
             log.warning("horizon records: the connection broke before Redis answered (%s); some records may "
                         "be missing", exc)
@@ -184,7 +182,7 @@ class RecordPipe:
         packed = b"".join(resp(b"EVALSHA", *call) for call in calls)
         batch: Batch = (len(calls), tuple((i, c) for i, c in enumerate(calls)))
         try:
-            _send_all(self._socket(), packed)
+            send_all(self._socket(), packed)
         except Exception as exc:
             log.warning("horizon records: %d script call(s) lost (%s)", len(calls), exc)
             self._broken()

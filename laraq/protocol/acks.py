@@ -34,6 +34,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import hiredis
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 __all__ = ["ACK_MAX_AGE", "AckPipe", "Acks", "Ride", "Rider"]
 
 
-def _receive(sock: Any, wait: bool) -> bytes | None:
+def receive(sock: Any, wait: bool) -> bytes | None:
     """What the socket has (``wait``: block for it, within the connection's own timeout); None when
     nothing has come yet. One system call when not waiting (TLS sockets take no flags: a zero timeout).
 
@@ -74,7 +75,7 @@ def _receive(sock: Any, wait: bool) -> bytes | None:
         sock.settimeout(before)
 
 
-def _send_all(sock: Any, data: bytes) -> None:
+def send_all(sock: Any, data: bytes) -> None:
     """``sock.sendall(data)`` in one system call when the kernel takes it all, as it does unless Redis
     has stopped reading. A socket with a timeout makes ``sendall`` ``poll()`` before every ``send()``
     (a second system call per ack); its descriptor is non-blocking, so a plain ``write()`` is tried
@@ -89,6 +90,18 @@ def _send_all(sock: Any, data: bytes) -> None:
             return
         data = data[sent:]
     sock.sendall(data)
+
+
+def read_replies(sock: Any, wait: bool, pending: Callable[[], bool], feed: Callable[[bytes], None]) -> None:
+    """Hand what has come on ``sock`` to ``feed`` while ``pending()`` says replies are owed (``wait``: until
+    none is). Raises ``ConnectionError`` when Redis closed the connection."""
+    while pending():
+        data = receive(sock, wait)
+        if data is None:
+            return
+        if not data:
+            raise ConnectionError("Redis closed the connection")
+        feed(data)
 
 
 def _zrem(key: bytes, members: list[bytes]) -> bytes:
@@ -201,7 +214,7 @@ class AckPipe:
     def _send(self, packed: bytes, commands: list[tuple[Any, Any, bool]]) -> None:
         with self._lock:
             try:
-                _send_all(self._socket(), packed)
+                send_all(self._socket(), packed)
             except BaseException:
                 self._broken()
                 raise
@@ -233,13 +246,7 @@ class AckPipe:
             if sock is None:  # written on a connection that broke since
                 return self._lost()
             try:
-                while self.unconfirmed:
-                    data = _receive(sock, wait)
-                    if data is None:
-                        break
-                    if not data:
-                        raise ConnectionError("Redis closed the connection")
-                    self._settle(data)
+                read_replies(sock, wait, lambda: bool(self.unconfirmed), self._settle)
             except Exception as exc:
                 log.debug("ack connection lost (%s): acks to send again", exc)
                 lost = self._lost()
