@@ -400,10 +400,7 @@ class Acks:
             pipe = self.pipe
             if pipe is not None:
                 try:
-                    if ride is None:
-                        pipe.write(held, starts)
-                    else:
-                        pipe.write(held, starts, ride)
+                    pipe.write(held, starts, ride)
                     return True
                 except Exception:  # reported by the flush that sends the acks again
                     pass
