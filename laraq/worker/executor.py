@@ -241,17 +241,19 @@ class Executor:
                 await self.wait_changed(min(left, TICK))
                 self.keep_alive()
 
-    async def round_end(self, started: bool, *, waiting: bool) -> None:
+    async def round_end(self, started: bool, *, startable: bool) -> None:
         """The end of a round with jobs about: the tasks started run a step (a job that finishes at once never
         yields: the loop runs once a round), the finished ones are reaped without a done callback and a
-        wake-up each; while no slot or no job is free (``waiting``), until a job finishes or a tick passes;
-        then leases and acks are kept up."""
+        wake-up each; then, while every slot is taken or no job waits to start (``startable``: buffered,
+        asked for ahead, or the list may hold more), until a job finishes or a tick passes. Slots are counted
+        after that step: jobs that finished in it free theirs for the next round at once. Then leases and
+        acks are kept up."""
         if self.fresh:
             await self.yield_()
             self.reap_fresh()
         elif started:
             await self.yield_()
-        if self.active > 0 and waiting:
+        if self.active > 0 and (self.active >= self.options.concurrency or not startable):
             await self.wait_changed(TICK)
         self.keep_alive()
 

@@ -219,10 +219,11 @@ class Worker:
             if taken is not None and not taken.popped and executor.active == 0 and not reserver.buffered:
                 await self._empty(taken, jobs)
                 continue
-            # slots left free after a step that took jobs: the next step comes at once (the list may hold
-            # more); otherwise the loop waits for a job to finish or a tick to pass
+            # jobs buffered or asked for ahead, or a step that took jobs (the list may hold more): a slot
+            # free after the round's tasks ran a step takes the next at once; otherwise the loop waits for
+            # a job to finish or a tick to pass
             more = taken is not None and taken.popped and taken.fault is None
-            await executor.round_end(taken is not None, waiting=free <= 0 or not (reserver.ready or more))
+            await executor.round_end(taken is not None, startable=bool(reserver.buffered) or more)
 
     async def _start(self, free: int, jobs: int) -> tuple[int, int]:
         """Start buffered jobs on the free slots (never past ``--max-jobs``, none once told to quit or pause:
