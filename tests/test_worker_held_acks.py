@@ -96,6 +96,37 @@ def test_no_job_starts_while_an_ack_is_held_and_a_pass_shares_one_write(
     assert max(members) > 1
 
 
+def test_a_slot_threads_ack_rides_with_the_next_start(
+        redis_server: Any, redis_client: Any, workers: list[Any], monkeypatch: Any) -> None:
+    """A ``def`` handler on the thread pool: its job's end wakes the loop, so its ack is held too and goes
+    in the write of the next start, not in a write of its own."""
+    _dispatch(redis_server, [0.002] * 400)
+    ran: list[int] = []
+    app = App("held-acks-threads")
+
+    @app.handler(ECHO)
+    def echo(command: Any, job: Any) -> None:
+        time.sleep(float(command["seconds"]))
+        ran.append(int(command["args"]["n"]))
+
+    worker = _worker(redis_server, app, workers, concurrency=10)
+    alone: list[int] = []
+    write = AckPipe.write
+
+    def counted_write(self: AckPipe, acks: dict[str, list[bytes]], starts: Any = None, *rest: Any) -> None:
+        if any(acks.values()) and not starts:
+            alone.append(sum(map(len, acks.values())))
+        write(self, acks, starts, *rest)
+
+    monkeypatch.setattr(AckPipe, "write", counted_write)
+    assert worker.daemon() == 0
+    assert sorted(ran) == list(range(400))
+    assert redis_client.zcard(KEY + ":reserved") == 0 and redis_client.llen(KEY) == 0
+    # only acks with no start left to ride with go alone (the last jobs, a wait on an empty buffer):
+    # written by each slot thread, all 400 would
+    assert len(alone) < 40, alone
+
+
 def test_a_job_done_after_its_lease_is_not_migrated_back_by_its_own_worker(
         redis_server: Any, redis_client: Any, workers: list[Any]) -> None:
     # retry_after 1 and a job of 1.5 s: its reservation has expired when it finishes. The queue is empty

@@ -8,12 +8,14 @@ job that was running. :class:`Acks` keeps that bound at a low cost per job, by m
 * ``sync`` (``--batch 1``): the ``ZREM`` is one round trip, answered before the next pop, as artisan's;
 * ``at-once`` (the default): the ``ZREM`` is *written* on a connection of its own (:class:`AckPipe`: one
   ``send()``; once the bytes are in the kernel, a SIGKILL of the worker no longer stops Redis from running
-  the command), and the replies are read later, many at once. On the loop's thread a finished job's ack
-  is held (:meth:`Acks.ack` with ``hold``) until the loop starts its next job or waits, whichever comes
-  first: it then goes in the same write as the removal of the starting jobs' unstarted records
-  (:meth:`Acks.send_held`). No job starts while an ack is held, so the finished-and-unacked jobs plus
-  the running ones never outnumber ``--concurrency``: what a SIGKILL re-runs is what as many artisan
-  processes would re-run, plus at most the one job whose ack was being written;
+  the command), and the replies are read later, many at once. A finished job's ack is held
+  (:meth:`Acks.ack` with ``hold``: on the loop's thread, or on a slot thread, whose job's end wakes the
+  loop) until the loop starts its next job or waits, whichever comes first: it then goes in the same
+  write as the removal of the starting jobs' unstarted records (:meth:`Acks.send_held`). A job's slot is
+  free for the next start only once its ack is held, and every start sends what is held first, so the
+  finished-and-unacked jobs plus the running ones never outnumber ``--concurrency``: what a SIGKILL
+  re-runs is what as many artisan processes would re-run, plus at most the one job whose ack was being
+  written;
 * ``batched``: acks wait (at most :data:`ACK_MAX_AGE`) and ride on the next reserve call, which runs
   them in its own script: fewer system calls per job, and a SIGKILL may re-run the jobs finished in
   those 50 ms.
@@ -353,7 +355,7 @@ class Acks:
         self._sending = threading.Lock()
         #: when the oldest deferred ack was made (None: none waits)
         self.since: float | None = None
-        #: finished jobs' acks held on the loop's thread until its next start or wait (see the module)
+        #: finished jobs' acks held for the loop's next start or wait (see the module)
         self._held: dict[str, list[bytes]] = {}
         #: when the oldest held ack was made (None: none is held)
         self._held_since: float | None = None

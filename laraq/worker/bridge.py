@@ -37,6 +37,8 @@ class AsyncBridge:
         #: the thread running the daemon's loop (None while the daemon does not run)
         self.loop_thread: int | None = None
         self._aux_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        #: per thread: is it one of the daemon's slot threads (see :meth:`enter_slot`)?
+        self._slot = threading.local()
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """The daemon runs ``loop`` on this thread from now on."""
@@ -54,6 +56,17 @@ class AsyncBridge:
     def on_loop_thread(self) -> bool:
         """Is the caller the thread running the daemon's loop?"""
         return self.loop_thread == threading.get_ident()
+
+    def enter_slot(self) -> None:
+        """The calling thread is one of the daemon's slot threads (the thread pool's initializer): the end
+        of each job it runs wakes the loop."""
+        self._slot.daemon = True
+
+    def loop_follows(self) -> bool:
+        """Does the daemon's loop run before the next job starts, without a wake-up of its own? True on
+        its thread, and on a slot thread (its job's end wakes the loop) while the daemon runs."""
+        return self.loop_thread is not None and (self.loop_thread == threading.get_ident()
+                                                 or getattr(self._slot, "daemon", False))
 
     def call(self, handler: Handler, argument: Any, job: Job, running: Running | None) -> None:
         """Run ``handler`` to completion on this thread (an ``async def`` one on the loop thread)."""

@@ -154,7 +154,8 @@ class Executor:
         else:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(self.options.concurrency,
-                                                                   thread_name_prefix="laraq-slot")
+                                                                   thread_name_prefix="laraq-slot",
+                                                                   initializer=self.bridge.enter_slot)
             self.active += 1
             future = self._pool.submit(self._run, job, running)
             future.add_done_callback(

@@ -107,9 +107,9 @@ class Settle:
     # -- JobActions -------------------------------------------------------------------------------------
 
     def delete(self, job: Job) -> None:
-        """The ack: held until the loop's next start or wait when this is the loop's thread (see
-        :mod:`laraq.protocol.acks`), else written at once."""
-        self.acks.ack(job.queue, job.reserved, hold=self.bridge.on_loop_thread())
+        """The ack: held until the loop's next start or wait when the loop runs before any job starts (its
+        own thread, a slot thread: see :mod:`laraq.protocol.acks`), else written at once."""
+        self.acks.ack(job.queue, job.reserved, hold=self.bridge.loop_follows())
 
     def release(self, job: Job, delay: Delay) -> None:
         retrying(lambda: self.queue.release(job.reserved_job, delay))
