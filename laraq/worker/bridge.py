@@ -37,8 +37,8 @@ class AsyncBridge:
         #: the thread running the daemon's loop (None while the daemon does not run)
         self.loop_thread: int | None = None
         self._aux_pool: concurrent.futures.ThreadPoolExecutor | None = None
-        #: per thread: is it one of the daemon's slot threads (see :meth:`enter_slot`)?
-        self._slot = threading.local()
+        #: the daemon's slot threads (see :meth:`enter_slot`)
+        self._slot_threads: set[int] = set()
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """The daemon runs ``loop`` on this thread from now on."""
@@ -49,6 +49,7 @@ class AsyncBridge:
         """The daemon's loop stopped: forget it and stop the pool."""
         self.loop = None
         self.loop_thread = None
+        self._slot_threads.clear()  # the daemon's pool stops with it
         if self._aux_pool is not None:
             self._aux_pool.shutdown(wait=False)
             self._aux_pool = None
@@ -60,13 +61,13 @@ class AsyncBridge:
     def enter_slot(self) -> None:
         """The calling thread is one of the daemon's slot threads (the thread pool's initializer): the end
         of each job it runs wakes the loop."""
-        self._slot.daemon = True
+        self._slot_threads.add(threading.get_ident())
 
     def loop_follows(self) -> bool:
         """Does the daemon's loop run before the next job starts, without a wake-up of its own? True on
         its thread, and on a slot thread (its job's end wakes the loop) while the daemon runs."""
-        return self.loop_thread is not None and (self.loop_thread == threading.get_ident()
-                                                 or getattr(self._slot, "daemon", False))
+        ident = threading.get_ident()
+        return self.loop_thread is not None and (self.loop_thread == ident or ident in self._slot_threads)
 
     def call(self, handler: Handler, argument: Any, job: Job, running: Running | None) -> None:
         """Run ``handler`` to completion on this thread (an ``async def`` one on the loop thread)."""
