@@ -122,9 +122,10 @@ def test_a_slot_threads_ack_rides_with_the_next_start(
     assert worker.daemon() == 0
     assert sorted(ran) == list(range(400))
     assert redis_client.zcard(KEY + ":reserved") == 0 and redis_client.llen(KEY) == 0
-    # only acks with no start left to ride with go alone (the last jobs, a wait on an empty buffer):
-    # written by each slot thread, all 400 would
-    assert len(alone) < 40, alone
+    # acks go alone only with no start to ride with: the last jobs, or a wait the loop began while a slot
+    # thread's job was ending (its ack held, its slot not yet freed). Written by each slot thread, all 400
+    # would
+    assert len(alone) < 100, alone
 
 
 def test_a_job_done_after_its_lease_is_not_migrated_back_by_its_own_worker(
