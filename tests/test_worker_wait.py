@@ -271,7 +271,7 @@ def test_a_wait_longer_than_the_socket_timeout_runs_its_course(
         wait_for(lambda: waits["reserve_wait"] >= 3, timeout=30)  # two waits ran to their timeout
         _push(redis_client, 9)
         wait_for(lambda: ran == [9], timeout=30)
-    assert worker.reserver._down_since is None
+    assert worker.reserver.faults.down_since is None
     assert "unreachable" not in caplog.text
 
 

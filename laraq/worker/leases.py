@@ -12,8 +12,9 @@ stays gone.
 
 Owned by the reserver (:class:`laraq.worker.reserver.Reserver`), which builds it with the worker's
 :class:`~laraq.protocol.reserve.Reserving`, the listeners' flush (a held console line does not wait on a
-round trip), its buffer (the one deque both work on, changed in place) and the question whether a job's
-ack is still among the deferred ones (:meth:`laraq.protocol.acks.Acks.deferred`).
+round trip), the buffer (the one deque it and :class:`~laraq.worker.buffer.JobBuffer` work on, changed in
+place) and the question whether a job's ack is still among the deferred ones
+(:meth:`laraq.protocol.acks.Acks.deferred`).
 """
 
 from __future__ import annotations

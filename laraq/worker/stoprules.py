@@ -20,8 +20,8 @@ from typing import Any, NamedTuple
 
 from laraq.exitcodes import EXIT_ERROR, EXIT_MEMORY_LIMIT, EXIT_SUCCESS
 from laraq.worker.context import WorkerContext
+from laraq.worker.faults import Fault
 from laraq.worker.notes import RunNotes
-from laraq.worker.reserver import Fault
 
 __all__ = ["RESTART_READ_EVERY", "STOP_WHEN_EMPTY_TRIES", "UNKNOWN", "Round", "Stop", "StopRules"]
 

@@ -20,7 +20,8 @@ Redis Cluster) the removal is one round trip whose answer decides: a record anot
 meanwhile means the job is not run here, it is already back in the list.
 
 Owned by the reserver (:class:`laraq.worker.reserver.Reserver`), which builds it with the worker's
-:class:`~laraq.protocol.reserve.Reserving`, its acks and its buffer (the one deque, changed in place).
+:class:`~laraq.protocol.reserve.Reserving`, its acks and the buffer (the one deque it and
+:class:`~laraq.worker.buffer.JobBuffer` work on, changed in place).
 """
 
 from __future__ import annotations
