@@ -2,8 +2,9 @@
 handed to the loop when they may start.
 
 A reservation becomes a :class:`~laraq.bus.job.Job` (the ``RedisJob`` Laravel's ``RedisQueue::pop`` makes,
-announced by :class:`~laraq.worker.events.JobReserved`, Laravel's ``JobPopped``) or, when Python cannot read its body, the error that says why (for the
-settle step to fail). :class:`JobBuffer` keeps the jobs in a deque it shares with their watchers: the leases
+announced by :class:`~laraq.worker.events.JobReserved`, Laravel's ``JobPopped``) or, when Python cannot
+read its body, the error that says why (for the settle step to fail). :class:`JobBuffer` keeps the jobs
+in a deque it shares with their watchers: the leases
 (:class:`~laraq.worker.leases.Leases`, renewed if stale) and the unstarted records
 (:class:`~laraq.worker.unstarted.Unstarted`, removed before a job starts, in one write with the held acks).
 Laravel's own pop (``--batch 1``) starts its job at once: no lease to watch, no unstarted record.
