@@ -9,10 +9,12 @@ through :meth:`RunNotes.state`, and the stop is said once by :meth:`RunNotes.sto
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
 import resource
+import threading
 from collections.abc import Callable
 
 from laraq.exitcodes import EXIT_MEMORY_LIMIT
@@ -23,14 +25,42 @@ log = logging.getLogger("laraq.worker.worker")
 
 
 
+#: MB per page of resident memory
+_PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 1048576
+#: ``/proc/self/statm``, held open by this process (a forked child opens its own: see _forget_statm)
+_statm: int | None = None
+_statm_lock = threading.Lock()
+
+
 def rss_mb() -> float:
-    """Resident memory of this process in MB (Laravel compares ``memory_get_usage(true)``)."""
+    """Resident memory of this process in MB (Laravel compares ``memory_get_usage(true)``): one
+    ``pread`` of ``/proc/self/statm``, held open (the loop reads it after every reserve step, and each
+    system call of an open-read-close hands the GIL to the slot threads and waits to get it back)."""
     try:
-        with open("/proc/self/statm", "rb") as fh:
-            pages = int(fh.read().split()[1])
-        return pages * os.sysconf("SC_PAGE_SIZE") / 1048576
+        fd = _statm if _statm is not None else _open_statm()
+        return int(os.pread(fd, 128, 0).split()[1]) * _PAGE_MB
     except (OSError, ValueError, IndexError):
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _open_statm() -> int:
+    global _statm
+    with _statm_lock:
+        if _statm is None:
+            _statm = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+        return _statm
+
+
+def _forget_statm() -> None:
+    """In a forked child: the inherited descriptor reads the parent's ``/proc/self``; the child opens its own."""
+    global _statm
+    if _statm is not None:
+        fd, _statm = _statm, None
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+os.register_at_fork(after_in_child=_forget_statm)
 
 
 def release_free_memory() -> bool:
