@@ -1,10 +1,10 @@
 """A free slot takes the next job at once while jobs wait to start: buffered, or asked for ahead.
 
 The loop waits for a running job to finish only when every slot is taken or no job waits. Two rounds
-used to wait with a slot free: when the buffer ran dry while the next batch was asked for ahead (the
-batch was landed only after a running job ended), and when jobs finished during the round's own step of
-the tasks (the slots were counted before that step). Nothing timed: the test records, at every wait, the
-slots taken and the jobs waiting to start.
+are at stake: the buffer runs dry while the next batch is asked for ahead (that batch is landed at once,
+not after a running job ends), and jobs finish during the round's own step of the tasks (the slots are
+counted after that step). Nothing timed: the test records, at every wait, the slots taken and the jobs
+waiting to start.
 """
 
 from __future__ import annotations
