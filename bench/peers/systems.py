@@ -480,6 +480,7 @@ def noop_variants() -> list[Variant]:
     return [
         Variant("laraq", "work (defaults)", "noop", 1),
         Variant("laraq", "--acks batched", "noop", 1, {"args": ["--acks", "batched"]}, quick=False),
+        Variant("laraq", "--concurrency 50", "noop", 50, quick=False),
         Variant("artisan", "queue:work", "noop", 1),
         Variant("rq", "SimpleWorker", "noop", 1, {"args": ["--worker-class", "rq.worker.SimpleWorker"]},
                 jobs_factor=0.25),
