@@ -16,6 +16,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -294,6 +295,22 @@ def pyapp(request: pytest.FixtureRequest, redis_client: redis.Redis, redis_serve
 
 
 # -- in-process workers ------------------------------------------------------------------------------------
+
+def in_process_worker(redis_server: RedisServer, app: Any, workers: list, *, queue: str, **opts: Any) -> Any:
+    """A worker built in this process as ``laraq work`` builds it, on ``redis_server``'s queue ``queue``:
+    the Laravel 8 profile, ``--sleep 0 --stop-when-empty --quiet``, the array cache, no ``--memory`` limit in
+    reach; ``opts`` are more ``laraq work`` options, or these changed. Appended to ``workers`` (closed after
+    the test)."""
+    from laraq.cli.work import build_worker, default_params
+
+    params = default_params(**{"laravel": "8", "sleep": 0, "stop_when_empty": True, "quiet": True, "queue": queue,
+                               "redis_url": redis_server.url, "prefix": "laravel_database_", "memory": 1 << 20,
+                               **opts})
+    env = {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(redis_server.port), "CACHE_DRIVER": "array"}
+    worker = build_worker(params, env=env, app=app)
+    workers.append(worker)
+    return worker
+
 
 @pytest.fixture
 def workers() -> Iterator[list]:

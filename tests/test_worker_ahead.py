@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import redis
+from conftest import in_process_worker
 
 from laraq.app import App
 from laraq.bus.dispatch import Dispatcher
@@ -33,12 +34,7 @@ def _fill(redis_server: Any, count: int) -> None:
 
 
 def _worker(redis_server: Any, app: App, workers: list[Any], **opts: Any) -> Any:
-    params = default_params(laravel="8", sleep=0, quiet=True, queue="ahead", redis_url=redis_server.url,
-                            prefix=PREFIX, memory=1 << 20, **{"stop_when_empty": True, **opts})
-    env = {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(redis_server.port), "CACHE_DRIVER": "array"}
-    worker = build_worker(params, env=env, app=app)
-    workers.append(worker)
-    return worker
+    return in_process_worker(redis_server, app, workers, queue="ahead", **opts)
 
 
 def _counting(worker: Any) -> dict[str, int]:

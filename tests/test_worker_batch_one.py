@@ -8,10 +8,10 @@ import asyncio
 from typing import Any
 
 import pytest
+from conftest import in_process_worker
 
 from laraq.app import App
 from laraq.bus.dispatch import Dispatcher
-from laraq.cli.work import build_worker, default_params
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.versions import LaravelVersion
 
@@ -40,12 +40,7 @@ def test_every_slot_fills_whatever_the_batch(redis_server: Any, redis_client: An
             in_flight["now"] -= 1
         ran.append(int(command["args"]["n"]))
 
-    params = default_params(laravel="8", sleep=0, stop_when_empty=True, quiet=True, queue="one",
-                            redis_url=redis_server.url, prefix=PREFIX, memory=1 << 20, concurrency=10,
-                            batch=batch)
-    env = {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(redis_server.port), "CACHE_DRIVER": "array"}
-    worker = build_worker(params, env=env, app=app)
-    workers.append(worker)
+    worker = in_process_worker(redis_server, app, workers, queue="one", concurrency=10, batch=batch)
     assert worker.daemon() == 0
     assert sorted(ran) == list(range(40))
     assert in_flight["most"] == 10

@@ -18,9 +18,10 @@ import threading
 import time
 from typing import Any
 
+from conftest import in_process_worker
+
 from laraq.app import App
 from laraq.bus.dispatch import Dispatcher
-from laraq.cli.work import build_worker, default_params
 from laraq.protocol.acks import AckPipe
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.versions import LaravelVersion
@@ -50,12 +51,7 @@ def _app(ran: list[int]) -> App:
 
 
 def _worker(redis_server: Any, app: App, workers: list[Any], **opts: Any) -> Any:
-    params = default_params(laravel="8", sleep=0, stop_when_empty=True, quiet=True, queue="held",
-                            redis_url=redis_server.url, prefix=PREFIX, memory=1 << 20, **opts)
-    env = {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(redis_server.port), "CACHE_DRIVER": "array"}
-    worker = build_worker(params, env=env, app=app)
-    workers.append(worker)
-    return worker
+    return in_process_worker(redis_server, app, workers, queue="held", **opts)
 
 
 def test_no_job_starts_while_an_ack_is_held_and_a_pass_shares_one_write(

@@ -17,10 +17,10 @@ import sys
 from typing import Any
 
 import pytest
+from conftest import in_process_worker
 
 from laraq.app import App
 from laraq.bus.dispatch import Dispatcher
-from laraq.cli.work import build_worker, default_params
 from laraq.protocol.phparray import PHPArray
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.versions import LaravelVersion
@@ -39,12 +39,7 @@ def _fill(redis_server: Any, modes: list[str], queue: str = "hot") -> None:
 
 
 def _worker(redis_server: Any, app: App, workers: list[Any], **opts: Any) -> Any:
-    params = default_params(laravel="8", sleep=0, stop_when_empty=True, quiet=True, queue="hot",
-                            redis_url=redis_server.url, prefix=PREFIX, memory=1 << 20, **opts)
-    env = {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(redis_server.port), "CACHE_DRIVER": "array"}
-    worker = build_worker(params, env=env, app=app)
-    workers.append(worker)
-    return worker
+    return in_process_worker(redis_server, app, workers, queue="hot", **opts)
 
 
 @pytest.fixture(params=["worker-loop", "plain-asyncio-loop"])

@@ -13,10 +13,10 @@ import asyncio
 from typing import Any
 
 import pytest
+from conftest import in_process_worker
 
 from laraq.app import App
 from laraq.bus.dispatch import Dispatcher
-from laraq.cli.work import build_worker, default_params
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.versions import LaravelVersion
 
@@ -48,11 +48,7 @@ def test_no_wait_with_a_slot_free_and_a_job_waiting(redis_server: Any, redis_cli
             await asyncio.sleep(float(command["seconds"]))
             ran.append(int(command["args"]["n"]))
 
-    params = default_params(laravel="8", sleep=0, stop_when_empty=True, quiet=True, queue="fill",
-                            redis_url=redis_server.url, prefix=PREFIX, memory=1 << 20, concurrency=4, batch=8)
-    env = {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(redis_server.port), "CACHE_DRIVER": "array"}
-    worker = build_worker(params, env=env, app=app)
-    workers.append(worker)
+    worker = in_process_worker(redis_server, app, workers, queue="fill", concurrency=4, batch=8)
     executor, reserver = worker.executor, worker.reserver
     waits: list[tuple[int, int]] = []
     wait_changed = executor.wait_changed

@@ -26,12 +26,12 @@ from typing import Any
 
 import pytest
 import redis
+from conftest import in_process_worker
 from phpapp import PhpApp
 from test_worker_support import popen_laraq, wait_for
 
 from laraq.app import App
 from laraq.bus.dispatch import Dispatcher
-from laraq.cli.work import build_worker, default_params
 from laraq.protocol import acks as acks_module
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.versions import LaravelVersion
@@ -123,13 +123,7 @@ def _app(ran: list[int], started: list[float] | None = None) -> App:
 
 
 def _worker(redis_server: Any, app: App, workers: list[Any], **opts: Any) -> Any:
-    params = default_params(laravel="8", sleep=0, quiet=True, queue=QUEUE,
-                            redis_url=opts.pop("redis_url", redis_server.url), prefix=PREFIX, memory=1 << 20,
-                            block_for=opts.pop("block_for", 5), **opts)
-    env = {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(redis_server.port), "CACHE_DRIVER": "array"}
-    worker = build_worker(params, env=env, app=app)
-    workers.append(worker)
-    return worker
+    return in_process_worker(redis_server, app, workers, queue=QUEUE, **{"block_for": 5, **opts})
 
 
 class _Running:

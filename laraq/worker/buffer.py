@@ -63,7 +63,8 @@ class JobBuffer:
             if isinstance(job, PayloadError):
                 unreadable.append((item, job))
                 continue
-            self.buffer.append(Buffered(job, lease, unstarted_until if len(item.body) <= RECORD_MAX_BYTES else math.inf))
+            recorded = unstarted_until if len(item.body) <= RECORD_MAX_BYTES else math.inf
+            self.buffer.append(Buffered(job, lease, recorded))
             count += 1
         if reserved and record:
             self.leases.note_lease(lease)

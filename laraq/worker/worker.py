@@ -204,7 +204,7 @@ class Worker:
                 jobs += self._unreadable(taken)
             elif memory == "drain" and not reserver.buffered:
                 return await self._stop(Stop(EXIT_MEMORY_LIMIT, "over --memory"))
-            free, jobs = await self._start(free, jobs)
+            jobs = await self._start(free, jobs)
             if opts.once and taken is not None and (taken.popped or not taken.more):  # a look under way goes on
                 if not taken.popped:
                     await executor.idle(opts.sleep)
@@ -225,9 +225,9 @@ class Worker:
             more = taken is not None and taken.popped and taken.fault is None
             await executor.round_end(taken is not None, startable=bool(reserver.buffered) or more)
 
-    async def _start(self, free: int, jobs: int) -> tuple[int, int]:
-        """Start buffered jobs on the free slots (never past ``--max-jobs``, none once told to quit or pause:
-        they are given back); the slots and jobs after."""
+    async def _start(self, free: int, jobs: int) -> int:
+        """Start buffered jobs on the ``free`` slots (never past ``--max-jobs``, none once told to quit or
+        pause: they are given back); the jobs taken after."""
         opts, reserver, executor, rules, signals = self.options, self.reserver, self.executor, self.rules, self.signals
         while free > 0 and not (opts.max_jobs and jobs >= opts.max_jobs) and not signals.should_quit \
                 and not signals.paused:
@@ -240,7 +240,7 @@ class Worker:
             for item in ready:
                 if signals.should_quit or signals.paused:
                     reserver.not_started(ready[ready.index(item):])
-                    return free, jobs
+                    return jobs
                 jobs += 1
                 self._unreported += 1
                 free -= 1
@@ -250,7 +250,7 @@ class Worker:
             del ready, item
             if opts.rest > 0:
                 await executor.idle(opts.rest)
-        return free, jobs
+        return jobs
 
     def _unreadable(self, taken: Taken) -> int:
         """Reservations Python cannot read go to ``failed_jobs`` (popped all the same: they count)."""
