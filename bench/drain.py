@@ -9,8 +9,12 @@ Redis' is the ``redis-server``'s own CPU (``INFO cpu``) over the run, and the co
 too). No console lines are kept (the worker's output goes to ``/dev/null``). Where ``bench/run.py`` compares with artisan and the ceilings, this
 isolates what an option costs the worker and Redis.
 
+The variant ``floor`` is not a worker: ``bench/floor.py`` sends the default's Redis traffic from a bare
+loop with no job model, so its row is what the wire alone costs a Python process.
+
     python3 bench/drain.py                                  # the default and --acks batched
     python3 bench/drain.py --jobs 50000 --rounds 3 -- "" "--acks batched" "--no-prefetch"
+    python3 bench/drain.py --jobs 50000 --rounds 3 -- "" floor
 
 (A variant that is one option, like ``--no-prefetch``, needs the ``--`` before the variants.)
 """
@@ -29,7 +33,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from run import ECHO, LARAVEL, PREFIX  # noqa: E402
 from scale import Sides, command_calls, fill_list, loadavg, redis_cpu  # noqa: E402
+
+FLOOR = Path(__file__).resolve().parent / "floor.py"
 
 
 def main() -> int:
@@ -50,7 +57,12 @@ def main() -> int:
             for _ in range(args.rounds):
                 for extra in variants:
                     fill_list(client, keys.list, template, args.jobs)
-                    cmd = [*sides.laraq.worker_cmd(name, stop_when_empty=True, sleep=1), "--no-supervise", *extra]
+                    if extra == ["floor"]:
+                        cmd = [sys.executable, str(FLOOR), f"redis://127.0.0.1:{sides.server.port}/0", PREFIX, name,
+                               LARAVEL, ECHO]
+                    else:
+                        cmd = [*sides.laraq.worker_cmd(name, stop_when_empty=True, sleep=1), "--no-supervise",
+                               *extra]
                     client.config_resetstat()
                     redis_before = redis_cpu(client)
                     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -69,7 +81,7 @@ def main() -> int:
                     if proc.returncode:
                         sys.stderr.write(proc.stderr.decode(errors="replace")[-2000:])
                         return 1
-                    if client.llen(keys.list) or client.zcard(keys.reserved):
+                    if client.llen(keys.list) or client.zcard(keys.reserved) or client.zcard(keys.unstarted):
                         print("  jobs left in the queue!", flush=True)
                         return 1
         finally:
