@@ -2,13 +2,13 @@
 r"""The default's Redis traffic from a bare Python loop: what the wire alone costs a Python process.
 
 ``laraq work``'s default (``--acks at-once``, ``--concurrency 1``) sends Redis, per job, one write: the
-previous job's ``ZREM :reserved`` and this job's ``ZREM :laraq-unstarted``; per 32 jobs, one batch reserve
-(laraq's selective reserve under the default ``--unhandled leave``: only jobs with a Python handler,
-recording the unstarted records) sent ahead while the jobs run. This
-loop sends exactly that, through the same :class:`~laraq.protocol.reserve.Reserving` calls, and parses each
-payload's JSON, and does nothing else: no job model, no handler, no events, no output, no timeouts. Redis
-does the same work per job as for the worker; the difference in the client's CPU is what the job model
-costs. ``bench/drain.py`` runs it as its ``floor`` variant, beside the worker, in the same rounds.
+previous job's ``ZREM :reserved`` and this job's ``ZREM :laraq-unstarted``; per 32 jobs, one batch
+reserve sent ahead while the jobs run (laraq's selective reserve under the default ``--unhandled
+leave``: only jobs with a Python handler, each recorded as unstarted). This loop sends the same
+commands through the same :class:`~laraq.protocol.reserve.Reserving` calls, parses each payload's JSON,
+and does nothing else: no job model, no handler, no events, no output, no timeouts. Redis does the same
+work per job as for the worker; the difference in the client's CPU is what the job model costs.
+``bench/drain.py`` runs it as its ``floor`` variant, beside the worker, in the same rounds.
 
     python3 bench/floor.py redis://127.0.0.1:6379/0 laravel_database_ drain 8.83.27 'App\Jobs\EchoJob'
 
