@@ -28,15 +28,12 @@ import hiredis
 import orjson
 import redis
 
+from laraq.protocol.acks import _zrem  # the worker's own packer of its ack writes
 from laraq.protocol.lua_laraq import unstarted_member
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.reserve import PendingReserve
 
 BATCH = 32
-
-
-def _zrem(key: bytes, member: bytes) -> bytes:
-    return b"*3\r\n$4\r\nZREM\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" % (len(key), key, len(member), member)
 
 
 def drain(queue: RedisQueue, name: str, handled: list[str]) -> int:
@@ -60,9 +57,9 @@ def drain(queue: RedisQueue, name: str, handled: list[str]) -> int:
         pending = send() if len(jobs) == BATCH else None
         for job in jobs:
             orjson.loads(job.body)
-            data = _zrem(unstarted_key, unstarted_member(job.reserved, job.body))
+            data = _zrem(unstarted_key, [unstarted_member(job.reserved, job.body)])
             if previous is not None:
-                data = _zrem(reserved_key, previous) + data
+                data = _zrem(reserved_key, [previous]) + data
                 owed += 1
             raw.sendall(data)
             owed += 1
