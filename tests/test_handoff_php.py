@@ -104,10 +104,16 @@ def steps_run(php: PhpApp) -> list[tuple[int, str]]:
 
 
 def queue_uuids(php: PhpApp, redis_client: Any) -> list[str]:
-    """The jobs waiting on ``QUEUE`` or reserved by a worker (the PHP worker keeps taking a handed job back)."""
+    """The jobs waiting on ``QUEUE`` or reserved by a worker (the PHP worker keeps taking a handed job back).
+
+    Both lists are read in one transaction: read one after the other, a job the PHP worker hands over
+    between the two reads (``:reserved`` back to the queue) is in neither answer."""
     key = php.prefix + "queues:" + QUEUE
-    members = redis_client.lrange(key, 0, -1) + redis_client.zrange(key + ":reserved", 0, -1)
-    return sorted({json.loads(m)["uuid"] for m in members})
+    pipe = redis_client.pipeline(transaction=True)
+    pipe.lrange(key, 0, -1)
+    pipe.zrange(key + ":reserved", 0, -1)
+    waiting, reserved = pipe.execute()
+    return sorted({json.loads(m)["uuid"] for m in waiting + reserved})
 
 
 def settled(php: PhpApp, redis_client: Any) -> bool:
