@@ -132,6 +132,33 @@ def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
     client.close()
 
 
+QUEUE_PARTS = ("", ":reserved", ":delayed")
+
+
+def queue_jobs(client: redis.Redis, key: str, parts: tuple[str, ...] = QUEUE_PARTS) -> list[bytes]:
+    """The job bodies on a queue's list (``""``) and sorted sets (``":reserved"``, ``":delayed"``), read
+    in one transaction. Read one after another, a job that moves between them meanwhile (popped, released,
+    migrated from ``:delayed``) is seen twice or not at all, and a queue still busy can read as empty."""
+    pipe = client.pipeline(transaction=True)
+    for part in parts:
+        if part:
+            pipe.zrange(key + part, 0, -1)
+        else:
+            pipe.lrange(key, 0, -1)
+    return [body for bodies in pipe.execute() for body in bodies]
+
+
+def queue_count(client: redis.Redis, key: str, parts: tuple[str, ...] = QUEUE_PARTS) -> int:
+    """How many jobs :func:`queue_jobs` reads (counted in one transaction, for the same reason)."""
+    pipe = client.pipeline(transaction=True)
+    for part in parts:
+        if part:
+            pipe.zcard(key + part)
+        else:
+            pipe.llen(key)
+    return int(sum(pipe.execute()))
+
+
 def dump_redis(client: redis.Redis, dbs: tuple[int, ...] = (0,)) -> dict[str, object]:
     """Every key of the given databases with its type and full contents, for state comparisons."""
     state: dict[str, object] = {}

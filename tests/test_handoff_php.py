@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import require
+from conftest import queue_count, queue_jobs, require
 from horizon_support import HORIZON_PREFIX, HORIZON_RELEASE_LINES
 from phpapp import PhpApp, live_missing
 from test_worker_support import plain, popen_laraq, record, wait_for
@@ -104,21 +104,13 @@ def steps_run(php: PhpApp) -> list[tuple[int, str]]:
 
 
 def queue_uuids(php: PhpApp, redis_client: Any) -> list[str]:
-    """The jobs waiting on ``QUEUE`` or reserved by a worker (the PHP worker keeps taking a handed job back).
-
-    Both lists are read in one transaction: read one after the other, a job the PHP worker hands over
-    between the two reads (``:reserved`` back to the queue) is in neither answer."""
-    key = php.prefix + "queues:" + QUEUE
-    pipe = redis_client.pipeline(transaction=True)
-    pipe.lrange(key, 0, -1)
-    pipe.zrange(key + ":reserved", 0, -1)
-    waiting, reserved = pipe.execute()
-    return sorted({json.loads(m)["uuid"] for m in waiting + reserved})
+    """The jobs waiting on ``QUEUE`` or reserved by a worker (the PHP worker keeps taking a handed job back)."""
+    members = queue_jobs(redis_client, php.prefix + "queues:" + QUEUE, ("", ":reserved"))
+    return sorted({json.loads(m)["uuid"] for m in members})
 
 
 def settled(php: PhpApp, redis_client: Any) -> bool:
-    key = php.prefix + "queues:" + QUEUE
-    return redis_client.llen(key) + redis_client.zcard(key + ":reserved") + redis_client.zcard(key + ":delayed") == 0
+    return queue_count(redis_client, php.prefix + "queues:" + QUEUE) == 0
 
 
 def test_chain_runs_each_step_once_in_order(side: Side, redis_client: Any) -> None:

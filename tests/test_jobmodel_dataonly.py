@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import test_worker_support as support
+from conftest import queue_count
 from phpapp import PhpApp
 
 from laraq.app import App
@@ -136,5 +137,4 @@ def test_a_job_only_php_can_run_goes_to_the_php_queue_once(app: PhpApp, redis_cl
 
 
 def pending_all(app: PhpApp, redis_client: Any, queue: str) -> int:
-    key = app.prefix + "queues:" + queue
-    return redis_client.llen(key) + sum(redis_client.zcard(key + s) for s in (":delayed", ":reserved"))
+    return queue_count(redis_client, app.prefix + "queues:" + queue)

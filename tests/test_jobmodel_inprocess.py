@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import test_worker_support as support
+from conftest import queue_count
 from phpapp import PhpApp
 
 from laraq.app import App
@@ -75,8 +76,7 @@ def artisan_drain(app: PhpApp, queues: str) -> None:
 
 
 def pending(app: PhpApp, redis_client: Any, queue: str) -> int:
-    key = app.prefix + "queues:" + queue
-    return redis_client.llen(key) + sum(redis_client.zcard(key + s) for s in (":delayed", ":reserved"))
+    return queue_count(redis_client, app.prefix + "queues:" + queue)
 
 
 def drain(app: PhpApp, redis_client: Any, workers: list[Worker]) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import test_worker_support as support
+from conftest import queue_count
 from phpapp import PhpApp
 
 from laraq.cli.work import build_worker, default_params
@@ -51,8 +52,7 @@ def laraq_drain(app: PhpApp, workers: list[Worker], queue: str = "lq") -> None:
 
 
 def pending(app: PhpApp, redis_client: Any, queue: str) -> int:
-    return sum(redis_client.llen(app.prefix + "queues:" + queue) + redis_client.zcard(app.prefix + "queues:" + queue + suffix)
-               for suffix in (":delayed", ":reserved"))
+    return queue_count(redis_client, app.prefix + "queues:" + queue)
 
 
 def drain_both(app: PhpApp, redis_client: Any, workers: list[Worker], rounds: int = 8) -> None:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from conftest import queue_count
 
 from laraq.app import App
 from laraq.protocol.queue import RedisQueue
@@ -354,8 +355,7 @@ def test_laraq_work_with_schedule_fires_and_runs_python_entries_in_one_process(r
     ran = out.read_text().splitlines() if out.exists() else []
     assert len(history) >= 2
     # every firing whose job the worker took before --max-time ran once; the rest still wait in the queue
-    waiting = (redis_client.llen(f"{PREFIX}queues:py") + redis_client.zcard(f"{PREFIX}queues:py:reserved")
-               + redis_client.zcard(f"{PREFIX}queues:py:delayed"))
+    waiting = queue_count(redis_client, f"{PREFIX}queues:py")
     assert len(ran) + waiting == len(history)
     assert sorted(ran) == sorted({line for line in ran})
     assert {int(line.split()[1]) for line in ran} <= {h["due"] for h in history}

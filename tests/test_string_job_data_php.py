@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import test_worker_support as support
+from conftest import queue_count
 from phpapp import PhpApp
 
 from laraq.app import App
@@ -93,7 +94,7 @@ def test_a_string_job_whose_data_names_a_command_runs_as_a_string_job(app: PhpAp
         assert failed == []
     for name in (QUEUE, "php"):
         key = app.prefix + "queues:" + name
-        assert redis_client.llen(key) + redis_client.zcard(key + ":reserved") + redis_client.zcard(key + ":delayed") == 0
+        assert queue_count(redis_client, key) == 0
 
 
 @pytest.mark.parametrize("op", ["success", "failed"])
@@ -157,10 +158,10 @@ def test_on_a_real_apps_shared_queue_neither_worker_unserializes_a_string_jobs_d
     artisan = None
     try:
         # laraq alone works the first ten; then artisan joins and both work the next ten
-        wait_for(lambda: client.llen(key) + client.zcard(key + ":reserved") == 0, timeout=120, interval=0.1)
+        wait_for(lambda: queue_count(client, key, ("", ":reserved")) == 0, timeout=120, interval=0.1)
         artisan = app.popen_artisan("queue:work", "--sleep=0", "--tries=1", "--quiet")
         dispatch(10)
-        wait_for(lambda: client.llen(key) + client.zcard(key + ":reserved") == 0, timeout=120, interval=0.1)
+        wait_for(lambda: queue_count(client, key, ("", ":reserved")) == 0, timeout=120, interval=0.1)
     finally:
         procs = [p for p in (laraq, artisan) if p is not None]
         for proc in procs:

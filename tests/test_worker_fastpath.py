@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import test_worker_support as support
+from conftest import queue_count
 from phpapp import PhpApp
 from pyapp import PyApp
 from test_worker_support import popen_laraq, wait_for
@@ -82,7 +83,7 @@ def _drain(app: PyApp, workers: list[Worker]) -> None:
 
 
 def _left(redis_client: Any) -> int:
-    return redis_client.llen(KEY) + redis_client.zcard(KEY + ":reserved") + redis_client.zcard(KEY + ":delayed")
+    return queue_count(redis_client, KEY)
 
 
 def _stop(procs: list[subprocess.Popen[str]]) -> None:

@@ -17,6 +17,7 @@ import subprocess
 from typing import Any
 
 import pytest
+from conftest import queue_count
 from phpapp import PhpApp
 from test_worker_support import popen_laraq, wait_for
 
@@ -51,7 +52,7 @@ def test_php_and_python_workers_share_a_queue_through_crashes(laravel: str, redi
 
         def all_done() -> bool:
             ran = {r["uuid"] for r in app.runs()}
-            left = redis_client.llen(KEY) + redis_client.zcard(KEY + ":reserved") + redis_client.zcard(KEY + ":delayed")
+            left = queue_count(redis_client, KEY)
             return ran >= uuids and left == 0
 
         wait_for(all_done, timeout=120, interval=0.2)

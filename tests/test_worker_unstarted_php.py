@@ -20,6 +20,7 @@ import subprocess
 from typing import Any
 
 import pytest
+from conftest import queue_count
 from phpapp import PhpApp
 from test_worker_support import popen_laraq, wait_for
 
@@ -62,8 +63,7 @@ def test_a_killed_laraq_beside_artisan_loses_nothing_and_runs_nothing_twice(php:
         laraq.communicate(timeout=60)
         again = popen_laraq(php, *laraq_flags)
         # everything ran or failed: the list, :reserved and :delayed are empty
-        wait_for(lambda: redis_client.llen(key) + redis_client.zcard(key + ":reserved")
-                 + redis_client.zcard(key + ":delayed") == 0, timeout=300, interval=0.2)
+        wait_for(lambda: queue_count(redis_client, key) == 0, timeout=300, interval=0.2)
     finally:
         _stop(artisan, laraq, *(p for p in (again,) if p is not None))
     runs = php.runs()
