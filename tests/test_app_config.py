@@ -311,11 +311,12 @@ def test_readme_banner_sample_is_the_real_banner(redis_client: Any, redis_server
     # the test's Redis port stands for the default one (scripts/run sets no REDIS_PORT), its HOME for /root
     banner = (banner.replace(f":{redis_server.port}/", ":6379/").replace("[environment REDIS_PORT]", "[assumed]")
               .replace(str(tmp_path), "/root"))
-    from laraq.cli.startup import console_lines_path, unserialize_path
+    from laraq.cli.startup import console_lines_path, event_loop_path, unserialize_path
 
     expected = sample.group(1)
     expected = expected.replace("C (laraq._speedups)\n  console", unserialize_path() + "\n  console")
     expected = re.sub(r"(console lines    )[^\n]*", lambda m: m.group(1) + console_lines_path(), expected)
+    expected = re.sub(r"(event loop       )[^\n]*", lambda m: m.group(1) + event_loop_path(), expected)
     assert banner == expected
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import importlib.util
 import sys
 from typing import Any
 
@@ -24,7 +25,7 @@ from laraq.bus.dispatch import Dispatcher
 from laraq.protocol.phparray import PHPArray
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.versions import LaravelVersion
-from laraq.worker.eager import JOB_TASK_NAME
+from laraq.worker.eager import JOB_TASK_NAME, running_loop_name
 
 PREFIX = "laravel_database_"
 ECHO = "App\\Jobs\\EchoJob"
@@ -42,13 +43,15 @@ def _worker(redis_server: Any, app: App, workers: list[Any], **opts: Any) -> Any
     return in_process_worker(redis_server, app, workers, queue="hot", **opts)
 
 
-@pytest.fixture(params=["worker-loop", "plain-asyncio-loop"])
+@pytest.fixture(params=["worker-loop", "asyncio-worker-loop", "plain-asyncio-loop"])
 def loop_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The worker's own loop (``WorkerLoop`` on 3.11: hands a task's first step over), and a plain
-    asyncio loop (as under another event-loop policy: on 3.11 the first step is then scheduled the
-    ordinary way; 3.12+ starts it eagerly on any loop)."""
+    """The worker's own loop (uvloop where installed, ``--loop asyncio``; on 3.11 each hands a task's
+    first step over), and a plain asyncio loop (as under another event-loop policy: on 3.11 the first
+    step is then scheduled the ordinary way; 3.12+ starts it eagerly on any loop)."""
     if request.param == "plain-asyncio-loop":
-        monkeypatch.setattr("laraq.worker.worker.new_worker_loop", asyncio.new_event_loop)
+        monkeypatch.setattr("laraq.worker.worker.new_worker_loop", lambda kind: asyncio.new_event_loop())
+    elif request.param == "asyncio-worker-loop":
+        monkeypatch.setenv("LARAQ_LOOP", "asyncio")
     return str(request.param)
 
 
@@ -67,7 +70,8 @@ def test_async_jobs_run_in_their_own_task_and_context(redis_server: Any, redis_c
         if command["mode"] == "sleep":
             await asyncio.sleep(0.01)  # suspends: resumed by the loop, still in the same task
         seen.append({"n": command["args"]["n"], "before": before, "task": task, "after": asyncio.current_task(),
-                     "tags": command["args"]["tags"], "daemon": worker.executor.daemon_task, "eager": eager})
+                     "tags": command["args"]["tags"], "daemon": worker.executor.daemon_task, "eager": eager,
+                     "loop": running_loop_name(asyncio.get_running_loop())})
         if command["mode"] == "fail":
             raise RuntimeError("failed on purpose")
 
@@ -86,8 +90,10 @@ def test_async_jobs_run_in_their_own_task_and_context(redis_server: Any, redis_c
     assert worker.daemon() == 0
     # every first step ran at once (the shortcut under test: Python 3.12's eager start, or the worker's
     # own on 3.11), in the job's own task; a plain loop on 3.11 runs it in the next loop pass, same task
-    eager = loop_kind == "worker-loop" or sys.version_info >= (3, 12)
+    eager = loop_kind != "plain-asyncio-loop" or sys.version_info >= (3, 12)
     assert [s["eager"] for s in seen] == [eager] * 5
+    expected_loop = "uvloop" if loop_kind == "worker-loop" and importlib.util.find_spec("uvloop") else "asyncio"
+    assert {s["loop"] for s in seen} == {expected_loop}
     assert [s["n"] for s in seen] == [0, 1, 2, 3, 4]
     assert all(s["before"] is None for s in seen)  # no context leaks from one job into the next
     assert VAR.get() is None

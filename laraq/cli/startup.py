@@ -24,7 +24,10 @@ not detected, the asked-for queues empty while jobs wait under another prefix or
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import importlib.metadata
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +48,7 @@ from laraq.protocol.payload import Payload
 from laraq.protocol.serializer import loads
 from laraq.stores.cache import UnsupportedCacheStore, make_cache
 from laraq.stores.failed import DatabaseUuidFailedJobStore, LazyFailedJobStore, make_failed_store
+from laraq.worker.eager import LoopKind, loop_name
 
 __all__ = [
     "StartupError",
@@ -309,7 +313,8 @@ def limiter_warnings(client: Any, prefix: str, queues: list[str], app: Any, *, s
 
 def describe_setup(settings: LaravelSettings, *, redis_url: str, prefix: str, queues: list[str],
                    retry_after: int | None, block_for: float | None, cache: str, failed: str,
-                   handlers: list[str] | None, app_spec: str | None, warnings: list[str]) -> dict[str, Any]:
+                   handlers: list[str] | None, app_spec: str | None, warnings: list[str],
+                   loop: LoopKind = "auto") -> dict[str, Any]:
     """The banner's facts as a dict (``laraq config --json``); never holds a password or APP_KEY."""
     return {
         "laraq": __version__,
@@ -328,6 +333,7 @@ def describe_setup(settings: LaravelSettings, *, redis_url: str, prefix: str, qu
         "app_key": "set" if settings.app_key else "not set",
         "unserialize": unserialize_path(),
         "console_lines": console_lines_path(),
+        "event_loop": event_loop_path(loop),
         # where the app's config was read (None: .env and the environment only), and each value's source
         "config": settings.app_config_source,
         "settings": setting_facts(settings),
@@ -369,6 +375,24 @@ def console_lines_path() -> str:
                    linesink._speedups is not None and hasattr(linesink._speedups, "LineSink"))
 
 
+def event_loop_path(kind: LoopKind = "auto") -> str:
+    """Which event loop ``async def`` handlers run on, and what chose it (``--loop``, ``LARAQ_LOOP``)."""
+    try:
+        name = loop_name(kind)
+    except ValueError as exc:
+        return str(exc)
+    chosen = f"--loop {kind}" if kind != "auto" else \
+        f"LARAQ_LOOP={os.environ['LARAQ_LOOP'].strip()}" if os.environ.get("LARAQ_LOOP", "").strip() else ""
+    policy = type(asyncio.get_event_loop_policy())
+    if not chosen and policy is not asyncio.DefaultEventLoopPolicy:
+        return f"the app's event-loop policy ({policy.__name__})"
+    if name == "uvloop":
+        return f"uvloop {importlib.metadata.version('uvloop')}" + (f" ({chosen})" if chosen else "")
+    if chosen:
+        return f"asyncio ({chosen})"
+    return "asyncio (uvloop is not installed: pip install uvloop for faster I/O-bound jobs)"
+
+
 def render_setup(info: dict[str, Any]) -> str:
     """The banner as text lines (what ``laraq work`` prints at start and ``laraq config`` prints)."""
     handlers = info.get("handlers")
@@ -398,6 +422,7 @@ def render_setup(info: dict[str, Any]) -> str:
         ("handlers", shown_handlers),
         ("unserialize", info.get("unserialize") or unserialize_path()),
         ("console lines", info.get("console_lines") or console_lines_path()),
+        ("event loop", info.get("event_loop") or event_loop_path()),
     ]
     # queue and class names come from the command line, the app's config and the jobs: shown escaped
     lines = [f"laraq {info['laraq']}"] + [f"  {k:<17}{visible(v)}" for k, v in rows]

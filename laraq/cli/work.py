@@ -70,6 +70,7 @@ from laraq.stores.batches import BatchTable
 from laraq.stores.cache import MaintenanceMode
 from laraq.stores.failed import connect_database
 from laraq.worker.context import WorkerOptions
+from laraq.worker.eager import loop_name
 from laraq.worker.notes import release_free_memory
 from laraq.worker.selection import parse_weights
 from laraq.worker.worker import Worker
@@ -270,6 +271,10 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
     if params.get("stop_when_empty_for") and not settings.version.has_stop_when_empty_for:
         raise click.UsageError(f"--stop-when-empty-for does not exist in Laravel {settings.version} "
                                "(added in 11.53, 12.60 and 13.10)")
+    try:
+        loop_name(params.get("loop") or "auto")
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
     if app is None:
         app = _load_app(params["app_spec"], load_app)
     if not app.names and params.get("app_spec"):
@@ -336,7 +341,7 @@ def prepare(params: dict[str, Any], *, env: Mapping[str, str] | None = None, app
     info = describe_setup(
         settings, redis_url=shown_url, prefix=settings.redis_prefix, queues=names, retry_after=retry_after,
         block_for=block_for, cache=cache.description, failed=failer.description, handlers=list(app.names),
-        app_spec=params.get("app_spec"), warnings=warnings)
+        app_spec=params.get("app_spec"), warnings=warnings, loop=params.get("loop") or "auto")
     return Prepared(settings, app, queue, queues, cache.store, failer.store, encrypter, info, handoff)
 
 
@@ -419,7 +424,7 @@ def build_worker(params: dict[str, Any], *, env: Mapping[str, str] | None = None
         unhandled=params["unhandled"], unhandled_delay=params["unhandled_delay"],
         batch=params.get("batch", 32), prefetch=params.get("prefetch", True),
         php_queue=params.get("php_queue"), scan_window=params.get("scan_window", 200),
-        acks=params.get("acks") or "at-once",
+        acks=params.get("acks") or "at-once", loop=params.get("loop") or "auto",
         fair=bool(params.get("fair")), weights=tuple(_weights(params.get("weights"))),
         max_per_queue=params.get("max_per_queue") or 0, slot_lease=params.get("slot_lease") or 30.0,
         discover_every=params.get("discover_every") or 2.0,

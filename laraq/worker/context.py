@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from laraq.protocol.queue import RedisQueue
     from laraq.protocol.versions import LaravelVersion
     from laraq.stores.failed import FailedJobStore
+    from laraq.worker.eager import LoopKind
     from laraq.worker.events import Listeners
 
 __all__ = ["CacheLike", "Pace", "Signals", "UnhandledPolicy", "WorkerContext", "WorkerOptions"]
@@ -69,6 +70,8 @@ class WorkerOptions:
     rest: float = 0
     once: bool = False
     concurrency: int = 1
+    #: ``--loop``: the event loop jobs' tasks run on (uvloop where installed, else asyncio's own)
+    loop: LoopKind = "auto"
     unhandled: UnhandledPolicy = "leave"
     unhandled_delay: int = 10
     #: Seconds a cancelled async handler gets to unwind before the hard-kill path.

@@ -1,4 +1,9 @@
-"""Starting a job's task with its first step run at once: the only place laraq touches asyncio's internals.
+"""The worker's event loop, and a job's task started with its first step run at once: the only place
+laraq touches asyncio's internals.
+
+The loop (``--loop``, :func:`new_worker_loop`) is uvloop where it is installed, else asyncio's selector
+loop; ``LARAQ_LOOP`` chooses for ``auto``. Jobs that wait on the network spend about half the CPU per
+job on uvloop (``compat-docs/performance.md``); the loop's semantics are asyncio's either way.
 
 An ``async def`` handler runs as its own ``asyncio.Task`` (``current_task()``, its own ``contextvars``
 context, cancellable by the watchdog). Scheduled the ordinary way, a task's first step waits for the
@@ -9,8 +14,8 @@ through the whole worker: 8-10 CPU µs of about 35-45 per no-op job on Python 3.
 host's noise (``compat-docs/performance-history.md``).
 
 * Python 3.12+: :func:`asyncio.eager_task_factory`, public.
-* Python 3.11, on :class:`WorkerLoop` (the worker's loop under asyncio's default policy): the task
-  is built the ordinary way while :class:`WorkerLoop` catches the ``call_soon`` of its first step, and
+* Python 3.11, on the worker's own loop (:class:`WorkerLoop` or ``UvWorkerLoop``): the task is built
+  the ordinary way while the loop (:class:`_CatchStep`) catches the ``call_soon`` of its first step, and
   the step is run at once with the daemon task stepped aside (``asyncio.tasks._enter_task`` /
   ``_leave_task``, private), so ``current_task()`` is the job's task during it.
 * Any other loop (another event-loop policy): ``loop.create_task``, scheduled the ordinary way.
@@ -21,14 +26,16 @@ host's noise (``compat-docs/performance-history.md``).
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import Callable, Coroutine
 from contextvars import Context
-from typing import Any, TypeVarTuple, Unpack
+from typing import Any, Literal, TypeVarTuple, Unpack
 
 _Ts = TypeVarTuple("_Ts")
 
-__all__ = ["JOB_TASK_NAME", "WorkerLoop", "new_worker_loop", "start_task"]
+__all__ = ["JOB_TASK_NAME", "LoopKind", "WorkerLoop", "loop_name", "new_worker_loop", "running_loop_name",
+           "start_task"]
 
 #: The name of every job's task (``asyncio.current_task().get_name()`` in an ``async def`` handler). A
 #: given name also spares CPython 3.11 formatting a ``Task-<n>`` string for each job's task.
@@ -40,13 +47,21 @@ _EAGER_FACTORY: Any = getattr(asyncio, "eager_task_factory", None)
 _enter_task: Any = None if _EAGER_FACTORY is not None else getattr(asyncio.tasks, "_enter_task", None)
 _leave_task: Any = None if _EAGER_FACTORY is not None else getattr(asyncio.tasks, "_leave_task", None)
 
+try:
+    import uvloop as _uvloop
+    _UVLOOP_MISSING = ""
+except ImportError as _exc:  # not installed (or no build for this platform): asyncio's own loop
+    _uvloop = None  # type: ignore[assignment]
+    _UVLOOP_MISSING = str(_exc)
 
-class WorkerLoop(asyncio.SelectorEventLoop):
-    """The worker's event loop: asyncio's selector loop with one hook for :func:`start_task` (3.11).
+#: ``--loop``: the event loop the worker runs its tasks on
+LoopKind = Literal["auto", "asyncio", "uvloop"]
 
-    While a job's task is built, ``catch_step`` is a list; the ``call_soon`` that ``asyncio.Task`` makes
-    for its first step then hands (callback, context) to it instead of queueing a handle. Any other
-    ``call_soon`` goes to asyncio as usual."""
+
+class _CatchStep:
+    """The hook :func:`start_task` needs of a loop (3.11): while a job's task is built, ``catch_step`` is
+    a list; the ``call_soon`` that ``asyncio.Task`` makes for its first step then hands (callback,
+    context) to it instead of queueing a handle. Any other ``call_soon`` goes to the loop as usual."""
 
     catch_step: list[tuple[Callable[..., object], Context | None]] | None = None
 
@@ -56,16 +71,66 @@ class WorkerLoop(asyncio.SelectorEventLoop):
         if caught is not None and not args and not caught:
             caught.append((callback, context))
             return None  # type: ignore[return-value]  # asyncio.Task ignores the handle of its first step
-        return super().call_soon(callback, *args, context=context)
+        return super().call_soon(callback, *args, context=context)  # type: ignore[misc]
 
 
-def new_worker_loop() -> asyncio.AbstractEventLoop:
-    """The worker's loop: :class:`WorkerLoop` under asyncio's default policy on 3.11, else whatever
-    loop the installed policy makes."""
-    if _EAGER_FACTORY is None and type(asyncio.get_event_loop_policy()) is asyncio.DefaultEventLoopPolicy \
-            and sys.platform != "win32":
-        return WorkerLoop()
-    return asyncio.new_event_loop()
+class WorkerLoop(_CatchStep, asyncio.SelectorEventLoop):
+    """The worker's loop on asyncio's selector loop, with the hook of :func:`start_task` (3.11)."""
+
+
+if _uvloop is not None:
+    class UvWorkerLoop(_CatchStep, _uvloop.Loop):  # type: ignore[misc]
+        """The worker's loop on uvloop, with the hook of :func:`start_task` (3.11)."""
+
+    _HOOKED: tuple[type[_CatchStep], ...] = (WorkerLoop, UvWorkerLoop)
+else:
+    _HOOKED = (WorkerLoop,)
+
+
+def loop_name(kind: LoopKind = "auto") -> str:
+    """What ``kind`` resolves to here, ``uvloop`` or ``asyncio``: ``auto`` is ``$LARAQ_LOOP`` when that is
+    set, else uvloop where it is installed. ``ValueError``, naming the value and the cause, for a
+    ``$LARAQ_LOOP`` that is not a loop's name, or uvloop asked for where it cannot be imported."""
+    if kind == "auto":
+        kind = _from_env()
+    if kind == "asyncio":
+        return "asyncio"
+    if _uvloop is not None:
+        return "uvloop"
+    if kind == "uvloop":
+        raise ValueError(f"uvloop asked for (--loop or LARAQ_LOOP) but it cannot be imported "
+                         f"({_UVLOOP_MISSING}): pip install uvloop, or use --loop asyncio")
+    return "asyncio"
+
+
+def _from_env() -> LoopKind:
+    value = os.environ.get("LARAQ_LOOP", "").strip().lower() or "auto"
+    if value not in ("auto", "asyncio", "uvloop"):
+        raise ValueError(f"LARAQ_LOOP={os.environ.get('LARAQ_LOOP')!r} is not an event loop laraq knows: "
+                         "use auto, asyncio or uvloop")
+    return value  # type: ignore[return-value]
+
+
+def new_worker_loop(kind: LoopKind = "auto") -> asyncio.AbstractEventLoop:
+    """The worker's loop: uvloop where it is installed (``auto``) or asked for, else asyncio's selector
+    loop; on 3.11 each with the hook of :func:`start_task`. ``auto`` under an event-loop policy other
+    than asyncio's default (the app installed its own) takes what that policy makes."""
+    if kind == "auto" and _from_env() == "auto" \
+            and type(asyncio.get_event_loop_policy()) is not asyncio.DefaultEventLoopPolicy:
+        return asyncio.new_event_loop()
+    if loop_name(kind) == "uvloop":
+        assert _uvloop is not None
+        return UvWorkerLoop() if _EAGER_FACTORY is None else _uvloop.Loop()
+    if sys.platform == "win32":
+        return asyncio.new_event_loop()
+    return WorkerLoop() if _EAGER_FACTORY is None else asyncio.SelectorEventLoop()
+
+
+def running_loop_name(loop: asyncio.AbstractEventLoop) -> str:
+    """``uvloop``, ``asyncio`` or the class of another loop (the worker's log line at start)."""
+    if _uvloop is not None and isinstance(loop, _uvloop.Loop):
+        return "uvloop"
+    return "asyncio" if isinstance(loop, asyncio.BaseEventLoop) else type(loop).__qualname__
 
 
 def start_task(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None],
@@ -76,7 +141,7 @@ def start_task(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None],
         return loop.create_task(coro, name=JOB_TASK_NAME), False
     if _EAGER_FACTORY is not None:
         return _EAGER_FACTORY(loop, coro, name=JOB_TASK_NAME), True
-    if type(loop) is not WorkerLoop or _enter_task is None:
+    if not isinstance(loop, _HOOKED) or _enter_task is None:
         return loop.create_task(coro, name=JOB_TASK_NAME), False
     caught: list[tuple[Callable[..., object], Context | None]] = []
     loop.catch_step = caught

@@ -40,7 +40,7 @@ from laraq.protocol.versions import DEFAULT_VERSION, LaravelVersion
 from laraq.stores.failed import FailedJobStore
 from laraq.worker.bridge import AsyncBridge
 from laraq.worker.context import CacheLike, WorkerContext, WorkerOptions
-from laraq.worker.eager import new_worker_loop
+from laraq.worker.eager import new_worker_loop, running_loop_name
 from laraq.worker.events import Listeners, Looping, WorkerListener, WorkerStarting, WorkerStopping
 from laraq.worker.executor import TICK, Executor
 from laraq.worker.notes import RunNotes
@@ -147,7 +147,7 @@ class Worker:
 
     def daemon(self) -> int:
         """Laravel's ``Worker::daemon`` on the worker's own event loop; returns the exit code."""
-        loop = new_worker_loop()
+        loop = new_worker_loop(self.options.loop)
         self.bridge.attach(loop)
         try:
             return loop.run_until_complete(self._daemon())
@@ -171,10 +171,11 @@ class Worker:
         reserver, executor = self.reserver, self.executor
         executor.start_watchdog()
         rules.begin()
-        log.info("worker %s (pid %d) processing [%s] on %s (Laravel %s profile, concurrency %d, batch %d%s)",
+        log.info("worker %s (pid %d) processing [%s] on %s (Laravel %s profile, concurrency %d, batch %d%s, %s)",
                  opts.name, os.getpid(), ",".join(self.queues), self.queue.redacted_url(), self.version,
                  opts.concurrency, 1 if reserver.per_job else opts.batch,
-                 ", prefetch" if opts.prefetch and not reserver.per_job else "")
+                 ", prefetch" if opts.prefetch and not reserver.per_job else "",
+                 running_loop_name(asyncio.get_running_loop()))
         self._starting()
         jobs = 0  # Laravel's $jobsProcessed: jobs taken, unreadable ones included
         next_check = time.monotonic() + _CHECK_EVERY
