@@ -43,7 +43,8 @@ def _run(loop: asyncio.AbstractEventLoop, suspend: bool) -> dict[str, Any]:
         me = asyncio.current_task()
         task, stepped = start_task(loop, job(), me)
         seen.update(stepped=stepped, done_at_once=task.done(), job_task=task, daemon=me,
-                    current_after=asyncio.current_task(), var_after=VAR.get())
+                    current_after=asyncio.current_task(), var_after=VAR.get(),
+                    hook_left="call_soon" in getattr(loop, "__dict__", {}))
         await task
 
     try:
@@ -67,6 +68,7 @@ def test_the_first_step_runs_at_once_in_the_jobs_own_task(kind: LoopKind) -> Non
     assert seen["task"].get_name() == JOB_TASK_NAME
     assert seen["current_after"] is seen["daemon"]  # the daemon is the running task again
     assert seen["var_after"] is None  # the job's context was its own
+    assert not seen["hook_left"]  # the loop's own call_soon is back
 
 
 def test_a_task_that_suspends_is_resumed_by_the_loop(kind: LoopKind) -> None:

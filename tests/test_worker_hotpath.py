@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import importlib.util
 import sys
 from typing import Any
 
@@ -25,7 +24,7 @@ from laraq.bus.dispatch import Dispatcher
 from laraq.protocol.phparray import PHPArray
 from laraq.protocol.queue import RedisQueue
 from laraq.protocol.versions import LaravelVersion
-from laraq.worker.eager import JOB_TASK_NAME, running_loop_name
+from laraq.worker.eager import JOB_TASK_NAME, loop_name, running_loop_name
 
 PREFIX = "laravel_database_"
 ECHO = "App\\Jobs\\EchoJob"
@@ -92,7 +91,7 @@ def test_async_jobs_run_in_their_own_task_and_context(redis_server: Any, redis_c
     # own on 3.11), in the job's own task; a plain loop on 3.11 runs it in the next loop pass, same task
     eager = loop_kind != "plain-asyncio-loop" or sys.version_info >= (3, 12)
     assert [s["eager"] for s in seen] == [eager] * 5
-    expected_loop = "uvloop" if loop_kind == "worker-loop" and importlib.util.find_spec("uvloop") else "asyncio"
+    expected_loop = loop_name("auto") if loop_kind == "worker-loop" else "asyncio"  # auto: LARAQ_LOOP, else uvloop
     assert {s["loop"] for s in seen} == {expected_loop}
     assert [s["n"] for s in seen] == [0, 1, 2, 3, 4]
     assert all(s["before"] is None for s in seen)  # no context leaks from one job into the next

@@ -59,19 +59,21 @@ LoopKind = Literal["auto", "asyncio", "uvloop"]
 
 
 class _CatchStep:
-    """The hook :func:`start_task` needs of a loop (3.11): while a job's task is built, ``catch_step`` is
-    a list; the ``call_soon`` that ``asyncio.Task`` makes for its first step then hands (callback,
-    context) to it instead of queueing a handle. Any other ``call_soon`` goes to the loop as usual."""
+    """The hook :func:`start_task` needs of a loop (3.11). While a job's task is built, ``call_soon`` on
+    the loop object is :meth:`_catch` (an attribute of the instance, which hides the class's method for
+    that moment only) and ``catch_step`` a list: the ``call_soon`` that ``asyncio.Task`` makes for its
+    first step hands (callback, context) to the list instead of queueing a handle; any other goes to the
+    loop's own. Outside that moment the loop's ``call_soon`` is the loop's, with nothing in between."""
 
     catch_step: list[tuple[Callable[..., object], Context | None]] | None = None
 
-    def call_soon(self, callback: Callable[[Unpack[_Ts]], object], *args: *_Ts,
-                  context: Context | None = None) -> asyncio.Handle:
+    def _catch(self, callback: Callable[[Unpack[_Ts]], object], *args: *_Ts,
+               context: Context | None = None) -> asyncio.Handle | None:
         caught = self.catch_step
         if caught is not None and not args and not caught:
             caught.append((callback, context))
-            return None  # type: ignore[return-value]  # asyncio.Task ignores the handle of its first step
-        return super().call_soon(callback, *args, context=context)  # type: ignore[misc]
+            return None  # asyncio.Task ignores the handle of its first step
+        return type(self).call_soon(self, callback, *args, context=context)  # type: ignore[attr-defined]
 
 
 class WorkerLoop(_CatchStep, asyncio.SelectorEventLoop):
@@ -145,9 +147,11 @@ def start_task(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None],
         return loop.create_task(coro, name=JOB_TASK_NAME), False
     caught: list[tuple[Callable[..., object], Context | None]] = []
     loop.catch_step = caught
+    setattr(loop, "call_soon", loop._catch)  # noqa: B010  # the instance's, for this moment (see _CatchStep)
     try:
         task = asyncio.Task(coro, loop=loop, name=JOB_TASK_NAME)
     finally:
+        delattr(loop, "call_soon")
         loop.catch_step = None
     if not caught:
         return task, False
