@@ -508,7 +508,7 @@ def io_variants(concurrency: int) -> list[Variant]:
     return [
         Variant("laraq", f"async --concurrency {c}", "io_async", c),
         # the same handlers on asyncio's own loop: what uvloop (the default where installed) is worth
-        Variant("laraq", "async --loop asyncio", "io_async", c, {"args": ["--loop", "asyncio"]}, quick=False),
+        Variant("laraq", f"async --loop asyncio ({c})", "io_async", c, {"args": ["--loop", "asyncio"]}, quick=False),
         Variant("arq", f"async max_jobs {c}", "io_async", c, {"poll_delay": 0.01}),
         Variant("saq", f"async concurrency {c}", "io_async", c),
         Variant("bullmq", f"async concurrency {c}", "io_async", c),
