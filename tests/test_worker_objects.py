@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from conftest import require_modules
 
 from laraq.app import App
 from laraq.bus.callqueued import CallQueuedHandler
@@ -28,6 +29,7 @@ from laraq.protocol.timers import Timers
 from laraq.protocol.versions import LaravelVersion
 from laraq.worker.bridge import AsyncBridge
 from laraq.worker.context import WorkerContext, WorkerOptions
+from laraq.worker.eager import running_loop_name
 from laraq.worker.events import JobFailed, JobProcessed, JobReleased, Listeners, WorkerListener
 from laraq.worker.executor import Executor
 from laraq.worker.process import Process
@@ -233,3 +235,33 @@ def test_the_executor_alone_runs_jobs_and_kills_at_a_timeout(queue: RedisQueue, 
         executor.shutdown_pool()
         executor.bridge.detach()
         loop.close()
+
+
+@pytest.mark.parametrize("kind", ["asyncio", "uvloop"])
+def test_outside_the_daemon_an_async_handler_runs_on_a_loop_of_the_kind_asked(queue: RedisQueue, kind: str) -> None:
+    """``Worker.process`` from an embedding program: the bridge starts its own loop thread, of ``--loop``'s kind."""
+    if kind == "uvloop":
+        require_modules("uvloop")
+    loops: list[str] = []
+    app = App("objects-bridge")
+
+    @app.handler(ECHO)
+    async def echo(command: Any, job: Any) -> None:
+        await asyncio.sleep(0)
+        loops.append(running_loop_name(asyncio.get_running_loop()))
+
+    context = _context(queue, app, "br")
+    acks = Acks(queue, "sync")
+    bridge = AsyncBridge(kind)  # type: ignore[arg-type]
+    settle = Settle(context, acks, Reserving(queue), bridge)
+    _dispatch(queue, "br", 1)
+    reserver = _reserver(queue, context, acks)
+    reserver.take(1)
+    job = reserver.next_job()
+    assert job is not None
+    try:
+        Process(context, bridge, settle).run(job)
+    finally:
+        bridge.close()
+    assert loops == [kind]
+    assert job.is_deleted

@@ -4,7 +4,7 @@ bookkeeping run.
 While the worker runs, the loop is the daemon's own (:meth:`AsyncBridge.attach` while
 :meth:`laraq.worker.worker.Worker.daemon` runs it); outside it (``Worker.process`` called by an embedding
 program, a ``failed`` callback called from a thread) an ``async def`` handler or callback runs on one
-asyncio loop thread started on first use. Blocking bookkeeping an async job needs (release, fail,
+event loop thread started on first use (the loop ``--loop`` chooses). Blocking bookkeeping an async job needs (release, fail,
 ``failed`` callbacks) runs on a small pool off the loop's thread (:meth:`AsyncBridge.off_loop`).
 :class:`laraq.bus.callqueued.CallQueuedHandler` runs handlers through it (its ``Runner``).
 """
@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from laraq.worker.eager import LoopKind, new_worker_loop
 from laraq.worker.running import Raised, Running
 
 if TYPE_CHECKING:
@@ -31,7 +32,9 @@ T = TypeVar("T")
 class AsyncBridge:
     """The worker's event loop (the daemon's, or a thread of its own) and the pool beside it."""
 
-    def __init__(self) -> None:
+    def __init__(self, loop_kind: LoopKind = "auto") -> None:
+        #: ``--loop``: the kind of the loop started outside the daemon
+        self.loop_kind: LoopKind = loop_kind
         #: the loop async handlers run on (None until the daemon attaches one or a handler needs one)
         self.loop: asyncio.AbstractEventLoop | None = None
         #: the thread running the daemon's loop (None while the daemon does not run)
@@ -95,7 +98,7 @@ class AsyncBridge:
     def event_loop(self) -> asyncio.AbstractEventLoop:
         """The loop async handlers run on; outside the daemon, a loop thread started on first use."""
         if self.loop is None:
-            loop = asyncio.new_event_loop()
+            loop = new_worker_loop(self.loop_kind)
             threading.Thread(target=loop.run_forever, name="laraq-asyncio", daemon=True).start()
             self.loop = loop
         return self.loop

@@ -101,7 +101,7 @@ class Worker:
         self.signals = context.signals
         #: progress report to the supervisor: called with a count, at most every 0.25 s
         self.on_jobs_popped = on_jobs_popped
-        self.bridge = bridge = AsyncBridge()
+        self.bridge = bridge = AsyncBridge(options.loop)
         per_job = options.batch <= 1 or options.once
         self.acks = acks = Acks(queue, "sync" if per_job else options.acks)
         reserving = Reserving(queue, unstarted_lease=0.0 if options.acks == "batched" else options.unstarted_lease)
