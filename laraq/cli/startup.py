@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib.metadata
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +47,7 @@ from laraq.protocol.payload import Payload
 from laraq.protocol.serializer import loads
 from laraq.stores.cache import UnsupportedCacheStore, make_cache
 from laraq.stores.failed import DatabaseUuidFailedJobStore, LazyFailedJobStore, make_failed_store
-from laraq.worker.eager import LoopKind, loop_name
+from laraq.worker.eager import LoopKind, loop_name, uvloop_version
 
 __all__ = [
     "StartupError",
@@ -387,7 +386,7 @@ def event_loop_path(kind: LoopKind = "auto") -> str:
     if not chosen and policy is not asyncio.DefaultEventLoopPolicy:
         return f"the app's event-loop policy ({policy.__name__})"
     if name == "uvloop":
-        return f"uvloop {importlib.metadata.version('uvloop')}" + (f" ({chosen})" if chosen else "")
+        return f"uvloop {uvloop_version()}" + (f" ({chosen})" if chosen else "")
     if chosen:
         return f"asyncio ({chosen})"
     return "asyncio (uvloop is not installed: pip install uvloop for faster I/O-bound jobs)"

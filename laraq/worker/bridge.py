@@ -4,8 +4,9 @@ bookkeeping run.
 While the worker runs, the loop is the daemon's own (:meth:`AsyncBridge.attach` while
 :meth:`laraq.worker.worker.Worker.daemon` runs it); outside it (``Worker.process`` called by an embedding
 program, a ``failed`` callback called from a thread) an ``async def`` handler or callback runs on one
-event loop thread started on first use (the loop ``--loop`` chooses). Blocking bookkeeping an async job needs (release, fail,
-``failed`` callbacks) runs on a small pool off the loop's thread (:meth:`AsyncBridge.off_loop`).
+event loop thread started on first use, of the kind ``--loop`` chooses. Blocking bookkeeping an async job
+needs (release, fail, ``failed`` callbacks) runs on a small pool off the loop's thread
+(:meth:`AsyncBridge.off_loop`).
 :class:`laraq.bus.callqueued.CallQueuedHandler` runs handlers through it (its ``Runner``).
 """
 

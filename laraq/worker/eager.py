@@ -35,7 +35,7 @@ from typing import Any, Literal, TypeVarTuple, Unpack
 _Ts = TypeVarTuple("_Ts")
 
 __all__ = ["JOB_TASK_NAME", "LoopKind", "WorkerLoop", "loop_name", "new_worker_loop", "running_loop_name",
-           "start_task"]
+           "start_task", "uvloop_version"]
 
 #: The name of every job's task (``asyncio.current_task().get_name()`` in an ``async def`` handler). A
 #: given name also spares CPython 3.11 formatting a ``Task-<n>`` string for each job's task.
@@ -103,6 +103,11 @@ def loop_name(kind: LoopKind = "auto") -> str:
         raise ValueError(f"uvloop asked for (--loop or LARAQ_LOOP) but it cannot be imported "
                          f"({_UVLOOP_MISSING}): pip install uvloop, or use --loop asyncio")
     return "asyncio"
+
+
+def uvloop_version() -> str:
+    """The installed uvloop's version ("" where it does not import)."""
+    return str(getattr(_uvloop, "__version__", "")) if _uvloop is not None else ""
 
 
 def _from_env() -> LoopKind:
