@@ -81,9 +81,9 @@ _CONFIG_ENV = "LARAQ_WORKER_CONFIG"
 @click.option("--app-config", type=click.Path(dir_okay=False), default=None,
               help="The app's config exported by `laraq config --from APP -o FILE` (default: LARAQ_APP_CONFIG).")
 @click.option("--loop", "loop", type=click.Choice(["auto", "asyncio", "uvloop"]), default="auto", show_default=True,
-              help="The event loop async def handlers run on. auto: $LARAQ_LOOP if set, else uvloop "
-                   "where it is installed, else asyncio's own; under auto an event-loop policy the app "
-                   "installed wins.")
+              help="The event loop async def handlers run on. auto: $LARAQ_LOOP if set, else an "
+                   "event-loop policy the app installed, else uvloop where it is installed, else "
+                   "asyncio's own.")
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=1, show_default=True,
               help="Jobs run at once by this worker.")
 @click.option("--batch", type=click.IntRange(1, 1000), default=32, show_default=True,

@@ -119,9 +119,9 @@ def _from_env() -> LoopKind:
 
 
 def new_worker_loop(kind: LoopKind = "auto") -> asyncio.AbstractEventLoop:
-    """The worker's loop: uvloop where it is installed (``auto``) or asked for, else asyncio's selector
-    loop; on 3.11 each with the hook of :func:`start_task`. ``auto`` under an event-loop policy other
-    than asyncio's default (the app installed its own) takes what that policy makes."""
+    """The worker's loop of ``kind`` (:func:`loop_name`), on 3.11 with the hook of :func:`start_task`.
+    ``auto`` with no ``LARAQ_LOOP``, under an event-loop policy other than asyncio's default (the app
+    installed its own), takes what that policy makes."""
     if kind == "auto" and _from_env() == "auto" \
             and type(asyncio.get_event_loop_policy()) is not asyncio.DefaultEventLoopPolicy:
         return asyncio.new_event_loop()
