@@ -104,6 +104,33 @@ static PyObject *text_or_bytes(cur_t s, Py_ssize_t len) {
     return PyBytes_FromStringAndSize((const char *)s, len);
 }
 
+/* Short ASCII strings repeat from one command to the next: the property names a class declares, its
+ * name, a queue's or connection's name. A direct-mapped table of STR_CACHE_SLOTS such str objects hands
+ * the same one back when the bytes match (no decode, no new object, its hash already computed for the
+ * dict it goes in). Fixed size whatever the input: a payload can only replace entries, never add any. */
+#define STR_CACHE_SLOTS 512
+#define STR_CACHE_MAX_LEN 64
+static PyObject *str_cache[STR_CACHE_SLOTS];
+
+static PyObject *text_or_bytes_cached(cur_t s, Py_ssize_t len) {
+    if (len > STR_CACHE_MAX_LEN) return text_or_bytes(s, len);
+    uint32_t h = 2166136261u ^ (uint32_t)len; /* FNV-1a over the bytes */
+    for (Py_ssize_t i = 0; i < len; i++) h = (h ^ s[i]) * 16777619u;
+    PyObject **slot = &str_cache[(h ^ (h >> 16)) & (STR_CACHE_SLOTS - 1)];
+    PyObject *c = *slot;
+    if (c != NULL && PyUnicode_GET_LENGTH(c) == len && memcmp(PyUnicode_DATA(c), s, (size_t)len) == 0)
+        return Py_NewRef(c);
+    PyObject *u = text_or_bytes(s, len);
+    if (u != NULL && PyUnicode_CheckExact(u) && PyUnicode_IS_COMPACT_ASCII(u)) {
+        if (PyObject_Hash(u) == -1) {
+            Py_DECREF(u);
+            return NULL;
+        }
+        Py_XSETREF(*slot, Py_NewRef(u));
+    }
+    return u;
+}
+
 /* "\0" + non-empty class (or "*") + "\0" + non-empty name: PHP's rule for a mangled property name. */
 static int valid_mangled(cur_t s, Py_ssize_t len) {
     if (len < 3 || s[1] == 0) return 0;
@@ -115,6 +142,8 @@ static int class_char(unsigned char c) {
     return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '\\'
            || c >= 0x80;
 }
+
+#define PRESIZE_MAX 64
 
 /* a:<n>:{  or  O:<len>:"<Class>":<n>:{  at *pp. Sets *d (a new container) and *cls (the class name for
  * an object, else NULL). `room`: the bytes a member count is checked against. */
@@ -135,10 +164,10 @@ static int open_container(cur_t *pp, cur_t end, Py_ssize_t room, PyObject **d, P
         if (p == c || p - c != clen) return NO;
         if (expect(&p, end, "\":") != OK || read_uint(&p, end, 20, n) != OK || expect(&p, end, ":{") != OK)
             return NO;
-        *cls = PyUnicode_DecodeUTF8((const char *)c, clen, NULL);
-        if (*cls == NULL) {
-            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return ERR;
-            PyErr_Clear();
+        *cls = text_or_bytes_cached(c, clen);
+        if (*cls == NULL) return ERR;
+        if (!PyUnicode_Check(*cls)) {
+            Py_CLEAR(*cls);
             return NO;
         }
     } else {
@@ -149,7 +178,9 @@ static int open_container(cur_t *pp, cur_t end, Py_ssize_t room, PyObject **d, P
         Py_CLEAR(*cls);
         return NO;
     }
-    *d = *cls != NULL ? PyDict_New() : PyObject_CallNoArgs(ArrayType);
+    /* an object's properties: sized for its count up front (no resize on the way), at most
+     * PRESIZE_MAX (the count is the payload's to declare) */
+    *d = *cls != NULL ? _PyDict_NewPresized(*n < PRESIZE_MAX ? *n : PRESIZE_MAX) : PyObject_CallNoArgs(ArrayType);
     if (*d == NULL) {
         Py_CLEAR(*cls);
         return ERR;
@@ -166,7 +197,7 @@ static int read_key(cur_t *pp, cur_t end, int in_object, PyObject **key) {
         Py_ssize_t len;
         if (read_str(&p, end, &s, &len) != OK) return NO;
         if (in_object && len > 0 && s[0] == 0 && !valid_mangled(s, len)) return NO;
-        *key = text_or_bytes(s, len);
+        *key = text_or_bytes_cached(s, len);
     } else if (p < end && *p == 'i') {
         long long v;
         p++;
@@ -190,7 +221,7 @@ static int read_scalar(cur_t *pp, cur_t end, PyObject **value) {
         cur_t s;
         Py_ssize_t len;
         if (read_str(&p, end, &s, &len) != OK) return NO;
-        v = text_or_bytes(s, len);
+        v = text_or_bytes_cached(s, len);
         break;
     }
     case 'N':

@@ -243,3 +243,41 @@ def test_pure_python_switch(monkeypatch) -> None:
 def test_loads_rejects_stay_errors_with_c(c_loads) -> None:
     with pytest.raises(PHPSerializeError):
         loads_php_arrays(b'a:1:{i:0;s:5:"abc";}')
+
+
+def test_repeated_short_strings_are_shared_and_never_mixed_up(c_loads) -> None:
+    """The C path hands back the same str for a short ASCII string it has met before (a class's property
+    names, its name): equal to what the bytes say whatever else came in between, never bytes or non-ASCII
+    text mistaken for a cached name, and a payload full of new names keeps the table's size."""
+    rng = random.Random(7)
+
+    def command(names: list[str], values: list[bytes]) -> bytes:
+        members = b"".join(b's:%d:"%s";s:%d:"%s";' % (len(n), n.encode(), len(v), v) for n, v in zip(names, values, strict=True))
+        return b'O:10:"App\\Jobs\\X":%d:{%s}' % (len(names), members)
+
+    names = ["\0*\0queue", "connection", "chainQueue", "a" * 64, "b" * 65]
+    first = c_loads(command(names, [b"default", b"redis", b"x", b"y", b"z"]), DEPTH)
+    again = c_loads(command(names, [b"default", b"redis", b"x", b"y", b"z"]), DEPTH)
+    assert list(first.raw()) == list(again.raw()) == names
+    assert all(a is b for a, b in zip(list(first.raw())[:4], list(again.raw())[:4], strict=True))
+    assert list(again.raw().values()) == ["default", "redis", "x", "y", "z"]
+    assert first.class_name is again.class_name
+    # same length, one byte apart; the same bytes as invalid UTF-8 or as non-ASCII text
+    for a, b in ((b"queue", b"queuf"), (b"\xff\xfe", b"ab"), ("é".encode(), b"ab")):
+        got = c_loads(b'a:2:{i:0;s:%d:"%s";i:1;s:%d:"%s";}' % (len(a), a, len(b), b), DEPTH)
+        assert _shape(got) == _shape(_truth(b'a:2:{i:0;s:%d:"%s";i:1;s:%d:"%s";}' % (len(a), a, len(b), b)))
+    # thousands of names never met before: every one decodes as itself, and the memory stays put
+    for _ in range(200):  # warm up
+        c_loads(command([f"p{rng.getrandbits(40)}"], [b"v"]), DEPTH)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(5000):
+            name = f"p{rng.getrandbits(40)}"
+            value = f"v{rng.getrandbits(40)}".encode()
+            got = c_loads(command([name], [value]), DEPTH)
+            assert got.raw() == {name: value.decode()}
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 64 * 1024, f"{grown} bytes kept after 5,000 commands of new names"
