@@ -2,11 +2,12 @@
 
 The worker runs each job of an ``async def`` handler as its own ``asyncio.Task`` whose first step it
 runs at once (``laraq/worker/eager.py``: ``eager_task_factory`` on Python 3.12+, ``WorkerLoop``'s caught step on
-3.11), so a job that never suspends costs no loop pass. This times a no-op job coroutine three ways,
+3.11), so a job that never suspends costs no loop pass. This times a no-op job coroutine three ways on
+the worker's own loop (``new_worker_loop``: uvloop where installed; ``LARAQ_LOOP=asyncio`` for asyncio's),
 best of 5 rounds of 200,000:
 
 * ``plain``: the coroutine driven by hand (``send(None)``): no task at all, the floor;
-* ``at once``: a task per job, first step run at once, as the worker does it;
+* ``at once``: a task per job, first step run at once, by the worker's own ``start_task``;
 * ``scheduled``: a task per job, awaited the ordinary way (one loop pass each).
 
 The difference between the first two is what the task itself adds to each job of an async handler,
@@ -25,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from laraq.worker.eager import JOB_TASK_NAME, WorkerLoop, _enter_task, _leave_task  # noqa: E402
+from laraq.worker.eager import JOB_TASK_NAME, new_worker_loop, running_loop_name, start_task  # noqa: E402
 
 COUNT = 200_000
 
@@ -47,29 +48,15 @@ def plain() -> None:
             pass
 
 
-async def at_once(loop: WorkerLoop) -> None:
+async def at_once(loop: asyncio.AbstractEventLoop) -> None:
     me = asyncio.current_task()
     for _ in range(COUNT):
-        if sys.version_info >= (3, 12):
-            task = asyncio.Task(_job(), loop=loop, name=JOB_TASK_NAME, eager_start=True)  # type: ignore[call-arg]
-        else:
-            caught: list[tuple[object, object]] = []
-            loop.catch_step = caught
-            try:
-                task = asyncio.Task(_job(), loop=loop, name=JOB_TASK_NAME)
-            finally:
-                loop.catch_step = None
-            step, context = caught[0]
-            _leave_task(loop, me)
-            try:
-                context.run(step)  # type: ignore[attr-defined]
-            finally:
-                _enter_task(loop, me)
-        if not task.done():
+        task, stepped = start_task(loop, _job(), me)
+        if not (stepped and task.done()):
             raise RuntimeError("a no-op job's task did not finish in its first step")
 
 
-async def scheduled(loop: WorkerLoop) -> None:
+async def scheduled(loop: asyncio.AbstractEventLoop) -> None:
     for _ in range(COUNT):
         await asyncio.Task(_job(), loop=loop, name=JOB_TASK_NAME)
 
@@ -84,14 +71,14 @@ def best_us(run: Callable[[], object], rounds: int = 5) -> float:
 
 
 def main() -> None:
-    loop = WorkerLoop()
+    loop = new_worker_loop()
     try:
         floor = best_us(plain)
         eager = best_us(lambda: loop.run_until_complete(at_once(loop)))
         queued = best_us(lambda: loop.run_until_complete(scheduled(loop)))
     finally:
         loop.close()
-    print(f"Python {sys.version.split()[0]}, µs per no-op job coroutine: plain {floor:.2f}; "
+    print(f"Python {sys.version.split()[0]} on {running_loop_name(loop)}, µs per no-op job coroutine: plain {floor:.2f}; "
           f"task, first step at once {eager:.2f} (+{eager - floor:.2f}); scheduled task {queued:.2f} "
           f"(+{queued - floor:.2f})")
 
