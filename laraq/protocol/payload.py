@@ -219,7 +219,8 @@ class Payload:
         self.version = version
         #: a queued job object (see :func:`is_queued_command`): the ``command*`` fields are None for any
         #: other job (read once: ``job`` is never rewritten)
-        self.is_queued_command = is_queued_command(decoded.get("job"))
+        job = decoded.get("job")
+        self.is_queued_command = job == CALL_QUEUED_HANDLER or is_queued_command(job)
         data = decoded.get("data")
         command = data.get("command") if self.is_queued_command and isinstance(data, dict) else None
         #: ``data.command`` of a queued command, untouched: a PHP-serialized job, or an encrypted one (read
@@ -231,7 +232,7 @@ class Payload:
     @classmethod
     def parse(cls, raw: bytes | str, *, version: LaravelVersion | str | int | None = None) -> Payload:
         """Decode ``raw`` and check it is a job Laravel's Lua pop script could reserve."""
-        raw_bytes = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
+        raw_bytes = raw if type(raw) is bytes else raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
         # PHP's json_decode depth: with the C build, asked of what orjson built (its own limit keeps a
         # deeper body from recursing); otherwise, and before the standard parser, of the body's brackets
         walk = value_too_deep
@@ -259,9 +260,11 @@ class Payload:
             del text
         if not isinstance(decoded, dict):
             raise PayloadError(f"job payload must be a JSON object, got {type(decoded).__name__}")
-        if "attempts" not in decoded or decoded["attempts"] is None:
+        attempts = decoded.get("attempts")
+        if attempts is None:
             raise PayloadError("job payload has no 'attempts' field")
-        _read_attempts(decoded["attempts"])
+        if type(attempts) is not int:  # an int (not a bool) is the usual case: nothing to check
+            _read_attempts(attempts)
         profile = DEFAULT_VERSION if version is None else \
             version if type(version) is LaravelVersion else LaravelVersion.parse(version)
         return cls(raw_bytes, decoded, profile)
@@ -315,6 +318,8 @@ class Payload:
         such a job instead of running it (``compat-docs/protocol.md``).
         """
         decoded = self.decoded
+        if self.is_queued_command and "data" in decoded:  # the usual job: ``job`` names CallQueuedHandler
+            return None
         if "job" not in decoded:
             return UndefinedKeyError("job")
         job = decoded["job"]

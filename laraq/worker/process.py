@@ -122,8 +122,9 @@ class Process:
     async def run_async(self, job: Job, handler: Handler, running: Running) -> None:
         """:meth:`run` for an ``async def`` handler, as a task on the worker's loop; its blocking bookkeeping
         (an exception's decision, a release, a failure) runs off the loop."""
-        if running.task is None:  # started eagerly (3.12+): the watchdog can cancel it from its first step on
-            running.task = asyncio.current_task()
+        if running.task is None:  # started eagerly: the watchdog can cancel it from its first step on
+            # the loop named: on 3.11 finding the running loop costs a getpid() system call
+            running.task = asyncio.current_task(self.bridge.loop)
         outcome = self._before(job, running, handler)
         if outcome is not None:
             if running.task_done is not None:
