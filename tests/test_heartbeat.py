@@ -15,9 +15,9 @@ from laraq.production.heartbeat import Heartbeat, check_health, live_workers, re
 from laraq.protocol.versions import LaravelVersion
 from laraq.worker.context import WorkerOptions
 from laraq.worker.events import (
+    Held,
     JobFailed,
     JobProcessed,
-    JobProcessing,
     JobReleased,
     WorkerStarting,
     WorkerStopping,
@@ -54,7 +54,8 @@ def wait_until(predicate, timeout=15.0):
 
 
 def test_each_worker_has_its_own_record_and_stopping_removes_only_its_own(redis_client, tmp_path):
-    a = Heartbeat(redis_client, PREFIX, interval=0.2, id_file=tmp_path / "a.id")
+    held = Held({}, 0)
+    a = Heartbeat(redis_client, PREFIX, interval=0.2, id_file=tmp_path / "a.id", held=lambda: held)
     b = Heartbeat(redis_client, PREFIX, interval=0.2)
     a.worker_starting(worker_like(["high", "default"], "alpha"))
     b.worker_starting(worker_like(["emails"]))
@@ -67,18 +68,19 @@ def test_each_worker_has_its_own_record_and_stopping_removes_only_its_own(redis_
         assert (ra.pid, ra.ppid, ra.name, ra.queues, ra.laravel) == (os.getpid(), os.getppid(), "alpha",
                                                                      ["high", "default"], "12.67.0")
         assert 0 < redis_client.ttl(f"{registry_key(PREFIX)}:{a.id}") <= a.ttl
-        # job events only touch memory; the next beat carries them
+        # outcomes only touch memory; the next beat carries them, with what the worker holds at that moment
         jobs = [object() for _ in range(5)]
         for job in jobs[:3]:
-            a.job_processing(JobProcessing(job))
             a.job_processed(JobProcessed(job, 0.01))
-        a.job_processing(JobProcessing(jobs[3]))
         a.job_failed(JobFailed(jobs[3], RuntimeError("x"), 0.5))
-        a.job_processing(JobProcessing(jobs[4]))
         a.job_released(JobReleased(jobs[4], 0, None))  # a handler's own release: still running until job_processed
+        held = Held({"j5": 1700000000.5, "j6": 1700000001.0}, 1)
         assert wait_until(lambda: {r.id: r for r in live_workers(redis_client, PREFIX)}[a.id].jobs_done == 3)
+        assert wait_until(lambda: {r.id: r for r in live_workers(redis_client, PREFIX)}[a.id].in_flight == 1)
         ra = {r.id: r for r in live_workers(redis_client, PREFIX)}[a.id]
         assert (ra.jobs_done, ra.jobs_failed, ra.jobs_released, ra.in_flight) == (3, 1, 1, 1)
+        assert json.loads(ra.extra["holding"]) == {"j5": 1700000000.5, "j6": 1700000001.0}
+        assert {r.id: r for r in live_workers(redis_client, PREFIX)}[b.id].extra["holding"] == "{}"  # no worker
         # its resident memory, as the worker's --memory check measures it (this process's: same ballpark)
         assert ra.memory_mb is not None and rss_mb() / 2 < ra.memory_mb < rss_mb() * 2
         redis_client.hdel(f"{registry_key(PREFIX)}:{b.id}", "memory_mb")  # a record written without it

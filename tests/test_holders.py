@@ -99,3 +99,52 @@ def test_reserved_jobs_by_holder_and_orphans(redis_server: Any, redis_client: An
         thread.join(60)
     # the orphan whose lease ended comes back at the next pop, as the view said
     assert json.loads(queue.pop("other").body)["id"] == lapsed.id  # type: ignore[union-attr]
+
+
+
+def test_buffered_jobs_are_held_and_leave_the_record_as_they_finish(redis_server: Any, redis_client: Any,
+                                                                     workers: list[Any]) -> None:
+    """A worker's record names every reservation it holds: the running job and the ones it reserved ahead
+    (buffered, not started), each with the time its reserve call was sent; a finished job leaves it."""
+    env = {"REDIS_HOST": "127.0.0.1", "REDIS_PORT": str(redis_server.port), "REDIS_PREFIX": PREFIX,
+           "LARAQ_LARAVEL_VERSION": "13.26", "REDIS_QUEUE_RETRY_AFTER": "90", "COLUMNS": "250"}
+    queue = RedisQueue(redis_client, prefix=PREFIX, version="13.26", retry_after=90)
+    d = Dispatcher(queue)
+    before = time.time()
+    # a quick job first: once the worker knows its pace it reserves ahead, and takes the three after it at once
+    quick = d.dispatch_job(JOB, {"n": 0}, queue="ahead").id
+    ids = [d.dispatch_job(JOB, {"n": n}, queue="ahead").id for n in range(1, 4)]
+    gates = {job_id: threading.Event() for job_id in ids}
+    started: list[str] = []
+    app = App("ahead")
+
+    @app.handler(JOB)
+    def slow(command: Any, job: Any) -> None:
+        started.append(job.id)
+        if job.id in gates:
+            gates[job.id].wait(120)
+
+    worker = build_worker(default_params(sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20, timeout=0,
+                                         queue="ahead"), env=env, app=app)
+    workers.append(worker)
+    thread = threading.Thread(target=worker.daemon, daemon=True)
+    thread.start()
+
+    def holding() -> dict[str, float]:
+        records = live_workers(redis_client, PREFIX)
+        return json.loads(records[0].extra["holding"]) if records else {}
+
+    try:
+        assert wait_until(lambda: started == [quick, ids[0]])
+        held = wait_until(lambda: (h := holding()) and set(h) == set(ids) and h)
+        assert held, holding()
+        assert all(before - 1 <= since <= time.time() for since in held.values())
+        assert wait_until(lambda: live_workers(redis_client, PREFIX)[0].in_flight == 1)
+        gates[ids[0]].set()
+        assert wait_until(lambda: started == [quick, *ids[:2]])
+        assert wait_until(lambda: set(holding()) == set(ids[1:]))
+    finally:
+        for gate in gates.values():
+            gate.set()
+        thread.join(60)
+    assert (worker.held().jobs, worker.held().running) == ({}, 0)

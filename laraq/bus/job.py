@@ -130,11 +130,14 @@ class Job:
         *,
         connection_name: str = "redis",
         actions: JobActions | None = None,
+        reserved_at: float | None = None,
     ) -> None:
         self.redis_queue = queue
         self.reserved_job = reserved
         self.payload = payload
         self.connection_name = connection_name
+        #: When (unix seconds) the worker's reserve call that took it was sent; None: not taken by a worker.
+        self.reserved_at = reserved_at
         self._actions: JobActions = actions or _DIRECT
         self._lock = _thread.RLock()  # the C lock itself: threading.RLock() is a Python call per job
         self._deleted = False

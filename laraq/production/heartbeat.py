@@ -16,8 +16,10 @@ older than the TTL (``ZREMRANGEBYSCORE``) and reads their hashes in one pipeline
 (its worker was killed) is skipped. A stopping worker deletes only its own id, so one worker exiting
 never makes the others look dead (arq's shared health key does).
 
-:class:`Heartbeat` is a :class:`~laraq.worker.events.WorkerListener`. Per-job events only bump in-memory
-counters; a daemon thread writes the record every ``interval`` seconds. The thread stops beating when
+:class:`Heartbeat` is a :class:`~laraq.worker.events.WorkerListener`. A job's outcome only bumps an in-memory
+counter; a daemon thread writes the record every ``interval`` seconds, with what the worker holds at that
+moment (``held``: :meth:`laraq.worker.worker.Worker.held`, asked from the thread, so no per-job event
+keeps a list of its own). The thread stops beating when
 the worker loop has not reported for ``stall_after`` seconds, so a wedged worker turns unhealthy even
 though its process is alive.
 """
@@ -32,20 +34,17 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from laraq._version import __version__
 from laraq.worker.events import (
+    Held,
     JobFailed,
     JobProcessed,
-    JobProcessing,
     JobReleased,
-    JobReserved,
-    JobTimedOut,
-    JobUnhandled,
     Looping,
     WorkerListener,
     WorkerStarting,
@@ -57,6 +56,8 @@ __all__ = ["Heartbeat", "WorkerRecord", "live_workers", "check_health", "registr
            "DEFAULT_TTL"]
 
 log = logging.getLogger("laraq.production.heartbeat")
+
+_NOTHING_HELD = Held({}, 0)
 
 DEFAULT_INTERVAL = 5.0
 DEFAULT_TTL = 30
@@ -195,11 +196,12 @@ class Heartbeat(WorkerListener):
     """Keeps this worker's heartbeat record fresh while it runs (a :class:`WorkerListener`).
 
     ``id_file``: where to write this worker's id (for ``laraq health --id-file``); removed on stop.
+    ``held``: the worker's :meth:`~laraq.worker.worker.Worker.held` (its reservations and running jobs).
     """
 
     def __init__(self, client: Any, prefix: str, *, interval: float = DEFAULT_INTERVAL, ttl: int = DEFAULT_TTL,
                  stall_after: float | None = 300.0, id_file: str | os.PathLike[str] | None = None,
-                 supervisor_pid: int | None = None) -> None:
+                 supervisor_pid: int | None = None, held: Callable[[], Held] | None = None) -> None:
         self.client = client
         self.prefix = prefix
         self.interval = interval
@@ -211,9 +213,8 @@ class Heartbeat(WorkerListener):
         self.ppid = supervisor_pid if supervisor_pid is not None else os.getppid()
         self.id = f"{self.host}:{self.pid}:{secrets.token_hex(3)}"
         self.done = self.failed = self.released = 0
-        self._running: set[int] = set()
-        #: id(job) -> (payload id, when reserved): the reservations this worker holds (laraq status --reserved)
-        self._held: dict[int, tuple[str, float]] = {}
+        #: the reservations the worker holds, asked at each beat (laraq status --reserved); None: no worker
+        self.held = held
         self._static: dict[str, str] = {}
         self._looped = time.monotonic()
         self._stop = threading.Event()
@@ -244,52 +245,25 @@ class Heartbeat(WorkerListener):
     def worker_looping(self, event: Looping) -> None:
         self._looped = time.monotonic()
 
-    def job_reserved(self, event: JobReserved) -> None:
-        job = event.job
-        with self._lock:
-            self._held[id(job)] = (str(job.id or ""), time.time())
-
-    def job_unhandled(self, event: JobUnhandled) -> None:
-        job = event.job
-        with self._lock:
-            self._held.pop(id(job), None)
-
-    def job_processing(self, event: JobProcessing) -> None:
-        job = event.job
-        with self._lock:
-            self._running.add(id(job))
-
     def job_processed(self, event: JobProcessed) -> None:
-        job = event.job
         with self._lock:
             self.done += 1
-            self._running.discard(id(job))
-            self._held.pop(id(job), None)
 
     def job_released(self, event: JobReleased) -> None:
-        job, exc = event.job, event.exception
         with self._lock:
             self.released += 1
-            if exc is not None:  # a handler's own release is followed by job_processed
-                self._running.discard(id(job))
-                self._held.pop(id(job), None)
 
     def job_failed(self, event: JobFailed) -> None:
-        job = event.job
         with self._lock:
             self.failed += 1
-            self._running.discard(id(job))
-            self._held.pop(id(job), None)
-
-    def job_timed_out(self, event: JobTimedOut) -> None:
-        job = event.job
-        with self._lock:
-            self._running.discard(id(job))
-            self._held.pop(id(job), None)
 
     @property
     def in_flight(self) -> int:
-        return len(self._running)
+        """The jobs running now, as the worker says (0 without one)."""
+        return self._held().running
+
+    def _held(self) -> Held:
+        return self.held() if self.held is not None else _NOTHING_HELD
 
     def worker_stopping(self, event: WorkerStopping) -> None:
         self.stop()
@@ -299,9 +273,10 @@ class Heartbeat(WorkerListener):
     def beat(self) -> bool:
         """Write the record now; False (logged once) when Redis is unreachable."""
         with self._lock:
-            counters = {"jobs_done": self.done, "jobs_failed": self.failed, "jobs_released": self.released,
-                        "in_flight": self.in_flight}
-            holding = json.dumps(dict(self._held.values()))
+            counters = {"jobs_done": self.done, "jobs_failed": self.failed, "jobs_released": self.released}
+        held = self._held()
+        counters["in_flight"] = held.running
+        holding = json.dumps(held.jobs)
         try:
             now = _redis_now(self.client)
             fields = {**self._static, **{k: str(v) for k, v in counters.items()}, "beat": repr(now),

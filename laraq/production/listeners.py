@@ -28,7 +28,7 @@ def build_listeners(worker: Any, params: dict[str, Any]) -> list[Any]:
         timeout = int(params.get("timeout") or 0)
         stall_after = max(300.0, 2.0 * timeout + 60) if timeout else None
         listeners.append(Heartbeat(worker.queue.client, worker.queue.prefix, id_file=params.get("heartbeat_file"),
-                                   stall_after=stall_after))
+                                   stall_after=stall_after, held=worker.held))
     if params.get("metrics_port") is not None:
         if params.get("metrics_dir"):
             use_multiprocess_dir(params["metrics_dir"])

@@ -59,7 +59,7 @@ class JobBuffer:
         unreadable = []
         count = 0
         for item in reserved:
-            job = self._job(item)
+            job = self._job(item, sent_at)
             if isinstance(job, PayloadError):
                 unreadable.append((item, job))
                 continue
@@ -70,7 +70,7 @@ class JobBuffer:
             self.leases.note_lease(lease)
         return count, tuple(unreadable)
 
-    def _job(self, reserved: ReservedJob) -> Job | PayloadError:
+    def _job(self, reserved: ReservedJob, sent_at: float) -> Job | PayloadError:
         """A reservation as a job; a body Python cannot read (or PHP's ``Job::fire`` fails before any
         handler) is the error that says why."""
         try:
@@ -80,7 +80,7 @@ class JobBuffer:
                 raise unrunnable
         except PayloadError as exc:
             return exc
-        job = Job(self.queue, reserved, payload, connection_name=self.connection_name)
+        job = Job(self.queue, reserved, payload, connection_name=self.connection_name, reserved_at=sent_at)
         if self.events.wants(JobReserved):
             self.events.emit(JobReserved(job))
         return job
@@ -124,6 +124,10 @@ class JobBuffer:
         for item in reversed(items):
             item.unstarted_until = math.inf
             self.buffer.appendleft(item)
+
+    def jobs(self) -> list[Job]:
+        """The buffered jobs, in order; from any thread (the deque is copied in one step under the GIL)."""
+        return [b.job for b in list(self.buffer)]
 
     def drain(self) -> list[ReservedJob]:
         """Every buffered reservation, in order, the buffer emptied (to be given back)."""

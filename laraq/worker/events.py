@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from laraq.worker.context import WorkerOptions
 
 __all__ = [
-    "JobFailed", "JobProcessed", "JobProcessing", "JobReleased", "JobReserved", "JobTimedOut", "JobUnhandled",
+    "Held", "JobFailed", "JobProcessed", "JobProcessing", "JobReleased", "JobReserved", "JobTimedOut", "JobUnhandled",
     "Listeners", "Looping", "WorkerListener", "WorkerStarting", "WorkerStopping",
 ]
 
@@ -66,6 +66,15 @@ class WorkerStopping:
     status: int
     reason: str
     options: WorkerOptions
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """The reservations a worker holds at one moment (:meth:`laraq.worker.worker.Worker.held`): each job's
+    payload id with when it was reserved (unix seconds), buffered or running, and how many are running."""
+
+    jobs: dict[str, float]
+    running: int
 
 
 @dataclass(slots=True)

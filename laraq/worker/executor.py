@@ -161,6 +161,11 @@ class Executor:
             future.add_done_callback(
                 lambda f: loop.call_soon_threadsafe(self._task_done, running, started, f))
 
+    def running_jobs(self) -> list[Job]:
+        """The jobs running now (the timed-out ones left out: they are no longer this worker's); any thread."""
+        with self._running_mutex:
+            return [r.job for r in self.running if r.state != "timed_out"]
+
     def reap_fresh(self) -> None:
         """Finish the bookkeeping of this pass's tasks that are done; the others get a done callback."""
         fresh, self.fresh = self.fresh, []

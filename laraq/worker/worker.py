@@ -41,7 +41,7 @@ from laraq.stores.failed import FailedJobStore
 from laraq.worker.bridge import AsyncBridge
 from laraq.worker.context import CacheLike, WorkerContext, WorkerOptions
 from laraq.worker.eager import new_worker_loop, running_loop_name
-from laraq.worker.events import Listeners, Looping, WorkerListener, WorkerStarting, WorkerStopping
+from laraq.worker.events import Held, Listeners, Looping, WorkerListener, WorkerStarting, WorkerStopping
 from laraq.worker.executor import TICK, Executor
 from laraq.worker.notes import RunNotes
 from laraq.worker.process import Process
@@ -127,6 +127,15 @@ class Worker:
     def add_listener(self, listener: WorkerListener) -> None:
         """Add a :class:`~laraq.worker.events.WorkerListener` (before :meth:`run`)."""
         self.events.add(listener)
+
+    def held(self) -> Held:
+        """The reservations this worker holds now, buffered or running; from any thread (the heartbeat's).
+        A job not taken by this worker's own reserve (one handed to :meth:`process`) counts from now."""
+        running = self.executor.running_jobs()
+        now = time.time()
+        jobs = {str(job.id or ""): now if job.reserved_at is None else job.reserved_at
+                for job in (*self.reserver.buffered_jobs(), *running)}
+        return Held(jobs, len(running))
 
     def process(self, job: object) -> None:
         """Laravel's ``Worker::process`` for one job, on this thread (for embedding)."""
