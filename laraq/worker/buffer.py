@@ -125,7 +125,7 @@ class JobBuffer:
             item.unstarted_until = math.inf
             self.buffer.appendleft(item)
 
-    def jobs(self) -> list[Job]:
+    def snapshot(self) -> list[Job]:
         """The buffered jobs, in order; from any thread (the deque is copied in one step under the GIL)."""
         return [b.job for b in list(self.buffer)]
 

@@ -344,8 +344,8 @@ class Reserver:
         return ready[0].job if ready else None
 
     def buffered_jobs(self) -> list[Job]:
-        """The buffered jobs, in order; any thread (:meth:`JobBuffer.jobs`)."""
-        return self.jobs.jobs()
+        """The buffered jobs, in order; any thread (:meth:`JobBuffer.snapshot`)."""
+        return self.jobs.snapshot()
 
     def not_started(self, items: list[Buffered]) -> None:
         """Jobs :meth:`next_jobs` handed out that the loop did not start: back at the head of the buffer

@@ -130,7 +130,7 @@ class Worker:
 
     def held(self) -> Held:
         """The reservations this worker holds now, buffered or running; from any thread (the heartbeat's).
-        A job not taken by this worker's own reserve (one handed to :meth:`process`) counts from now."""
+        A job with no reserve time of its own counts from now."""
         running = self.executor.running_jobs()
         now = time.time()
         jobs = {str(job.id or ""): now if job.reserved_at is None else job.reserved_at
