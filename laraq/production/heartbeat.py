@@ -16,12 +16,11 @@ older than the TTL (``ZREMRANGEBYSCORE``) and reads their hashes in one pipeline
 (its worker was killed) is skipped. A stopping worker deletes only its own id, so one worker exiting
 never makes the others look dead (arq's shared health key does).
 
-:class:`Heartbeat` is a :class:`~laraq.worker.events.WorkerListener`. A job's outcome only bumps an in-memory
-counter; a daemon thread writes the record every ``interval`` seconds, with what the worker holds at that
-moment (``held``: :meth:`laraq.worker.worker.Worker.held`, asked from the thread, so no per-job event
-keeps a list of its own). The thread stops beating when
-the worker loop has not reported for ``stall_after`` seconds, so a wedged worker turns unhealthy even
-though its process is alive.
+:class:`Heartbeat` is a :class:`~laraq.worker.events.WorkerListener`. A job's outcome only bumps an
+in-memory counter; a daemon thread writes the record every ``interval`` seconds, with what the worker holds
+at that moment (``held``: :meth:`laraq.worker.worker.Worker.held`, asked from the thread, so no per-job
+event keeps a list of its own). The thread stops beating when the worker loop has not reported for
+``stall_after`` seconds, so a wedged worker turns unhealthy even though its process is alive.
 """
 
 from __future__ import annotations
@@ -260,9 +259,9 @@ class Heartbeat(WorkerListener):
     @property
     def in_flight(self) -> int:
         """The jobs running now, as the worker says (0 without one)."""
-        return self._held().running
+        return self._holding().running
 
-    def _held(self) -> Held:
+    def _holding(self) -> Held:
         return self.held() if self.held is not None else _NOTHING_HELD
 
     def worker_stopping(self, event: WorkerStopping) -> None:
@@ -274,7 +273,7 @@ class Heartbeat(WorkerListener):
         """Write the record now; False (logged once) when Redis is unreachable."""
         with self._lock:
             counters = {"jobs_done": self.done, "jobs_failed": self.failed, "jobs_released": self.released}
-        held = self._held()
+        held = self._holding()
         counters["in_flight"] = held.running
         holding = json.dumps(held.jobs)
         try:
