@@ -6,6 +6,7 @@ same counts go to Prometheus (``laraq_reserved_jobs``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -119,10 +120,11 @@ def test_buffered_jobs_are_held_and_leave_the_record_as_they_finish(redis_server
     app = App("ahead")
 
     @app.handler(JOB)
-    def slow(command: Any, job: Any) -> None:
+    async def slow(command: Any, job: Any) -> None:  # waits without holding the loop, which reserves ahead
         started.append(job.id)
-        if job.id in gates:
-            gates[job.id].wait(120)
+        gate = gates.get(job.id)
+        while gate is not None and not gate.is_set():
+            await asyncio.sleep(0.01)
 
     worker = build_worker(default_params(sleep=0, stop_when_empty=True, quiet=True, memory=1 << 20, timeout=0,
                                          queue="ahead"), env=env, app=app)
