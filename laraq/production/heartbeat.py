@@ -256,14 +256,6 @@ class Heartbeat(WorkerListener):
         with self._lock:
             self.failed += 1
 
-    @property
-    def in_flight(self) -> int:
-        """The jobs running now, as the worker says (0 without one)."""
-        return self._holding().running
-
-    def _holding(self) -> Held:
-        return self.held() if self.held is not None else _NOTHING_HELD
-
     def worker_stopping(self, event: WorkerStopping) -> None:
         self.stop()
 
@@ -273,7 +265,7 @@ class Heartbeat(WorkerListener):
         """Write the record now; False (logged once) when Redis is unreachable."""
         with self._lock:
             counters = {"jobs_done": self.done, "jobs_failed": self.failed, "jobs_released": self.released}
-        held = self._holding()
+        held = self.held() if self.held is not None else _NOTHING_HELD
         counters["in_flight"] = held.running
         holding = json.dumps(held.jobs)
         try:
