@@ -65,6 +65,8 @@ class CallQueuedHandler:
                  encrypter: Encrypter | None = None, model_loader: models.ModelLoader | None = None) -> None:
         self.app = app
         self.version = version
+        #: ``#[DebounceFor]`` exists (13.6+): only then can a command be debounced
+        self._debounce = version.since("13.6")
         self.steps = steps
         self.cache = cache
         self.encrypter = encrypter
@@ -114,7 +116,7 @@ class CallQueuedHandler:
 
     def _debounced(self, job: Job) -> str | None:
         text = job.payload.command
-        if not text or not self.version.since("13.6"):
+        if not text or not self._debounce:
             return None
         if job.payload.is_encrypted_command:
             if self.encrypter is None:

@@ -191,15 +191,17 @@ class AckPipe:
         what writing raised; nothing was then sent."""
         commands: list[tuple[Any, Any, bool]] = []
         packed = b""
+        keys = self._keys
         for name, members in acks.items():
             if members:
                 commands.append((name, members, False))
-                packed += _zrem(self._key(name), members)
+                packed += _zrem(keys.get(name) or self._key(name), members)
         if starts:
+            keys = self._unstarted_keys
             for name, members in starts.items():
                 if members:
                     commands.append((name, members, True))
-                    packed += _zrem(self._unstarted_key(name), members)
+                    packed += _zrem(keys.get(name) or self._unstarted_key(name), members)
         if ride is not None:
             rider, more, count, token = ride
             commands.append((None, (rider, count, token), False))
@@ -208,32 +210,27 @@ class AckPipe:
             self._send(packed, commands)
 
     def _unstarted_key(self, name: str) -> bytes:
-        key = self._unstarted_keys.get(name)
-        if key is None:
-            key = self._unstarted_keys[name] = self.queue.keys(name).unstarted.encode("utf-8")
+        """Queue ``name``'s unstarted record key, as bytes, kept in ``_unstarted_keys`` (looked up there first)."""
+        key = self._unstarted_keys[name] = self.queue.keys(name).unstarted.encode("utf-8")
+        return key
+
+    def _key(self, name: str) -> bytes:
+        """Queue ``name``'s ``:reserved`` key, as bytes, kept in ``_keys`` (looked up there first)."""
+        key = self._keys[name] = self.queue.keys(name).reserved.encode("utf-8")
         return key
 
     def _send(self, packed: bytes, commands: list[tuple[Any, Any, bool]]) -> None:
+        """Write ``packed`` on the held connection (connected, logged in, database selected by redis-py)."""
         with self._lock:
             try:
-                send_all(self._socket(), packed)
+                conn = self._conn if self._conn is not None else self._connection()
+                if conn._sock is None:
+                    conn.connect()
+                send_all(conn._sock, packed)
             except BaseException:
                 self._broken()
                 raise
             self.unconfirmed.extend(commands)
-
-    def _key(self, name: str) -> bytes:
-        key = self._keys.get(name)
-        if key is None:
-            key = self._keys[name] = self.queue.keys(name).reserved.encode("utf-8")
-        return key
-
-    def _socket(self) -> Any:
-        """The raw socket of the held connection (connected, logged in, database selected by redis-py)."""
-        conn = self._connection()
-        if conn._sock is None:
-            conn.connect()
-        return conn._sock
 
     def collect(self, *, wait: bool = False) -> dict[str, list[bytes]]:
         """Read the replies that have come (``wait``: all of them). Returns the acks to send again: those

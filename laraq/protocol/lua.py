@@ -139,6 +139,8 @@ class Scripts:
 
     def __init__(self, client: redis.Redis | Any) -> None:
         self.client = client
+        #: a Redis Cluster client (no single pool to split a call on); asked once: the check is costly
+        self._cluster = isinstance(client, redis.RedisCluster)
         self._scripts: dict[str, Script] = {
             name: client.register_script(text) for name, text in SCRIPT_TEXTS.items()
         }
@@ -184,7 +186,7 @@ class Scripts:
         Redis serves a connection's commands in order, so it runs the script the moment that command
         is answered, with no round trip in between; its reply is read with :meth:`receive_first`."""
         pool = getattr(self.client, "connection_pool", None)
-        if pool is None or isinstance(self.client, redis.RedisCluster):
+        if pool is None or self._cluster:
             return None
         script = self._scripts[name]
         conn = pooled_connection(pool, "EVALSHA")
@@ -429,7 +431,7 @@ class Scripts:
                                           c.get("handled"), c.get("window", 100), c.get("deep"), c.get("unstarted_key"),
                                           c.get("unstarted_lease", 0.0)) for c in calls]
         raws: list[Any]
-        if isinstance(self.client, redis.RedisCluster) or len(built) == 1:
+        if self._cluster or len(built) == 1:
             raws = []
             for name, keys, args in built:
                 try:
