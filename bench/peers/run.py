@@ -161,9 +161,10 @@ def render(summary: list[dict[str, Any]], skipped: dict[str, str], refs: list[di
     for c in sorted({s["concurrency"] for s in io}):
         rows = [s for s in io if s["concurrency"] == c]
         bare = {f: median([r for r in refs if r["concurrency"] == c and r["flavor"] == f], "per_s")
-                for f in ("async", "sync")}
+                for f in ("async", "uvloop", "sync")}
         lines += ["", f"I/O-bound jobs (5 ms request each), concurrency {c}: ideal {c / 0.005:,.0f} jobs/s",
-                  f"  bare client, no queue: {_n(bare['async'])}/s async tasks, {_n(bare['sync'])}/s threads",
+                  f"  bare client, no queue: asyncio {_n(bare['async'])}/s, uvloop {_n(bare['uvloop'])}/s, "
+                  f"threads {_n(bare['sync'])}/s",
                   f"{'system':9s} {'mode':25s} {'jobs/s':>7s} {'ideal':>6s} {'worker µs':>9s} {'Redis µs':>8s} "
                   f"{'×laraq':>6s} {'ok':>3s}"]
         for s in rows:
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                   "(taken out of every Redis µs/job)", flush=True)
             for r in range(args.rounds):
                 for c in io_levels:  # the same requests without a queue: this machine's ceiling
-                    for flavor in ("async", "sync"):
+                    for flavor in ("async", "uvloop", "sync"):
                         out = subprocess.run([sys.executable, str(DRIVERS / "ioref.py"), flavor, str(c),
                                               str(args.io_jobs)], env={**os.environ, "PEERS_IO_PORT": str(io_port)},
                                              capture_output=True, text=True, timeout=300)

@@ -3,13 +3,16 @@
 
 Jobs run on ``--concurrency`` slots of the worker's own event loop: an ``async def`` handler as a task
 (its first step run at once, :mod:`laraq.worker.eager`), a sync handler inline at concurrency 1 (as
-artisan runs it) or on a thread pool. A watchdog thread enforces the timeout (payload ``timeout``, else
-``--timeout``; 0 = none). At the deadline it does Laravel's timeout bookkeeping
-(:meth:`laraq.worker.process.Process.timed_out`, settled at once) and abandons the job: unless it failed,
-the job stays in ``:reserved`` until ``retry_after`` (what a SIGKILLed PHP worker leaves behind). An async
-handler is then cancelled; a sync handler cannot be interrupted, so the worker stops taking jobs, lets
-the others finish and SIGKILLs its own process, as Laravel's ``Worker::kill`` does; ``laraq work``'s
-supervisor starts a new worker process.
+artisan runs it) or on a thread pool. A pool thread whose job ended asks the worker for the next one
+(:class:`SlotFeed`) and runs it itself while one may start at once, as Sidekiq's threads each fetch
+their own next job: the loop is woken when the thread has no next job, not after each job (a wake of
+the loop and of a second thread would cost each job three hand-offs of the GIL). A watchdog thread
+enforces the timeout (payload ``timeout``, else ``--timeout``; 0 = none). At the deadline it does
+Laravel's timeout bookkeeping (:meth:`laraq.worker.process.Process.timed_out`, settled at once) and
+abandons the job: unless it failed, the job stays in ``:reserved`` until ``retry_after`` (what a
+SIGKILLed PHP worker leaves behind). An async handler is then cancelled; a sync handler cannot be
+interrupted, so the worker stops taking jobs, lets the others finish and SIGKILLs its own process, as
+Laravel's ``Worker::kill`` does; ``laraq work``'s supervisor starts a new worker process.
 
 Who wins a job's outcome (handler or watchdog) is decided once, by :meth:`laraq.worker.running.Running.claim`.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -29,6 +33,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from laraq.bus.handlers import Handler
 from laraq.bus.job import Job
 from laraq.stores.failed import timeout_exceeded
 from laraq.worker.bridge import AsyncBridge
@@ -41,7 +46,7 @@ if TYPE_CHECKING:
     from laraq.protocol.acks import Acks
     from laraq.worker.process import Process
 
-__all__ = ["JOB_TASK_NAME", "TICK", "Executor", "sigkill_self"]
+__all__ = ["JOB_TASK_NAME", "TICK", "Executor", "SlotFeed", "sigkill_self"]
 
 log = logging.getLogger("laraq.worker.worker")
 
@@ -54,6 +59,20 @@ def _resolve(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
+def _no_next_job(fits: Callable[[Job], bool]) -> Job | None:
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotFeed:
+    """The worker's side of a pool thread taking its next job: ``next_job`` (given what fits a thread,
+    the next job for it to run now, or None and the loop starts it), and ``lend`` (held while the loop
+    waits: what the pool threads may use meanwhile, the reserver)."""
+
+    next_job: Callable[[Callable[[Job], bool]], Job | None] = _no_next_job
+    lend: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
+
+
 def sigkill_self() -> None:
     """``Worker::kill``: die by SIGKILL, leaving reserved jobs for ``retry_after``."""
     os.kill(os.getpid(), signal.SIGKILL)
@@ -64,7 +83,8 @@ class Executor:
 
     def __init__(self, context: WorkerContext, process: Process, bridge: AsyncBridge, acks: Acks,
                  keep_alive: Callable[[], None], *, kill: Callable[[], None] | None = None,
-                 before_kill: Callable[[], None] | None = None) -> None:
+                 before_kill: Callable[[], None] | None = None,
+                 feed: SlotFeed | None = None) -> None:
         self.options = context.options
         self.app = context.app
         self.version = context.version
@@ -81,6 +101,10 @@ class Executor:
         self.kill = kill or sigkill_self
         #: told before the kill (the supervisor's count, ``WorkerStopping`` with exit 1)
         self.before_kill = before_kill
+        #: the worker's side of a pool thread taking its next job (see the module)
+        self.feed = feed or SlotFeed()
+        #: jobs a pool thread took up itself after its previous one (see the module)
+        self.continued = 0
         # Process's entry points, bound once: they are called per job
         self._run = process.run
         self._run_async = process.run_async
@@ -117,6 +141,8 @@ class Executor:
     def start(self, job: Job) -> None:
         """Start one job: an ``async def`` handler as a task on the daemon's loop (its first step run at
         once, see :mod:`laraq.worker.eager`), a sync one inline at concurrency 1, else on the thread pool."""
+        # _continue_with's record and _on_loop's test, written out: this is every job's path, and two
+        # calls cost it 1 % of its instructions
         timeout = job.timeout if job.timeout is not None else self.options.timeout
         running = Running(job, time.monotonic() + timeout if timeout > 0 else None, self._running_mutex)
         with self._running_mutex:
@@ -157,9 +183,54 @@ class Executor:
                                                                    thread_name_prefix="laraq-slot",
                                                                    initializer=self.bridge.enter_slot)
             self.active += 1
-            future = self._pool.submit(self._run, job, running)
+            future = self._pool.submit(self._slot, job, running, started)
             future.add_done_callback(
-                lambda f: loop.call_soon_threadsafe(self._task_done, running, started, f))
+                lambda f: loop.call_soon_threadsafe(self._slot_done, f, running, started))
+
+    def _continue_with(self, job: Job) -> Running:
+        """The record of a job a pool thread takes up after its previous one, with its deadline, among
+        those the watchdog watches."""
+        timeout = job.timeout if job.timeout is not None else self.options.timeout
+        running = Running(job, time.monotonic() + timeout if timeout > 0 else None, self._running_mutex)
+        with self._running_mutex:
+            self.running.add(running)
+            self.continued += 1
+        return running
+
+    def _on_loop(self, job: Job, handler: Handler) -> bool:
+        """Does ``job`` run as a task on the loop (an ``async def`` handler, and PHP need not run it)?"""
+        return handler.is_async and not self.php_only(job) and not self._precheck_fails(job)
+
+    def _fits_thread(self, job: Job) -> bool:
+        """May a pool thread run ``job`` (one that does not run as a task on the loop)?"""
+        handler = self.app.resolve(job.payload)
+        return handler is None or not self._on_loop(job, handler)
+
+    def _slot(self, job: Job, running: Running, started: float) -> tuple[Running, float]:
+        """A pool thread's turn: ``job``, then each next job :attr:`feed` hands it. The last job's
+        record is handed back for the loop's bookkeeping; those before it are finished here."""
+        while True:
+            try:
+                self._run(job, running)
+            except BaseException:
+                log.exception("unexpected error while running %s", job.name)
+                return running, started
+            try:
+                following = self.feed.next_job(self._fits_thread)
+            except Exception:
+                log.exception("could not take the next job on a slot thread: the loop starts it")
+                following = None
+            if following is None:
+                return running, started
+            self._job_finished(running, started)
+            job, running, started = following, self._continue_with(following), time.perf_counter()
+
+    def _slot_done(self, future: concurrent.futures.Future[tuple[Running, float]], first: Running,
+                   started: float) -> None:
+        """A pool thread's turn ended (on the loop thread): its last job's bookkeeping."""
+        if not future.cancelled() and future.exception() is None:
+            first, started = future.result()
+        self._task_done(first, started, future)
 
     def running_jobs(self) -> list[Job]:
         """The jobs running now (the timed-out ones left out: they are no longer this worker's); any thread."""
@@ -209,7 +280,7 @@ class Executor:
 
     async def wait_changed(self, timeout: float) -> None:
         """Wait until a job finishes or ``timeout`` passes (a quit signal is seen within ``TICK``); the acks
-        held for the next start go out first."""
+        held for the next start go out first. Meanwhile the reserver is lent to the slot threads."""
         self.events.flush()
         if self.acks.holding:
             self.acks.send_held()
@@ -221,7 +292,8 @@ class Executor:
         self._waiter = waiter
         handle = loop.call_later(timeout, _resolve, waiter)
         try:
-            await waiter
+            with self.feed.lend():
+                await waiter
         finally:
             handle.cancel()
             self._waiter = None

@@ -16,6 +16,12 @@ renewed if stale, :mod:`laraq.worker.leases`; their unstarted records removed fi
 the buffer goes back to the head of its lists, attempts not spent (:meth:`Reserver.give_back`). A step
 that fails (Redis away, refused credentials) is a :class:`Fault` in what it hands back, never an empty queue.
 
+The reserver is the loop's while it runs (:meth:`Reserver.own`), and lent while the loop waits for a job
+to end (:meth:`Reserver.lent`): then a slot thread whose ``def`` job just ended may take its next job
+(:meth:`Reserver.next_on_thread`). A slot thread waits at most :data:`SLOT_WAIT` for the loop to wait;
+past that, the loop starts the next job. The loop's own calls take no lock: a job's path costs nothing
+for it.
+
 The reserver holds the step together: when to reserve, how many, the wait and the batch asked for ahead.
 Its parts answer in values: :mod:`laraq.worker.levels` (a step's reserve calls over the selection's
 levels), :mod:`laraq.worker.deeplook` (a selective reserve's deep look), :mod:`laraq.worker.buffer` (the
@@ -25,8 +31,11 @@ jobs waiting to start) and :mod:`laraq.worker.faults` (a failed step's bookkeepi
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
+import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import redis
@@ -51,6 +60,10 @@ from laraq.worker.unstarted import Unstarted
 __all__ = ["Taken", "Fault", "Reserver"]
 
 log = logging.getLogger("laraq.worker.worker")
+
+#: How long a slot thread waits for the loop to wait (and lend it the reserver) before it leaves its next
+#: job to the loop (seconds): the loop waits once a round while every slot is taken.
+SLOT_WAIT = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +138,9 @@ class Reserver:
         #: when the next keep-alive pass is due (monotonic seconds)
         self._keep_at = 0.0
         self._paused: set[str] = set()
+        #: held by the loop while it runs, released while it waits (see the module)
+        self._lock = threading.Lock()
+        self._owned = False
 
     @staticmethod
     def _handled_names(context: WorkerContext) -> list[str] | None:
@@ -337,6 +353,50 @@ class Reserver:
     def next_jobs(self, most: int) -> list[Buffered]:
         """Up to ``most`` buffered jobs that may start now, in order (:meth:`JobBuffer.next_jobs`)."""
         return self.jobs.next_jobs(most)
+
+    def own(self) -> None:
+        """The loop runs from now on: the reserver is its own until :meth:`disown`, lent only while it waits."""
+        self._lock.acquire()
+        self._owned = True
+
+    def disown(self) -> None:
+        """The loop stopped."""
+        self._owned = False
+        self._lock.release()
+
+    @contextlib.contextmanager
+    def lent(self) -> Iterator[None]:
+        """While the loop waits for a job to end or a tick: slot threads may take their next jobs."""
+        if not self._owned:
+            yield
+            return
+        self._lock.release()
+        try:
+            yield
+        finally:
+            self._lock.acquire()
+
+    def next_on_thread(self, fits: Callable[[Job], bool]) -> Job | None:
+        """From a slot thread whose job just ended: the next buffered job that may start now (as
+        :meth:`next_jobs` hands it out), when ``fits`` says that thread may run it. None when the loop
+        does not wait within :data:`SLOT_WAIT`, when the buffer holds nothing that may start, or when its
+        next job does not fit (it stays at the head for the loop)."""
+        if not self._lock.acquire(timeout=SLOT_WAIT):
+            return None
+        try:
+            buffer = self.buffer
+            if not buffer or not fits(buffer[0].job):
+                return None
+            head = buffer[0]
+            ready = self.jobs.next_jobs(1)
+            if not ready:
+                return None
+            if ready[0] is not head and not fits(ready[0].job):  # the head was dropped (its lease lost)
+                self.jobs.not_started(ready)
+                return None
+            return ready[0].job
+        finally:
+            self._lock.release()
 
     def next_job(self) -> Job | None:
         """The next buffered job that may start now (see :meth:`next_jobs`), or None."""

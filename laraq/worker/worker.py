@@ -6,7 +6,10 @@ One loop (:meth:`Worker.daemon`), one round at a time, as Laravel's ``daemon`` r
    reserve step (:class:`~laraq.worker.reserver.Reserver`, a :class:`~laraq.worker.reserver.Taken` back:
    Laravel's pop with ``--batch 1``, a batch reserve otherwise);
 2. the jobs taken start on free slots (:class:`~laraq.worker.executor.Executor`); each one's run ends in an
-   outcome that the settle step carries out (:mod:`laraq.worker.process`, :mod:`laraq.worker.settle`);
+   outcome that the settle step carries out (:mod:`laraq.worker.process`, :mod:`laraq.worker.settle`).
+   A pool thread whose ``def`` job ended starts the next buffered job itself while the loop would start
+   it at once too (:meth:`Worker._next_for_slot`; never with ``--max-jobs``, ``--rest`` or ``--once``,
+   over ``--memory``, paused, down or told to quit); the loop counts those jobs each round;
 3. the stop rules answer (:class:`~laraq.worker.stoprules.StopRules`, Laravel's ``stopIfNecessary``
    order): after every job with ``--batch 1``, after every reserve step or 0.25 s otherwise;
 4. a round that found nothing sleeps ``--sleep`` (cut short when a delayed job comes due).
@@ -23,11 +26,13 @@ import asyncio
 import contextlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 
 from laraq.bus.callqueued import CallQueuedHandler
 from laraq.bus.handlers import HandlerRegistry
+from laraq.bus.job import Job
 from laraq.bus.models import ModelLoader
 from laraq.bus.phpsteps import PhpSteps
 from laraq.exitcodes import EXIT_ERROR, EXIT_MEMORY_LIMIT, EXIT_SUCCESS
@@ -42,7 +47,7 @@ from laraq.worker.bridge import AsyncBridge
 from laraq.worker.context import CacheLike, WorkerContext, WorkerOptions
 from laraq.worker.eager import new_worker_loop, running_loop_name
 from laraq.worker.events import Held, Listeners, Looping, WorkerListener, WorkerStarting, WorkerStopping
-from laraq.worker.executor import TICK, Executor
+from laraq.worker.executor import TICK, Executor, SlotFeed
 from laraq.worker.notes import RunNotes
 from laraq.worker.process import Process
 from laraq.worker.reserver import Reserver, Taken
@@ -116,13 +121,19 @@ class Worker:
         self.settle = Settle(context, acks, reserving, bridge)
         self.processing = Process(context, bridge, self.settle, model_loader)
         self.executor = Executor(context, self.processing, bridge, acks, reserver.keep_alive, kill=kill,
-                                 before_kill=self._before_kill)
+                                 before_kill=self._before_kill,
+                                 feed=SlotFeed(self._next_for_slot, reserver.lent))
         #: the log's account of the worker: why it stops, pauses, resumes; what --memory measured
         self.notes = RunNotes(options.name, options.memory)
         self.rules = StopRules(context, self.notes, maintenance or (lambda: False), reserver.settle_replies)
         self._looped_at = 0.0
         self._stopped: Stop | None = None
         self._unreported = 0
+        #: may a pool thread start the next job itself (the loop's round says so: see _next_for_slot)
+        self._slot_starts = False
+        #: jobs pool threads started since the loop last counted them (under _slot_count_lock)
+        self._slot_taken = 0
+        self._slot_count_lock = threading.Lock()
 
     def add_listener(self, listener: WorkerListener) -> None:
         """Add a :class:`~laraq.worker.events.WorkerListener` (before :meth:`run`)."""
@@ -170,9 +181,11 @@ class Worker:
 
     async def _daemon(self) -> int:
         self.executor.attach(asyncio.current_task())
+        self.reserver.own()
         try:
             return await self._loop()
         finally:
+            self.reserver.disown()
             self.executor.attach(None)
 
     async def _loop(self) -> int:
@@ -190,7 +203,11 @@ class Worker:
         next_check = time.monotonic() + _CHECK_EVERY
         can_run = rules.should_run()
         memory = "ok"  # over --memory: "hold" (jobs run: measure again after them), "drain" (run the reserved)
+        # may pool threads start jobs themselves in a round that allows it (see _next_for_slot)
+        slot_starts = opts.concurrency > 1 and not opts.once and opts.rest <= 0 and not opts.max_jobs
         while True:
+            if slot_starts and self._slot_taken:
+                jobs += self._count_slot_starts()
             if signals.should_quit:
                 return await self._stop(Stop(signals.quit_status, signals.reason or "told to quit"))
             if not can_run or signals.paused or executor.kill_pending:
@@ -206,6 +223,8 @@ class Worker:
                 memory = self._over_memory() if rules.memory_exceeded(opts.memory) else "ok"
                 if memory == "stop":
                     return await self._stop(Stop(EXIT_MEMORY_LIMIT, "over --memory"))
+            if slot_starts:
+                self._slot_starts = memory == "ok"
             free = opts.concurrency - executor.active
             taken: Taken | None = None
             room = 0 if memory == "drain" else opts.max_jobs - jobs if opts.max_jobs else None
@@ -226,6 +245,8 @@ class Worker:
                 if stop is not None:
                     return await self._stop(stop)
                 can_run = rules.should_run(executor.kill_pending)
+                if slot_starts:
+                    self._slot_starts = can_run and memory == "ok"
             if taken is not None and not taken.popped and executor.active == 0 and not reserver.buffered:
                 await self._empty(taken, jobs)
                 continue
@@ -261,6 +282,28 @@ class Worker:
             if opts.rest > 0:
                 await executor.idle(opts.rest)
         return jobs
+
+    def _next_for_slot(self, fits: Callable[[Job], bool]) -> Job | None:
+        """A pool thread's job ended: the next buffered job for that thread to run now (``fits``: one it may
+        run), or None, and the loop starts the next job. Only while this round of the loop allows it
+        (``_slot_starts``), and not once told to quit or pause, or a self-kill is pending; the job is
+        counted as the loop counts those it starts."""
+        if not self._slot_starts or self.signals.should_quit or self.signals.paused or self.executor.kill_pending:
+            return None
+        job = self.reserver.next_on_thread(fits)
+        if job is not None:
+            with self._slot_count_lock:
+                self._slot_taken += 1
+            self.rules.job_taken()
+        return job
+
+    def _count_slot_starts(self) -> int:
+        """The jobs pool threads started since the last count (on the loop thread): added to the jobs taken
+        and to the supervisor's next report."""
+        with self._slot_count_lock:
+            count, self._slot_taken = self._slot_taken, 0
+        self._unreported += count
+        return count
 
     def _unreadable(self, taken: Taken) -> int:
         """Reservations Python cannot read go to ``failed_jobs`` (popped all the same: they count)."""
@@ -301,6 +344,7 @@ class Worker:
     async def _paused(self, jobs: int) -> Stop | None:
         """A round while paused, down or about to kill itself: the buffer goes back, the worker sleeps,
         then Laravel's ``pauseWorker`` reads the stop rules."""
+        self._slot_starts = False
         self.reserver.give_back()
         self._looping()  # heartbeats (Horizon) go on while paused or down
         if self.options.once:
@@ -327,11 +371,13 @@ class Worker:
     async def _stop(self, stop: Stop) -> int:
         """Give the buffer back, let running jobs finish (or settle after a timeout), send the last acks."""
         executor = self.executor
+        self._slot_starts = False
         self.events.flush()
         self.reserver.give_back()
         await executor.drain()
         self.reserver.release_slots()
         self.acks.drain()
+        self._count_slot_starts()
         self._report_popped()
         if executor.kill_pending:
             executor.kill_now()
