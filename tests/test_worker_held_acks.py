@@ -94,8 +94,9 @@ def test_no_job_starts_while_an_ack_is_held_and_a_pass_shares_one_write(
 
 def test_a_slot_threads_ack_rides_with_the_next_start(
         redis_server: Any, redis_client: Any, workers: list[Any], monkeypatch: Any) -> None:
-    """A ``def`` handler on the thread pool: its job's end wakes the loop, so its ack is held too and goes
-    in the write of the next start, not in a write of its own."""
+    """A ``def`` handler on the thread pool: its job's ack is held too and goes in the write of the next
+    start (the thread's own next job, or the loop's once the thread's end wakes it), not in a write of
+    its own."""
     _dispatch(redis_server, [0.002] * 400)
     ran: list[int] = []
     app = App("held-acks-threads")
