@@ -94,13 +94,18 @@ def _stop(procs: list[subprocess.Popen[str]]) -> None:
 
 
 @pytest.mark.php
+@pytest.mark.parametrize(("spec", "extra"), [("test_worker_support:async_app", ()),
+                                             ("test_worker_support:app", ("--concurrency=4",))],
+                         ids=["async", "def-threads"])
 def test_sigkill_mid_batch_in_a_mixed_fleet_loses_nothing(laravel: str, redis_client: Any, redis_server: Any,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+                                                          monkeypatch: pytest.MonkeyPatch, spec: str,
+                                                          extra: tuple[str, ...]) -> None:
+    # def-threads: pool threads that take their next jobs themselves, beside artisan on the same queue
     app = _app(laravel, redis_server, monkeypatch, retry_after=2)
     _dispatch(app, 600, 0.005)
     uuids = {json.loads(m)["uuid"] for m in redis_client.lrange(KEY, 0, -1)}
     laraq = popen_laraq(app, "--queue=fast", "--tries=0", "--retry-after=2", "--quiet", "--no-supervise",
-                        "--batch=100", app_spec="test_worker_support:async_app")
+                        "--batch=100", *extra, app_spec=spec)
     artisan = app.popen_artisan("queue:work", "redis", "--queue=fast", "--sleep=0", "--tries=0", "--quiet")
     try:
         wait_for(lambda: sum(r["runner"] == "python" for r in app.runs()) >= 50, timeout=60)
