@@ -131,16 +131,23 @@ def test_sigint_after_a_quit_signal_stops_at_once_leaving_the_job_reserved(pyapp
 
 
 def test_sigusr2_pauses_and_sigcont_resumes(pyapp: PyApp) -> None:
-    worker = popen_laraq(pyapp, "--queue=py", "--sleep=0.2")
+    import threading
+
+    worker = popen_laraq(pyapp, "--queue=py", "--sleep=0.2", "-v")
+    assert worker.stderr is not None
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(worker.stderr or ()), daemon=True).start()
     try:
         pyapp.dispatch("python", "py")
         wait_for(lambda: len(pyapp.runs()) == 1)
-        worker.send_signal(signal.SIGUSR2)
+        worker.send_signal(signal.SIGUSR2)  # through `laraq work`'s supervisor: a job pushed before the
+        wait_for(lambda: any("paused (SIGUSR2" in line for line in lines))  # worker has it would still run
         pyapp.dispatch("python", "py")
         with pytest.raises(AssertionError):
             wait_for(lambda: len(pyapp.runs()) == 2, timeout=1.5)
         worker.send_signal(signal.SIGCONT)
         wait_for(lambda: len(pyapp.runs()) == 2)
+        assert any("resumed (it was paused" in line for line in lines)
     finally:
         assert stop(worker) == 0
 

@@ -29,7 +29,11 @@ DRIVERS = HERE / "drivers"
 BENCH = HERE.parent
 sys.path.insert(0, str(BENCH))
 
-from scale import PREFIX, Sides  # noqa: E402
+from run import LARAVEL  # noqa: E402
+from scale import ECHO, PREFIX, Sides  # noqa: E402
+
+#: the default's Redis traffic from a bare loop, with no job model (``bench/floor.py``)
+FLOOR = BENCH / "floor.py"
 
 
 def peers_dir() -> Path:
@@ -246,6 +250,9 @@ class Laraq(Laravel):
             return "?"
 
     def worker(self, ctx: Ctx, v: Variant) -> tuple[list[str], dict[str, str], Path]:
+        if v.opts.get("floor"):
+            return [sys.executable, str(FLOOR), ctx.url, PREFIX, ctx.queue, LARAVEL, ECHO], \
+                ctx.sides.laraq.env(), ctx.workdir
         concurrency = v.concurrency if v.concurrency > 1 else None
         cmd = ctx.sides.laraq.worker_cmd(ctx.queue, stop_when_empty=True, sleep=1, concurrency=concurrency)
         cmd += v.opts.get("args", [])
@@ -481,6 +488,7 @@ def noop_variants() -> list[Variant]:
         Variant("laraq", "work (defaults)", "noop", 1),
         Variant("laraq", "--acks batched", "noop", 1, {"args": ["--acks", "batched"]}, quick=False),
         Variant("laraq", "--concurrency 50", "noop", 50, quick=False),
+        Variant("laraq", "floor (no job model)", "noop", 1, {"floor": True}, quick=False),
         Variant("artisan", "queue:work", "noop", 1),
         Variant("rq", "SimpleWorker", "noop", 1, {"args": ["--worker-class", "rq.worker.SimpleWorker"]},
                 jobs_factor=0.25),
