@@ -1329,7 +1329,7 @@ def _cmds(v: float) -> str:
 
 
 def _targets(res: dict) -> list[str]:
-    """Issue 13's ratios, all from this run."""
+    """The performance targets' ratios (laraq against artisan, the ceiling and the probe), all from this run."""
     wl = res.get("workloads") or {}
     noop, cpu = wl.get("noop") or {}, wl.get("cpu") or {}
     out: list[str] = []
@@ -1432,7 +1432,7 @@ def _targets(res: dict) -> list[str]:
             if ci:
                 out.append(f"  (p99 difference {ci['diff']:+.2f} ms, 95 % bootstrap interval {ci['low']:+.2f} to "
                            f"{ci['high']:+.2f} ms)")
-    return ["", "Issue 13 targets (ratios from this run)"] + out if out else []
+    return ["", "Targets (ratios from this run)"] + out if out else []
 
 
 def render(res: dict) -> str:
