@@ -13,6 +13,7 @@ import json
 import re
 import signal
 import subprocess
+import threading
 from typing import Any
 
 import pytest
@@ -131,17 +132,20 @@ def test_sigint_after_a_quit_signal_stops_at_once_leaving_the_job_reserved(pyapp
 
 
 def test_sigusr2_pauses_and_sigcont_resumes(pyapp: PyApp) -> None:
-    import threading
-
     worker = popen_laraq(pyapp, "--queue=py", "--sleep=0.2", "-v")
-    assert worker.stderr is not None
     lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(worker.stderr or ()), daemon=True).start()
+
+    def read_log() -> None:
+        for line in worker.stderr or ():
+            lines.append(line)
+
+    threading.Thread(target=read_log, daemon=True).start()
     try:
         pyapp.dispatch("python", "py")
         wait_for(lambda: len(pyapp.runs()) == 1)
-        worker.send_signal(signal.SIGUSR2)  # through `laraq work`'s supervisor: a job pushed before the
-        wait_for(lambda: any("paused (SIGUSR2" in line for line in lines))  # worker has it would still run
+        worker.send_signal(signal.SIGUSR2)
+        # the signal goes through `laraq work`'s supervisor: a job pushed before the worker has it runs
+        wait_for(lambda: any("paused (SIGUSR2" in line for line in lines))
         pyapp.dispatch("python", "py")
         with pytest.raises(AssertionError):
             wait_for(lambda: len(pyapp.runs()) == 2, timeout=1.5)
